@@ -1,0 +1,733 @@
+"""The queue engine: TaskMaster's data model plus Paštas' receivers, sans-IO.
+
+Commands and `now` (epoch seconds, passed in) go in; results come out, and the
+changes to persist go to the injected `TaskStore` as mutations. The engine
+never commits: the broker commits a whole batch of requests at once and only
+then sends their replies, so "ok" always means "on disk".
+
+Semantics (TaskMaster §2–§5, Paštas ch. 2–4):
+
+* enqueue: a task without pid gets a FIFO pid from a broker-wide monotonic
+  microsecond clock (`model.fifo_pid`), so FIFO pids grow in every queue even
+  when the wall clock steps back. A pid that exists (available or leased)
+  collapses: the existing task is kept and the outcome says `collapsed`.
+* lease: up to `max_tasks` available tasks in pid order across the named
+  queues, pid <= `max_pid` if given. A task with a receiver is leased only by
+  that receiver; a task without one by anybody (broadcast). Each lease gets a
+  fresh broker-wide lease id: the fencing token every later call must show.
+* renew / release need the current lease id and an unexpired lease
+  (LEASE_EXPIRED otherwise; TASK_NOT_LEASED if another lease holds the task).
+  dequeue also accepts a lease that ran out if nobody leased the task since
+  (TaskMaster §5.6 late dequeue).
+* release and lease expiry count a failed attempt; at `max_attempts` (task's
+  own or the broker default, 10) the task moves to `<queue>.dead` with the
+  reason in header `kittiwake-dead-reason`. Dead-letter queues do not
+  dead-letter further.
+* update: dequeues, releases, renewals, then enqueues, all or nothing, within
+  one consistency group (CROSS_GROUP_UPDATE otherwise). Every item is checked
+  before any is applied, so a refused update changes nothing.
+* lease expiry is lazy (§5.6): expired leases are swept at every lease and
+  stats call and by the broker's periodic tick.
+* delete_queue drops the queue's memory and asks the store to bump the
+  queue's generation: constant time, rows reaped in the background (§5.2).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import OrderedDict
+from typing import Any, Iterable, Sequence
+
+from sortedcontainers import SortedList
+
+from kittiwake import errors
+from kittiwake.engine.mutations import DeleteTask, DropQueue, Mutation, PutTask, SetLease
+from kittiwake.engine.queue_state import QueueState
+from kittiwake.engine.rates import DEQUEUE, ENQUEUE, LEASE, LEASE_SECS_SUM, RateWindow
+from kittiwake.engine.storage import TaskStore
+from kittiwake.model import (
+    DEAD_SUFFIX,
+    FIFO_PID_DIGITS,
+    EnqueueOutcome,
+    ItemOutcome,
+    LeaseRef,
+    LeaseRequest,
+    LeaseSample,
+    Limits,
+    NewTask,
+    QueueInfo,
+    QueueStats,
+    Task,
+    dead_queue_of,
+    fifo_pid,
+    group_of,
+    validate_count,
+    validate_lease_secs,
+    validate_name,
+    validate_pid,
+    validate_queue,
+)
+
+DEAD_REASON_HEADER = "kittiwake-dead-reason"
+MAX_PATTERN_CHARS = 1024
+MAX_QUEUES_PER_LEASE = 1000
+
+_DEQUEUE, _RENEW, _RELEASE = "dequeue", "renew", "release"
+
+
+class Engine:
+    """All queue state of one broker. Not thread-safe: one caller at a time."""
+
+    def __init__(
+        self,
+        store: TaskStore,
+        *,
+        limits: Limits | None = None,
+        head_tasks: int = 1000,
+        cache_bytes: int = 256 * 1024 * 1024,
+    ) -> None:
+        self.store = store
+        self.limits = limits or Limits()
+        self.head_tasks = head_tasks
+        self.cache_bytes = cache_bytes
+        self.memory_bytes = 0
+        self._queues: dict[str, QueueState] = {}
+        self._names: SortedList = SortedList()
+        self._recent: OrderedDict[str, None] = OrderedDict()  # queues by last use, for eviction
+        self._expiry: list[tuple[float, int, str, str]] = []  # (expires_at, lease_id, queue, pid)
+        self._ready: set[str] = set()  # queues that gained available tasks
+        self._last_fifo_micros = 0
+        self._last_lease_id = 0
+        self.refills = 0
+
+    # ------------------------------------------------------------------ start
+
+    def recover(self, now: float) -> None:
+        """Load the store's summary: queue sizes, running leases, counters."""
+        recovery = self.store.recover(now)
+        for summary in recovery.queues:
+            queue = QueueState(summary.queue, size=summary.size, complete=summary.size == 0)
+            self._queues[summary.queue] = queue
+            self._names.add(summary.queue)
+            pid = summary.max_pid
+            if len(pid) == FIFO_PID_DIGITS and pid.isdigit():
+                self._last_fifo_micros = max(self._last_fifo_micros, int(pid))
+        for task in recovery.leased:
+            queue = self._queues.get(task.queue)
+            if queue is None:
+                continue
+            queue.leased[task.pid] = task
+            assert task.lease_expires_at is not None
+            heapq.heappush(self._expiry, (task.lease_expires_at, task.lease_id, task.queue, task.pid))
+        self._last_lease_id = max(self._last_lease_id, recovery.max_lease_id)
+
+    # --------------------------------------------------------------- helpers
+
+    def _queue(self, name: str) -> QueueState:
+        queue = self._queues.get(name)
+        if queue is None:
+            queue = self._queues[name] = QueueState(name)
+            self._names.add(name)
+        return queue
+
+    def _touch(self, queue: QueueState) -> None:
+        recent = self._recent
+        name = queue.name
+        if name in recent:
+            recent.move_to_end(name)
+        else:
+            recent[name] = None
+
+    def _rates(self, queue: QueueState) -> RateWindow:
+        if queue.rates is None:
+            queue.rates = RateWindow()
+        return queue.rates
+
+    def _add_available(self, queue: QueueState, task: Task) -> None:
+        """A task became available: into the head if the head covers it."""
+        if queue.covers(task.pid):
+            self.memory_bytes += queue.add_available(task)
+        self._ready.add(queue.name)
+
+    def _next_fifo_pid(self, now: float) -> str:
+        micros = max(int(now * 1_000_000), self._last_fifo_micros + 1)
+        self._last_fifo_micros = micros
+        return fifo_pid(micros)
+
+    def _refill(self, queue: QueueState, now: float) -> None:
+        """Load the next slice of the queue above the horizon (TaskMaster §5.4.2)."""
+        rows = self.store.load_available(queue.name, queue.horizon, self.head_tasks, now)
+        self.memory_bytes += queue.absorb(rows, self.head_tasks)
+        self.refills += 1
+
+    def _enforce_cache(self) -> None:
+        """Trim over-long heads, then evict whole heads of the least recently
+        used queues while memory is above the cache setting."""
+        if self.memory_bytes <= self.cache_bytes:
+            return
+        target = int(self.cache_bytes * 0.9)
+        recent = self._recent
+        while self.memory_bytes > target and recent:
+            name, _ = recent.popitem(last=False)
+            queue = self._queues.get(name)
+            if queue is not None and queue.available:
+                self.memory_bytes -= queue.evict_to(0)
+
+    def _trim_head(self, queue: QueueState) -> None:
+        if len(queue.available) > 2 * self.head_tasks:
+            self.memory_bytes -= queue.evict_to(self.head_tasks)
+
+    def _find(self, queue: QueueState, pid: str) -> Task | None:
+        """The task at pid, leased or available, from memory or the store."""
+        task = queue.leased.get(pid) or queue.available.get(pid)
+        if task is None and not queue.covers(pid):
+            task = self.store.load_task(queue.name, pid)
+        return task
+
+    def _exists(self, queue: QueueState, pid: str) -> bool:
+        if pid in queue.leased or pid in queue.available:
+            return True
+        return not queue.covers(pid) and self.store.load_task(queue.name, pid) is not None
+
+    def _forget_if_empty(self, queue: QueueState) -> None:
+        if queue.size == 0 and not queue.leased and queue.rates is None:
+            self._drop_memory(queue)
+
+    def _drop_memory(self, queue: QueueState) -> None:
+        self.memory_bytes -= queue.memory_bytes
+        self._queues.pop(queue.name, None)
+        self._names.discard(queue.name)
+        self._recent.pop(queue.name, None)
+
+    def take_ready(self) -> set[str]:
+        """Queues that gained available tasks since the last call (wakes long-polls)."""
+        ready, self._ready = self._ready, set()
+        return ready
+
+    def next_expiry(self) -> float | None:
+        return self._expiry[0][0] if self._expiry else None
+
+    # --------------------------------------------------------------- enqueue
+
+    def enqueue(self, tasks: Sequence[NewTask], now: float) -> list[EnqueueOutcome]:
+        limits = self.limits
+        if not tasks:
+            return []
+        if len(tasks) > limits.max_batch:
+            raise errors.BadRequest(f"more than {limits.max_batch} tasks in one request")
+        for task in tasks:
+            task.validate(limits)
+        mutations: list[Mutation] = []
+        outcomes = [self._enqueue_one(task, now, mutations) for task in tasks]
+        self.store.write(mutations)
+        self._enforce_cache()
+        return outcomes
+
+    def _enqueue_one(self, new: NewTask, now: float, mutations: list[Mutation]) -> EnqueueOutcome:
+        queue = self._queue(new.queue)
+        self._touch(queue)
+        if new.pid is None:
+            pid = self._next_fifo_pid(now)
+        else:
+            pid = new.pid
+            if self._exists(queue, pid):
+                return EnqueueOutcome(new.queue, pid, True)
+        task = Task(
+            queue=new.queue,
+            pid=pid,
+            data=bytes(new.data),
+            enqueued_at=now,
+            sender=new.sender,
+            receiver=new.receiver,
+            headers=new.headers or None,
+            max_attempts=new.max_attempts,
+        )
+        queue.size += 1
+        self._add_available(queue, task)
+        self._trim_head(queue)
+        self._rates(queue).add(ENQUEUE, now)
+        mutations.append(PutTask(task))
+        return EnqueueOutcome(new.queue, pid, False)
+
+    # ----------------------------------------------------------------- lease
+
+    def validate_lease(self, request: LeaseRequest) -> None:
+        limits = self.limits
+        if isinstance(request.queues, str):
+            request.queues = [request.queues]
+        if not isinstance(request.queues, list) or not request.queues:
+            raise errors.BadRequest("queues must be a non-empty list of queue names")
+        if len(request.queues) > MAX_QUEUES_PER_LEASE:
+            raise errors.BadRequest(f"more than {MAX_QUEUES_PER_LEASE} queues in one lease")
+        for name in request.queues:
+            validate_queue(name, limits)
+        validate_count(request.max_tasks, "max_tasks", 1, limits.max_batch)
+        request.lease_secs = validate_lease_secs(request.lease_secs, limits)
+        if request.max_pid is not None:
+            validate_pid(request.max_pid, limits, "max_pid")
+        validate_name(request.receiver, limits, "receiver")
+        validate_name(request.worker, limits, "worker")
+
+    def lease(self, request: LeaseRequest, now: float) -> list[Task]:
+        """Lease up to max_tasks tasks in pid order across the requested queues."""
+        self.validate_lease(request)
+        self.sweep(now)
+        want = request.max_tasks
+        candidates: list[tuple[str, QueueState]] = []
+        for name in dict.fromkeys(request.queues):
+            queue = self._queues.get(name)
+            if queue is None or queue.size <= len(queue.leased):
+                continue
+            self._ensure_head(queue, want, request.receiver, request.max_pid, now)
+            candidates.extend((pid, queue) for pid in self._head_pids(queue, want, request))
+        if not candidates:
+            return []
+        if len(request.queues) > 1:
+            candidates.sort(key=lambda item: item[0])
+        leased: list[Task] = []
+        mutations: list[Mutation] = []
+        expires_at = now + request.lease_secs
+        for pid, queue in candidates[:want]:
+            task = queue.remove_available(pid)
+            assert task is not None
+            self.memory_bytes -= task.size_bytes()
+            # time-based and strictly increasing: ids stay unique across
+            # restarts without persisting a counter
+            self._last_lease_id = max(self._last_lease_id + 1, int(now * 1_000_000))
+            task.lease_id = self._last_lease_id
+            task.lease_owner = request.worker
+            task.lease_peer = request.peer
+            task.leased_at = now
+            task.lease_expires_at = expires_at
+            task.deliveries += 1
+            queue.leased[pid] = task
+            heapq.heappush(self._expiry, (expires_at, task.lease_id, queue.name, pid))
+            mutations.append(SetLease.of(task))
+            leased.append(task)
+            self._rates(queue).add(LEASE, now)
+            self._touch(queue)
+        self.store.write(mutations)
+        self._enforce_cache()
+        return leased
+
+    def _bucket_count(self, queue: QueueState, receiver: str | None) -> int:
+        count = len(queue.open)
+        if receiver is not None:
+            bucket = queue.directed.get(receiver)
+            if bucket:
+                count += len(bucket)
+        return count
+
+    def _ensure_head(
+        self, queue: QueueState, want: int, receiver: str | None, max_pid: str | None, now: float
+    ) -> None:
+        low_water = max(want, self.head_tasks // 4)
+        for _ in range(8):  # bounded: directed tasks for others may fill a refill
+            if queue.complete or queue.stored_available <= 0:
+                return
+            if max_pid is not None and queue.horizon >= max_pid:
+                return  # everything <= max_pid is already in memory
+            if self._bucket_count(queue, receiver) >= low_water:
+                return
+            self._refill(queue, now)
+
+    @staticmethod
+    def _head_pids(queue: QueueState, want: int, request: LeaseRequest) -> list[str]:
+        max_pid = request.max_pid
+        sources = [queue.open]
+        if request.receiver is not None and request.receiver in queue.directed:
+            sources.append(queue.directed[request.receiver])
+        pids: list[str] = []
+        for source in sources:
+            for pid in source.islice(0, want):
+                if max_pid is not None and pid > max_pid:
+                    break
+                pids.append(pid)
+        if len(sources) > 1:
+            pids.sort()
+            del pids[want:]
+        return pids
+
+    def sweep(self, now: float) -> int:
+        """Return expired leases to their queues (TaskMaster §5.6, lazily)."""
+        expiry = self._expiry
+        if not expiry or expiry[0][0] > now:
+            return 0
+        mutations: list[Mutation] = []
+        expired = 0
+        while expiry and expiry[0][0] <= now:
+            expires_at, lease_id, name, pid = heapq.heappop(expiry)
+            queue = self._queues.get(name)
+            task = queue.leased.get(pid) if queue is not None else None
+            if task is None or task.lease_id != lease_id or task.lease_expires_at != expires_at:
+                continue  # renewed, finished or released since
+            expired += 1
+            del queue.leased[pid]
+            self._fail_attempt(queue, task, "LEASE_EXPIRED", now, mutations)
+        self.store.write(mutations)
+        return expired
+
+    def _fail_attempt(
+        self, queue: QueueState, task: Task, reason: str, now: float, mutations: list[Mutation]
+    ) -> bool:
+        """Count a failed attempt on a task just taken out of the leased set;
+        it goes back to available, or to the dead-letter queue. True if dead."""
+        task.attempts += 1
+        task.lease_owner = task.lease_peer = None
+        task.leased_at = task.lease_expires_at = None
+        limit = task.max_attempts or self.limits.default_max_attempts
+        if task.attempts >= limit and not queue.name.endswith(DEAD_SUFFIX):
+            queue.size -= 1
+            mutations.append(DeleteTask(queue.name, task.pid))
+            self._bury(task, reason, now, mutations)
+            self._forget_if_empty(queue)
+            return True
+        mutations.append(SetLease.of(task))
+        self._add_available(queue, task)
+        return False
+
+    def _bury(self, task: Task, reason: str, now: float, mutations: list[Mutation]) -> None:
+        """Move a task to its queue's dead-letter queue, replacing a dead task at the same pid."""
+        dead = self._queue(dead_queue_of(task.queue))
+        old = dead.leased.pop(task.pid, None)
+        if old is None:
+            old = dead.remove_available(task.pid)
+            if old is not None:
+                self.memory_bytes -= old.size_bytes()
+        if old is not None:
+            dead.size -= 1
+        elif not dead.covers(task.pid) and self.store.load_task(dead.name, task.pid) is not None:
+            dead.size -= 1
+        headers = dict(task.headers or {})
+        headers[DEAD_REASON_HEADER] = reason[: self.limits.max_header_value_bytes]
+        buried = Task(
+            queue=dead.name,
+            pid=task.pid,
+            data=task.data,
+            enqueued_at=now,
+            sender=task.sender,
+            receiver=task.receiver,
+            headers=headers,
+            attempts=task.attempts,
+            deliveries=task.deliveries,
+            lease_id=task.lease_id,
+        )
+        dead.size += 1
+        self._add_available(dead, buried)
+        self._rates(dead).add(ENQUEUE, now)
+        mutations.append(PutTask(buried))
+
+    # ------------------------------------------------ renew, dequeue, release
+
+    def _validate_refs(self, refs: Sequence[LeaseRef]) -> None:
+        limits = self.limits
+        if len(refs) > limits.max_batch:
+            raise errors.BadRequest(f"more than {limits.max_batch} leases in one request")
+        for ref in refs:
+            validate_queue(ref.queue, limits)
+            validate_pid(ref.pid, limits)
+            if isinstance(ref.lease_id, bool) or not isinstance(ref.lease_id, int) or ref.lease_id < 1:
+                raise errors.BadRequest("lease_id must be a positive integer")
+
+    def _resolve(
+        self, ref: LeaseRef, op: str, now: float
+    ) -> tuple[QueueState, Task] | errors.KittiwakeError:
+        """Find the task a lease ref names and check the ref may act on it."""
+        queue = self._queues.get(ref.queue)
+        if queue is None:
+            return errors.TaskNotFound(f"no task {ref.pid!r} in {ref.queue!r}")
+        task = queue.leased.get(ref.pid)
+        if task is not None:
+            if task.lease_id != ref.lease_id:
+                return errors.TaskNotLeased(f"{ref.queue}/{ref.pid} is held by another lease")
+            assert task.lease_expires_at is not None
+            if op != _DEQUEUE and task.lease_expires_at <= now:
+                return errors.LeaseExpired(f"lease {ref.lease_id} on {ref.queue}/{ref.pid} expired")
+            return queue, task
+        task = self._find(queue, ref.pid)
+        if task is None:
+            return errors.TaskNotFound(f"no task {ref.pid!r} in {ref.queue!r}")
+        if task.lease_id != ref.lease_id:
+            return errors.TaskNotLeased(f"{ref.queue}/{ref.pid} is not held by lease {ref.lease_id}")
+        if op != _DEQUEUE:
+            return errors.LeaseExpired(f"lease {ref.lease_id} on {ref.queue}/{ref.pid} expired")
+        return queue, task  # late dequeue: expired, nobody leased it since (§5.6)
+
+    def _do_dequeue(self, queue: QueueState, task: Task, now: float, mutations: list[Mutation]) -> None:
+        if queue.leased.pop(task.pid, None) is None:
+            if queue.remove_available(task.pid) is not None:
+                self.memory_bytes -= task.size_bytes()
+        queue.size -= 1
+        held = now - task.leased_at if task.leased_at is not None else 0.0
+        self._rates(queue).add_dequeue(now, 1, max(held, 0.0))
+        mutations.append(DeleteTask(queue.name, task.pid))
+
+    def _do_renew(self, queue: QueueState, task: Task, lease_secs: float, now: float, mutations: list[Mutation]) -> float:
+        task.lease_expires_at = now + lease_secs
+        heapq.heappush(self._expiry, (task.lease_expires_at, task.lease_id, queue.name, task.pid))
+        mutations.append(SetLease.of(task))
+        return task.lease_expires_at
+
+    def _do_release(self, queue: QueueState, task: Task, reason: str | None, now: float, mutations: list[Mutation]) -> bool:
+        del queue.leased[task.pid]
+        return self._fail_attempt(queue, task, reason or "RELEASED", now, mutations)
+
+    def _batch(self, refs: Sequence[LeaseRef], op: str, now: float, apply: Any) -> list[ItemOutcome]:
+        self._validate_refs(refs)
+        mutations: list[Mutation] = []
+        outcomes: list[ItemOutcome] = []
+        for ref in refs:
+            found = self._resolve(ref, op, now)
+            if isinstance(found, errors.KittiwakeError):
+                outcomes.append(ItemOutcome(ref.queue, ref.pid, False, found.code, found.message))
+                continue
+            queue, task = found
+            outcomes.append(apply(queue, task, mutations, ItemOutcome(ref.queue, ref.pid, True)))
+        self.store.write(mutations)
+        return outcomes
+
+    def dequeue(self, refs: Sequence[LeaseRef], now: float) -> list[ItemOutcome]:
+        """Finish leased tasks; per-item outcomes."""
+
+        def apply(queue: QueueState, task: Task, mutations: list[Mutation], outcome: ItemOutcome) -> ItemOutcome:
+            self._do_dequeue(queue, task, now, mutations)
+            self._forget_if_empty(queue)
+            return outcome
+
+        return self._batch(refs, _DEQUEUE, now, apply)
+
+    def renew(self, refs: Sequence[LeaseRef], lease_secs: float, now: float) -> list[ItemOutcome]:
+        """Extend leases to now + lease_secs; per-item outcomes."""
+        lease_secs = validate_lease_secs(lease_secs, self.limits)
+
+        def apply(queue: QueueState, task: Task, mutations: list[Mutation], outcome: ItemOutcome) -> ItemOutcome:
+            outcome.expires_at = self._do_renew(queue, task, lease_secs, now, mutations)
+            return outcome
+
+        return self._batch(refs, _RENEW, now, apply)
+
+    def release(self, refs: Sequence[LeaseRef], reason: str | None, now: float) -> list[ItemOutcome]:
+        """Give leased tasks back (nack), counting an attempt; per-item outcomes."""
+        reason = self._validate_reason(reason)
+
+        def apply(queue: QueueState, task: Task, mutations: list[Mutation], outcome: ItemOutcome) -> ItemOutcome:
+            outcome.dead = self._do_release(queue, task, reason, now, mutations)
+            return outcome
+
+        return self._batch(refs, _RELEASE, now, apply)
+
+    def _validate_reason(self, reason: object) -> str | None:
+        if reason is None:
+            return None
+        if not isinstance(reason, str):
+            raise errors.BadRequest("reason must be a string")
+        if len(reason) > self.limits.max_header_value_bytes:
+            raise errors.BadRequest(f"reason is over {self.limits.max_header_value_bytes} characters")
+        return reason
+
+    # ---------------------------------------------------------------- update
+
+    def update(
+        self,
+        *,
+        enqueue: Sequence[NewTask] = (),
+        dequeue: Sequence[LeaseRef] = (),
+        renew: Sequence[LeaseRef] = (),
+        release: Sequence[LeaseRef] = (),
+        lease_secs: float = 30.0,
+        reason: str | None = None,
+        now: float,
+    ) -> dict[str, list[Any]]:
+        """Atomic batch of dequeues, releases, renewals and enqueues in one group."""
+        limits = self.limits
+        total = len(enqueue) + len(dequeue) + len(renew) + len(release)
+        if total == 0:
+            raise errors.BadRequest("update has nothing to do")
+        if total > limits.max_batch:
+            raise errors.BadRequest(f"more than {limits.max_batch} items in one update")
+        for task in enqueue:
+            task.validate(limits)
+        self._validate_refs([*dequeue, *renew, *release])
+        if renew:
+            lease_secs = validate_lease_secs(lease_secs, limits)
+        reason = self._validate_reason(reason)
+        groups = {group_of(task.queue) for task in enqueue}
+        groups.update(group_of(ref.queue) for ref in (*dequeue, *renew, *release))
+        if len(groups) > 1:
+            raise errors.CrossGroupUpdate(
+                "update spans consistency groups " + ", ".join(repr(g) for g in sorted(groups))
+            )
+        seen: set[tuple[str, str]] = set()
+        resolved: list[tuple[str, QueueState, Task]] = []
+        for op, refs in ((_DEQUEUE, dequeue), (_RELEASE, release), (_RENEW, renew)):
+            for ref in refs:
+                key = (ref.queue, ref.pid)
+                if key in seen:
+                    raise errors.BadRequest(f"{ref.queue}/{ref.pid} appears twice in one update")
+                seen.add(key)
+                found = self._resolve(ref, op, now)
+                if isinstance(found, errors.KittiwakeError):
+                    found.message = f"{op} {ref.queue}/{ref.pid}: {found.message}"
+                    raise found
+                resolved.append((op, *found))
+        mutations: list[Mutation] = []
+        result: dict[str, list[Any]] = {"enqueued": [], "dequeued": [], "renewed": [], "released": []}
+        for op, queue, task in resolved:
+            outcome = ItemOutcome(queue.name, task.pid, True)
+            if op == _DEQUEUE:
+                self._do_dequeue(queue, task, now, mutations)
+                result["dequeued"].append(outcome)
+            elif op == _RELEASE:
+                outcome.dead = self._do_release(queue, task, reason, now, mutations)
+                result["released"].append(outcome)
+            else:
+                outcome.expires_at = self._do_renew(queue, task, lease_secs, now, mutations)
+                result["renewed"].append(outcome)
+        result["enqueued"] = [self._enqueue_one(task, now, mutations) for task in enqueue]
+        for op, queue, task in resolved:
+            if op == _DEQUEUE:
+                self._forget_if_empty(queue)
+        self.store.write(mutations)
+        self._enforce_cache()
+        return result
+
+    # ------------------------------------------------------------ inspection
+
+    @staticmethod
+    def view(task: Task, now: float) -> dict[str, Any]:
+        """A task as shown to people and clients by peek, get and find_by_sender."""
+        return {
+            "queue": task.queue,
+            "pid": task.pid,
+            "data": task.data,
+            "state": task.state_at(now).value,
+            "enqueued_at": task.enqueued_at,
+            "sender": task.sender,
+            "receiver": task.receiver,
+            "headers": task.headers,
+            "attempts": task.attempts,
+            "deliveries": task.deliveries,
+            "lease_owner": task.lease_owner,
+            "lease_expires_at": task.lease_expires_at,
+        }
+
+    def peek(self, queue: str, n: int, from_pid: str | None, now: float) -> list[dict[str, Any]]:
+        """Look at up to n tasks in pid order without leasing them (Paštas peek)."""
+        validate_queue(queue, self.limits)
+        validate_count(n, "n", 1, self.limits.max_batch)
+        if from_pid is not None:
+            validate_pid(from_pid, self.limits, "from_pid")
+        if queue not in self._queues:
+            return []
+        return [self.view(task, now) for task in self.store.scan(queue, from_pid, n)]
+
+    def get(self, queue: str, pid: str, now: float) -> dict[str, Any]:
+        validate_queue(queue, self.limits)
+        validate_pid(pid, self.limits)
+        state = self._queues.get(queue)
+        task = self._find(state, pid) if state is not None else None
+        if task is None:
+            raise errors.TaskNotFound(f"no task {pid!r} in {queue!r}")
+        return self.view(task, now)
+
+    def find_by_sender(self, sender: str, queue: str | None, limit: int, now: float) -> list[dict[str, Any]]:
+        validate_name(sender, self.limits, "sender")
+        if queue is not None:
+            validate_queue(queue, self.limits)
+        validate_count(limit, "limit", 1, self.limits.max_batch)
+        return [self.view(task, now) for task in self.store.find_by_sender(sender, queue, limit)]
+
+    def queues_for_receiver(self, receiver: str) -> list[str]:
+        validate_name(receiver, self.limits, "receiver")
+        return self.store.queues_for_receiver(receiver)
+
+    def _matching(self, pattern: str | None) -> Iterable[QueueState]:
+        if pattern is None:
+            names: Iterable[str] = self._names
+        else:
+            if not isinstance(pattern, str) or len(pattern) > MAX_PATTERN_CHARS:
+                raise errors.BadRequest(f"pattern must be a regex of at most {MAX_PATTERN_CHARS} characters")
+            try:
+                search = re.compile(pattern).search
+            except re.error as exc:
+                raise errors.BadRequest(f"bad pattern: {exc}") from None
+            names = [name for name in self._names if search(name)]
+        queues = self._queues
+        return (queues[name] for name in names)
+
+    def list_queues(self, pattern: str | None, min_tasks: int, limit: int) -> list[QueueInfo]:
+        """Queues in name order holding at least max(1, min_tasks) tasks."""
+        validate_count(min_tasks, "min_tasks", 0, 2**62)
+        validate_count(limit, "limit", 1, 1_000_000)
+        floor = max(1, min_tasks)
+        rows: list[QueueInfo] = []
+        for queue in self._matching(pattern):
+            if queue.size >= floor:
+                rows.append(QueueInfo(queue.name, queue.size, len(queue.leased)))
+                if len(rows) >= limit:
+                    break
+        return rows
+
+    def delete_queue(self, queue: str) -> int:
+        """Drop a queue and every task in it, in constant time; returns how many."""
+        validate_queue(queue, self.limits)
+        state = self._queues.get(queue)
+        if state is None:
+            return 0
+        self._drop_memory(state)
+        self.store.write([DropQueue(queue)])
+        return state.size
+
+    def stats(
+        self, queues: Sequence[str] | None, pattern: str | None, sample: int, now: float
+    ) -> list[QueueStats]:
+        """TaskMaster §3.5 statistics for named queues, or those matching a pattern."""
+        validate_count(sample, "sample", 0, 1000)
+        self.sweep(now)
+        if queues is not None:
+            if not isinstance(queues, list) or len(queues) > 10_000:
+                raise errors.BadRequest("queues must be a list of at most 10000 names")
+            for name in queues:
+                validate_queue(name, self.limits)
+            names = list(dict.fromkeys(queues))
+        else:
+            names = [queue.name for queue in self._matching(pattern) if queue.size > 0]
+        return [self._stats_of(name, sample, now) for name in names]
+
+    def _stats_of(self, name: str, sample: int, now: float) -> QueueStats:
+        queue = self._queues.get(name)
+        dead = self._queues.get(dead_queue_of(name))
+        if queue is None:
+            return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, None, None)
+        rates = queue.rates or RateWindow()
+        one = rates.totals(now, 60.0)
+        five = rates.totals(now, 300.0)
+        oldest = queue.oldest_enqueued_at()
+        leased_sample = [
+            LeaseSample(t.queue, t.pid, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at)
+            for t in list(queue.leased.values())[:sample]
+        ]
+        return QueueStats(
+            queue=name,
+            size=queue.size,
+            available=queue.size - len(queue.leased),
+            leased=len(queue.leased),
+            dead=dead.size if dead else 0,
+            enqueue_rate_1m=one[ENQUEUE] / 60.0,
+            enqueue_rate_5m=five[ENQUEUE] / 300.0,
+            lease_rate_1m=one[LEASE] / 60.0,
+            lease_rate_5m=five[LEASE] / 300.0,
+            dequeue_rate_1m=one[DEQUEUE] / 60.0,
+            dequeue_rate_5m=five[DEQUEUE] / 300.0,
+            avg_lease_secs=(five[LEASE_SECS_SUM] / five[DEQUEUE]) if five[DEQUEUE] else None,
+            oldest_task_age_secs=(now - oldest) if oldest is not None else None,
+            leased_sample=leased_sample,
+        )
+
+    def maintain(self, now: float) -> None:
+        """Periodic housekeeping: sweep leases, forget empty queues whose rates went idle."""
+        self.sweep(now)
+        for queue in list(self._queues.values()):
+            if queue.size == 0 and not queue.leased and (queue.rates is None or queue.rates.idle_since(now)):
+                self._drop_memory(queue)

@@ -1,0 +1,67 @@
+"""The changes the engine asks a store to make durable, as plain data.
+
+The engine never writes rows itself: each operation appends mutations here
+and hands them to the store (`TaskStore.write`). The store applies them in
+order; the broker calls `commit()` before any reply that depends on them goes
+out (group commit: one fsync for many requests).
+
+* `PutTask`: insert or replace the whole task row (enqueue, dead-letter move).
+* `SetLease`: overwrite the lease and attempt columns of an existing row
+  (lease, renew, release, expiry) — TaskMaster §5.2 persists the leased state
+  so a restart does not hand out leased tasks twice.
+* `DeleteTask`: remove a row (dequeue, dead-letter move).
+* `DropQueue`: forget every row of a queue in constant time by bumping its
+  generation; the store reaps the old rows lazily (TaskMaster §5.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kittiwake.model import Task
+
+
+@dataclass(frozen=True, slots=True)
+class PutTask:
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class SetLease:
+    queue: str
+    pid: str
+    attempts: int
+    deliveries: int
+    lease_id: int
+    lease_owner: str | None
+    lease_peer: str | None
+    leased_at: float | None
+    lease_expires_at: float | None
+
+    @classmethod
+    def of(cls, task: Task) -> SetLease:
+        return cls(
+            task.queue,
+            task.pid,
+            task.attempts,
+            task.deliveries,
+            task.lease_id,
+            task.lease_owner,
+            task.lease_peer,
+            task.leased_at,
+            task.lease_expires_at,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTask:
+    queue: str
+    pid: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropQueue:
+    queue: str
+
+
+Mutation = PutTask | SetLease | DeleteTask | DropQueue

@@ -1,0 +1,134 @@
+"""One queue's in-memory state: the cached head, the leased set, the counts.
+
+Theory of operation (TaskMaster §5.4). The store holds every task; memory
+holds, per queue:
+
+* `available`: the *head* — every available task whose pid is <= `horizon`,
+  or every available task at all when `complete` is true. Tasks above the
+  horizon live only in the store and are loaded by an on-demand refill when
+  the head runs low. Evicting the highest pids from the head and lowering the
+  horizon keeps the invariant, so memory is bounded by the cache setting and
+  not by the number of tasks.
+* `open` / `directed`: the same head split by receiver, so a lease without a
+  receiver never scans past tasks directed to somebody else (Paštas).
+* `leased`: every task under a lease, whatever its pid. Leases are few
+  compared with tasks and must be checked on every renew/dequeue.
+* `size`: every task of the queue, available or leased, in memory or not.
+
+A task enters `available` only if `covers(pid)`; otherwise it is in the store
+alone and `stored_available` counts it.
+"""
+
+from __future__ import annotations
+
+from sortedcontainers import SortedDict
+
+from kittiwake.model import Task
+
+
+class QueueState:
+    __slots__ = (
+        "name",
+        "size",
+        "available",
+        "open",
+        "directed",
+        "leased",
+        "complete",
+        "horizon",
+        "memory_bytes",
+        "rates",
+    )
+
+    def __init__(self, name: str, size: int = 0, complete: bool = True) -> None:
+        self.name = name
+        self.size = size
+        self.available: SortedDict = SortedDict()
+        self.open: SortedDict = SortedDict()
+        self.directed: dict[str, SortedDict] = {}
+        self.leased: dict[str, Task] = {}
+        self.complete = complete
+        self.horizon = ""  # meaningful only when not complete
+        self.memory_bytes = 0
+        self.rates = None  # kittiwake.engine.rates.RateWindow, made on first activity
+
+    def covers(self, pid: str) -> bool:
+        """True when a task with this pid, if available, must be in memory."""
+        return self.complete or pid <= self.horizon
+
+    @property
+    def stored_available(self) -> int:
+        """Available tasks that are in the store but not in memory."""
+        return self.size - len(self.leased) - len(self.available)
+
+    def bucket_for(self, receiver: str | None) -> SortedDict | None:
+        return self.open if receiver is None else self.directed.get(receiver)
+
+    def add_available(self, task: Task) -> int:
+        """Put a task in the head; returns the bytes added."""
+        self.available[task.pid] = task
+        if task.receiver is None:
+            self.open[task.pid] = task
+        else:
+            bucket = self.directed.get(task.receiver)
+            if bucket is None:
+                bucket = self.directed[task.receiver] = SortedDict()
+            bucket[task.pid] = task
+        size = task.size_bytes()
+        self.memory_bytes += size
+        return size
+
+    def remove_available(self, pid: str) -> Task | None:
+        task = self.available.pop(pid, None)
+        if task is None:
+            return None
+        if task.receiver is None:
+            del self.open[pid]
+        else:
+            bucket = self.directed[task.receiver]
+            del bucket[pid]
+            if not bucket:
+                del self.directed[task.receiver]
+        self.memory_bytes -= task.size_bytes()
+        return task
+
+    def absorb(self, rows: list[Task], limit: int) -> int:
+        """Take a refill of rows with pid > horizon; returns bytes added."""
+        added = 0
+        for task in rows:
+            if task.pid not in self.leased and task.pid not in self.available:
+                # a lease that ran out while the task was cold: keep its id
+                # (late dequeue) but show it as available
+                task.lease_owner = task.lease_peer = None
+                task.leased_at = task.lease_expires_at = None
+                added += self.add_available(task)
+        if len(rows) < limit:
+            self.complete = True
+        elif rows:
+            self.horizon = rows[-1].pid
+        return added
+
+    def evict_to(self, keep: int) -> int:
+        """Drop the highest pids until `keep` remain; returns bytes freed."""
+        freed = 0
+        while len(self.available) > keep:
+            pid = self.available.keys()[-1]
+            task = self.remove_available(pid)
+            assert task is not None
+            freed += task.size_bytes()
+        if freed:
+            self.complete = False
+            self.horizon = self.available.keys()[-1] if self.available else ""
+        return freed
+
+    def oldest_enqueued_at(self) -> float | None:
+        """Oldest enqueue time among tasks in memory: exact when `complete`,
+        the oldest of the head and the leased set otherwise."""
+        oldest: float | None = None
+        for task in self.available.values():
+            if oldest is None or task.enqueued_at < oldest:
+                oldest = task.enqueued_at
+        for task in self.leased.values():
+            if oldest is None or task.enqueued_at < oldest:
+                oldest = task.enqueued_at
+        return oldest

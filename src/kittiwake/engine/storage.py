@@ -1,0 +1,73 @@
+"""What the engine needs from a store: buffered writes and a handful of reads.
+
+The engine is sans-IO in the h11 sense: it imports no socket, disk or clock.
+It reads cold data (queue tails beyond the in-memory head, point look-ups for
+dedupe, peeks) through this `TaskStore` protocol, which both the in-memory
+twin (`kittiwake.store.memory`) and SQLite (`kittiwake.store.sqlite`)
+implement and one contract suite tests.
+
+Contract:
+
+* `write(mutations)` takes effect for every later read at once; it becomes
+  durable at the next `commit()`; `rollback()` forgets writes since the last
+  commit (the broker then rebuilds the engine from `recover`).
+* Reads see only the current generation of each queue (rows of a dropped
+  queue vanish at once even before they are reaped).
+* `recover(now)` summarises what is on disk so a new engine can start:
+  per-queue size and largest pid, every task whose lease is still running,
+  and the largest lease id ever granted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from kittiwake.engine.mutations import Mutation
+from kittiwake.model import Task
+
+
+@dataclass(slots=True)
+class QueueSummary:
+    queue: str
+    size: int
+    max_pid: str
+
+
+@dataclass(slots=True)
+class Recovery:
+    queues: list[QueueSummary] = field(default_factory=list)
+    leased: list[Task] = field(default_factory=list)
+    max_lease_id: int = 0
+
+
+class TaskStore(Protocol):
+    def write(self, mutations: Sequence[Mutation]) -> None:
+        """Apply mutations in order; visible to reads now, durable at commit."""
+
+    def commit(self) -> None:
+        """Make every write so far durable (fsync unless durability is relaxed)."""
+
+    def rollback(self) -> None:
+        """Forget writes since the last commit."""
+
+    def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
+        """Up to `limit` tasks with pid > after_pid in pid order whose lease is not running at `now`."""
+
+    def load_task(self, queue: str, pid: str) -> Task | None:
+        """The task at (queue, pid), leased or not."""
+
+    def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
+        """Up to `limit` tasks with pid >= from_pid in pid order, leased or not."""
+
+    def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+        """Tasks sent by `sender` (optionally in one queue), by queue then pid."""
+
+    def queues_for_receiver(self, receiver: str) -> list[str]:
+        """Names of queues holding at least one task directed to `receiver`."""
+
+    def recover(self, now: float) -> Recovery:
+        """Summary of the durable state, for a fresh engine."""
+
+    def close(self) -> None:
+        """Release files and connections."""

@@ -1,0 +1,150 @@
+"""The one error tree of Kittiwake and the stable codes that cross the wire.
+
+Every error a broker, client or worker raises is a `KittiwakeError` carrying a
+stable string `code`. The code, not the class or the message, is the contract:
+clients in any language match on it. `error_for_code` maps a code received on
+the wire back to its class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KittiwakeError(Exception):
+    """Root of every Kittiwake error; `code` is stable, `message` is for people."""
+
+    code = "INTERNAL"
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message or self.code)
+        self.message = message or self.code
+        self.details = details
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message}
+
+
+class InternalError(KittiwakeError):
+    """The broker hit a bug; the request had no effect. Code INTERNAL."""
+
+    code = "INTERNAL"
+
+
+class BadRequest(KittiwakeError):
+    """An argument is missing, of the wrong type or outside its limits. Code BAD_REQUEST."""
+
+    code = "BAD_REQUEST"
+
+
+class UnknownOperation(BadRequest):
+    """The request names an operation the broker does not have. Code UNKNOWN_OP."""
+
+    code = "UNKNOWN_OP"
+
+
+class FrameTooLarge(KittiwakeError):
+    """A frame's length prefix is above the broker's max frame. Code FRAME_TOO_LARGE."""
+
+    code = "FRAME_TOO_LARGE"
+
+
+class MalformedFrame(KittiwakeError):
+    """A frame could not be decoded at all. Code MALFORMED_FRAME."""
+
+    code = "MALFORMED_FRAME"
+
+
+class QueueNotFound(KittiwakeError):
+    """The named queue holds no task (queues exist while they hold tasks). Code QUEUE_NOT_FOUND."""
+
+    code = "QUEUE_NOT_FOUND"
+
+
+class TaskNotFound(KittiwakeError):
+    """No task with that (queue, pid) exists. Code TASK_NOT_FOUND."""
+
+    code = "TASK_NOT_FOUND"
+
+
+class TaskNotLeased(KittiwakeError):
+    """The task is not held under the given lease id (another lease holds it, or none). Code TASK_NOT_LEASED."""
+
+    code = "TASK_NOT_LEASED"
+
+
+class LeaseExpired(KittiwakeError):
+    """The lease id matches but its time ran out; renew and release are refused. Code LEASE_EXPIRED."""
+
+    code = "LEASE_EXPIRED"
+
+
+class CrossGroupUpdate(KittiwakeError):
+    """An update names queues of more than one consistency group. Code CROSS_GROUP_UPDATE."""
+
+    code = "CROSS_GROUP_UPDATE"
+
+
+class Unavailable(KittiwakeError):
+    """The broker cannot make the change durable now (disk full, read-only, shutting down). Code UNAVAILABLE."""
+
+    code = "UNAVAILABLE"
+
+
+class TooManyConnections(KittiwakeError):
+    """The broker is at its connection limit. Code TOO_MANY_CONNECTIONS."""
+
+    code = "TOO_MANY_CONNECTIONS"
+
+
+class Unauthorized(KittiwakeError):
+    """The caller did not authenticate. Code UNAUTHORIZED."""
+
+    code = "UNAUTHORIZED"
+
+
+class Forbidden(KittiwakeError):
+    """The caller may not do this. Code FORBIDDEN."""
+
+    code = "FORBIDDEN"
+
+
+class ConnectionLost(KittiwakeError):
+    """Client side: the connection broke before the request was answered; its outcome is unknown. Code CONNECTION_LOST."""
+
+    code = "CONNECTION_LOST"
+
+
+class BrokerUnreachable(KittiwakeError):
+    """Client side: no connection to the broker could be made within the retry budget. Code BROKER_UNREACHABLE."""
+
+    code = "BROKER_UNREACHABLE"
+
+
+class RequestTimeout(KittiwakeError):
+    """Client side: no reply within the request timeout; the outcome is unknown. Code TIMEOUT."""
+
+    code = "TIMEOUT"
+
+
+_BY_CODE: dict[str, type[KittiwakeError]] = {}
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, KittiwakeError):
+        _BY_CODE.setdefault(_cls.code, _cls)
+_BY_CODE["INTERNAL"] = InternalError
+
+
+def error_for_code(code: str, message: str = "") -> KittiwakeError:
+    """The error instance for a wire code; unknown codes keep their code on a base error."""
+    cls = _BY_CODE.get(code)
+    if cls is not None:
+        return cls(message)
+    error = KittiwakeError(message or code)
+    error.code = code
+    return error
+
+
+ALL_CODES = frozenset(_BY_CODE)

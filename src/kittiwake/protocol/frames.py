@@ -1,0 +1,62 @@
+"""Length-prefixed framing, sans-IO: bytes in, whole frames out, bytes back.
+
+A frame is a 4-byte unsigned big-endian length N followed by N bytes of
+msgpack body. `FrameReader.feed` buffers partial input and returns every
+complete body; a length above `max_frame` raises `FrameTooLarge` *before* any
+memory is set aside for it, and the reader refuses further input afterwards
+(the stream can no longer be trusted to be in step). Zero-length frames are
+legal at this layer and rejected by the message layer as malformed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from kittiwake.errors import FrameTooLarge
+
+HEADER = struct.Struct(">I")
+HEADER_BYTES = HEADER.size
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+
+
+def encode_frame(body: bytes) -> bytes:
+    """One frame: length prefix plus body."""
+    return HEADER.pack(len(body)) + body
+
+
+class FrameReader:
+    """Accumulates a byte stream and cuts it into frame bodies."""
+
+    __slots__ = ("_buffer", "_max_frame", "_broken")
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self._buffer = bytearray()
+        self._max_frame = max_frame
+        self._broken = False
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if self._broken:
+            raise FrameTooLarge("stream already rejected")
+        buffer = self._buffer
+        buffer += data
+        frames: list[bytes] = []
+        start = 0
+        end = len(buffer)
+        while end - start >= HEADER_BYTES:
+            (length,) = HEADER.unpack_from(buffer, start)
+            if length > self._max_frame:
+                self._broken = True
+                buffer.clear()
+                raise FrameTooLarge(f"frame of {length} bytes is over the limit of {self._max_frame}")
+            stop = start + HEADER_BYTES + length
+            if stop > end:
+                break
+            frames.append(bytes(buffer[start + HEADER_BYTES : stop]))
+            start = stop
+        if start:
+            del buffer[:start]
+        return frames

@@ -1,0 +1,200 @@
+"""Request and reply messages of the binary protocol, as msgspec Structs.
+
+A request body is a msgpack map with an integer `id` (chosen by the client,
+echoed in the reply so requests can be pipelined on one connection), an `op`
+string and the op's fields. Decoding is two-step: the cheap `Envelope` gives
+`id` and `op` even when the rest is wrong, so a malformed request still gets
+an error reply carrying its id; then the op's own Struct type-checks every
+field. A reply is `{"id", "ok": true, "result"}` or
+`{"id", "ok": false, "error": {"code", "message"}}`.
+
+Every op here has a batched form; single-item calls are batches of one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from kittiwake.errors import BadRequest, KittiwakeError, MalformedFrame, UnknownOperation
+
+
+class Envelope(msgspec.Struct):
+    id: int
+    op: str
+
+
+class TaskIn(msgspec.Struct, forbid_unknown_fields=True):
+    queue: str
+    data: bytes
+    pid: str | None = None
+    sender: str | None = None
+    receiver: str | None = None
+    headers: dict[str, str] | None = None
+    max_attempts: int | None = None
+
+
+class LeaseRefIn(msgspec.Struct, forbid_unknown_fields=True):
+    queue: str
+    pid: str
+    lease_id: int
+
+
+class Request(msgspec.Struct, forbid_unknown_fields=True):
+    id: int
+    op: str
+
+
+class Ping(Request):
+    pass
+
+
+class Enqueue(Request):
+    tasks: list[TaskIn]
+
+
+class Lease(Request):
+    queues: list[str]
+    max_tasks: int = 1
+    lease_secs: float = 30.0
+    max_pid: str | None = None
+    receiver: str | None = None
+    wait_secs: float = 0.0
+    worker: str | None = None
+
+
+class Renew(Request):
+    leases: list[LeaseRefIn]
+    lease_secs: float = 30.0
+
+
+class Dequeue(Request):
+    leases: list[LeaseRefIn]
+
+
+class Release(Request):
+    leases: list[LeaseRefIn]
+    reason: str | None = None
+
+
+class Update(Request):
+    enqueue: list[TaskIn] = []
+    dequeue: list[LeaseRefIn] = []
+    renew: list[LeaseRefIn] = []
+    release: list[LeaseRefIn] = []
+    lease_secs: float = 30.0
+    reason: str | None = None
+
+
+class Peek(Request):
+    queue: str
+    n: int = 10
+    from_pid: str | None = None
+
+
+class Get(Request):
+    queue: str
+    pid: str
+
+
+class FindBySender(Request):
+    sender: str
+    queue: str | None = None
+    limit: int = 100
+
+
+class QueuesForReceiver(Request):
+    receiver: str
+
+
+class ListQueues(Request):
+    pattern: str | None = None
+    min_tasks: int = 0
+    limit: int = 1000
+
+
+class DeleteQueue(Request):
+    queue: str
+
+
+class Stats(Request):
+    queues: list[str] | None = None
+    pattern: str | None = None
+    sample: int = 10
+
+
+REQUEST_TYPES: dict[str, type[Request]] = {
+    "ping": Ping,
+    "enqueue": Enqueue,
+    "lease": Lease,
+    "renew": Renew,
+    "dequeue": Dequeue,
+    "release": Release,
+    "update": Update,
+    "peek": Peek,
+    "get": Get,
+    "find_by_sender": FindBySender,
+    "queues_for_receiver": QueuesForReceiver,
+    "list_queues": ListQueues,
+    "delete_queue": DeleteQueue,
+    "stats": Stats,
+}
+
+_envelope_decoder = msgspec.msgpack.Decoder(Envelope)
+_decoders = {op: msgspec.msgpack.Decoder(kind) for op, kind in REQUEST_TYPES.items()}
+_encoder = msgspec.msgpack.Encoder()
+
+
+class RequestError(Exception):
+    """A request body that cannot be served; carries the id when it was readable."""
+
+    def __init__(self, request_id: int, error: KittiwakeError) -> None:
+        super().__init__(str(error))
+        self.request_id = request_id
+        self.error = error
+
+
+def decode_request(body: bytes) -> Request:
+    """Decode a request body or raise `RequestError` with the best id known."""
+    try:
+        envelope = _envelope_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise RequestError(0, MalformedFrame(f"not a request map with integer id and op: {exc}")) from None
+    decoder = _decoders.get(envelope.op)
+    if decoder is None:
+        raise RequestError(envelope.id, UnknownOperation(f"unknown op {envelope.op[:64]!r}"))
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise RequestError(envelope.id, BadRequest(str(exc))) from None
+    except msgspec.DecodeError as exc:
+        raise RequestError(envelope.id, MalformedFrame(str(exc))) from None
+
+
+def encode_request(op: str, request_id: int, fields: dict[str, Any]) -> bytes:
+    body = {"id": request_id, "op": op}
+    body.update(fields)
+    return _encoder.encode(body)
+
+
+def encode_ok(request_id: int, result: Any) -> bytes:
+    return _encoder.encode({"id": request_id, "ok": True, "result": result})
+
+
+def encode_error(request_id: int, error: KittiwakeError) -> bytes:
+    return _encoder.encode({"id": request_id, "ok": False, "error": error.to_wire()})
+
+
+class Reply(msgspec.Struct):
+    id: int
+    ok: bool
+    result: Any = None
+    error: dict[str, str] | None = None
+
+
+_reply_decoder = msgspec.msgpack.Decoder(Reply)
+
+
+def decode_reply(body: bytes) -> Reply:
+    return _reply_decoder.decode(body)

@@ -1,0 +1,159 @@
+"""In-memory twin of the stores: same contract, no disk.
+
+Writes apply at once and are journalled so `rollback()` can undo everything
+since the last `commit()`; `crash()` is rollback under the name a test reads
+best. Tasks are copied in and out so the engine's own objects never alias the
+store's rows. Generations are kept per queue exactly as the SQLite store
+keeps them, so dropped queues vanish from reads at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from sortedcontainers import SortedDict
+
+from kittiwake.engine.mutations import DeleteTask, DropQueue, Mutation, PutTask, SetLease
+from kittiwake.engine.storage import QueueSummary, Recovery
+from kittiwake.model import Task
+
+_LEASE_FIELDS = (
+    "attempts",
+    "deliveries",
+    "lease_id",
+    "lease_owner",
+    "lease_peer",
+    "leased_at",
+    "lease_expires_at",
+)
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._queues: dict[str, SortedDict] = {}
+        self._journal: list[tuple[str, Any, Any]] = []
+        self.commits = 0
+        self.writes: list[Mutation] = []  # every mutation ever written, for tests
+
+    # writes
+
+    def write(self, mutations: Sequence[Mutation]) -> None:
+        for mutation in mutations:
+            self.writes.append(mutation)
+            if isinstance(mutation, PutTask):
+                task = dataclasses.replace(mutation.task)
+                rows = self._queues.get(task.queue)
+                if rows is None:
+                    rows = self._queues[task.queue] = SortedDict()
+                    self._journal.append(("new-queue", task.queue, None))
+                self._journal.append(("row", (task.queue, task.pid), rows.get(task.pid)))
+                rows[task.pid] = task
+            elif isinstance(mutation, SetLease):
+                rows = self._queues.get(mutation.queue)
+                row = rows.get(mutation.pid) if rows is not None else None
+                if row is None:
+                    continue
+                self._journal.append(("row", (mutation.queue, mutation.pid), dataclasses.replace(row)))
+                for name in _LEASE_FIELDS:
+                    setattr(row, name, getattr(mutation, name))
+            elif isinstance(mutation, DeleteTask):
+                rows = self._queues.get(mutation.queue)
+                if rows is not None and mutation.pid in rows:
+                    self._journal.append(("row", (mutation.queue, mutation.pid), rows.pop(mutation.pid)))
+            elif isinstance(mutation, DropQueue):
+                rows = self._queues.pop(mutation.queue, None)
+                if rows is not None:
+                    self._journal.append(("drop", mutation.queue, rows))
+
+    def commit(self) -> None:
+        self._journal.clear()
+        self.commits += 1
+
+    def rollback(self) -> None:
+        for kind, key, old in reversed(self._journal):
+            if kind == "row":
+                queue, pid = key
+                rows = self._queues.setdefault(queue, SortedDict())
+                if old is None:
+                    rows.pop(pid, None)
+                else:
+                    rows[pid] = old
+            elif kind == "drop":
+                self._queues[key] = old
+            elif kind == "new-queue":
+                self._queues.pop(key, None)
+        self._journal.clear()
+        for name in [name for name, rows in self._queues.items() if not rows]:
+            del self._queues[name]
+
+    crash = rollback
+
+    # reads
+
+    def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
+        rows = self._queues.get(queue)
+        if not rows:
+            return []
+        found: list[Task] = []
+        start = rows.bisect_right(after_pid)
+        for pid in rows.islice(start):
+            row = rows[pid]
+            if row.lease_expires_at is not None and row.lease_expires_at > now:
+                continue
+            found.append(dataclasses.replace(row))
+            if len(found) >= limit:
+                break
+        return found
+
+    def load_task(self, queue: str, pid: str) -> Task | None:
+        rows = self._queues.get(queue)
+        row = rows.get(pid) if rows is not None else None
+        return dataclasses.replace(row) if row is not None else None
+
+    def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
+        rows = self._queues.get(queue)
+        if not rows:
+            return []
+        start = rows.bisect_left(from_pid) if from_pid is not None else 0
+        return [dataclasses.replace(rows[pid]) for pid in rows.islice(start, start + limit)]
+
+    def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+        found: list[Task] = []
+        names = [queue] if queue is not None else sorted(self._queues)
+        for name in names:
+            for row in self._queues.get(name, {}).values():
+                if row.sender == sender:
+                    found.append(dataclasses.replace(row))
+                    if len(found) >= limit:
+                        return found
+        return found
+
+    def queues_for_receiver(self, receiver: str) -> list[str]:
+        return sorted(
+            name for name, rows in self._queues.items() if any(row.receiver == receiver for row in rows.values())
+        )
+
+    def recover(self, now: float) -> Recovery:
+        recovery = Recovery()
+        for name in sorted(self._queues):
+            rows = self._queues[name]
+            if not rows:
+                continue
+            recovery.queues.append(QueueSummary(name, len(rows), rows.keys()[-1]))
+            for row in rows.values():
+                if row.lease_expires_at is not None and row.lease_expires_at > now:
+                    recovery.leased.append(dataclasses.replace(row))
+                    recovery.max_lease_id = max(recovery.max_lease_id, row.lease_id)
+        return recovery
+
+    def reap(self, limit: int) -> int:
+        return 0  # dropped queues are gone at once
+
+    def close(self) -> None:
+        pass
+
+    # for tests
+
+    def all_tasks(self) -> list[Task]:
+        return [dataclasses.replace(row) for name in sorted(self._queues) for row in self._queues[name].values()]

@@ -1,0 +1,226 @@
+"""The embedded store: SQLite in WAL mode with group commit.
+
+Durability. The broker applies every mutation of a batch of requests inside
+one open transaction and calls `commit()` once for the batch before any reply
+goes out (group commit: one fsync for many requests, and the batch grows on
+its own with load because requests pile up while a commit runs).
+
+* `durability="fsync"` (default): `synchronous=FULL`; WAL fsynced at every
+  commit. An ok reply means the change survives a power loss.
+* `durability="os"`: `synchronous=NORMAL`; the commit reaches the OS but is
+  fsynced only at checkpoints. Survives a process crash (SIGKILL), not a power
+  loss.
+
+Writes are buffered in Python and flushed with `executemany` in runs of the
+same statement; every read flushes first, so reads see all writes (the
+`TaskStore` contract). Memory: SQLite's page cache is bounded by `cache_mb`;
+the engine's own head cache is bounded separately, so neither grows with the
+number of tasks.
+
+Generations: `delete_queue` writes one row (queue → gen + 1); reads filter on
+the current generation; `reap()` deletes old-generation rows in chunks from
+the broker's housekeeping tick (TaskMaster §5.2).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Sequence
+
+import msgspec
+
+from kittiwake.engine.mutations import DeleteTask, DropQueue, Mutation, PutTask, SetLease
+from kittiwake.engine.storage import QueueSummary, Recovery
+from kittiwake.model import Task
+from kittiwake.store import statements as sql
+
+DURABILITY_LEVELS = ("fsync", "os")
+_encode_headers = msgspec.msgpack.Encoder().encode
+_decode_headers = msgspec.msgpack.Decoder(dict[str, str]).decode
+
+
+def _row_to_task(row: tuple) -> Task:
+    (queue, pid, data, enqueued_at, sender, receiver, headers, max_attempts, attempts, deliveries,
+     lease_id, lease_owner, lease_peer, leased_at, lease_expires_at) = row
+    return Task(
+        queue=queue,
+        pid=pid,
+        data=data,
+        enqueued_at=enqueued_at,
+        sender=sender,
+        receiver=receiver,
+        headers=_decode_headers(headers) if headers is not None else None,
+        max_attempts=max_attempts,
+        attempts=attempts,
+        deliveries=deliveries,
+        lease_id=lease_id,
+        lease_owner=lease_owner,
+        lease_peer=lease_peer,
+        leased_at=leased_at,
+        lease_expires_at=lease_expires_at,
+    )
+
+
+class SqliteStore:
+    def __init__(self, directory: str | os.PathLike[str], *, durability: str = "fsync", cache_mb: int = 64) -> None:
+        if durability not in DURABILITY_LEVELS:
+            raise ValueError(f"durability must be one of {DURABILITY_LEVELS}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / "kittiwake.db"
+        self.durability = durability
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db = self._db
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=" + ("FULL" if durability == "fsync" else "NORMAL"))
+        db.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")
+        db.execute("PRAGMA temp_store=MEMORY")
+        db.execute("PRAGMA wal_autocheckpoint=4000")
+        db.executescript(sql.SCHEMA)
+        self._gens: dict[str, int] = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())
+        self._pending: list[Mutation] = []
+        self._in_transaction = False
+        self.commits = 0
+
+    # -------------------------------------------------------------- writes
+
+    def write(self, mutations: Sequence[Mutation]) -> None:
+        self._pending.extend(mutations)
+
+    def _begin(self) -> None:
+        if not self._in_transaction:
+            self._db.execute("BEGIN")
+            self._in_transaction = True
+
+    def _flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        self._begin()
+        db = self._db
+        gens = self._gens
+        run_kind: type | None = None
+        run: list[tuple] = []
+
+        def flush_run() -> None:
+            if not run:
+                return
+            statement = {PutTask: sql.INSERT_TASK, SetLease: sql.SET_LEASE, DeleteTask: sql.DELETE_TASK}[run_kind]
+            db.executemany(statement, run)
+            run.clear()
+
+        for mutation in pending:
+            kind = type(mutation)
+            if kind is not run_kind:
+                flush_run()
+                run_kind = kind
+            if kind is PutTask:
+                t = mutation.task
+                run.append((
+                    gens.get(t.queue, 0), t.queue, t.pid, t.data, t.enqueued_at, t.sender, t.receiver,
+                    _encode_headers(t.headers) if t.headers else None, t.max_attempts, t.attempts,
+                    t.deliveries, t.lease_id, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at,
+                ))
+            elif kind is SetLease:
+                m = mutation
+                run.append((
+                    m.attempts, m.deliveries, m.lease_id, m.lease_owner, m.lease_peer, m.leased_at,
+                    m.lease_expires_at, m.queue, gens.get(m.queue, 0), m.pid,
+                ))
+            elif kind is DeleteTask:
+                run.append((mutation.queue, gens.get(mutation.queue, 0), mutation.pid))
+            else:
+                assert isinstance(mutation, DropQueue)
+                gen = gens.get(mutation.queue, 0) + 1
+                gens[mutation.queue] = gen
+                db.execute(sql.SET_GENERATION, (mutation.queue, gen))
+                run_kind = None
+        flush_run()
+
+    def commit(self) -> None:
+        try:
+            self._flush()
+            if self._in_transaction:
+                self._db.execute("COMMIT")
+                self.commits += 1
+        finally:
+            self._in_transaction = self._db.in_transaction
+
+    def rollback(self) -> None:
+        self._pending = []
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")
+        self._in_transaction = False
+        self._gens = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
+
+    # --------------------------------------------------------------- reads
+
+    def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
+        self._flush()
+        rows = self._db.execute(sql.LOAD_AVAILABLE, (queue, self._gens.get(queue, 0), after_pid, now, limit))
+        return [_row_to_task(row) for row in rows]
+
+    def load_task(self, queue: str, pid: str) -> Task | None:
+        self._flush()
+        row = self._db.execute(sql.LOAD_TASK, (queue, self._gens.get(queue, 0), pid)).fetchone()
+        return _row_to_task(row) if row is not None else None
+
+    def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
+        self._flush()
+        rows = self._db.execute(sql.SCAN_FROM, (queue, self._gens.get(queue, 0), from_pid or "", limit))
+        return [_row_to_task(row) for row in rows]
+
+    def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+        self._flush()
+        gens = self._gens
+        if queue is not None:
+            rows = self._db.execute(sql.FIND_BY_SENDER_IN_QUEUE, (sender, queue, gens.get(queue, 0), limit))
+            return [_row_to_task(row[1:]) for row in rows]
+        found: list[Task] = []
+        for row in self._db.execute(sql.FIND_BY_SENDER, (sender,)):
+            if row[0] == gens.get(row[1], 0):
+                found.append(_row_to_task(row[1:]))
+                if len(found) >= limit:
+                    break
+        return found
+
+    def queues_for_receiver(self, receiver: str) -> list[str]:
+        self._flush()
+        gens = self._gens
+        rows = self._db.execute(sql.QUEUES_FOR_RECEIVER, (receiver,))
+        return sorted({queue for queue, gen in rows if gen == gens.get(queue, 0)})
+
+    def recover(self, now: float) -> Recovery:
+        self._flush()
+        gens = self._gens
+        recovery = Recovery()
+        for queue, gen, count, max_pid in self._db.execute(sql.QUEUE_SUMMARIES):
+            if gen == gens.get(queue, 0):
+                recovery.queues.append(QueueSummary(queue, count, max_pid))
+        for row in self._db.execute(sql.RUNNING_LEASES, (now,)):
+            if row[0] == gens.get(row[1], 0):
+                task = _row_to_task(row[1:])
+                recovery.leased.append(task)
+                recovery.max_lease_id = max(recovery.max_lease_id, task.lease_id)
+        return recovery
+
+    # ---------------------------------------------------------- upkeep
+
+    def reap(self, limit: int = 1000) -> int:
+        """Delete up to `limit` rows of dropped generations; part of the current transaction."""
+        self._flush()
+        rowids = self._db.execute(sql.STALE_ROWS, (limit,)).fetchall()
+        if rowids:
+            self._begin()
+            self._db.executemany(sql.DELETE_ROWIDS, rowids)
+        return len(rowids)
+
+    def close(self) -> None:
+        try:
+            if self._db.in_transaction:
+                self.commit()
+        finally:
+            self._db.close()
