@@ -1,0 +1,1 @@
+"""The main job: a real multi-stage pipeline on a broker (`kittiwake demo`)."""
