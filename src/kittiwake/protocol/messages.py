@@ -161,6 +161,9 @@ def decode_request(body: bytes) -> Request:
         envelope = _envelope_decoder.decode(body)
     except msgspec.DecodeError as exc:
         raise RequestError(0, MalformedFrame(f"not a request map with integer id and op: {exc}")) from None
+    except UnicodeDecodeError:
+        # msgspec raises this, not DecodeError, for a str that is not UTF-8
+        raise RequestError(0, MalformedFrame("op is not valid UTF-8")) from None
     decoder = _decoders.get(envelope.op)
     if decoder is None:
         raise RequestError(envelope.id, UnknownOperation(f"unknown op {envelope.op[:64]!r}"))
@@ -170,6 +173,8 @@ def decode_request(body: bytes) -> Request:
         raise RequestError(envelope.id, BadRequest(str(exc))) from None
     except msgspec.DecodeError as exc:
         raise RequestError(envelope.id, MalformedFrame(str(exc))) from None
+    except UnicodeDecodeError as exc:
+        raise RequestError(envelope.id, BadRequest(f"a string field is not valid UTF-8: {exc.reason}")) from None
 
 
 def encode_request(op: str, request_id: int, fields: dict[str, Any]) -> bytes:
