@@ -200,6 +200,15 @@ class Engine:
         self._names.discard(queue.name)
         self._recent.pop(queue.name, None)
 
+    def _write(self, mutations: list[Mutation]) -> None:
+        """Hand the mutations so far to the store and empty the list. Called
+        after each item of a batch, so that an item that reads the store (a
+        dedupe or lease look-up of a task beyond the head) sees what the
+        items before it did."""
+        if mutations:
+            self.store.write(mutations)
+            mutations.clear()
+
     def take_ready(self) -> set[str]:
         """Queues that gained available tasks since the last call (wakes long-polls)."""
         ready, self._ready = self._ready, set()
@@ -219,8 +228,10 @@ class Engine:
         for task in tasks:
             task.validate(limits)
         mutations: list[Mutation] = []
-        outcomes = [self._enqueue_one(task, now, mutations) for task in tasks]
-        self.store.write(mutations)
+        outcomes: list[EnqueueOutcome] = []
+        for task in tasks:
+            outcomes.append(self._enqueue_one(task, now, mutations))
+            self._write(mutations)
         self._enforce_cache()
         return outcomes
 
@@ -365,7 +376,7 @@ class Engine:
             expired += 1
             del queue.leased[pid]
             self._fail_attempt(queue, task, "LEASE_EXPIRED", now, mutations)
-        self.store.write(mutations)
+            self._write(mutations)
         return expired
 
     def _fail_attempt(
@@ -484,7 +495,7 @@ class Engine:
                 continue
             queue, task = found
             outcomes.append(apply(queue, task, mutations, ItemOutcome(ref.queue, ref.pid, True)))
-        self.store.write(mutations)
+            self._write(mutations)
         return outcomes
 
     def dequeue(self, refs: Sequence[LeaseRef], now: float) -> list[ItemOutcome]:
@@ -584,11 +595,13 @@ class Engine:
             else:
                 outcome.expires_at = self._do_renew(queue, task, lease_secs, now, mutations)
                 result["renewed"].append(outcome)
-        result["enqueued"] = [self._enqueue_one(task, now, mutations) for task in enqueue]
+            self._write(mutations)
+        for task in enqueue:
+            result["enqueued"].append(self._enqueue_one(task, now, mutations))
+            self._write(mutations)
         for op, queue, task in resolved:
             if op == _DEQUEUE:
                 self._forget_if_empty(queue)
-        self.store.write(mutations)
         self._enforce_cache()
         return result
 
