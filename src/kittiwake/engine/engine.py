@@ -108,6 +108,7 @@ class Engine:
         recovery = self.store.recover(now)
         for summary in recovery.queues:
             queue = QueueState(summary.queue, size=summary.size, complete=summary.size == 0)
+            queue.max_pid = summary.max_pid
             self._queues[summary.queue] = queue
             self._names.add(summary.queue)
             pid = summary.max_pid
@@ -240,6 +241,10 @@ class Engine:
         self._touch(queue)
         if new.pid is None:
             pid = self._next_fifo_pid(now)
+            # an explicit pid may sit where the clock now is (a delayed task at
+            # pid_at(t)): step past it rather than overwrite it
+            while pid <= queue.max_pid and self._exists(queue, pid):
+                pid = self._next_fifo_pid(now)
         else:
             pid = new.pid
             if self._exists(queue, pid):
@@ -255,6 +260,7 @@ class Engine:
             max_attempts=new.max_attempts,
         )
         queue.size += 1
+        queue.max_pid = max(queue.max_pid, pid)
         self._add_available(queue, task)
         self._trim_head(queue)
         self._rates(queue).add(ENQUEUE, now)
@@ -425,6 +431,7 @@ class Engine:
             lease_id=task.lease_id,
         )
         dead.size += 1
+        dead.max_pid = max(dead.max_pid, buried.pid)
         self._add_available(dead, buried)
         self._rates(dead).add(ENQUEUE, now)
         mutations.append(PutTask(buried))

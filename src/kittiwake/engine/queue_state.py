@@ -14,6 +14,8 @@ holds, per queue:
 * `leased`: every task under a lease, whatever its pid. Leases are few
   compared with tasks and must be checked on every renew/dequeue.
 * `size`: every task of the queue, available or leased, in memory or not.
+* `max_pid`: no task of the queue has a larger pid (an upper bound: it never
+  goes down). A FIFO pid above it needs no dedupe look-up in the store.
 
 A task enters `available` only if `covers(pid)`; otherwise it is in the store
 alone and `stored_available` counts it.
@@ -38,6 +40,7 @@ class QueueState:
         "horizon",
         "memory_bytes",
         "rates",
+        "max_pid",
     )
 
     def __init__(self, name: str, size: int = 0, complete: bool = True) -> None:
@@ -51,6 +54,7 @@ class QueueState:
         self.horizon = ""  # meaningful only when not complete
         self.memory_bytes = 0
         self.rates = None  # kittiwake.engine.rates.RateWindow, made on first activity
+        self.max_pid = ""
 
     def covers(self, pid: str) -> bool:
         """True when a task with this pid, if available, must be in memory."""
