@@ -104,7 +104,9 @@ class Engine:
     # ------------------------------------------------------------------ start
 
     def recover(self, now: float) -> None:
-        """Load the store's summary: queue sizes, running leases, counters."""
+        """Load the store's summary: queue sizes, leases, counters. A lease that
+        ran out while the broker was down is held until the first sweep, which
+        counts its failed attempt exactly as if the broker had stayed up."""
         recovery = self.store.recover(now)
         for summary in recovery.queues:
             queue = QueueState(summary.queue, size=summary.size, complete=summary.size == 0)
@@ -114,7 +116,7 @@ class Engine:
             pid = summary.max_pid
             if len(pid) == FIFO_PID_DIGITS and pid.isdigit():
                 self._last_fifo_micros = max(self._last_fifo_micros, int(pid))
-        for task in recovery.leased:
+        for task in (*recovery.leased, *recovery.expired):
             queue = self._queues.get(task.queue)
             if queue is None:
                 continue

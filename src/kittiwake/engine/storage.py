@@ -15,7 +15,8 @@ Contract:
   queue vanish at once even before they are reaped).
 * `recover(now)` summarises what is on disk so a new engine can start:
   per-queue size and largest pid, every task whose lease is still running,
-  and the largest lease id ever granted.
+  every task whose lease ran out while no engine was watching (its failed
+  attempt is not counted yet), and the largest lease id ever granted.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class QueueSummary:
 @dataclass(slots=True)
 class Recovery:
     queues: list[QueueSummary] = field(default_factory=list)
-    leased: list[Task] = field(default_factory=list)
+    leased: list[Task] = field(default_factory=list)  # lease still running at `now`
+    expired: list[Task] = field(default_factory=list)  # lease ran out, attempt not yet counted
     max_lease_id: int = 0
 
 

@@ -142,9 +142,11 @@ class MemoryStore:
                 continue
             recovery.queues.append(QueueSummary(name, len(rows), rows.keys()[-1]))
             for row in rows.values():
-                if row.lease_expires_at is not None and row.lease_expires_at > now:
-                    recovery.leased.append(dataclasses.replace(row))
-                    recovery.max_lease_id = max(recovery.max_lease_id, row.lease_id)
+                if row.lease_expires_at is None:
+                    continue
+                held = recovery.leased if row.lease_expires_at > now else recovery.expired
+                held.append(dataclasses.replace(row))
+                recovery.max_lease_id = max(recovery.max_lease_id, row.lease_id)
         return recovery
 
     def reap(self, limit: int) -> int:

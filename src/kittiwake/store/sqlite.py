@@ -200,10 +200,11 @@ class SqliteStore:
         for queue, gen, count, max_pid in self._db.execute(sql.QUEUE_SUMMARIES):
             if gen == gens.get(queue, 0):
                 recovery.queues.append(QueueSummary(queue, count, max_pid))
-        for row in self._db.execute(sql.RUNNING_LEASES, (now,)):
+        for row in self._db.execute(sql.HELD_LEASES):
             if row[0] == gens.get(row[1], 0):
                 task = _row_to_task(row[1:])
-                recovery.leased.append(task)
+                assert task.lease_expires_at is not None
+                (recovery.leased if task.lease_expires_at > now else recovery.expired).append(task)
                 recovery.max_lease_id = max(recovery.max_lease_id, task.lease_id)
         return recovery
 

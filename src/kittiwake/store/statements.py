@@ -79,7 +79,8 @@ QUEUES_FOR_RECEIVER = "SELECT DISTINCT queue, gen FROM tasks WHERE receiver = ?"
 
 QUEUE_SUMMARIES = "SELECT queue, gen, count(*), max(pid) FROM tasks GROUP BY queue, gen"
 
-RUNNING_LEASES = "SELECT gen, " + TASK_COLUMNS + " FROM tasks WHERE lease_expires_at > ?"
+# running leases and leases that ran out while no engine was watching
+HELD_LEASES = "SELECT gen, " + TASK_COLUMNS + " FROM tasks WHERE lease_expires_at IS NOT NULL"
 
 STALE_ROWS = (
     "SELECT t.rowid FROM generations g JOIN tasks t ON t.queue = g.queue AND t.gen < g.gen LIMIT ?"
