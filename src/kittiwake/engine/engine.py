@@ -113,8 +113,8 @@ class Engine:
             queue.max_pid = summary.max_pid
             self._queues[summary.queue] = queue
             self._names.add(summary.queue)
-            pid = summary.max_pid
-            if len(pid) == FIFO_PID_DIGITS and pid.isdigit():
+            pid = summary.max_fifo_pid if summary.max_fifo_pid is not None else summary.max_pid
+            if len(pid) == FIFO_PID_DIGITS and pid.isascii() and pid.isdigit():
                 self._last_fifo_micros = max(self._last_fifo_micros, int(pid))
         for task in (*recovery.leased, *recovery.expired):
             queue = self._queues.get(task.queue)

@@ -14,9 +14,10 @@ Contract:
 * Reads see only the current generation of each queue (rows of a dropped
   queue vanish at once even before they are reaped).
 * `recover(now)` summarises what is on disk so a new engine can start:
-  per-queue size and largest pid, every task whose lease is still running,
+  per-queue size, largest pid and largest FIFO-shaped pid, every task whose lease is still running,
   every task whose lease ran out while no engine was watching (its failed
-  attempt is not counted yet), and the largest lease id ever granted.
+  attempt is not counted yet), and the largest lease id held by any row
+  (ids must never repeat, even when the clock stepped back over a restart).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class QueueSummary:
     queue: str
     size: int
     max_pid: str
+    max_fifo_pid: str | None = None  # largest pid of 17 digits: where FIFO pids resume
 
 
 @dataclass(slots=True)

@@ -16,7 +16,7 @@ from sortedcontainers import SortedDict
 
 from kittiwake.engine.mutations import DeleteTask, DropQueue, Mutation, PutTask, SetLease
 from kittiwake.engine.storage import QueueSummary, Recovery
-from kittiwake.model import Task
+from kittiwake.model import FIFO_PID_DIGITS, Task
 
 _LEASE_FIELDS = (
     "attempts",
@@ -140,13 +140,14 @@ class MemoryStore:
             rows = self._queues[name]
             if not rows:
                 continue
-            recovery.queues.append(QueueSummary(name, len(rows), rows.keys()[-1]))
+            fifo = [pid for pid in rows if len(pid) == FIFO_PID_DIGITS and pid.isascii() and pid.isdigit()]
+            recovery.queues.append(QueueSummary(name, len(rows), rows.keys()[-1], max(fifo, default=None)))
             for row in rows.values():
+                recovery.max_lease_id = max(recovery.max_lease_id, row.lease_id)
                 if row.lease_expires_at is None:
                     continue
                 held = recovery.leased if row.lease_expires_at > now else recovery.expired
                 held.append(dataclasses.replace(row))
-                recovery.max_lease_id = max(recovery.max_lease_id, row.lease_id)
         return recovery
 
     def reap(self, limit: int) -> int:

@@ -197,9 +197,10 @@ class SqliteStore:
         self._flush()
         gens = self._gens
         recovery = Recovery()
-        for queue, gen, count, max_pid in self._db.execute(sql.QUEUE_SUMMARIES):
+        for queue, gen, count, max_pid, max_fifo_pid, max_lease_id in self._db.execute(sql.QUEUE_SUMMARIES):
+            recovery.max_lease_id = max(recovery.max_lease_id, max_lease_id)
             if gen == gens.get(queue, 0):
-                recovery.queues.append(QueueSummary(queue, count, max_pid))
+                recovery.queues.append(QueueSummary(queue, count, max_pid, max_fifo_pid))
         for row in self._db.execute(sql.HELD_LEASES):
             if row[0] == gens.get(row[1], 0):
                 task = _row_to_task(row[1:])

@@ -77,7 +77,12 @@ FIND_BY_SENDER_IN_QUEUE = (
 
 QUEUES_FOR_RECEIVER = "SELECT DISTINCT queue, gen FROM tasks WHERE receiver = ?"
 
-QUEUE_SUMMARIES = "SELECT queue, gen, count(*), max(pid) FROM tasks GROUP BY queue, gen"
+# one scan at start-up: sizes, the FIFO high-water mark and the lease-id high-water mark
+QUEUE_SUMMARIES = (
+    "SELECT queue, gen, count(*), max(pid), "
+    "max(CASE WHEN length(pid) = 17 AND pid NOT GLOB '*[^0-9]*' THEN pid END), max(lease_id) "
+    "FROM tasks GROUP BY queue, gen"
+)
 
 # running leases and leases that ran out while no engine was watching
 HELD_LEASES = "SELECT gen, " + TASK_COLUMNS + " FROM tasks WHERE lease_expires_at IS NOT NULL"
