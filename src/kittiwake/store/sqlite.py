@@ -221,8 +221,13 @@ class SqliteStore:
         return len(rowids)
 
     def close(self) -> None:
+        """Close the database. Writes since the last commit are discarded, as in
+        a crash: only commit() makes a write durable, whether or not a read has
+        already flushed it into the open transaction."""
         try:
+            self._pending = []
             if self._db.in_transaction:
-                self.commit()
+                self._db.execute("ROLLBACK")
         finally:
+            self._in_transaction = False
             self._db.close()
