@@ -542,8 +542,13 @@ class Engine:
             return None
         if not isinstance(reason, str):
             raise errors.BadRequest("reason must be a string")
-        if len(reason) > self.limits.max_header_value_bytes:
-            raise errors.BadRequest(f"reason is over {self.limits.max_header_value_bytes} characters")
+        try:
+            size = len(reason.encode("utf-8"))
+        except UnicodeEncodeError:
+            # a lone surrogate would pass here and fail in the store at commit
+            raise errors.BadRequest("reason is not valid UTF-8") from None
+        if size > self.limits.max_header_value_bytes:
+            raise errors.BadRequest(f"reason is over {self.limits.max_header_value_bytes} bytes")
         return reason
 
     # ---------------------------------------------------------------- update
