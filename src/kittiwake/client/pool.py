@@ -1,0 +1,131 @@
+"""A thread-safe pool of blocking connections to one broker, and the request retry rule.
+
+Why a pool: the blocking `Client` is shared by threads, and a long-poll lease
+holds its connection until a task arrives or `wait_secs` pass. Giving each
+concurrent call its own connection keeps a waiting lease from blocking other
+threads' calls; idle connections are kept (up to `max_idle`) so steady traffic
+reuses them. A thread that is alone pays for one connection.
+
+Connecting is lazy. A failed connect is retried with capped exponential
+backoff (`backoff.py`) until `connect_timeout_secs` is spent, then
+`BrokerUnreachable`. A request that never left whole (`NotSent`, or an idle
+connection found dropped before use) is retried on a fresh connection; one
+that left and lost its connection raises `ConnectionLost` — only the caller
+can decide whether to repeat an operation whose outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import TypeVar
+
+from kittiwake import errors
+from kittiwake.client.backoff import next_delay_secs
+from kittiwake.client.blocking_connection import BlockingConnection
+from kittiwake.client.calls import Call
+from kittiwake.client.url import BrokerAddress
+from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, NotSent, encode_call, result_of
+
+T = TypeVar("T")
+
+DEFAULT_MAX_IDLE_CONNECTIONS = 8
+# A broker that accepts and at once drops connections must not loop us forever.
+MAX_UNSENT_RETRIES = 3
+# One connect attempt never waits longer than this, so a black-holed address
+# still gets several attempts within the budget.
+MAX_CONNECT_ATTEMPT_SECS = 2.0
+
+
+class ConnectionPool:
+    """Blocking connections to one broker, lent to one thread at a time."""
+
+    def __init__(
+        self,
+        address: BrokerAddress,
+        *,
+        connect_timeout_secs: float,
+        max_idle: int = DEFAULT_MAX_IDLE_CONNECTIONS,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+    ) -> None:
+        self.address = address
+        self.connect_timeout_secs = connect_timeout_secs
+        self.max_idle = max_idle
+        self.max_reply_bytes = max_reply_bytes
+        self._idle: list[BlockingConnection] = []
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)  # next() on a count is atomic in CPython
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Close idle connections now and the lent ones when they come back."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    def request(self, call: Call[T], timeout_secs: float | None) -> T:
+        """Send a call and return its result; see the module docstring for retries."""
+        for _ in range(MAX_UNSENT_RETRIES):
+            connection = self._take()
+            request_id = next(self._ids)
+            try:
+                reply = connection.exchange(encode_call(call, request_id), request_id, timeout_secs)
+            except NotSent:
+                continue
+            self._give_back(connection)
+            return result_of(call, reply)
+        raise errors.ConnectionLost(
+            f"{self.address} dropped {MAX_UNSENT_RETRIES} fresh connections before a request could be sent; "
+            "the request was not sent"
+        )
+
+    def _take(self) -> BlockingConnection:
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise errors.BrokerUnreachable("the client is closed")
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                return self._connect()
+            if connection.is_dropped():
+                connection.close()
+                continue
+            return connection
+
+    def _give_back(self, connection: BlockingConnection) -> None:
+        with self._lock:
+            if not self._closed and not connection.closed and len(self._idle) < self.max_idle:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    def _connect(self) -> BlockingConnection:
+        started = time.monotonic()
+        deadline = started + self.connect_timeout_secs
+        attempt = 0
+        failure: OSError
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return BlockingConnection.open(
+                    self.address,
+                    max(0.001, min(remaining, MAX_CONNECT_ATTEMPT_SECS)),
+                    self.max_reply_bytes,
+                )
+            except OSError as exc:
+                failure = exc
+            delay = next_delay_secs(attempt, deadline - time.monotonic())
+            if delay is None:
+                raise errors.BrokerUnreachable(
+                    f"no broker at {self.address} after {attempt + 1} attempts in "
+                    f"{time.monotonic() - started:.1f}s: {failure}"
+                )
+            time.sleep(delay)
+            attempt += 1

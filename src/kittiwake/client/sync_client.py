@@ -1,0 +1,261 @@
+"""`Client`: the blocking, thread-safe client of one broker.
+
+Every method sends one request and blocks for its reply. Threads may share a
+`Client`: each concurrent call borrows its own connection from a small pool
+(`pool.py`), so a long-poll lease (`wait_secs > 0`) holds one connection while
+other threads carry on over others. The asyncio twin is `AsyncClient`, with
+the same methods and keywords.
+
+Failures are `kittiwake.errors` errors, each with a stable `.code`: the
+broker's refusals (BAD_REQUEST, TASK_NOT_LEASED, …) and, from this side,
+`BrokerUnreachable` (no connection within `connect_timeout`), `ConnectionLost`
+(the request was sent, the connection broke, the outcome is unknown) and
+`RequestTimeout` (no reply within the timeout, the outcome is unknown).
+
+Timeouts: `timeout` (per call, else the client's) bounds the wait for a reply;
+None waits as long as it takes. A long-poll lease waits `wait_secs` plus the
+client's timeout, or `wait_secs` + 5 s when that is None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar, overload
+
+from kittiwake.client import calls
+from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS
+from kittiwake.client.calls import Call, LeaseLike, TaskLike
+from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
+from kittiwake.client.results import (
+    EnqueueOutcome,
+    ItemOutcome,
+    LeasedTask,
+    QueueInfo,
+    QueueStats,
+    TaskView,
+    UpdateResult,
+)
+from kittiwake.client.url import BrokerAddress, parse_url
+from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, effective_timeout
+from kittiwake.model import LeaseRef
+
+T = TypeVar("T")
+
+
+class Client:
+    """A blocking connection to one broker, safe to share between threads.
+
+    `url` is `kw://host:port` (default: `$KITTIWAKE_URL`, else
+    `kw://127.0.0.1:7370`). `worker` names this client in the broker's lease
+    records (stats show it) unless a lease call names another. Use it as a
+    context manager or call `close()`.
+    """
+
+    def __init__(
+        self,
+        url: str | BrokerAddress | None = None,
+        *,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_SECS,
+        timeout: float | None = None,
+        worker: str | None = None,
+        max_idle_connections: int = DEFAULT_MAX_IDLE_CONNECTIONS,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+    ) -> None:
+        self.address = parse_url(url)
+        self.timeout = timeout
+        self.worker = worker
+        self._pool = ConnectionPool(
+            self.address,
+            connect_timeout_secs=connect_timeout,
+            max_idle=max_idle_connections,
+            max_reply_bytes=max_reply_bytes,
+        )
+
+    @property
+    def url(self) -> str:
+        return self.address.url
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every connection; later calls raise BrokerUnreachable."""
+        self._pool.close()
+
+    def _run(self, call: Call[T], timeout: float | None) -> T:
+        return self._pool.request(call, effective_timeout(call, timeout, self.timeout))
+
+    # ------------------------------------------------------------ producing
+
+    def ping(self, *, timeout: float | None = None) -> Any:
+        """Round trip to the broker; returns what the broker answers."""
+        return self._run(calls.ping(), timeout)
+
+    def enqueue(
+        self,
+        queue: str,
+        data: bytes | str,
+        *,
+        pid: str | None = None,
+        sender: str | None = None,
+        receiver: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> EnqueueOutcome:
+        """Add one task; `data` is bytes (a str is sent as UTF-8).
+
+        Without `pid` the broker assigns a FIFO pid; with one, an existing task
+        at that pid wins and the outcome says `collapsed=True` (dedupe). A task
+        with a `receiver` is leased only by that receiver; without one, by
+        anyone. Returns the task's `.queue`, `.pid` and `.collapsed`.
+        """
+        call = calls.enqueue(
+            queue, data, pid=pid, sender=sender, receiver=receiver, headers=headers, max_attempts=max_attempts
+        )
+        return self._run(call, timeout)
+
+    def enqueue_many(self, tasks: Iterable[TaskLike], *, timeout: float | None = None) -> list[EnqueueOutcome]:
+        """Add many tasks in one request; each is a `NewTask` or a map with the
+        keyword names of `enqueue` plus `queue` and `data`. One outcome per task, in order."""
+        return self._run(calls.enqueue_many(tasks), timeout)
+
+    # ------------------------------------------------------------- consuming
+
+    def lease(
+        self,
+        queues: str | Iterable[str],
+        *,
+        max_tasks: int = 1,
+        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        max_pid: str | None = None,
+        receiver: str | None = None,
+        wait_secs: float = 0,
+        worker: str | None = None,
+        timeout: float | None = None,
+    ) -> list[LeasedTask]:
+        """Lease up to `max_tasks` available tasks, smallest pid first, across `queues`.
+
+        `max_pid` leases only tasks whose pid is at most it (with
+        `model.pid_at(time.time())`: only tasks that are due). `receiver` also
+        leases tasks directed at that receiver. `wait_secs > 0` long-polls: an
+        empty answer comes only after that long without a task, and this call
+        holds one pooled connection meanwhile. Returns possibly fewer tasks.
+        """
+        call = calls.lease(
+            queues,
+            max_tasks=max_tasks,
+            lease_secs=lease_secs,
+            max_pid=max_pid,
+            receiver=receiver,
+            wait_secs=wait_secs,
+            worker=worker if worker is not None else self.worker,
+        )
+        return self._run(call, timeout)
+
+    @overload
+    def renew(self, tasks: LeasedTask | LeaseRef | Mapping[str, Any], lease_secs: float = ..., *, timeout: float | None = ...) -> ItemOutcome: ...
+    @overload
+    def renew(self, tasks: Iterable[LeaseLike], lease_secs: float = ..., *, timeout: float | None = ...) -> list[ItemOutcome]: ...
+
+    def renew(self, tasks: Any, lease_secs: float = calls.DEFAULT_LEASE_SECS, *, timeout: float | None = None) -> Any:
+        """Extend leases to now + `lease_secs` and move each `LeasedTask.expires_at` forward.
+
+        One task: returns its outcome or raises (LEASE_EXPIRED, TASK_NOT_LEASED,
+        …). A list: returns one outcome per task and never raises for an item.
+        """
+        return self._run(calls.renew(tasks, lease_secs), timeout)
+
+    @overload
+    def dequeue(self, tasks: LeasedTask | LeaseRef | Mapping[str, Any], *, timeout: float | None = ...) -> ItemOutcome: ...
+    @overload
+    def dequeue(self, tasks: Iterable[LeaseLike], *, timeout: float | None = ...) -> list[ItemOutcome]: ...
+
+    def dequeue(self, tasks: Any, *, timeout: float | None = None) -> Any:
+        """Finish leased tasks: they leave their queue for good.
+
+        A lease that ran out still finishes its task if nobody leased it since.
+        One task: returns its outcome or raises. A list: one outcome per task.
+        """
+        return self._run(calls.dequeue(tasks), timeout)
+
+    @overload
+    def release(self, tasks: LeasedTask | LeaseRef | Mapping[str, Any], reason: str | None = ..., *, timeout: float | None = ...) -> ItemOutcome: ...
+    @overload
+    def release(self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, timeout: float | None = ...) -> list[ItemOutcome]: ...
+
+    def release(self, tasks: Any, reason: str | None = None, *, timeout: float | None = None) -> Any:
+        """Give leased tasks back (nack), counting a failed attempt each.
+
+        A task that reaches its `max_attempts` moves to `<queue>.dead`
+        (outcome `.dead`). One task: returns its outcome or raises. A list:
+        one outcome per task.
+        """
+        return self._run(calls.release(tasks, reason), timeout)
+
+    def update(
+        self,
+        *,
+        enqueue: Iterable[TaskLike] = (),
+        dequeue: Iterable[LeaseLike] | LeaseLike = (),
+        renew: Iterable[LeaseLike] | LeaseLike = (),
+        release: Iterable[LeaseLike] | LeaseLike = (),
+        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        reason: str | None = None,
+        timeout: float | None = None,
+    ) -> UpdateResult:
+        """Apply enqueues, dequeues, renewals and releases atomically, in one
+        consistency group: all happen, or none and the first item's error is raised."""
+        call = calls.update(
+            enqueue=enqueue, dequeue=dequeue, renew=renew, release=release, lease_secs=lease_secs, reason=reason
+        )
+        return self._run(call, timeout)
+
+    # ------------------------------------------------------------ inspecting
+
+    def peek(self, queue: str, n: int = 10, from_pid: str | None = None, *, timeout: float | None = None) -> list[TaskView]:
+        """Up to `n` tasks of a queue in pid order (from `from_pid` on), without leasing them."""
+        return self._run(calls.peek(queue, n, from_pid), timeout)
+
+    def get(self, queue: str, pid: str, *, timeout: float | None = None) -> TaskView:
+        """One task by pid; raises TaskNotFound."""
+        return self._run(calls.get(queue, pid), timeout)
+
+    def find_by_sender(
+        self, sender: str, queue: str | None = None, limit: int = 100, *, timeout: float | None = None
+    ) -> list[TaskView]:
+        """Tasks a sender enqueued (in one queue, or in all), up to `limit`."""
+        return self._run(calls.find_by_sender(sender, queue, limit), timeout)
+
+    def queues_for_receiver(self, receiver: str, *, timeout: float | None = None) -> list[str]:
+        """Names of the queues holding tasks directed at `receiver`."""
+        return self._run(calls.queues_for_receiver(receiver), timeout)
+
+    def list_queues(
+        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *, timeout: float | None = None
+    ) -> list[QueueInfo]:
+        """Queues in name order whose name matches the regex `pattern` (searched,
+        not anchored) and that hold at least `min_tasks` tasks (and at least one)."""
+        return self._run(calls.list_queues(pattern, min_tasks, limit), timeout)
+
+    def delete_queue(self, queue: str, *, timeout: float | None = None) -> int:
+        """Drop a queue and all its tasks; returns how many tasks it held."""
+        return self._run(calls.delete_queue(queue), timeout)
+
+    def stats(
+        self,
+        queues: str | Iterable[str] | None = None,
+        pattern: str | None = None,
+        *,
+        sample: int = calls.DEFAULT_STATS_SAMPLE,
+        timeout: float | None = None,
+    ) -> list[QueueStats]:
+        """Statistics of the named queues, or of every non-empty queue matching
+        `pattern` (all of them when both are None), with up to `sample` leases each."""
+        return self._run(calls.stats(queues, pattern, sample), timeout)
