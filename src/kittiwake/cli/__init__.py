@@ -1,0 +1,1 @@
+"""The `kittiwake` command line: one click group (`main.py`), commands grouped by concept in sibling modules."""

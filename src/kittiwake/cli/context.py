@@ -1,0 +1,38 @@
+"""What every CLI command shares: the broker URL, the output mode, and a client made on demand."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Callable, TypeVar
+
+import click
+
+from kittiwake.client import Client
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+@dataclass(slots=True)
+class CliContext:
+    """Global options, parsed once by the group and read by commands."""
+
+    url: str | None
+    json: bool
+    connect_timeout_secs: float
+    _client: Client | None = field(default=None, repr=False)
+
+    def client(self) -> Client:
+        """A client of the broker at --url, opened on first use and closed when the command ends."""
+        if self._client is None:
+            self._client = Client(self.url, connect_timeout=self.connect_timeout_secs)
+            click.get_current_context().find_root().call_on_close(self._client.close)
+        return self._client
+
+
+def default_worker_id() -> str:
+    """How a lease taken from the command line names its holder in the broker's stats."""
+    return f"kittiwake-cli@{socket.gethostname()}"
+
+
+pass_cli: Callable[[F], F] = click.make_pass_decorator(CliContext)
