@@ -146,7 +146,14 @@ class AsyncConnection:
             self._writer.close()
 
     async def close(self) -> None:
-        """Close the connection; requests still waiting fail with ConnectionLost."""
+        """Close the connection; requests still waiting fail with ConnectionLost.
+
+        With requests in flight the connection is aborted (TCP reset): a plain
+        close looks like a half-close to the broker, which would keep a parked
+        long-poll and lease a task to a connection nobody reads.
+        """
+        if self._pending and not self._writer.is_closing():
+            self._writer.transport.abort()
         if not self._reading.done():
             self._reading.cancel()
             with suppress(asyncio.CancelledError, Exception):

@@ -13,7 +13,10 @@ What a failure means for the request, which is what callers must know:
 * `ConnectionLost`: the request was sent but the connection broke before its
   reply; the outcome is unknown.
 * `RequestTimeout`: no reply in time; the outcome is unknown. The connection
-  is closed, since its late reply would otherwise be read by the next request.
+  is aborted (closed with a TCP reset), since its late reply would otherwise
+  be read by the next request, and because a reset — unlike a plain close,
+  which the broker may take for a half-close — makes the broker drop a
+  long-poll still parked for it at once instead of leasing a task to it.
 
 After any failure the connection is closed and must not be reused.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import select
 import socket
+import struct
 import time
 
 from kittiwake import errors
@@ -61,6 +65,15 @@ class BlockingConnection:
             except OSError:
                 pass
 
+    def abort(self) -> None:
+        """Close with a TCP reset: the broker forgets this connection and its parked requests at once."""
+        if not self.closed:
+            try:
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+            self.close()
+
     def is_dropped(self) -> bool:
         """Whether an idle connection went bad while it sat in the pool.
 
@@ -88,7 +101,8 @@ class BlockingConnection:
         try:
             return self._receive(request_id, deadline)
         except BaseException:
-            self.close()
+            # abandoned before its reply (timeout, broken stream, interrupt)
+            self.abort()
             raise
 
     def _send(self, frame: bytes, timeout_secs: float | None) -> None:
@@ -96,7 +110,7 @@ class BlockingConnection:
             self._sock.settimeout(timeout_secs)
             self._sock.sendall(frame)
         except TimeoutError:
-            self.close()
+            self.abort()
             # sendall stopped short, so the broker holds at most part of a frame
             raise errors.RequestTimeout(
                 f"could not send the request to {self.address} within {timeout_secs}s; it had no effect"
