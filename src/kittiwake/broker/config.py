@@ -1,0 +1,67 @@
+"""Broker settings: where the data lives, where to listen, how hard to sync, how much to hold.
+
+One frozen dataclass, validated on construction so a bad setting fails at start
+with a message naming it, never later under load. The published hard limits of
+tasks and requests live in `kittiwake.model.Limits` and ride along here, so the
+server and the engine read the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kittiwake.model import Limits
+from kittiwake.protocol import DEFAULT_MAX_FRAME
+from kittiwake.store.sqlite import DURABILITY_LEVELS
+
+DEFAULT_PORT = 7370
+DEFAULT_DATA_DIR = "./.kittiwake"
+MIN_FRAME_BYTES = 64 * 1024  # smaller could not carry one task of default size limits
+MAX_FRAME_BYTES = (1 << 32) - 1  # the length prefix is four bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Everything a broker process needs to start; `port=0` picks a free port."""
+
+    data_dir: str = DEFAULT_DATA_DIR
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    durability: str = "fsync"  # "fsync": ok survives power loss; "os": survives a process crash
+    max_frame: int = DEFAULT_MAX_FRAME
+    max_connections: int = 10_000
+    cache_mb: int = 256  # engine head cache
+    head_tasks: int = 1000  # tasks per queue kept in memory ahead of leases
+    sqlite_cache_mb: int = 64
+    limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data_dir, str) or not self.data_dir:
+            raise ValueError("data_dir must be a non-empty path")
+        if not isinstance(self.host, str) or not self.host:
+            raise ValueError("host must be a non-empty host name or address")
+        _check_int("port", self.port, 0, 65535)
+        if self.durability not in DURABILITY_LEVELS:
+            raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}, got {self.durability!r}")
+        _check_int("max_frame", self.max_frame, MIN_FRAME_BYTES, MAX_FRAME_BYTES)
+        _check_int("max_connections", self.max_connections, 1, 1_000_000)
+        _check_int("cache_mb", self.cache_mb, 1, 1 << 20)
+        _check_int("head_tasks", self.head_tasks, 1, 1_000_000)
+        _check_int("sqlite_cache_mb", self.sqlite_cache_mb, 1, 1 << 20)
+        if not isinstance(self.limits, Limits):
+            raise ValueError("limits must be a kittiwake.model.Limits")
+        wait = self.limits.max_wait_secs
+        if not (isinstance(wait, (int, float)) and math.isfinite(wait) and wait >= 0):
+            raise ValueError("limits.max_wait_secs must be a finite number >= 0")
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.cache_mb * 1024 * 1024
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not (low <= value <= high):
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")

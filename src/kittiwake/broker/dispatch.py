@@ -1,0 +1,165 @@
+"""From decoded protocol requests to engine calls, and the shape of each result.
+
+Pure: no sockets, no clock of its own (`now` comes in), no commit. The server
+calls `execute` once per request inside a group-commit pass and encodes what it
+returns at once, because the engine hands back its live objects (a leased
+`Task`) that later requests in the same pass may change.
+
+Results on the wire (msgspec encodes the engine's dataclasses as maps):
+
+| op | result |
+| --- | --- |
+| ping | `{"now": broker epoch seconds}` |
+| enqueue | list of `EnqueueOutcome` (`queue`, `pid`, `collapsed`) |
+| lease | list of `Task` (with `lease_id` and `lease_expires_at`) |
+| renew, dequeue, release | list of `ItemOutcome` per lease ref |
+| update | `{"enqueued", "dequeued", "renewed", "released"}` lists |
+| peek, find_by_sender | list of task views (`Engine.view`) |
+| get | one task view |
+| queues_for_receiver | list of queue names |
+| list_queues | list of `QueueInfo` |
+| delete_queue | number of tasks dropped |
+| stats | list of `QueueStats` |
+
+A long-poll lease (`wait_secs > 0`) that finds nothing is parked by the
+server, not here: `execute` answers every call right away.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from kittiwake import errors
+from kittiwake.engine import Engine
+from kittiwake.model import LeaseRef, LeaseRequest, Limits, NewTask
+from kittiwake.protocol import messages as m
+
+
+def new_task(task: m.TaskIn) -> NewTask:
+    return NewTask(
+        queue=task.queue,
+        data=task.data,
+        pid=task.pid,
+        sender=task.sender,
+        receiver=task.receiver,
+        headers=task.headers,
+        max_attempts=task.max_attempts,
+    )
+
+
+def lease_ref(ref: m.LeaseRefIn) -> LeaseRef:
+    return LeaseRef(ref.queue, ref.pid, ref.lease_id)
+
+
+def lease_request(request: m.Lease, peer: str | None) -> LeaseRequest:
+    """The engine's lease arguments; `peer` is the connection's `host:port`."""
+    return LeaseRequest(
+        queues=list(request.queues),
+        max_tasks=request.max_tasks,
+        lease_secs=request.lease_secs,
+        max_pid=request.max_pid,
+        receiver=request.receiver,
+        worker=request.worker,
+        peer=peer,
+    )
+
+
+def validate_wait(request: m.Lease, limits: Limits) -> float:
+    """The long-poll wait of a lease request, in [0, limits.max_wait_secs]."""
+    wait_secs = request.wait_secs
+    if not (math.isfinite(wait_secs) and 0.0 <= wait_secs <= limits.max_wait_secs):
+        raise errors.BadRequest(f"wait_secs must be in [0, {limits.max_wait_secs}]")
+    return wait_secs
+
+
+def _ping(engine: Engine, request: m.Ping, peer: str | None, now: float) -> Any:
+    return {"now": now}
+
+
+def _enqueue(engine: Engine, request: m.Enqueue, peer: str | None, now: float) -> Any:
+    return engine.enqueue([new_task(task) for task in request.tasks], now)
+
+
+def _lease(engine: Engine, request: m.Lease, peer: str | None, now: float) -> Any:
+    validate_wait(request, engine.limits)
+    return engine.lease(lease_request(request, peer), now)
+
+
+def _renew(engine: Engine, request: m.Renew, peer: str | None, now: float) -> Any:
+    return engine.renew([lease_ref(ref) for ref in request.leases], request.lease_secs, now)
+
+
+def _dequeue(engine: Engine, request: m.Dequeue, peer: str | None, now: float) -> Any:
+    return engine.dequeue([lease_ref(ref) for ref in request.leases], now)
+
+
+def _release(engine: Engine, request: m.Release, peer: str | None, now: float) -> Any:
+    return engine.release([lease_ref(ref) for ref in request.leases], request.reason, now)
+
+
+def _update(engine: Engine, request: m.Update, peer: str | None, now: float) -> Any:
+    return engine.update(
+        enqueue=[new_task(task) for task in request.enqueue],
+        dequeue=[lease_ref(ref) for ref in request.dequeue],
+        renew=[lease_ref(ref) for ref in request.renew],
+        release=[lease_ref(ref) for ref in request.release],
+        lease_secs=request.lease_secs,
+        reason=request.reason,
+        now=now,
+    )
+
+
+def _peek(engine: Engine, request: m.Peek, peer: str | None, now: float) -> Any:
+    return engine.peek(request.queue, request.n, request.from_pid, now)
+
+
+def _get(engine: Engine, request: m.Get, peer: str | None, now: float) -> Any:
+    return engine.get(request.queue, request.pid, now)
+
+
+def _find_by_sender(engine: Engine, request: m.FindBySender, peer: str | None, now: float) -> Any:
+    return engine.find_by_sender(request.sender, request.queue, request.limit, now)
+
+
+def _queues_for_receiver(engine: Engine, request: m.QueuesForReceiver, peer: str | None, now: float) -> Any:
+    return engine.queues_for_receiver(request.receiver)
+
+
+def _list_queues(engine: Engine, request: m.ListQueues, peer: str | None, now: float) -> Any:
+    return engine.list_queues(request.pattern, request.min_tasks, request.limit)
+
+
+def _delete_queue(engine: Engine, request: m.DeleteQueue, peer: str | None, now: float) -> Any:
+    return engine.delete_queue(request.queue)
+
+
+def _stats(engine: Engine, request: m.Stats, peer: str | None, now: float) -> Any:
+    return engine.stats(request.queues, request.pattern, request.sample, now)
+
+
+Handler = Callable[[Engine, Any, "str | None", float], Any]
+
+HANDLERS: dict[type[m.Request], Handler] = {
+    m.Ping: _ping,
+    m.Enqueue: _enqueue,
+    m.Lease: _lease,
+    m.Renew: _renew,
+    m.Dequeue: _dequeue,
+    m.Release: _release,
+    m.Update: _update,
+    m.Peek: _peek,
+    m.Get: _get,
+    m.FindBySender: _find_by_sender,
+    m.QueuesForReceiver: _queues_for_receiver,
+    m.ListQueues: _list_queues,
+    m.DeleteQueue: _delete_queue,
+    m.Stats: _stats,
+}
+
+def execute(engine: Engine, request: m.Request, peer: str | None, now: float) -> Any:
+    """Run one request against the engine; raises `KittiwakeError` for a refused request."""
+    handler = HANDLERS.get(type(request))
+    if handler is None:
+        raise errors.UnknownOperation(f"op {request.op!r} has no handler")
+    return handler(engine, request, peer, now)
