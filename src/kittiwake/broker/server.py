@@ -1,0 +1,226 @@
+"""The broker process: listen, wire connections to the group commit, tick, stop cleanly.
+
+`Broker` is the in-process API (`await start()`, `port`, `await stop()`);
+`run_broker` is the process entry point used by `kittiwake broker` and
+`python -m kittiwake.broker`: it raises the open-files limit, runs the loop
+(uvloop when installed), prints the one listening line tests and scripts wait
+for, and stops on SIGTERM or SIGINT.
+
+Ticks. Every `SWEEP_SECS` the broker asks for a pass that sweeps expired
+leases (their queues wake parked long-polls) and answers long-polls past their
+deadline; every `MAINTENANCE_SECS` one that also runs `Engine.maintain` and
+reaps rows of dropped queues. A tick only asks: the pass itself runs in the
+same group commit as requests, so there is one place that commits and replies.
+
+Stopping: stop accepting, stop reading, serve and commit what was already
+received, answer every parked long-poll with an empty list, let the replies
+flush, close the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import signal
+import sys
+import time
+from pathlib import Path
+
+from kittiwake.broker.config import BrokerConfig
+from kittiwake.broker.connection import Connection
+from kittiwake.broker.group_commit import GroupCommit
+from kittiwake.engine import Engine, TaskStore
+from kittiwake.protocol.messages import Request
+from kittiwake.store.sqlite import SqliteStore
+
+log = logging.getLogger("kittiwake.broker")
+
+SWEEP_SECS = 0.1
+MAINTENANCE_SECS = 1.0
+LISTEN_BACKLOG = 4096  # a burst of thousands of connects should not wait on SYN retries
+FLUSH_ON_STOP_SECS = 5.0
+
+
+class Broker:
+    """One broker: a TCP listener, its connections, the engine and the store."""
+
+    def __init__(self, config: BrokerConfig, *, store: TaskStore | None = None) -> None:
+        self.config = config
+        self.max_frame = config.max_frame
+        self._given_store = store
+        self.store: TaskStore | None = None
+        self.group: GroupCommit | None = None
+        self.connections: set[Connection] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self._ticks = 0
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self.host = config.host
+        self.port = config.port
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.config.data_dir).resolve()
+
+    @property
+    def url(self) -> str:
+        return f"kw://{self.host}:{self.port}"
+
+    # -------------------------------------------------------------- start
+
+    async def start(self) -> None:
+        """Open the store, recover the engine and start listening; `port` is then the real port."""
+        loop = asyncio.get_running_loop()
+        config = self.config
+        store = self._given_store
+        if store is None:
+            store = SqliteStore(config.data_dir, durability=config.durability, cache_mb=config.sqlite_cache_mb)
+        self.store = store
+
+        def make_engine() -> Engine:
+            return Engine(store, limits=config.limits, head_tasks=config.head_tasks, cache_bytes=config.cache_bytes)
+
+        group = GroupCommit(loop, store, make_engine, config.max_frame)
+        try:
+            group.start(time.time())
+            self._server = await loop.create_server(
+                lambda: Connection(self), config.host, config.port, backlog=LISTEN_BACKLOG
+            )
+        except BaseException:
+            store.close()
+            raise
+        self.group = group
+        sockets = self._server.sockets
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
+        log.info("broker started on %s:%d, data in %s", self.host, self.port, self.data_dir)
+
+    def _tick(self) -> None:
+        group = self.group
+        if self._stopping or group is None:
+            return
+        self._ticks += 1
+        group.request_sweep()
+        if self._ticks % round(MAINTENANCE_SECS / SWEEP_SECS) == 0:
+            group.request_maintenance()
+        self._tick_handle = asyncio.get_running_loop().call_later(SWEEP_SECS, self._tick)
+
+    # -------------------------------------------------- connection host
+
+    def admit(self, connection: Connection) -> bool:
+        if self._stopping or len(self.connections) >= self.config.max_connections:
+            return False
+        self.connections.add(connection)
+        return True
+
+    def submit(self, connection: Connection, item: Request | bytes) -> None:
+        if self.group is not None and not self._stopping:
+            self.group.submit(connection, item)
+
+    def resubmit(self, connection: Connection, items: list[Request | bytes]) -> None:
+        if self.group is not None and not self._stopping:
+            self.group.resubmit(connection, items)
+
+    def forget(self, connection: Connection) -> None:
+        self.connections.discard(connection)
+        if self.group is not None:
+            self.group.drop_connection(connection)
+
+    # --------------------------------------------------------------- stop
+
+    async def stop(self) -> None:
+        """Stop accepting, answer what was received, flush replies, close the store. Idempotent."""
+        if self._stopping:
+            await self._stopped.wait()
+            return
+        self._stopping = True
+        try:
+            if self._tick_handle is not None:
+                self._tick_handle.cancel()
+            if self._server is not None:
+                self._server.close()
+            for connection in list(self.connections):
+                connection.stop_reading()
+            if self.group is not None:
+                try:
+                    self.group.finish()
+                except Exception:
+                    log.exception("closing the store failed")
+            for connection in list(self.connections):
+                connection.close()  # after the replies written above are flushed
+            deadline = time.monotonic() + FLUSH_ON_STOP_SECS
+            while self.connections and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            for connection in list(self.connections):
+                if connection.transport is not None:
+                    connection.transport.abort()
+            if self._server is not None:
+                await self._server.wait_closed()
+            log.info("broker stopped")
+        finally:
+            self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+# ------------------------------------------------------------------ process
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; every connection is a file descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            return hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-files limit from %d to %d: %s", soft, hard, exc)
+    return soft
+
+
+def listening_line(broker: Broker) -> str:
+    config = broker.config
+    return (
+        f"kittiwake broker listening on {broker.host}:{broker.port} "
+        f"data={broker.data_dir} durability={config.durability}"
+    )
+
+
+async def serve(config: BrokerConfig) -> None:
+    """Run a broker until SIGTERM or SIGINT, then stop it cleanly."""
+    loop = asyncio.get_running_loop()
+    open_files = raise_open_files_limit()
+    if open_files < config.max_connections + 64:
+        log.warning("the open-files limit %d is below max_connections %d", open_files, config.max_connections)
+    broker = Broker(config)
+    await broker.start()
+    signalled = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, signalled.set)
+    print(listening_line(broker), flush=True)
+    try:
+        await signalled.wait()
+        log.info("signalled, stopping")
+    finally:
+        await broker.stop()
+
+
+def run_broker(config: BrokerConfig) -> int:
+    """Run a broker in this process until signalled; returns the exit status (0 after a clean stop)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    try:
+        import uvloop
+    except ImportError:
+        loop_factory = None
+    else:
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(serve(config))
+    return 0
