@@ -1,0 +1,42 @@
+"""Fixtures and options shared by every test package.
+
+* `broker`: a real broker subprocess on a fresh data directory, killed at teardown.
+* `--soak`: enables tests marked `soak` (long runs); without it they are skipped.
+
+`tests/` is put on `sys.path` so test modules can `from support.broker_process import ...`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from support.broker_process import BrokerProcess  # noqa: E402
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--soak", action="store_true", default=False, help="run the long tests marked soak")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--soak"):
+        return
+    skip = pytest.mark.skip(reason="a soak test: run with --soak")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker subprocess on `tmp_path / "data"`, on a free port."""
+    process = BrokerProcess(tmp_path / "data")
+    try:
+        yield process
+    finally:
+        process.kill()

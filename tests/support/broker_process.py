@@ -1,0 +1,238 @@
+"""A real broker in a subprocess, and a raw-frame connection to talk to it.
+
+`BrokerProcess` runs `python -m kittiwake.broker` on a data directory and
+waits for its listening line; it can be killed (SIGKILL), terminated (SIGTERM)
+and restarted on the same data, on the same port when that port is still free.
+The broker's stdout and stderr go to files beside the data directory (a pipe
+nobody reads would block the broker once full); `log_tail()` shows the end of
+the log in assertion messages.
+
+`RawConnection` speaks the wire protocol with `kittiwake.protocol` over a
+blocking socket, with no client library in between, so broker tests can send
+exactly the bytes they mean, pipeline, and match replies by id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from kittiwake.protocol import FrameReader, Reply, decode_reply, encode_frame, encode_request
+
+LISTENING = re.compile(r"^kittiwake broker listening on (\S+):(\d+) ")
+START_TIMEOUT_SECS = 30.0
+
+
+class BrokerProcess:
+    """A broker subprocess on `data_dir`; `port=0` lets the broker pick one."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        port: int = 0,
+        extra_args: Sequence[str] = (),
+        *,
+        host: str = "127.0.0.1",
+        preexec_fn: Any = None,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port
+        self.extra_args = tuple(extra_args)
+        self.preexec_fn = preexec_fn
+        self.stdout_path = self.data_dir.with_name(self.data_dir.name + ".stdout")
+        self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self._start(port)
+
+    @property
+    def url(self) -> str:
+        return f"kw://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def _start(self, port: int) -> bool:
+        """Start and wait for the listening line; False if the process exited first."""
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable, "-m", "kittiwake.broker",
+            "--data", str(self.data_dir), "--host", self.host, "--port", str(port), *self.extra_args,
+        ]
+        with open(self.stdout_path, "wb") as stdout, open(self.log_path, "ab") as log:
+            log.write(f"--- start {self.starts}: {' '.join(command)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                command, stdout=stdout, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=self.preexec_fn
+            )
+        self.starts += 1
+        deadline = time.monotonic() + START_TIMEOUT_SECS
+        while time.monotonic() < deadline:
+            match = LISTENING.match(self.stdout_path.read_text(errors="replace"))
+            if match:
+                self.port = int(match.group(2))
+                return True
+            if self.proc.poll() is not None:
+                return False
+            time.sleep(0.01)
+        self.kill()
+        raise RuntimeError(f"broker did not start within {START_TIMEOUT_SECS} s\n{self.log_tail()}")
+
+    def restart(self) -> None:
+        """Start again on the same data directory, on the same port if it is free."""
+        if self.alive():
+            self.kill()
+        if not self._start(self.port):
+            if not self._start(0):
+                raise RuntimeError(f"broker did not restart (exit {self.proc.returncode})\n{self.log_tail()}")  # type: ignore[union-attr]
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash with no chance to flush anything."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(timeout=30)
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        assert self.proc is not None
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the broker now (VmRSS)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS in /proc status")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no broker log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def connect(self, timeout: float = 10.0) -> RawConnection:
+        return RawConnection(self.host, self.port, timeout=timeout)
+
+    def __enter__(self) -> BrokerProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.kill()
+
+
+class RawConnection:
+    """A blocking socket that sends requests and reads replies as `kittiwake.protocol` frames."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = FrameReader(max_frame=1 << 30)
+        self._ids = itertools.count(1)
+        self._frames: list[bytes] = []
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawConnection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # sending
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    @staticmethod
+    def frame(op: str, request_id: int, **fields: Any) -> bytes:
+        return encode_frame(encode_request(op, request_id, fields))
+
+    def send(self, op: str, **fields: Any) -> int:
+        request_id = self.next_id()
+        self.sock.sendall(self.frame(op, request_id, **fields))
+        return request_id
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    # receiving
+
+    def read_frame(self) -> bytes:
+        """The next frame body; raises ConnectionError when the broker closes first."""
+        while not self._frames:
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("the broker closed the connection")
+            self._frames.extend(self.reader.feed(data))
+        return self._frames.pop(0)
+
+    def read_reply(self) -> Reply:
+        return decode_reply(self.read_frame())
+
+    def read_replies(self, count: int) -> list[Reply]:
+        replies: list[Reply] = []
+        while len(replies) < count:
+            if not self._frames:
+                data = self.sock.recv(1 << 20)
+                if not data:
+                    raise ConnectionError(f"the broker closed the connection after {len(replies)} of {count} replies")
+                self._frames.extend(self.reader.feed(data))
+            replies.extend(decode_reply(body) for body in self._frames)
+            self._frames.clear()
+        return replies
+
+    def read_until_closed(self, timeout: float = 10.0) -> list[Reply]:
+        """Every reply until the broker closes the connection."""
+        self.sock.settimeout(timeout)
+        replies = [decode_reply(body) for body in self._frames]
+        self._frames.clear()
+        while True:
+            try:
+                data = self.sock.recv(1 << 20)
+            except ConnectionResetError:
+                return replies
+            if not data:
+                return replies
+            replies.extend(decode_reply(body) for body in self.reader.feed(data))
+
+    def request(self, op: str, **fields: Any) -> Reply:
+        """Send one request and return its reply (replies to other ids are not expected)."""
+        request_id = self.send(op, **fields)
+        reply = self.read_reply()
+        assert reply.id == request_id, f"reply id {reply.id} to request {request_id}"
+        return reply
+
+    def call(self, op: str, **fields: Any) -> Any:
+        """Send one request and return its result; fails the test on an error reply."""
+        reply = self.request(op, **fields)
+        assert reply.ok, f"{op} failed: {reply.error}"
+        return reply.result
+
+    # conveniences for the common ops
+
+    def enqueue(self, queue: str, data: bytes, **task: Any) -> dict[str, Any]:
+        return self.call("enqueue", tasks=[{"queue": queue, "data": data, **task}])[0]
+
+    def lease(self, queues: str | Iterable[str], **fields: Any) -> list[dict[str, Any]]:
+        names = [queues] if isinstance(queues, str) else list(queues)
+        return self.call("lease", queues=names, **fields)
