@@ -156,7 +156,7 @@ def run_pipeline(
             client.enqueue(FETCH, json.dumps({"id": ids[0]}).encode(), pid=ids[0])
             context = multiprocessing.get_context("spawn")
             pools = [
-                context.Process(target=stage_worker, args=(url, stage, f"{stage.split('#')[1]}-{n}", 3.0))
+                context.Process(target=stage_worker, args=(url, stage, f"{stage.split('#')[1]}-{n}", 1.5))
                 for stage in STAGES
                 for n in range(workers_per_stage)
             ]
@@ -164,10 +164,10 @@ def run_pipeline(
                 process.start()
             _wait_until_indexed(client, documents, progress)
             index, docs_seen = _drain_index(client)
+            seconds = time.perf_counter() - started
+            stats = client.stats([*STAGES, INDEXED])
             for process in pools:
                 process.join(timeout=30)
-            stats = client.stats([*STAGES, INDEXED])
-        seconds = time.perf_counter() - started
         query = "durable"
         hits = sorted(index.get(query, ()))[:5]
         return PipelineReport(docs_seen, seconds, len(index), query, hits, stats)
@@ -228,8 +228,9 @@ def main(documents: int, workers_per_stage: int, url: str | None, as_json: bool)
                           "hits": report.query_hits, "queues": rows}))
     else:
         table = Table(title="Per-queue statistics")
-        for column in ("queue", "size", "leased", "dead", "enqueues/s (1m)", "dequeues/s (1m)", "avg lease ms"):
-            table.add_column(column, justify="left" if column == "queue" else "right")
+        table.add_column("queue", no_wrap=True)
+        for column in ("size", "leased", "dead", "enqueues/s (1m)", "dequeues/s (1m)", "avg lease ms"):
+            table.add_column(column, justify="right")
         for s in report.stats:
             lease_ms = f"{s.avg_lease_secs * 1000:.1f}" if s.avg_lease_secs is not None else "-"
             table.add_row(s.queue, str(s.size), str(s.leased), str(s.dead), f"{s.enqueue_rate_1m:.1f}",
