@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
 
 import click
 
 from kittiwake.client import Client
-
-F = TypeVar("F", bound=Callable[..., object])
 
 
 @dataclass(slots=True)
@@ -35,4 +32,4 @@ def default_worker_id() -> str:
     return f"kittiwake-cli@{socket.gethostname()}"
 
 
-pass_cli: Callable[[F], F] = click.make_pass_decorator(CliContext)
+pass_cli = click.make_pass_decorator(CliContext)

@@ -74,6 +74,8 @@ class KittiwakeGroup(click.Group):
                 return None  # not installed (yet): the command is absent, the CLI still works
             raise
         command = getattr(module, attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{self.lazy_commands[cmd_name]} is not a click command")
         self.add_command(command, cmd_name)
         return command
 

@@ -86,8 +86,9 @@ def format_secs(secs: float | None) -> str:
     return f"{secs / 3600:.1f}h"
 
 
-def format_rate(per_sec: float) -> str:
-    return f"{per_sec:.2f}/s"
+def format_rate(*per_sec: float) -> str:
+    """Rates per second, e.g. over 1 and 5 minutes: '0.05/s / 0.01/s'."""
+    return " / ".join(f"{rate:.2f}/s" for rate in per_sec)
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

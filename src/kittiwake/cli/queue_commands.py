@@ -7,7 +7,15 @@ import time
 import click
 
 from kittiwake.cli.context import CliContext, pass_cli
-from kittiwake.cli.output import format_rate, format_secs, print_fields, print_json, print_table, relative_time, say
+from kittiwake.cli.output import (
+    format_rate,
+    format_secs,
+    print_fields,
+    print_json,
+    print_table,
+    relative_time,
+    say,
+)
 from kittiwake.client.results import QueueStats
 
 
@@ -37,9 +45,9 @@ def print_stats(stats: QueueStats) -> None:
             ("available", stats.available),
             ("leased", stats.leased),
             ("dead", stats.dead),
-            ("enqueue rate 1m / 5m", f"{format_rate(stats.enqueue_rate_1m)} / {format_rate(stats.enqueue_rate_5m)}"),
-            ("lease rate 1m / 5m", f"{format_rate(stats.lease_rate_1m)} / {format_rate(stats.lease_rate_5m)}"),
-            ("dequeue rate 1m / 5m", f"{format_rate(stats.dequeue_rate_1m)} / {format_rate(stats.dequeue_rate_5m)}"),
+            ("enqueue rate 1m / 5m", format_rate(stats.enqueue_rate_1m, stats.enqueue_rate_5m)),
+            ("lease rate 1m / 5m", format_rate(stats.lease_rate_1m, stats.lease_rate_5m)),
+            ("dequeue rate 1m / 5m", format_rate(stats.dequeue_rate_1m, stats.dequeue_rate_5m)),
             ("avg lease", format_secs(stats.avg_lease_secs)),
             ("oldest task age", format_secs(stats.oldest_task_age_secs)),
         ],

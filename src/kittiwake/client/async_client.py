@@ -37,7 +37,6 @@ from kittiwake.client.results import (
 )
 from kittiwake.client.url import BrokerAddress, parse_url
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, NotSent, effective_timeout, encode_call, result_of
-from kittiwake.model import LeaseRef
 
 T = TypeVar("T")
 
@@ -176,7 +175,9 @@ class AsyncClient:
         )
         return await self._run(call, timeout)
 
-    async def enqueue_many(self, tasks: Iterable[TaskLike], *, timeout: float | None = None) -> list[EnqueueOutcome]:
+    async def enqueue_many(
+        self, tasks: Iterable[TaskLike], *, timeout: float | None = None
+    ) -> list[EnqueueOutcome]:
         """Add many tasks in one request; see `Client.enqueue_many`."""
         return await self._run(calls.enqueue_many(tasks), timeout)
 
@@ -207,27 +208,39 @@ class AsyncClient:
         return await self._run(call, timeout)
 
     @overload
-    async def renew(self, tasks: LeasedTask | LeaseRef | Mapping[str, Any], lease_secs: float = ..., *, timeout: float | None = ...) -> ItemOutcome: ...
+    async def renew(
+        self, tasks: LeaseLike, lease_secs: float = ..., *, timeout: float | None = ...
+    ) -> ItemOutcome: ...
     @overload
-    async def renew(self, tasks: Iterable[LeaseLike], lease_secs: float = ..., *, timeout: float | None = ...) -> list[ItemOutcome]: ...
+    async def renew(
+        self, tasks: Iterable[LeaseLike], lease_secs: float = ..., *, timeout: float | None = ...
+    ) -> list[ItemOutcome]: ...
 
-    async def renew(self, tasks: Any, lease_secs: float = calls.DEFAULT_LEASE_SECS, *, timeout: float | None = None) -> Any:
+    async def renew(
+        self, tasks: Any, lease_secs: float = calls.DEFAULT_LEASE_SECS, *, timeout: float | None = None
+    ) -> Any:
         """Extend leases; see `Client.renew` (one task raises, a list returns outcomes)."""
         return await self._run(calls.renew(tasks, lease_secs), timeout)
 
     @overload
-    async def dequeue(self, tasks: LeasedTask | LeaseRef | Mapping[str, Any], *, timeout: float | None = ...) -> ItemOutcome: ...
+    async def dequeue(self, tasks: LeaseLike, *, timeout: float | None = ...) -> ItemOutcome: ...
     @overload
-    async def dequeue(self, tasks: Iterable[LeaseLike], *, timeout: float | None = ...) -> list[ItemOutcome]: ...
+    async def dequeue(
+        self, tasks: Iterable[LeaseLike], *, timeout: float | None = ...
+    ) -> list[ItemOutcome]: ...
 
     async def dequeue(self, tasks: Any, *, timeout: float | None = None) -> Any:
         """Finish leased tasks; see `Client.dequeue`."""
         return await self._run(calls.dequeue(tasks), timeout)
 
     @overload
-    async def release(self, tasks: LeasedTask | LeaseRef | Mapping[str, Any], reason: str | None = ..., *, timeout: float | None = ...) -> ItemOutcome: ...
+    async def release(
+        self, tasks: LeaseLike, reason: str | None = ..., *, timeout: float | None = ...
+    ) -> ItemOutcome: ...
     @overload
-    async def release(self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, timeout: float | None = ...) -> list[ItemOutcome]: ...
+    async def release(
+        self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, timeout: float | None = ...
+    ) -> list[ItemOutcome]: ...
 
     async def release(self, tasks: Any, reason: str | None = None, *, timeout: float | None = None) -> Any:
         """Give leased tasks back, counting an attempt; see `Client.release`."""
@@ -252,7 +265,9 @@ class AsyncClient:
 
     # ------------------------------------------------------------ inspecting
 
-    async def peek(self, queue: str, n: int = 10, from_pid: str | None = None, *, timeout: float | None = None) -> list[TaskView]:
+    async def peek(
+        self, queue: str, n: int = 10, from_pid: str | None = None, *, timeout: float | None = None
+    ) -> list[TaskView]:
         """Tasks in pid order without leasing them; see `Client.peek`."""
         return await self._run(calls.peek(queue, n, from_pid), timeout)
 

@@ -19,7 +19,7 @@ from contextlib import suppress
 
 from kittiwake import errors
 from kittiwake.client.url import BrokerAddress
-from kittiwake.client.wire import NotSent, ReplyEnvelope, decode_envelope
+from kittiwake.client.wire import NotSent, ReplyEnvelope, decode_envelope, error_of
 from kittiwake.protocol import FrameReader
 
 READ_CHUNK_BYTES = 256 * 1024
@@ -132,8 +132,7 @@ class AsyncConnection:
                 future.set_result(reply)
         elif reply.id == 0 and not reply.ok:
             # the broker could not read one of our frames and cannot say which
-            error = reply.error
-            raise errors.error_for_code(error.code if error else "INTERNAL", error.message if error else "")
+            raise error_of(reply)
 
     def _shut(self, failure: errors.KittiwakeError) -> None:
         self.closed = True

@@ -16,7 +16,7 @@ DEFAULT_CONNECT_TIMEOUT_SECS = 10.0
 
 def delay_secs(attempt: int, first: float = FIRST_DELAY_SECS, ceiling: float = MAX_DELAY_SECS) -> float:
     """The pause after failed attempt number `attempt` (0-based)."""
-    return min(ceiling, first * (2 ** min(attempt, 32)))
+    return min(ceiling, first * float(1 << min(attempt, 32)))
 
 
 def next_delay_secs(attempt: int, remaining_secs: float) -> float | None:

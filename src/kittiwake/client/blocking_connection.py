@@ -30,7 +30,7 @@ import time
 
 from kittiwake import errors
 from kittiwake.client.url import BrokerAddress
-from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, NotSent, ReplyEnvelope, decode_envelope
+from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, NotSent, ReplyEnvelope, decode_envelope, error_of
 from kittiwake.protocol import FrameReader
 
 READ_CHUNK_BYTES = 256 * 1024
@@ -146,6 +146,5 @@ class BlockingConnection:
                     return reply
                 if reply.id == 0 and not reply.ok:
                     # the broker could not read our frame at all and says so without an id
-                    error = reply.error
-                    raise errors.error_for_code(error.code if error else "INTERNAL", error.message if error else "")
+                    raise error_of(reply)
                 # anything else is a reply nobody waits for any more: skip it

@@ -62,21 +62,17 @@ class Call(Generic[T]):
     wait_secs: float = 0.0  # a long-poll: the broker may hold the reply this long
 
 
-def _decoder(kind: Any) -> Callable[[bytes], Any]:
-    return msgspec.msgpack.Decoder(kind).decode
-
-
-_decode_enqueued = _decoder(list[EnqueueOutcome])
-_decode_leased = _decoder(list[LeasedTask])
-_decode_items = _decoder(list[ItemOutcome])
-_decode_update = _decoder(UpdateResult)
-_decode_views = _decoder(list[TaskView])
-_decode_view = _decoder(TaskView)
-_decode_names = _decoder(list[str])
-_decode_queue_infos = _decoder(list[QueueInfo])
-_decode_stats = _decoder(list[QueueStats])
-_decode_int = _decoder(int)
-_decode_any = _decoder(Any)
+_decode_enqueued: Callable[[bytes], list[EnqueueOutcome]] = msgspec.msgpack.Decoder(list[EnqueueOutcome]).decode
+_decode_leased: Callable[[bytes], list[LeasedTask]] = msgspec.msgpack.Decoder(list[LeasedTask]).decode
+_decode_items: Callable[[bytes], list[ItemOutcome]] = msgspec.msgpack.Decoder(list[ItemOutcome]).decode
+_decode_update: Callable[[bytes], UpdateResult] = msgspec.msgpack.Decoder(UpdateResult).decode
+_decode_views: Callable[[bytes], list[TaskView]] = msgspec.msgpack.Decoder(list[TaskView]).decode
+_decode_view: Callable[[bytes], TaskView] = msgspec.msgpack.Decoder(TaskView).decode
+_decode_names: Callable[[bytes], list[str]] = msgspec.msgpack.Decoder(list[str]).decode
+_decode_queue_infos: Callable[[bytes], list[QueueInfo]] = msgspec.msgpack.Decoder(list[QueueInfo]).decode
+_decode_stats: Callable[[bytes], list[QueueStats]] = msgspec.msgpack.Decoder(list[QueueStats]).decode
+_decode_int: Callable[[bytes], int] = msgspec.msgpack.Decoder(int).decode
+_decode_any: Callable[[bytes], Any] = msgspec.msgpack.Decoder().decode
 
 
 # ------------------------------------------------------------------ checks

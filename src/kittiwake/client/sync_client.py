@@ -37,7 +37,6 @@ from kittiwake.client.results import (
 )
 from kittiwake.client.url import BrokerAddress, parse_url
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, effective_timeout
-from kittiwake.model import LeaseRef
 
 T = TypeVar("T")
 
@@ -121,7 +120,9 @@ class Client:
         )
         return self._run(call, timeout)
 
-    def enqueue_many(self, tasks: Iterable[TaskLike], *, timeout: float | None = None) -> list[EnqueueOutcome]:
+    def enqueue_many(
+        self, tasks: Iterable[TaskLike], *, timeout: float | None = None
+    ) -> list[EnqueueOutcome]:
         """Add many tasks in one request; each is a `NewTask` or a map with the
         keyword names of `enqueue` plus `queue` and `data`. One outcome per task, in order."""
         return self._run(calls.enqueue_many(tasks), timeout)
@@ -160,11 +161,17 @@ class Client:
         return self._run(call, timeout)
 
     @overload
-    def renew(self, tasks: LeasedTask | LeaseRef | Mapping[str, Any], lease_secs: float = ..., *, timeout: float | None = ...) -> ItemOutcome: ...
+    def renew(
+        self, tasks: LeaseLike, lease_secs: float = ..., *, timeout: float | None = ...
+    ) -> ItemOutcome: ...
     @overload
-    def renew(self, tasks: Iterable[LeaseLike], lease_secs: float = ..., *, timeout: float | None = ...) -> list[ItemOutcome]: ...
+    def renew(
+        self, tasks: Iterable[LeaseLike], lease_secs: float = ..., *, timeout: float | None = ...
+    ) -> list[ItemOutcome]: ...
 
-    def renew(self, tasks: Any, lease_secs: float = calls.DEFAULT_LEASE_SECS, *, timeout: float | None = None) -> Any:
+    def renew(
+        self, tasks: Any, lease_secs: float = calls.DEFAULT_LEASE_SECS, *, timeout: float | None = None
+    ) -> Any:
         """Extend leases to now + `lease_secs` and move each `LeasedTask.expires_at` forward.
 
         One task: returns its outcome or raises (LEASE_EXPIRED, TASK_NOT_LEASED,
@@ -173,7 +180,7 @@ class Client:
         return self._run(calls.renew(tasks, lease_secs), timeout)
 
     @overload
-    def dequeue(self, tasks: LeasedTask | LeaseRef | Mapping[str, Any], *, timeout: float | None = ...) -> ItemOutcome: ...
+    def dequeue(self, tasks: LeaseLike, *, timeout: float | None = ...) -> ItemOutcome: ...
     @overload
     def dequeue(self, tasks: Iterable[LeaseLike], *, timeout: float | None = ...) -> list[ItemOutcome]: ...
 
@@ -186,9 +193,13 @@ class Client:
         return self._run(calls.dequeue(tasks), timeout)
 
     @overload
-    def release(self, tasks: LeasedTask | LeaseRef | Mapping[str, Any], reason: str | None = ..., *, timeout: float | None = ...) -> ItemOutcome: ...
+    def release(
+        self, tasks: LeaseLike, reason: str | None = ..., *, timeout: float | None = ...
+    ) -> ItemOutcome: ...
     @overload
-    def release(self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, timeout: float | None = ...) -> list[ItemOutcome]: ...
+    def release(
+        self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, timeout: float | None = ...
+    ) -> list[ItemOutcome]: ...
 
     def release(self, tasks: Any, reason: str | None = None, *, timeout: float | None = None) -> Any:
         """Give leased tasks back (nack), counting a failed attempt each.
@@ -219,7 +230,9 @@ class Client:
 
     # ------------------------------------------------------------ inspecting
 
-    def peek(self, queue: str, n: int = 10, from_pid: str | None = None, *, timeout: float | None = None) -> list[TaskView]:
+    def peek(
+        self, queue: str, n: int = 10, from_pid: str | None = None, *, timeout: float | None = None
+    ) -> list[TaskView]:
         """Up to `n` tasks of a queue in pid order (from `from_pid` on), without leasing them."""
         return self._run(calls.peek(queue, n, from_pid), timeout)
 

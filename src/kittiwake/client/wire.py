@@ -62,11 +62,16 @@ def decode_envelope(body: bytes) -> ReplyEnvelope:
         raise errors.ConnectionLost(f"the broker sent a frame that is not a reply: {exc}") from None
 
 
+def error_of(reply: ReplyEnvelope) -> errors.KittiwakeError:
+    """The `kittiwake.errors` error an error reply carries."""
+    body = reply.error or ErrorBody("INTERNAL", "error reply without an error")
+    return errors.error_for_code(body.code, body.message)
+
+
 def result_of(call: Call[T], reply: ReplyEnvelope) -> T:
     """The call's typed result, or the broker's error raised as its kittiwake.errors class."""
     if not reply.ok:
-        body = reply.error or ErrorBody("INTERNAL", "error reply without an error")
-        raise errors.error_for_code(body.code, body.message)
+        raise error_of(reply)
     try:
         return call.decode(bytes(reply.result) if reply.result else msgspec.msgpack.encode(None))
     except msgspec.DecodeError as exc:
