@@ -1,4 +1,4 @@
-"""The queue checker of TESTING.md: record what clients did, then judge the run.
+"""The queue checker: record what clients did, then judge the run (the shape of Jepsen's total-queue checker).
 
 A test records every client operation in a `History` as it happens: the
 invocation, then exactly one completion — ok, fail (the broker definitely did
@@ -25,10 +25,13 @@ task; an acknowledged dequeue does):
 * **unexpected**: delivered or present, but no enqueue of it was attempted;
 * **duplicated**: delivered more than once (a value still present at the end
   after an earlier delivery counts as one more delivery). Each repeat gets a
-  reason: ``restart`` (the broker crashed while the value was leased),
-  ``lease_expired`` (the earlier lease had run out), ``after_ack`` (the earlier
-  delivery's dequeue had been acknowledged: an acknowledged change was undone)
-  or ``unexplained``;
+  reason: ``restart`` (the broker crashed while the value was leased, and it
+  came back once the lease had run out), ``restart_before_expiry`` (the same,
+  but it came back while the lease should still have held it: the restart
+  forgot the lease — legal for at-least-once, worth seeing),
+  ``lease_expired`` (no crash: the earlier lease had run out), ``after_ack``
+  (the earlier delivery's dequeue had been acknowledged: an acknowledged
+  change was undone) or ``unexplained``;
 * **recovered**: its enqueue's outcome was unknown, and it showed up.
 
 An enqueue with an unknown outcome that never shows up is not lost: the broker
@@ -57,11 +60,12 @@ FAIL = "fail"
 UNKNOWN = "unknown"
 
 # Why a value was delivered again (see the module docstring).
-RESTART = "restart"
-LEASE_EXPIRED = "lease_expired"
-AFTER_ACK = "after_ack"
-UNEXPLAINED = "unexplained"
-EXPLAINED_REASONS = (RESTART, LEASE_EXPIRED)
+RESTART = "restart"  # the broker crashed while it was leased; it came back once the lease ran out
+RESTART_BEFORE_EXPIRY = "restart_before_expiry"  # ... and came back before: the restart forgot the lease
+LEASE_EXPIRED = "lease_expired"  # no crash: the earlier lease ran out
+AFTER_ACK = "after_ack"  # the earlier delivery's dequeue had been acknowledged
+UNEXPLAINED = "unexplained"  # none of the above
+EXPLAINED_REASONS = (RESTART, RESTART_BEFORE_EXPIRY, LEASE_EXPIRED)
 
 # Slack when comparing a client's clock reading with the broker's lease expiry:
 # both read the same wall clock, but a float timestamp can round either way.
@@ -253,7 +257,7 @@ def check(history: History, drained_values: Iterable[str], *, drained_at: float 
     result = Result(crashes=len(crashes), drained=len(drained))
 
     enqueue_status: dict[str, str] = {}  # value -> best outcome: ok > unknown > fail
-    rank = {FAIL: 0, INVOKE: 1, UNKNOWN: 1, OK: 2}
+    rank = {FAIL: 0, UNKNOWN: 1, OK: 2}
     removed_maybe: set[str] = set()  # a dequeue returned ok or unknown
     acked_at: dict[str, float] = {}  # value -> earliest completion of an ok dequeue
     deliveries: dict[str, list[Operation]] = {}
@@ -304,30 +308,38 @@ def check(history: History, drained_values: Iterable[str], *, drained_at: float 
     result.unexpected = sorted(value for value in seen if value not in enqueue_status)
 
     for value in sorted(seen):
-        ops = sorted(deliveries.get(value, ()), key=lambda op: op.completed_at or 0.0)
-        times = len(ops) + drained.get(value, 0)
-        if times < 2:
-            continue
-        result.duplicated[value] = times
-        repeats: list[str] = []
-        for earlier, later in zip(ops, ops[1:]):
-            assert later.completed_at is not None
-            repeats.append(
-                _reason(value, earlier, later.invoked_at, later.completed_at, acked_at, crash_times)
-            )
-        for index in range(drained.get(value, 0)):
-            if ops:
-                repeats.append(_reason(value, ops[-1], drained_at, drained_at, acked_at, crash_times))
-            elif index > 0:
-                repeats.append(UNEXPLAINED)  # present twice at the end
-        result.duplicate_reasons.update(repeats)
-        if any(reason not in EXPLAINED_REASONS for reason in repeats):
-            result.unexplained.append(value)
+        repeats = _repeats(value, deliveries.get(value, []), drained[value], drained_at, acked_at, crash_times)
+        if repeats:
+            result.duplicated[value] = len(repeats) + 1
+            result.duplicate_reasons.update(repeats)
+            if any(reason not in EXPLAINED_REASONS for reason in repeats):
+                result.unexplained.append(value)
 
     result.lost.sort()
     result.recovered.sort()
     result.failed_present.sort()
     return result
+
+
+def _repeats(
+    value: str,
+    ops: list[Operation],
+    present: int,
+    drained_at: float,
+    acked_at: dict[str, float],
+    crash_times: list[float],
+) -> list[str]:
+    """The reason for each delivery of `value` after its first; being present
+    at the end counts as one more delivery, at `drained_at`."""
+    ops = sorted(ops, key=lambda op: op.completed_at or 0.0)
+    repeats: list[str] = []
+    for earlier, later in zip(ops, ops[1:]):
+        assert later.completed_at is not None
+        repeats.append(_reason(value, earlier, later.invoked_at, later.completed_at, acked_at, crash_times))
+    if present and ops:
+        repeats.append(_reason(value, ops[-1], drained_at, drained_at, acked_at, crash_times))
+    repeats.extend([UNEXPLAINED] * max(0, present - 1))  # in the queues twice at the end
+    return repeats
 
 
 def _reason(
@@ -343,9 +355,8 @@ def _reason(
     acked = acked_at.get(value)
     if acked is not None and acked < asked_at:
         return AFTER_ACK  # the ack came back before the second lease was even asked for
-    if any(earlier.invoked_at <= at <= again_at for at in crash_times):
-        return RESTART
     expires_at = earlier.expires_at.get(value)
-    if expires_at is not None and again_at + CLOCK_SLACK_SECS >= expires_at:
-        return LEASE_EXPIRED
-    return UNEXPLAINED
+    expired = expires_at is not None and again_at + CLOCK_SLACK_SECS >= expires_at
+    if any(earlier.invoked_at <= at <= again_at for at in crash_times):
+        return RESTART if expired else RESTART_BEFORE_EXPIRY
+    return LEASE_EXPIRED if expired else UNEXPLAINED

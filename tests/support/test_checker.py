@@ -13,6 +13,7 @@ from support.checker import (
     ENQUEUE,
     LEASE_EXPIRED,
     RESTART,
+    RESTART_BEFORE_EXPIRY,
     UNEXPLAINED,
     History,
     check,
@@ -159,15 +160,18 @@ def test_a_redelivery_after_lease_expiry_is_an_explained_duplicate(history: Hist
 
 
 def test_a_redelivery_across_a_broker_crash_is_a_restart_duplicate(history: History, clock: FakeClock) -> None:
-    enqueued(history, "a")
-    delivered(history, clock, "a", lease_secs=30.0)
+    enqueued(history, "a", "b")
+    delivered(history, clock, "a", lease_secs=2.0)
+    delivered(history, clock, "b", lease_secs=30.0)
     clock.advance(0.1)
     history.crash("SIGKILL")
-    clock.advance(0.5)
-    delivered(history, clock, "a")
+    clock.advance(2.5)
+    delivered(history, clock, "a", "b")
+    acked(history, "a", "b")
     result = check(history, [])
-    assert result.duplicate_reasons == {RESTART: 1}
+    assert result.duplicate_reasons == {RESTART: 1, RESTART_BEFORE_EXPIRY: 1}
     assert result.unexplained == []
+    assert "restart=1, restart_before_expiry=1" in result.format()
 
 
 def test_a_value_still_present_after_a_delivery_is_delivered_once_more(history: History, clock: FakeClock) -> None:
@@ -178,6 +182,14 @@ def test_a_value_still_present_after_a_delivery_is_delivered_once_more(history: 
     assert result.valid
     assert result.duplicated == {"a": 2}
     assert result.duplicate_reasons == {LEASE_EXPIRED: 1}
+
+
+def test_a_value_present_twice_at_the_end_is_an_unexplained_duplicate(history: History) -> None:
+    enqueued(history, "a", "b")
+    result = check(history, ["a", "a", "b"])
+    assert result.duplicated == {"a": 2}
+    assert result.duplicate_reasons == {UNEXPLAINED: 1}
+    assert result.unexplained == ["a"]
 
 
 def test_a_redelivery_after_an_acknowledged_dequeue_is_not_explained(history: History, clock: FakeClock) -> None:
