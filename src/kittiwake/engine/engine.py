@@ -148,9 +148,12 @@ class Engine:
         return queue.rates
 
     def _add_available(self, queue: QueueState, task: Task) -> None:
-        """A task became available: into the head if the head covers it."""
+        """A task became available: into the head if the head covers it. Every
+        way in (enqueue, release, expiry, dead-lettering) trims the head, so
+        a mass expiry cannot grow it past 2 * head_tasks."""
         if queue.covers(task.pid):
             self.memory_bytes += queue.add_available(task)
+            self._trim_head(queue)
         self._ready.add(queue.name)
 
     def _next_fifo_pid(self, now: float) -> str:
@@ -264,7 +267,6 @@ class Engine:
         queue.size += 1
         queue.max_pid = max(queue.max_pid, pid)
         self._add_available(queue, task)
-        self._trim_head(queue)
         self._rates(queue).add(ENQUEUE, now)
         mutations.append(PutTask(task))
         return EnqueueOutcome(new.queue, pid, False)
