@@ -1,8 +1,8 @@
 """Crash tests: SIGKILL a real broker under load, restart it, and prove nothing acknowledged was lost.
 
-The crash loop: three producers enqueue unique values (the value is the pid
-and the data) into two queues of one consistency group, alone and in
-batches; three consumers lease with a short lease, record each delivery, then
+The crash loop: three producers enqueue unique values (the value is the
+data, and the pid too except for a share of tasks left to the broker's FIFO
+pids) into two queues of one consistency group, alone and in batches; three consumers lease with a short lease, record each delivery, then
 dequeue — or, for some tasks, atomically dequeue and enqueue a derived value
 into a third queue in one update. Now and then a consumer stalls past its
 lease, so another may take the tasks and the late finish must be fenced off.
@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from kittiwake import errors
-from kittiwake.client import Client
+from kittiwake.client import Client, LeasedTask
+from kittiwake.model import FIFO_PID_DIGITS
 from support.broker_process import BrokerProcess
 from support.checker import DELIVER, DEQUEUE, ENQUEUE, History, Operation, check
 
@@ -56,6 +57,7 @@ STALL_SHARE = 0.003  # leases a consumer holds past their expiry before finishin
 STALL_LEASE_SECS = 0.5
 STALL_SECS = 0.8
 BATCH_SHARE = 0.3  # enqueues sent as enqueue_many
+FIFO_SHARE = 0.2  # single enqueues that let the broker pick a FIFO pid
 MAX_BATCH = 25
 ERROR_PAUSE_SECS = (0.02, 0.1)
 CONNECT_TIMEOUT_SECS = 2.0
@@ -81,7 +83,7 @@ class Load:
     broker: BrokerProcess
     stop: threading.Event = field(default_factory=threading.Event)
     counter: itertools.count = field(default_factory=lambda: itertools.count(1))
-    corrupt: list[str] = field(default_factory=list)  # a task whose data is not its pid
+    corrupt: list[str] = field(default_factory=list)  # a task whose pid does not fit its data
     crashed: list[BaseException] = field(default_factory=list)  # a load thread died of a bug
 
     def next_value(self, producer: int) -> str:
@@ -141,9 +143,10 @@ def produce(load: Load, index: int, seed: int) -> None:
                     continue
             else:
                 value = load.next_value(index)
+                pid = None if rng.random() < FIFO_SHARE else value
                 op = history.invoke(process, ENQUEUE, [value])
                 try:
-                    client.enqueue(queue, value.encode(), pid=value)
+                    client.enqueue(queue, value.encode(), pid=pid)
                 except errors.KittiwakeError as exc:
                     record_failure(history, [op], exc)
                     pause(rng)
@@ -174,10 +177,8 @@ def consume(load: Load, index: int, seed: int) -> None:
                 record_failure(history, [op], exc)
                 pause(rng)
                 continue
-            history.ok(op, [task.pid for task in tasks], expires_at={t.pid: t.expires_at for t in tasks})
-            for task in tasks:
-                if task.data != task.pid.encode():
-                    load.corrupt.append(f"{task.queue}/{task.pid}: data {task.data[:40]!r}")
+            history.ok(op, [value_of(t) for t in tasks], expires_at={value_of(t): t.expires_at for t in tasks})
+            load.corrupt.extend(misfits(tasks))
             if stall:
                 time.sleep(STALL_SECS)  # another consumer may take them; our late finish must be fenced
             plain = []
@@ -192,12 +193,15 @@ def consume(load: Load, index: int, seed: int) -> None:
         clients.close()
 
 
-def finish_by_dequeue(load: Load, clients: FollowingClient, process: str, tasks: list, rng: random.Random) -> None:
+def finish_by_dequeue(
+    load: Load, clients: FollowingClient, process: str, tasks: list[LeasedTask], rng: random.Random
+) -> None:
     """Dequeue a batch; retry what came back unknown (a dequeue is safe to repeat: the
     lease id fences it) until each item has a definite answer or the broker is gone."""
     history = load.history
+    values = {(task.queue, task.pid): value_of(task) for task in tasks}
     for _ in range(3):
-        op = history.invoke(process, DEQUEUE, [task.pid for task in tasks])
+        op = history.invoke(process, DEQUEUE, list(values.values()))
         try:
             outcomes = clients.get().dequeue(tasks)
         except errors.KittiwakeError as exc:
@@ -206,15 +210,16 @@ def finish_by_dequeue(load: Load, clients: FollowingClient, process: str, tasks:
                 return
             pause(rng)
             continue
-        history.ok(op, [outcome.pid for outcome in outcomes if outcome.ok])
+        history.ok(op, [values[outcome.queue, outcome.pid] for outcome in outcomes if outcome.ok])
         return
 
 
-def finish_by_update(load: Load, client: Client, process: str, task, rng: random.Random) -> None:
+def finish_by_update(load: Load, client: Client, process: str, task: LeasedTask, rng: random.Random) -> None:
     """Dequeue a task of A and enqueue its derived value into C, atomically; both sides recorded."""
     history = load.history
-    derived = task.pid + DERIVED_SUFFIX
-    dequeue_op = history.invoke(process, DEQUEUE, [task.pid])
+    value = value_of(task)
+    derived = value + DERIVED_SUFFIX
+    dequeue_op = history.invoke(process, DEQUEUE, [value])
     enqueue_op = history.invoke(process, ENQUEUE, [derived])
     try:
         client.update(
@@ -236,6 +241,19 @@ def guarded(load: Load, target, *args) -> None:
         load.crashed.append(exc)
         load.stop.set()
         raise
+
+
+def value_of(task: LeasedTask) -> str:
+    return task.data.decode()
+
+
+def misfits(tasks: list[LeasedTask]) -> list[str]:
+    """Tasks whose pid is neither their value nor a FIFO pid: a mix-up of rows."""
+    return [
+        f"{task.queue}/{task.pid}: data {task.data[:40]!r}"
+        for task in tasks
+        if task.pid != value_of(task) and not (len(task.pid) == FIFO_PID_DIGITS and task.pid.isdigit())
+    ]
 
 
 def error_counts(history: History) -> str:
@@ -261,14 +279,12 @@ def drain(url: str, deadline_secs: float) -> tuple[list[str], list[str]]:
             # a long lease: nothing taken here may come back; the wait covers
             # leases held at the last kill until they expire
             tasks = client.lease(queues, max_tasks=1000, lease_secs=300.0, wait_secs=1.0)
-            for task in tasks:
-                if task.data != task.pid.encode():
-                    corrupt.append(f"{task.queue}/{task.pid}: data {task.data[:40]!r}")
+            corrupt.extend(misfits(tasks))
             if tasks:
                 outcomes = client.dequeue(tasks)
                 failed = [outcome for outcome in outcomes if not outcome.ok]
                 assert not failed, f"drain could not dequeue: {failed[:5]}"
-                values.extend(task.pid for task in tasks)
+                values.extend(value_of(task) for task in tasks)
 
 
 @pytest.mark.timeout(180)
@@ -317,7 +333,7 @@ def test_crash_loop_loses_nothing_acknowledged(broker: BrokerProcess) -> None:
     assert result.lost == [] and result.unexpected == [], report
     assert result.unexplained == [], report
     assert result.failed_present == [], report
-    assert not load.corrupt and not corrupt, f"tasks whose data is not their pid: {(load.corrupt + corrupt)[:5]}"
+    assert not load.corrupt and not corrupt, f"tasks whose pid does not fit their data: {(load.corrupt + corrupt)[:5]}"
     assert len(history.crashes) >= 10, report
     assert result.acknowledged >= MIN_ACKNOWLEDGED, f"too few acknowledged enqueues to mean anything\n{report}"
 
