@@ -239,7 +239,7 @@ class GroupCommit:
 
     def _housekeeping(self, housekeeping: tuple[bool, bool], now: float) -> None:
         sweep, maintain = housekeeping
-        with self._engine_call(("housekeeping",)):
+        with EngineCall(("housekeeping",)):
             engine = self._engine()
             if sweep:
                 engine.sweep(now)
@@ -278,7 +278,7 @@ class GroupCommit:
             elif type(item) is m.Lease:
                 frame = self._lease(connection, item, index, attempt, now)
             else:
-                with self._engine_call(("request", index), item, connection):
+                with EngineCall(("request", index), item, connection):
                     frame = self._reply(item.id, lambda: dispatch.execute(self._engine(), item, connection.peer, now))
                 attempt.held.append(HeldReply(connection, item.id, frame, ReplyKind.REQUEST))
             if frame is not None:
@@ -295,7 +295,7 @@ class GroupCommit:
             frame = error_frame(request.id, exc)
         else:
             lease = dispatch.lease_request(request, connection.peer)
-            with self._engine_call(("request", index), request, connection):
+            with EngineCall(("request", index), request, connection):
                 try:
                     tasks = self._engine().lease(lease, now)
                 except errors.KittiwakeError as exc:
@@ -328,7 +328,7 @@ class GroupCommit:
                 frame = error_frame(waiter.request_id, errors.InternalError("the broker hit a bug; the request had no effect"))
                 attempt.held.append(HeldReply(connection, waiter.request_id, frame, ReplyKind.FIXED, waiter))
                 continue
-            with self._engine_call(("waiter", waiter.seq)):
+            with EngineCall(("waiter", waiter.seq)):
                 frame = self._retry(waiter.lease, waiter.queues, drained, waiter.request_id, now)
             if frame is not None:
                 attempt.held.append(HeldReply(connection, waiter.request_id, frame, ReplyKind.WAITER, waiter))
@@ -337,7 +337,7 @@ class GroupCommit:
                 if ready.isdisjoint(park.lease.queues) and not self._retry_every_waiter:
                     continue
                 queues = tuple(dict.fromkeys(park.lease.queues))
-                with self._engine_call(("request", park.index)):
+                with EngineCall(("request", park.index)):
                     frame = self._retry(park.lease, queues, drained, park.request_id, now)
                 if frame is not None:
                     attempt.park.remove(park)
@@ -364,11 +364,9 @@ class GroupCommit:
         for connection, item in attempt.defer:
             connection.defer(item)
         if attempt.taken < len(batch):
-            self.resubmit_rest(batch[attempt.taken :])
-
-    def resubmit_rest(self, rest: list[tuple[Connection, Item]]) -> None:
-        self._pending[:0] = rest
-        self._schedule()
+            # over the pass's reply budget: first in line for the next pass
+            self._pending[:0] = batch[attempt.taken :]
+            self._schedule()
 
     def _expired_long_polls(self) -> list[HeldReply]:
         if not len(self.waiters):
@@ -387,9 +385,6 @@ class GroupCommit:
         if engine is None:
             raise StorageFailure("no engine: the store could not be read")
         return engine
-
-    def _engine_call(self, key: tuple[Any, ...], request: m.Request | None = None, connection: Connection | None = None) -> _EngineCall:
-        return _EngineCall(key, request, connection)
 
     def _reply(self, request_id: int, result: Callable[[], Any]) -> bytes:
         """The reply frame of an engine result, or of the KittiwakeError it raised."""
@@ -498,12 +493,14 @@ class GroupCommit:
         self.store.close()
 
 
-class _EngineCall:
+class EngineCall:
     """Context of one engine call: turns store failures into StorageFailure and bugs into EngineBug."""
 
     __slots__ = ("key", "request", "connection")
 
-    def __init__(self, key: tuple[Any, ...], request: m.Request | None, connection: Connection | None) -> None:
+    def __init__(
+        self, key: tuple[Any, ...], request: m.Request | None = None, connection: Connection | None = None
+    ) -> None:
         self.key = key
         self.request = request
         self.connection = connection

@@ -163,9 +163,6 @@ class Broker:
         finally:
             self._stopped.set()
 
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
-
 
 # ------------------------------------------------------------------ process
 
@@ -196,11 +193,11 @@ async def serve(config: BrokerConfig) -> None:
     open_files = raise_open_files_limit()
     if open_files < config.max_connections + 64:
         log.warning("the open-files limit %d is below max_connections %d", open_files, config.max_connections)
-    broker = Broker(config)
-    await broker.start()
     signalled = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signalled.set)
+    broker = Broker(config)
+    await broker.start()
     print(listening_line(broker), flush=True)
     try:
         await signalled.wait()
