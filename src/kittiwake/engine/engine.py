@@ -154,6 +154,7 @@ class Engine:
         if queue.covers(task.pid):
             self.memory_bytes += queue.add_available(task)
             self._trim_head(queue)
+            self._touch(queue)  # so _enforce_cache can evict this head
         self._ready.add(queue.name)
 
     def _next_fifo_pid(self, now: float) -> str:
@@ -165,6 +166,7 @@ class Engine:
         """Load the next slice of the queue above the horizon (TaskMaster §5.4.2)."""
         rows = self.store.load_available(queue.name, queue.horizon, self.head_tasks, now)
         self.memory_bytes += queue.absorb(rows, self.head_tasks)
+        self._touch(queue)
         self.refills += 1
 
     def _enforce_cache(self) -> None:
@@ -387,6 +389,7 @@ class Engine:
             del queue.leased[pid]
             self._fail_attempt(queue, task, "LEASE_EXPIRED", now, mutations)
             self._write(mutations)
+        self._enforce_cache()
         return expired
 
     def _fail_attempt(
@@ -507,6 +510,7 @@ class Engine:
             queue, task = found
             outcomes.append(apply(queue, task, mutations, ItemOutcome(ref.queue, ref.pid, True)))
             self._write(mutations)
+        self._enforce_cache()
         return outcomes
 
     def dequeue(self, refs: Sequence[LeaseRef], now: float) -> list[ItemOutcome]:
