@@ -1,0 +1,138 @@
+"""Enqueue: explicit pids that dedupe, FIFO pids the broker assigns (TaskMaster §3.2, Program 1)."""
+
+from __future__ import annotations
+
+from kittiwake.engine import Engine, PutTask
+from kittiwake.model import FIFO_PID_DIGITS, NewTask, fifo_pid, pid_at
+from kittiwake.store.memory import MemoryStore
+
+from .harness import pids, put, ref, take
+
+
+def test_program_1_enqueue_a_fetch_task_by_url(engine, clock):
+    [outcome] = engine.enqueue(
+        [NewTask("google.com#fetch_stage", b"fetch document", pid="http://www.google.com")], clock.now
+    )
+    assert (outcome.queue, outcome.pid, outcome.collapsed) == ("google.com#fetch_stage", "http://www.google.com", False)
+    view = engine.get("google.com#fetch_stage", "http://www.google.com", clock.now)
+    assert view["data"] == b"fetch document"
+    assert view["state"] == "available"
+    assert view["enqueued_at"] == clock.now
+
+
+def test_an_existing_pid_collapses_into_the_queued_task(engine, clock):
+    put(engine, clock.now, "crawl#fetch", "http://www.google.com", data=b"first")
+    [again] = put(engine, clock.advance(1), "crawl#fetch", "http://www.google.com", data=b"second")
+    assert again.collapsed
+    assert engine.get("crawl#fetch", "http://www.google.com", clock.now)["data"] == b"first"
+    assert [(q.queue, q.size) for q in engine.list_queues(None, 0, 10)] == [("crawl#fetch", 1)]
+
+
+def test_a_leased_task_still_collapses_an_enqueue_of_its_pid(engine, clock):
+    put(engine, clock.now, "q", "p")
+    take(engine, clock.now, "q")
+    [again] = put(engine, clock.now, "q", "p")
+    assert again.collapsed
+    assert engine.list_queues(None, 0, 10)[0].size == 1
+
+
+def test_the_same_pid_twice_in_one_request_makes_one_task(engine, clock):
+    outcomes = put(engine, clock.now, "q", "p", "p")
+    assert [o.collapsed for o in outcomes] == [False, True]
+    assert engine.list_queues(None, 0, 10)[0].size == 1
+
+
+def test_once_dequeued_the_same_pid_can_be_enqueued_again(engine, clock):
+    put(engine, clock.now, "q", "p", data=b"one")
+    [task] = take(engine, clock.now, "q")
+    assert engine.dequeue([ref(task)], clock.now)[0].ok
+    [outcome] = put(engine, clock.now, "q", "p", data=b"two")
+    assert not outcome.collapsed
+    assert engine.get("q", "p", clock.now)["data"] == b"two"
+
+
+def test_dedupe_is_per_queue(engine, clock):
+    assert [o.collapsed for o in put(engine, clock.now, "a", "p")] == [False]
+    assert [o.collapsed for o in put(engine, clock.now, "b", "p")] == [False]
+
+
+def test_fifo_pids_are_the_clock_in_microseconds(engine, clock):
+    [outcome] = put(engine, clock.now, "q", None)
+    assert outcome.pid == fifo_pid(int(clock.now * 1_000_000))
+    assert len(outcome.pid) == FIFO_PID_DIGITS and outcome.pid.isdigit()
+
+
+def test_fifo_pids_grow_within_one_microsecond_and_when_the_clock_steps_back(engine, clock):
+    first = pids(put(engine, clock.now, "q", None, None, None))
+    later = pids(put(engine, clock.now - 60.0, "q", None))  # the wall clock stepped back a minute
+    assert first + later == sorted(first + later)
+    assert len(set(first + later)) == 4
+    leased = take(engine, clock.now, "q", max_tasks=4)
+    assert pids(leased) == first + later  # served in the order they came
+
+
+def test_fifo_pids_grow_across_queues_too(engine, clock):
+    a = pids(put(engine, clock.now, "a", None))
+    b = pids(put(engine, clock.now, "b", None))
+    assert b[0] > a[0]
+
+
+def test_a_fifo_enqueue_never_overwrites_a_delayed_task_at_the_same_pid(engine, clock):
+    due = pid_at(clock.now + 5.0)
+    put(engine, clock.now, "q", due, data=b"delayed")
+    clock.advance(5.0)  # the clock reaches the delayed task's pid
+    [fifo] = put(engine, clock.now, "q", None, data=b"fifo")
+    assert not fifo.collapsed
+    assert fifo.pid > due
+    assert engine.get("q", due, clock.now)["data"] == b"delayed"
+    assert engine.get("q", fifo.pid, clock.now)["data"] == b"fifo"
+    assert engine.list_queues(None, 0, 10)[0].size == 2
+
+
+def test_delayed_tasks_are_leased_only_when_due(engine, clock):
+    put(engine, clock.now, "q", pid_at(clock.now + 60.0), data=b"in a minute")
+    put(engine, clock.now, "q", None, data=b"now")
+    due = take(engine, clock.now, "q", max_tasks=10, max_pid=pid_at(clock.now))
+    assert [t.data for t in due] == [b"now"]
+    engine.dequeue([ref(due[0])], clock.now)
+    clock.advance(60.0)
+    due = take(engine, clock.now, "q", max_tasks=10, max_pid=pid_at(clock.now))
+    assert [t.data for t in due] == [b"in a minute"]
+
+
+def test_fifo_pids_continue_past_the_last_one_after_a_restart(engine, clock, restart):
+    before = pids(put(engine, clock.now, "q", None, None, None))
+    put(engine, clock.now, "q", "https://example.com/")  # sorts after every FIFO pid
+    engine = restart(engine)
+    after = pids(put(engine, clock.now - 1.0, "q", None))  # and the clock stepped back
+    assert after[0] > before[-1]
+
+
+def test_the_engine_hands_each_new_task_to_the_store_but_never_commits():
+    store = MemoryStore()
+    engine = Engine(store)
+    put(engine, 1_000.0, "q", "a", "b", "a")
+    assert [(m.task.queue, m.task.pid) for m in store.writes if isinstance(m, PutTask)] == [("q", "a"), ("q", "b")]
+    assert store.commits == 0
+
+
+def test_an_empty_request_does_nothing(engine, clock):
+    assert engine.enqueue([], clock.now) == []
+    assert engine.list_queues(None, 0, 10) == []
+
+
+def test_sender_receiver_headers_and_max_attempts_are_kept(engine, clock):
+    engine.enqueue(
+        [NewTask("q", b"x", pid="p", sender="svc-a", receiver="worker-7", headers={"trace": "t1"}, max_attempts=3)],
+        clock.now,
+    )
+    view = engine.get("q", "p", clock.now)
+    assert (view["sender"], view["receiver"], view["headers"]) == ("svc-a", "worker-7", {"trace": "t1"})
+
+
+def test_enqueued_tasks_survive_a_restart(engine, clock, restart):
+    put(engine, clock.now, "q", "a", "b", data=b"kept")
+    engine = restart(engine)
+    assert [(v["pid"], v["data"]) for v in engine.peek("q", 10, None, clock.now)] == [("a", b"kept"), ("b", b"kept")]
+    [again] = put(engine, clock.now, "q", "a")
+    assert again.collapsed

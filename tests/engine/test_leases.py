@@ -1,0 +1,273 @@
+"""Leases: exclusive, renewable, fenced by their id, lazily expired (TaskMaster §3.3, §5.6, Program 2).
+
+Also the failed-attempt count behind release and expiry, and the dead-letter queue at max_attempts.
+"""
+
+from __future__ import annotations
+
+from kittiwake.engine import DEAD_REASON_HEADER, Engine, SetLease
+from kittiwake.model import LeaseRef, LeaseRequest
+from kittiwake.store.memory import MemoryStore
+
+from .harness import codes, pids, put, ref, take
+
+
+def test_program_2_lease_ten_tasks_for_five_minutes(engine, clock):
+    put(engine, clock.now, "google.com#fetch_stage", *(f"http://site{i:02}.example/" for i in range(12)))
+    request = LeaseRequest(["google.com#fetch_stage"], max_tasks=10, lease_secs=300)
+    leased = engine.lease(request, clock.now)
+    assert pids(leased) == [f"http://site{i:02}.example/" for i in range(10)]
+    assert all(task.lease_expires_at == clock.now + 300 for task in leased)
+    assert len({task.lease_id for task in leased}) == 10
+    assert [task.deliveries for task in leased] == [1] * 10
+
+
+def test_leases_are_exclusive(engine, clock):
+    put(engine, clock.now, "q", "a", "b", "c")
+    first = take(engine, clock.now, "q", max_tasks=2)
+    second = take(engine, clock.now, "q", max_tasks=2)
+    third = take(engine, clock.now, "q", max_tasks=2)
+    assert (pids(first), pids(second), third) == (["a", "b"], ["c"], [])
+
+
+def test_a_lease_over_several_queues_takes_the_smallest_pids_of_all(engine, clock):
+    put(engine, clock.now, "crawl#fetch.us", "1", "4", "6")
+    put(engine, clock.now, "crawl#fetch.eu", "2", "3", "5")
+    leased = take(engine, clock.now, "crawl#fetch.us", "crawl#fetch.eu", "crawl#fetch.us", max_tasks=4)
+    assert [(t.queue, t.pid) for t in leased] == [
+        ("crawl#fetch.us", "1"), ("crawl#fetch.eu", "2"), ("crawl#fetch.eu", "3"), ("crawl#fetch.us", "4")]
+
+
+def test_max_pid_filters_at_the_head(engine, clock):
+    put(engine, clock.now, "q", "a", "b", "c", "d")
+    assert pids(take(engine, clock.now, "q", max_tasks=10, max_pid="b")) == ["a", "b"]
+    assert take(engine, clock.now, "q", max_tasks=10, max_pid="b") == []
+
+
+def test_unknown_and_empty_queues_lease_nothing(engine, clock):
+    assert take(engine, clock.now, "nobody-here") == []
+    put(engine, clock.now, "q", "a")
+    take(engine, clock.now, "q")
+    assert take(engine, clock.now, "q") == []
+
+
+def test_a_task_with_a_receiver_goes_only_to_that_receiver(engine, clock):
+    put(engine, clock.now, "inbox", "1", receiver="ada")
+    put(engine, clock.now, "inbox", "2")  # broadcast
+    put(engine, clock.now, "inbox", "3", receiver="bob")
+    assert pids(take(engine, clock.now, "inbox", max_tasks=10, receiver="carl")) == ["2"]
+    assert pids(take(engine, clock.now, "inbox", max_tasks=10)) == []
+    assert pids(take(engine, clock.now, "inbox", max_tasks=10, receiver="bob")) == ["3"]
+    assert pids(take(engine, clock.now, "inbox", max_tasks=10, receiver="ada")) == ["1"]
+
+
+def test_a_receiver_gets_its_own_and_broadcast_tasks_in_pid_order(engine, clock):
+    put(engine, clock.now, "inbox", "2", "4")
+    put(engine, clock.now, "inbox", "1", "3", receiver="ada")
+    assert pids(take(engine, clock.now, "inbox", max_tasks=3, receiver="ada")) == ["1", "2", "3"]
+
+
+def test_renew_extends_a_running_lease_without_limit(engine, clock):
+    put(engine, clock.now, "q", "p")
+    [task] = take(engine, clock.now, "q", lease_secs=10)
+    for _ in range(5):
+        clock.advance(9)
+        [outcome] = engine.renew([ref(task)], 10, clock.now)
+        assert outcome.ok and outcome.expires_at == clock.now + 10
+    assert take(engine, clock.now, "q") == []
+    assert engine.get("q", "p", clock.now)["attempts"] == 0
+
+
+def test_renew_and_release_of_an_expired_lease_are_refused(engine, clock):
+    put(engine, clock.now, "q", "p")
+    [task] = take(engine, clock.now, "q", lease_secs=10)
+    clock.advance(10)  # expiry is inclusive: at expires_at the lease is over
+    assert codes(engine.renew([ref(task)], 10, clock.now)) == ["LEASE_EXPIRED"]
+    assert codes(engine.release([ref(task)], None, clock.now)) == ["LEASE_EXPIRED"]
+
+
+def test_an_expired_lease_makes_the_task_available_and_counts_an_attempt(engine, clock):
+    put(engine, clock.now, "q", "p")
+    [first] = take(engine, clock.now, "q", lease_secs=10)
+    clock.advance(11)
+    [second] = take(engine, clock.now, "q", lease_secs=10)
+    assert second.pid == "p"
+    assert second.attempts == 1 and second.deliveries == 2
+    assert second.lease_id > first.lease_id
+
+
+def test_lease_fencing_a_stale_worker_cannot_touch_a_task_leased_again(engine, clock):
+    """TESTING.md: a worker stalls past its lease, another takes the task, the first wakes and acks."""
+    put(engine, clock.now, "q", "p")
+    [stale] = take(engine, clock.now, "q", lease_secs=10, worker="w1")
+    clock.advance(30)
+    [fresh] = take(engine, clock.now, "q", lease_secs=10, worker="w2")
+    assert codes(engine.dequeue([ref(stale)], clock.now)) == ["TASK_NOT_LEASED"]
+    assert codes(engine.renew([ref(stale)], 10, clock.now)) == ["TASK_NOT_LEASED"]
+    assert codes(engine.release([ref(stale)], None, clock.now)) == ["TASK_NOT_LEASED"]
+    assert codes(engine.dequeue([ref(fresh)], clock.now)) == [None]  # the task completes once
+
+
+def test_a_late_dequeue_succeeds_while_nobody_leased_the_task_again(engine, clock):
+    """TaskMaster §5.6: a worker that overran its lease may still dequeue."""
+    put(engine, clock.now, "q", "p")
+    [task] = take(engine, clock.now, "q", lease_secs=10)
+    clock.advance(60)
+    assert codes(engine.dequeue([ref(task)], clock.now)) == [None]
+    assert engine.list_queues(None, 0, 10) == []
+
+
+def test_a_late_dequeue_also_works_after_the_expiry_was_swept(engine, clock):
+    put(engine, clock.now, "q", "p", "q")
+    [task] = take(engine, clock.now, "q", lease_secs=10)
+    clock.advance(60)
+    assert engine.sweep(clock.now) == 1
+    assert codes(engine.dequeue([ref(task)], clock.now)) == [None]
+    assert pids(take(engine, clock.now, "q", max_tasks=5)) == ["q"]
+
+
+def test_a_lease_id_shown_twice_in_one_dequeue_finishes_the_task_once(engine, clock):
+    put(engine, clock.now, "q", "p", "other")
+    [task] = take(engine, clock.now, "q")
+    assert codes(engine.dequeue([ref(task), ref(task)], clock.now)) == [None, "TASK_NOT_FOUND"]
+    assert engine.list_queues(None, 0, 10)[0].size == 1
+
+
+def test_refs_to_missing_tasks_and_made_up_lease_ids(engine, clock):
+    put(engine, clock.now, "q", "p")
+    assert codes(engine.dequeue([LeaseRef("nowhere", "p", 1)], clock.now)) == ["TASK_NOT_FOUND"]
+    assert codes(engine.dequeue([LeaseRef("q", "missing", 1)], clock.now)) == ["TASK_NOT_FOUND"]
+    assert codes(engine.dequeue([LeaseRef("q", "p", 1)], clock.now)) == ["TASK_NOT_LEASED"]  # never leased
+    [task] = take(engine, clock.now, "q")
+    wrong = LeaseRef("q", "p", task.lease_id + 1)
+    assert codes(engine.renew([wrong], 5, clock.now)) == ["TASK_NOT_LEASED"]
+
+
+def test_outcomes_are_per_item(engine, clock):
+    put(engine, clock.now, "q", "a", "b")
+    a, b = take(engine, clock.now, "q", max_tasks=2)
+    outcomes = engine.dequeue([ref(a), LeaseRef("q", "zz", 9), ref(b)], clock.now)
+    assert [(o.pid, o.ok, o.code) for o in outcomes] == [("a", True, None), ("zz", False, "TASK_NOT_FOUND"), ("b", True, None)]
+
+
+def test_release_gives_the_task_back_at_once_and_counts_an_attempt(engine, clock):
+    put(engine, clock.now, "q", "p")
+    [task] = take(engine, clock.now, "q")
+    [outcome] = engine.release([ref(task)], "transient error", clock.now)
+    assert outcome.ok and not outcome.dead
+    [again] = take(engine, clock.now, "q")
+    assert (again.pid, again.attempts) == ("p", 1)
+
+
+def test_after_max_attempts_a_released_task_moves_to_the_dead_letter_queue(engine, clock):
+    put(engine, clock.now, "crawl#fetch", "p", max_attempts=2, headers={"trace": "t1"})
+    [task] = take(engine, clock.now, "crawl#fetch")
+    assert not engine.release([ref(task)], None, clock.now)[0].dead
+    [task] = take(engine, clock.now, "crawl#fetch")
+    assert engine.release([ref(task)], "parse error", clock.now)[0].dead
+    assert [(q.queue, q.size) for q in engine.list_queues(None, 0, 10)] == [("crawl#fetch.dead", 1)]
+    dead = engine.get("crawl#fetch.dead", "p", clock.now)
+    assert dead["attempts"] == 2
+    assert dead["headers"] == {"trace": "t1", DEAD_REASON_HEADER: "parse error"}
+
+
+def test_expired_leases_dead_letter_too_with_their_reason(engine, clock):
+    put(engine, clock.now, "q", "p", max_attempts=1)
+    take(engine, clock.now, "q", lease_secs=5)
+    clock.advance(5)
+    assert take(engine, clock.now, "q") == []
+    assert engine.get("q.dead", "p", clock.now)["headers"] == {DEAD_REASON_HEADER: "LEASE_EXPIRED"}
+
+
+def test_the_default_is_ten_attempts(engine, clock):
+    put(engine, clock.now, "q", "p")
+    for attempt in range(10):
+        [task] = take(engine, clock.now, "q")
+        assert task.attempts == attempt
+        dead = engine.release([ref(task)], None, clock.now)[0].dead
+    assert dead
+    assert engine.get("q.dead", "p", clock.now)["headers"][DEAD_REASON_HEADER] == "RELEASED"
+
+
+def test_a_dead_letter_queue_does_not_dead_letter_further(engine, clock):
+    put(engine, clock.now, "q", "p", max_attempts=1)
+    [task] = take(engine, clock.now, "q")
+    engine.release([ref(task)], None, clock.now)
+    for _ in range(12):
+        [task] = take(engine, clock.now, "q.dead")
+        assert not engine.release([ref(task)], None, clock.now)[0].dead
+    assert engine.get("q.dead", "p", clock.now)["attempts"] == 13
+
+
+def test_leases_are_persisted_so_a_restart_does_not_hand_them_out_again(engine, clock, restart):
+    """TaskMaster §5.2: forgetting leases on restart would duplicate work."""
+    put(engine, clock.now, "q", "a", "b")
+    [held] = take(engine, clock.now, "q", lease_secs=60)
+    engine = restart(engine)
+    assert pids(take(engine, clock.now, "q", max_tasks=10)) == ["b"]
+    assert codes(engine.renew([ref(held)], 60, clock.now)) == [None]
+    assert codes(engine.dequeue([ref(held)], clock.now)) == [None]
+
+
+def test_a_lease_that_ran_out_while_the_broker_was_down_counts_its_attempt(engine, clock, restart):
+    put(engine, clock.now, "q", "once", max_attempts=1)
+    put(engine, clock.now, "q", "retry")
+    take(engine, clock.now, "q", max_tasks=2, lease_secs=10)
+    engine.store.commit()
+    clock.advance(3600)  # the broker is down for an hour
+    engine = restart(engine)
+    [again] = take(engine, clock.now, "q", max_tasks=10)
+    assert (again.pid, again.attempts) == ("retry", 1)
+    assert engine.get("q.dead", "once", clock.now)["headers"] == {DEAD_REASON_HEADER: "LEASE_EXPIRED"}
+
+
+def test_a_lease_that_ran_out_while_the_broker_was_down_can_still_be_dequeued_late(engine, clock, restart):
+    put(engine, clock.now, "q", "p")
+    [task] = take(engine, clock.now, "q", lease_secs=10)
+    clock.advance(3600)
+    engine = restart(engine)
+    assert codes(engine.dequeue([ref(task)], clock.now)) == [None]
+
+
+def test_lease_ids_never_repeat_across_a_restart_even_at_the_same_clock_reading(engine, clock, restart):
+    put(engine, clock.now, "q", "p")
+    [first] = take(engine, clock.now, "q")
+    engine.release([ref(first)], None, clock.now)
+    engine = restart(engine)
+    [second] = take(engine, clock.now, "q")
+    assert second.lease_id != first.lease_id
+    assert codes(engine.dequeue([ref(first)], clock.now)) == ["TASK_NOT_LEASED"]
+
+
+def test_lease_expiry_is_lazy_and_persisted_by_the_sweep():
+    store = MemoryStore()
+    engine = Engine(store)
+    put(engine, 1_000.0, "q", "p")
+    take(engine, 1_000.0, "q", lease_secs=10)
+    assert engine.next_expiry() == 1_010.0
+    assert engine.sweep(1_009.0) == 0
+    store.writes.clear()
+    assert engine.sweep(1_010.0) == 1
+    [mutation] = store.writes
+    assert isinstance(mutation, SetLease)
+    assert (mutation.attempts, mutation.lease_expires_at) == (1, None)
+    assert engine.next_expiry() is None or engine.next_expiry() > 1_010.0
+
+
+def test_a_renewed_lease_is_not_expired_by_its_old_deadline(engine, clock):
+    put(engine, clock.now, "q", "p")
+    [task] = take(engine, clock.now, "q", lease_secs=10)
+    engine.renew([ref(task)], 100, clock.now)
+    clock.advance(50)
+    assert engine.sweep(clock.now) == 0
+    assert codes(engine.dequeue([ref(task)], clock.now)) == [None]
+
+
+def test_take_ready_names_queues_that_gained_available_tasks(engine, clock):
+    engine.take_ready()
+    put(engine, clock.now, "a", "p")
+    [task] = take(engine, clock.now, "a")
+    assert engine.take_ready() == {"a"}
+    engine.release([ref(task)], None, clock.now)
+    assert engine.take_ready() == {"a"}
+    assert engine.take_ready() == set()
