@@ -384,3 +384,19 @@ def test_a_bug_halfway_through_an_atomic_update_leaves_no_half_of_it(
         assert conn.call("list_queues") == [{"queue": "stage-1", "size": 1, "leased": 1}]
         result = conn.call("update", dequeue=[ref(task)], enqueue=[{"queue": "stage-2", "data": b"next", "pid": "1"}])
         assert result["dequeued"][0]["ok"] and not result["enqueued"][0]["collapsed"]
+
+
+def test_long_poll_of_a_client_that_closed_does_not_take_a_task(broker) -> None:
+    """A parked long-poll whose client closed its socket must not be handed a task."""
+    import time as _time
+
+    raw = broker.connect()
+    raw.send("lease", queues=["gone"], wait_secs=5)
+    _time.sleep(0.2)  # parked
+    raw.close()
+    _time.sleep(0.2)
+    other = broker.connect()
+    other.call("enqueue", tasks=[{"queue": "gone", "data": b"x"}])
+    leased = other.call("lease", queues=["gone"], max_tasks=1)
+    assert len(leased) == 1, "the task went to the closed client's long-poll"
+    other.close()

@@ -22,7 +22,9 @@ What a connection guarantees about memory and fairness (TESTING.md, bad input):
   answered (parked long-polls included) the connection stops reading until
   half of them are answered;
 * after the client's EOF (half-close) the connection stays open until every
-  request already received has been answered, then closes.
+  request already received has been answered, then closes; its parked
+  long-polls are answered with an empty list at once and none is parked
+  again, so no task is leased to a client that has stopped listening.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ class ConnectionHost(Protocol):
 
     def forget(self, connection: Connection) -> None:
         """The connection is gone: drop what waits on it."""
+
+    def end_waits(self, connection: Connection) -> None:
+        """The client sent EOF: answer its parked long-polls with nothing, now."""
 
 
 def error_frame(request_id: int, error: errors.KittiwakeError) -> bytes:
@@ -128,8 +133,16 @@ class Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self._eof = True
+        # A client that closes its side while a long-poll is parked would
+        # otherwise be handed tasks that nobody reads, leased until expiry.
+        self.host.end_waits(self)
         # keep the write half open until every request received is answered
         return self.unanswered > 0
+
+    @property
+    def ended(self) -> bool:
+        """The client sent EOF: it may still read replies, but must not be handed new leases by a wait."""
+        return self._eof
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

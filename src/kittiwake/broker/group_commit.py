@@ -177,6 +177,14 @@ class GroupCommit:
     def drop_connection(self, connection: Connection) -> None:
         self.waiters.drop_connection(connection)
 
+    def end_waits(self, connection: Connection) -> None:
+        """Answer a half-closed connection's parked long-polls with an empty list."""
+        mine = self.waiters.of_connection(connection)
+        for waiter in mine:
+            self.waiters.remove(waiter)
+        if mine:
+            connection.deliver([encode_frame(encode_ok(waiter.request_id, [])) for waiter in mine])
+
     def _schedule(self) -> None:
         if self._scheduled is None:
             self._scheduled = self.loop.call_soon(self.run_pass)
@@ -301,7 +309,7 @@ class GroupCommit:
                 except errors.KittiwakeError as exc:
                     frame = error_frame(request.id, exc)
                 else:
-                    if not tasks and wait_secs > 0:
+                    if not tasks and wait_secs > 0 and not connection.ended:
                         attempt.park.append(Park(connection, request.id, lease, time.monotonic() + wait_secs, index))
                         return None
                     frame = self._reply(request.id, lambda: tasks)

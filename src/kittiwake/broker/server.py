@@ -124,6 +124,10 @@ class Broker:
         if self.group is not None and not self._stopping:
             self.group.resubmit(connection, items)
 
+    def end_waits(self, connection: Connection) -> None:
+        if self.group is not None:
+            self.group.end_waits(connection)
+
     def forget(self, connection: Connection) -> None:
         self.connections.discard(connection)
         if self.group is not None:

@@ -115,6 +115,10 @@ class WaiterBook:
             heap.clear()  # drop stale entries of served waiters
         return due
 
+    def of_connection(self, connection: object) -> list[Waiter]:
+        """The waiters of one connection, oldest first."""
+        return sorted(self._by_connection.get(connection, {}).values(), key=lambda waiter: waiter.seq)
+
     def drop_connection(self, connection: object) -> int:
         """Forget the waiters of a closed connection; returns how many."""
         mine = self._by_connection.get(connection)
