@@ -1,0 +1,440 @@
+"""The benchmark harness: a broker subprocess, a pool of load processes, percentiles.
+
+Every benchmark (`ops`, `latency`, `scale`) runs in a `Session`: a throwaway
+directory, a broker started as its own process on it
+(`python -m kittiwake.broker --data DIR --port 0 --durability ...`), and one
+or two load processes (`kittiwake.bench.load`) that drive it. Nothing of the
+benchmark runs inside the broker's process, and the parent process only
+coordinates and draws progress bars: it sets one measurement window for every
+load process (the monotonic clock is shared by all processes), polls their
+task counters, and merges what they send back.
+
+Besides the load's own figures the harness reads the broker's CPU time
+(`/proc/PID/stat`) and memory (`/proc/PID/status`) so each result shows
+whether the broker or the load was the bottleneck.
+
+Percentiles are nearest-rank over every measured operation (no sampling, no
+histogram buckets): p50, p90, p99, p99.9 (`p999`) and max, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from queue import Empty, Queue
+from typing import Any, Callable, Iterable, Sequence
+
+from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
+from kittiwake.bench.load import serve
+from kittiwake.protocol import FrameReader, decode_reply, encode_frame, encode_request
+
+LISTENING = re.compile(r"listening on (\S+):(\d+)")
+BROKER_START_TIMEOUT_SECS = 300.0  # a restart over a million tasks is allowed to take a while
+BROKER_STOP_TIMEOUT_SECS = 120.0
+PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+# Progress callbacks get (fraction done 0..1, tasks finished so far).
+Progress = Callable[[float, int], None]
+
+
+def _no_progress(fraction: float, tasks: int) -> None:
+    pass
+
+
+# ------------------------------------------------------------ percentiles
+
+
+def latency_summary_ms(samples_ns: Iterable[int]) -> dict[str, float] | None:
+    """Nearest-rank p50, p90, p99, p99.9 and max in ms; None without samples."""
+    ordered = sorted(samples_ns)
+    if not ordered:
+        return None
+    count = len(ordered)
+    summary = {}
+    for name, percent in PERCENTILES:
+        rank = max(1, math.ceil(percent / 100.0 * count))
+        summary[name] = round(ordered[rank - 1] / 1e6, 4)
+    summary["max"] = round(ordered[-1] / 1e6, 4)
+    return summary
+
+
+# ------------------------------------------------------------------ broker
+
+
+class BrokerProcess:
+    """A broker on `data_dir`, started and stopped as a subprocess."""
+
+    def __init__(self, data_dir: Path, log_path: Path, durability: str = "fsync",
+                 extra_args: Sequence[str] = ()) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.durability = durability
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen[str] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self._lines: Queue[str | None] = Queue()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> float:
+        """Start the broker; seconds until it printed its listening line."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "kittiwake.broker", "--data", str(self.data_dir), "--port", "0",
+                   "--durability", self.durability, *self.extra_args]
+        started = time.monotonic()
+        log = open(self.log_path, "a")
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
+        log.close()
+        self._lines = Queue()
+        threading.Thread(target=self._drain, args=(self.process, self._lines), daemon=True).start()
+        deadline = started + BROKER_START_TIMEOUT_SECS
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except Empty:
+                self.kill()
+                raise RuntimeError(f"broker did not start within {BROKER_START_TIMEOUT_SECS:.0f}s{self._log_tail()}")
+            if line is None:
+                raise RuntimeError(f"broker exited before listening{self._log_tail()}")
+            match = LISTENING.search(line)
+            if match:
+                self.host, self.port = match.group(1), int(match.group(2))
+                if self.host in ("0.0.0.0", "::", ""):
+                    self.host = "127.0.0.1"
+                return time.monotonic() - started
+
+    @staticmethod
+    def _drain(process: subprocess.Popen[str], lines: Queue[str | None]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:  # keep reading so the broker never blocks on a full pipe
+            lines.put(line)
+        lines.put(None)
+
+    def _log_tail(self) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+        return f"; broker log ends with:\n{text}" if text else ""
+
+    def stop(self) -> float:
+        """SIGTERM and wait; seconds until it exited."""
+        if self.process is None or self.process.poll() is not None:
+            return 0.0
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(BROKER_STOP_TIMEOUT_SECS)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def _status_kb(self, key: str) -> float:
+        try:
+            with open(f"/proc/{self.pid}/status") as status:
+                for line in status:
+                    if line.startswith(key + ":"):
+                        return float(line.split()[1])
+        except OSError:
+            pass
+        return float("nan")
+
+    def rss_mb(self) -> float:
+        """Resident memory now (VmRSS)."""
+        return round(self._status_kb("VmRSS") / 1024.0, 1)
+
+    def peak_rss_mb(self) -> float:
+        """Highest resident memory so far (VmHWM)."""
+        return round(self._status_kb("VmHWM") / 1024.0, 1)
+
+    def cpu_secs(self) -> float:
+        """User + system CPU of the broker process (all its threads) so far."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+class BrokerLink:
+    """A blocking one-request-at-a-time connection for the parent's few set-up calls."""
+
+    def __init__(self, host: str, port: int, timeout: float = 60.0) -> None:
+        self.socket = socket.create_connection((host, port), timeout=timeout)
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = FrameReader(512 * 1024 * 1024)
+        self.next_id = 0
+        self.pending: list[bytes] = []
+
+    def request(self, op: str, **fields: Any) -> Any:
+        self.next_id += 1
+        self.socket.sendall(encode_frame(encode_request(op, self.next_id, fields)))
+        while not self.pending:
+            data = self.socket.recv(1 << 20)
+            if not data:
+                raise ConnectionError("broker closed the connection")
+            self.pending.extend(self.reader.feed(data))
+        reply = decode_reply(self.pending.pop(0))
+        if not reply.ok:
+            error = reply.error or {}
+            raise RuntimeError(f"{op}: {error.get('code')}: {error.get('message')}")
+        return reply.result
+
+    def close(self) -> None:
+        self.socket.close()
+
+    def __enter__(self) -> BrokerLink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -------------------------------------------------------------- load pool
+
+
+class LoadPool:
+    """Long-lived load processes (spawned, so they share nothing with this one)."""
+
+    def __init__(self, processes: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.workers: list[tuple[Any, Any, Any]] = []
+        for _ in range(processes):
+            parent_end, child_end = context.Pipe()
+            counter = context.Value("q", 0, lock=False)
+            process = context.Process(target=serve, args=(child_end, counter), daemon=True)
+            process.start()
+            child_end.close()
+            self.workers.append((process, parent_end, counter))
+
+    @property
+    def size(self) -> int:
+        return len(self.workers)
+
+    def run(self, jobs: Sequence[Any], progress: Callable[[int], None] = lambda tasks: None) -> LoadResult:
+        """Run one job per process (len(jobs) <= size) and merge the results."""
+        if len(jobs) > len(self.workers):
+            raise ValueError("more jobs than load processes")
+        busy = self.workers[: len(jobs)]
+        for (_, pipe, counter), job in zip(busy, jobs):
+            counter.value = 0
+            pipe.send(job)
+        merged = LoadResult()
+        waiting = {id(pipe): (process, pipe) for process, pipe, _ in busy}
+        failure: str | None = None
+        while waiting:
+            progress(sum(counter.value for _, _, counter in busy))
+            for key, (process, pipe) in list(waiting.items()):
+                if pipe.poll(0.05):
+                    status, payload = pipe.recv()
+                    del waiting[key]
+                    if status == "ok":
+                        merged.merge(payload)
+                    else:
+                        failure = failure or payload
+                elif not process.is_alive():
+                    del waiting[key]
+                    failure = failure or f"load process {process.pid} died (exit code {process.exitcode})"
+        progress(sum(counter.value for _, _, counter in busy))
+        if failure:
+            raise RuntimeError(f"a load process failed:\n{failure}")
+        return merged
+
+    def close(self) -> None:
+        for process, pipe, _ in self.workers:
+            try:
+                pipe.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for process, pipe, _ in self.workers:
+            process.join(5)
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+            pipe.close()
+
+
+def split_connections(connections: int, processes: int) -> list[tuple[int, ...]]:
+    """Deal connection numbers 0..connections-1 round-robin over the processes."""
+    shares = [tuple(range(first, connections, processes)) for first in range(processes)]
+    return [share for share in shares if share]
+
+
+# ------------------------------------------------------------------ phases
+
+
+@dataclass
+class Measured:
+    """One measured figure: the merged load result plus the broker's CPU over the run."""
+
+    result: LoadResult
+    seconds: float  # the measurement window (timed) or first start → last end (counted)
+    broker_cpu_percent: float | None = None
+    client_cpu_percent: float | None = None
+
+    @property
+    def tasks_per_s(self) -> float:
+        return self.result.tasks / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def latency_ms(self) -> dict[str, float] | None:
+        return latency_summary_ms(self.result.latencies_ns)
+
+
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+class Session:
+    """A throwaway directory, a broker on it, and a pool of load processes."""
+
+    def __init__(self, *, durability: str = "fsync", processes: int = 2, parent_dir: str | None = None,
+                 keep: bool = False, broker_args: Sequence[str] = ()) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="kittiwake-bench-", dir=parent_dir))
+        self.keep = keep
+        self.broker = BrokerProcess(self.root / "data", self.root / "broker.log", durability, broker_args)
+        self.pool: LoadPool | None = None
+        self.processes = processes
+        self.startup_secs = 0.0
+        self._previous_sigterm: Any = None
+
+    def __enter__(self) -> Session:
+        if threading.current_thread() is threading.main_thread():
+            # a SIGTERM to the benchmark stops its broker and load processes too
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_signal)
+        try:
+            self.pool = LoadPool(self.processes)
+            self.startup_secs = self.broker.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.broker.stop()
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+    def link(self) -> BrokerLink:
+        return BrokerLink(self.broker.host, self.broker.port)
+
+    def timed(self, scenario: Scenario, clients: int, warmup_secs: float, seconds: float,
+              progress: Progress = _no_progress, processes: int | None = None) -> Measured:
+        """Closed-loop load from every load process: warm up, then measure for `seconds`."""
+        assert self.pool is not None
+        shares = split_connections(clients, min(processes or self.pool.size, self.pool.size))
+        start_ns = time.monotonic_ns() + 300_000_000  # time for every process to connect
+        measure_ns = start_ns + int(warmup_secs * 1e9)
+        stop_ns = measure_ns + int(seconds * 1e9)
+        jobs = [TimedLoad(self.broker.host, self.broker.port, scenario, share, start_ns, measure_ns, stop_ns)
+                for share in shares]
+        broker_cpu: dict[str, float] = {}
+        span = (stop_ns - start_ns) / 1e9
+
+        def watch(tasks: int) -> None:
+            now = time.monotonic_ns()
+            if "measure" not in broker_cpu and now >= measure_ns:
+                broker_cpu["measure"] = self.broker.cpu_secs()
+            if "stop" not in broker_cpu and now >= stop_ns:
+                broker_cpu["stop"] = self.broker.cpu_secs()
+            progress(min(1.0, max(0.0, (now - start_ns) / 1e9 / span)), tasks)
+
+        result = self.pool.run(jobs, watch)
+        measured = Measured(result, seconds)
+        if "measure" in broker_cpu and "stop" in broker_cpu:
+            measured.broker_cpu_percent = round(100.0 * (broker_cpu["stop"] - broker_cpu["measure"]) / seconds, 1)
+        if result.wall_secs > 0:
+            measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
+        return measured
+
+    def counted(self, scenario: Scenario, connections: int, ops: int | None, warmup_ops: int = 0,
+                total_tasks: int | None = None, progress: Progress = _no_progress,
+                processes: int | None = None) -> Measured:
+        """Closed-loop load that ends after a number of operations (or tasks) per connection."""
+        assert self.pool is not None
+        shares = split_connections(connections, min(processes or self.pool.size, self.pool.size))
+        jobs = [CountedLoad(self.broker.host, self.broker.port, scenario, share, ops, warmup_ops)
+                for share in shares]
+        expected = total_tasks or max(1, connections * ((ops or 0) + warmup_ops) * scenario.batch)
+        cpu_before = self.broker.cpu_secs()
+        wall_before = time.monotonic()
+        result = self.pool.run(jobs, lambda tasks: progress(min(1.0, tasks / expected), tasks))
+        wall = time.monotonic() - wall_before
+        seconds = (result.last_end_ns - result.first_start_ns) / 1e9 if result.ops else 0.0
+        measured = Measured(result, seconds)
+        if wall > 0:
+            measured.broker_cpu_percent = round(100.0 * (self.broker.cpu_secs() - cpu_before) / wall, 1)
+        if result.wall_secs > 0:
+            measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
+        return measured
+
+    def probe(self, job: WakeProbe | FsyncProbe, expected: int, progress: Progress = _no_progress) -> Measured:
+        """One probe in one load process (sequential samples)."""
+        assert self.pool is not None
+        result = self.pool.run([job], lambda done: progress(min(1.0, done / max(1, expected)), done))
+        seconds = (result.last_end_ns - result.first_start_ns) / 1e9 if result.ops else 0.0
+        measured = Measured(result, seconds)
+        if result.wall_secs > 0:
+            measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
+        return measured
+
+    def fill(self, tasks_by_queue: dict[str, int], batch: int = 500, connections: int = 4,
+             progress: Progress = _no_progress) -> Measured | None:
+        """Enqueue FIFO tasks of 1 KB until each queue holds at least the given count more."""
+        total = sum(tasks_by_queue.values())
+        if total <= 0:
+            return None
+        merged: Measured | None = None
+        done = 0
+        for queue, count in tasks_by_queue.items():
+            if count <= 0:
+                continue
+            streams = min(connections, max(1, count // batch))
+            per_stream = math.ceil(count / streams)
+            scenario = Scenario("fifo_enqueue", (queue,), batch=batch, budget_tasks=per_stream)
+            offset = done
+            measured = self.counted(scenario, streams, None, total_tasks=per_stream * streams,
+                                    progress=lambda fraction, tasks: progress(min(1.0, (offset + tasks) / total),
+                                                                              offset + tasks))
+            done += per_stream * streams
+            if measured.result.errors:
+                raise RuntimeError(f"filling {queue} failed: {measured.result.first_error}")
+            merged = measured
+        return merged
+
+
+def queue_sizes(link: BrokerLink, pattern: str) -> dict[str, int]:
+    """Sizes of the queues whose names match a regex."""
+    return {row["queue"]: row["size"] for row in link.request("list_queues", pattern=pattern, limit=1_000_000)}

@@ -1,0 +1,454 @@
+"""What runs inside a load process: closed-loop connections on raw pipelined frames.
+
+A load process drives the broker the way TaskMaster §6 drove its node: many
+clients, each one connection with one request in flight (closed loop), 1 KB of
+data per task. It speaks the wire protocol directly — `encode_request` +
+`encode_frame` out, `FrameReader` + a reply decoder in — from `asyncio.Protocol`
+callbacks, with uvloop when it is installed: a reply's `data_received` writes
+the next request at once, with no task, future or coroutine per request. That
+keeps the client's cost per request to a few tens of microseconds, so two load
+processes on the machine's second core can outrun one broker; the harness
+reports the clients' CPU next to the broker's so a reader can check.
+
+Replies are decoded only as far as the benchmark needs (`ok`, and `queue`,
+`pid`, `lease_id` of leased tasks); msgspec skips the rest (the 1 KB data)
+without building objects.
+
+A run stops either at a point in time (`TimedLoad`: warm up, then count what
+completes inside the window) or after a number of operations (`CountedLoad`:
+for probes and for filling queues). Every clock reading is
+`time.monotonic_ns()`, which is one clock for every process on the machine, so
+the parent can set the window for all processes at once.
+
+Jobs and results are the plain picklable dataclasses of `jobs`: the parent
+(`harness`) sends a job over a pipe, the process answers with a `LoadResult`.
+Sequential probes (long-poll wake-up, fsync) live in `probes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import traceback
+from multiprocessing.connection import Connection as Pipe
+from multiprocessing.sharedctypes import Synchronized
+from typing import Any
+
+import msgspec
+
+from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
+from kittiwake.bench.probes import cpu_secs, run_fsync_probe, run_wake_probe
+from kittiwake.protocol import FrameReader, encode_frame, encode_request
+
+# An operation that finished nothing (an empty lease, an error reply) waits this
+# long before the next request, so a drained queue does not turn into a spin.
+IDLE_PAUSE_SECS = 0.001
+# A counted run gives up on a connection after this many operations in a row
+# finished nothing (its queue is empty and nobody refills it): about 2 s.
+MAX_IDLE_OPS_IN_A_ROW = 2000
+# How often a load process publishes its running task count for progress bars.
+PROGRESS_EVERY_SECS = 0.1
+# A connection that still waits for its last reply this long after the end of
+# its run is given up (counted as an error).
+DRAIN_TIMEOUT_SECS = 60.0
+MAX_REPLY_BYTES = 512 * 1024 * 1024
+
+# --------------------------------------------------------------- replies
+
+
+class _ErrorBody(msgspec.Struct):
+    code: str = "INTERNAL"
+    message: str = ""
+
+
+class _Status(msgspec.Struct):
+    """Any reply, read only as far as ok / error."""
+
+    id: int
+    ok: bool
+    error: _ErrorBody | None = None
+
+
+class _LeasedRef(msgspec.Struct):
+    """The part of a leased task that names its lease; encodes back as a lease ref."""
+
+    queue: str
+    pid: str
+    lease_id: int
+
+
+class _LeaseReply(msgspec.Struct):
+    id: int
+    ok: bool
+    result: list[_LeasedRef] | None = None
+    error: _ErrorBody | None = None
+
+
+class _ItemStatus(msgspec.Struct):
+    ok: bool
+    code: str | None = None
+    message: str | None = None
+
+
+class _ItemsReply(msgspec.Struct):
+    id: int
+    ok: bool
+    result: list[_ItemStatus] | None = None
+    error: _ErrorBody | None = None
+
+
+_decode_status = msgspec.msgpack.Decoder(_Status).decode
+_decode_lease = msgspec.msgpack.Decoder(_LeaseReply).decode
+_decode_items = msgspec.msgpack.Decoder(_ItemsReply).decode
+
+# --------------------------------------------------------------- scripts
+
+
+class Script:
+    """One connection's closed loop: the next request, and what a reply finished.
+
+    `on_reply` returns the number of tasks the operation finished (0 for an
+    empty lease or an error), or None when the operation needs another round
+    trip (a lease that now has to be dequeued).
+    """
+
+    exhausted = False  # no more requests to send (task budget spent)
+
+    def __init__(self) -> None:
+        self.request_id = 0
+        self.errors = 0
+        self.empties = 0
+        self.first_error: str | None = None
+
+    def request(self) -> bytes:
+        raise NotImplementedError
+
+    def on_reply(self, body: bytes) -> int | None:
+        raise NotImplementedError
+
+    def _frame(self, op: str, fields: dict[str, Any]) -> bytes:
+        self.request_id += 1
+        return encode_frame(encode_request(op, self.request_id, fields))
+
+    def _fail(self, what: str, error: Any) -> int:
+        self.errors += 1
+        if self.first_error is None:
+            if error is None:
+                self.first_error = f"{what}: error reply without an error body"
+            else:
+                self.first_error = f"{what}: {error.code}: {error.message}"
+        return 0
+
+
+class EnqueueScript(Script):
+    """Enqueue `batch` tasks per request: random 64-bit hex pids, or FIFO (no pid)."""
+
+    def __init__(self, queues: list[str], data: bytes, batch: int, explicit_pid: bool,
+                 rng: random.Random, budget_tasks: int | None) -> None:
+        super().__init__()
+        self.queues = queues
+        self.data = data
+        self.batch = batch
+        self.explicit_pid = explicit_pid
+        self.rng = rng
+        self.budget = budget_tasks
+        self.cursor = 0  # next queue, for spreading over many queues
+        self.in_flight = 0
+        if not explicit_pid and len(queues) == 1:
+            self._fifo_tasks = [{"queue": queues[0], "data": data} for _ in range(batch)]
+        else:
+            self._fifo_tasks = None
+
+    def request(self) -> bytes:
+        count = self.batch if self.budget is None else min(self.batch, self.budget)
+        if self.budget is not None:
+            self.budget -= count
+            self.exhausted = self.budget <= 0
+        self.in_flight = count
+        data = self.data
+        if self.explicit_pid:
+            bits = self.rng.getrandbits
+            queue = self.queues[0]
+            tasks = [{"queue": queue, "pid": f"{bits(64):016x}", "data": data} for _ in range(count)]
+        elif self._fifo_tasks is not None:
+            tasks = self._fifo_tasks if count == self.batch else self._fifo_tasks[:count]
+        else:
+            queues = self.queues
+            start = self.cursor
+            tasks = [{"queue": queues[(start + i) % len(queues)], "data": data} for i in range(count)]
+            self.cursor = (start + count) % len(queues)
+        return self._frame("enqueue", {"tasks": tasks})
+
+    def on_reply(self, body: bytes) -> int | None:
+        reply = _decode_status(body)
+        if not reply.ok:
+            return self._fail("enqueue", reply.error)
+        return self.in_flight
+
+
+class LeaseDequeueScript(Script):
+    """Lease up to `batch` tasks of one queue, then dequeue them: two requests per operation."""
+
+    def __init__(self, queue: str, batch: int, lease_secs: float, worker: str) -> None:
+        super().__init__()
+        self.lease_fields = {"queues": [queue], "max_tasks": batch, "lease_secs": lease_secs, "worker": worker}
+        self.leased: list[_LeasedRef] | None = None
+
+    def request(self) -> bytes:
+        if self.leased is None:
+            return self._frame("lease", self.lease_fields)
+        return self._frame("dequeue", {"leases": self.leased})
+
+    def on_reply(self, body: bytes) -> int | None:
+        if self.leased is None:
+            reply = _decode_lease(body)
+            if not reply.ok:
+                return self._fail("lease", reply.error)
+            if not reply.result:
+                self.empties += 1
+                return 0
+            self.leased = reply.result
+            return None
+        items = _decode_items(body)
+        self.leased = None
+        if not items.ok:
+            return self._fail("dequeue", items.error)
+        done = 0
+        for item in items.result or ():
+            if item.ok:
+                done += 1
+            else:
+                self._fail("dequeue item", _ErrorBody(item.code or "INTERNAL", item.message or ""))
+        return done
+
+
+class QueryScript(Script):
+    """The same read-only request again and again (list_queues, stats)."""
+
+    def __init__(self, op: str, fields: dict[str, Any]) -> None:
+        super().__init__()
+        self.op = op
+        self.fields = fields
+
+    def request(self) -> bytes:
+        return self._frame(self.op, self.fields)
+
+    def on_reply(self, body: bytes) -> int | None:
+        reply = _decode_status(body)
+        if not reply.ok:
+            return self._fail(self.op, reply.error)
+        return 1
+
+
+def make_script(scenario: Scenario, connection: int, data: bytes) -> Script:
+    queues = list(scenario.queues)
+    own = [queues[connection % len(queues)]] if queues else []
+    kind = scenario.kind
+    rng = random.Random(connection * 7919 + os.getpid())
+    if kind == "enqueue":
+        return EnqueueScript(own, data, scenario.batch, True, rng, scenario.budget_tasks)
+    if kind == "fifo_enqueue":
+        return EnqueueScript(own, data, scenario.batch, False, rng, scenario.budget_tasks)
+    if kind == "spread_enqueue":
+        script = EnqueueScript(queues, data, scenario.batch, False, rng, scenario.budget_tasks)
+        # each connection deals its share from its own place in the ring, so the
+        # queues fill evenly instead of every connection starting at the first
+        script.cursor = (connection * (scenario.budget_tasks or 0)) % len(queues)
+        return script
+    if kind == "lease_dequeue":
+        return LeaseDequeueScript(own[0], scenario.batch, scenario.lease_secs, f"bench-{connection}")
+    if kind == "list_queues":
+        return QueryScript("list_queues", {"pattern": scenario.pattern, "limit": 100_000})
+    if kind == "stats":
+        return QueryScript("stats", {"queues": queues[:1], "sample": 10})
+    raise ValueError(f"unknown scenario kind {kind!r}")
+
+
+# ----------------------------------------------------------- connections
+
+
+class Tally:
+    """What the connections of one process measured so far."""
+
+    def __init__(self) -> None:
+        self.result = LoadResult()
+        self.finished_tasks = 0  # every task finished, measured or not (for progress)
+
+
+class LoadConnection(asyncio.Protocol):
+    """One client: one connection, one request in flight, driven from callbacks."""
+
+    def __init__(self, script: Script, tally: Tally, *, measure_ns: int, stop_ns: int,
+                 warmup_ops: int, ops: int | None) -> None:
+        self.script = script
+        self.tally = tally
+        self.measure_ns = measure_ns
+        self.stop_ns = stop_ns
+        self.warmup_ops = warmup_ops
+        self.ops = ops
+        self.completed = 0  # operations finished, measured or not
+        self.idle_in_a_row = 0  # operations in a row that finished nothing
+        self.measured = 0
+        self.reader = FrameReader(MAX_REPLY_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.op_start_ns = 0
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.closing = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def start(self) -> None:
+        self.send()
+
+    def send(self) -> None:
+        now = time.monotonic_ns()
+        script = self.script
+        if now >= self.stop_ns or script.exhausted or (self.ops is not None and self.measured >= self.ops):
+            self.finish()
+            return
+        self.op_start_ns = now
+        assert self.transport is not None
+        self.transport.write(script.request())
+
+    def data_received(self, data: bytes) -> None:
+        for body in self.reader.feed(data):
+            tasks = self.script.on_reply(body)
+            if tasks is None:  # the operation's next round trip
+                assert self.transport is not None
+                self.transport.write(self.script.request())
+                continue
+            now = time.monotonic_ns()
+            self.completed += 1
+            self.tally.finished_tasks += tasks
+            if tasks and now >= self.measure_ns and self.completed > self.warmup_ops:
+                result = self.tally.result
+                result.latencies_ns.append(now - self.op_start_ns)
+                result.tasks += tasks
+                result.ops += 1
+                if not result.first_start_ns or self.op_start_ns < result.first_start_ns:
+                    result.first_start_ns = self.op_start_ns
+                if now > result.last_end_ns:
+                    result.last_end_ns = now
+                self.measured += 1
+            if tasks:
+                self.idle_in_a_row = 0
+                self.send()
+                continue
+            self.idle_in_a_row += 1
+            if self.ops is not None and self.idle_in_a_row >= MAX_IDLE_OPS_IN_A_ROW:
+                self.script.errors += 1
+                self.script.first_error = self.script.first_error or (
+                    f"gave up after {self.idle_in_a_row} operations in a row finished nothing (queue empty?)")
+                self.finish()
+                return
+            asyncio.get_running_loop().call_later(IDLE_PAUSE_SECS, self.send)
+
+    def finish(self) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        script = self.script
+        result = self.tally.result
+        result.errors += script.errors
+        result.empties += script.empties
+        result.first_error = result.first_error or script.first_error
+        if self.transport is not None:
+            self.transport.close()
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closing:
+            self.script.errors += 1
+            self.script.first_error = self.script.first_error or f"connection lost: {exc or 'closed by broker'}"
+            self.finish()
+
+
+async def _open(host: str, port: int, factory: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    _, protocol = await loop.create_connection(factory, host, port)
+    return protocol
+
+
+async def _publish_progress(tally: Tally, counter: Synchronized) -> None:
+    while True:
+        counter.value = tally.finished_tasks
+        await asyncio.sleep(PROGRESS_EVERY_SECS)
+
+
+async def run_load(job: TimedLoad | CountedLoad, counter: Synchronized) -> LoadResult:
+    """Open every connection, run the closed loops, return what was measured."""
+    timed = isinstance(job, TimedLoad)
+    data = os.urandom(job.scenario.data_bytes)
+    tally = Tally()
+    connections: list[LoadConnection] = []
+    for number in job.connections:
+        script = make_script(job.scenario, number, data)
+        if timed:
+            options = dict(measure_ns=job.measure_ns, stop_ns=job.stop_ns, warmup_ops=0, ops=None)
+        else:
+            options = dict(measure_ns=0, stop_ns=2**63 - 1, warmup_ops=job.warmup_ops, ops=job.ops)
+        connection = LoadConnection(script, tally, **options)  # type: ignore[arg-type]
+        await _open(job.host, job.port, lambda c=connection: c)
+        connections.append(connection)
+    if timed:
+        await asyncio.sleep(max(0.0, (job.start_ns - time.monotonic_ns()) / 1e9))
+    publisher = asyncio.ensure_future(_publish_progress(tally, counter))
+    cpu_before = cpu_secs()
+    wall_before = time.monotonic()
+    for connection in connections:
+        connection.start()
+    pending = [c.done for c in connections]
+    if timed:
+        deadline = max(0.0, (job.stop_ns - time.monotonic_ns()) / 1e9) + DRAIN_TIMEOUT_SECS
+        await asyncio.wait(pending, timeout=deadline)
+    else:
+        await asyncio.wait(pending)
+    for connection in connections:
+        if not connection.done.done():
+            connection.script.errors += 1
+            connection.script.first_error = connection.script.first_error or "no reply before the drain timeout"
+            connection.finish()
+    result = tally.result
+    result.cpu_secs = cpu_secs() - cpu_before
+    result.wall_secs = time.monotonic() - wall_before
+    publisher.cancel()
+    counter.value = tally.finished_tasks
+    return result
+
+
+# ---------------------------------------------------------- process main
+
+
+def _event_loop_policy() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def serve(pipe: Pipe, counter: Synchronized) -> None:
+    """A load process: run each job the parent sends, answer ("ok", result) or ("error", text)."""
+    _event_loop_policy()
+    while True:
+        try:
+            job = pipe.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        counter.value = 0
+        try:
+            if isinstance(job, FsyncProbe):
+                outcome: Any = ("ok", run_fsync_probe(job, counter))
+            elif isinstance(job, WakeProbe):
+                outcome = ("ok", asyncio.run(run_wake_probe(job, counter)))
+            else:
+                outcome = ("ok", asyncio.run(run_load(job, counter)))
+        except BaseException:  # reported to the parent, which raises it
+            outcome = ("error", traceback.format_exc())
+        pipe.send(outcome)

@@ -1,0 +1,158 @@
+"""Sequential probes run in a load process: enqueue → parked long-poll lease, and the disk's fsync.
+
+* `run_wake_probe`: a worker connection parks a long-poll lease on an empty
+  queue; after `park_secs` (so the lease is surely waiting at the broker) a
+  producer connection sends an enqueue; the sample is the time from sending
+  the enqueue to receiving the worker's lease reply. The worker dequeues the
+  task before the next sample, so the queue is empty again.
+* `run_fsync_probe`: append 4 KiB to a file and `os.fsync` it — the least a
+  durable commit costs on this disk.
+
+Both go one request at a time, through `RawConnection`, a minimal pipelining
+client (decoded reply maps, futures by request id): their cost per request
+does not matter, only the broker's and the disk's time does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from multiprocessing.sharedctypes import Synchronized
+from typing import Any
+
+import msgspec
+
+from kittiwake.bench.jobs import FsyncProbe, LoadResult, WakeProbe
+from kittiwake.protocol import FrameReader, encode_frame, encode_request
+
+MAX_REPLY_BYTES = 512 * 1024 * 1024
+_decode_any = msgspec.msgpack.Decoder().decode
+
+
+async def _open(host: str, port: int, factory: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    _, protocol = await loop.create_connection(factory, host, port)
+    return protocol
+
+
+def cpu_secs() -> float:
+    """User + system CPU of this process so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class RawConnection(asyncio.Protocol):
+    """A minimal pipelining client for probes: request(op, fields) -> decoded reply map."""
+
+    def __init__(self) -> None:
+        self.reader = FrameReader(MAX_REPLY_BYTES)
+        self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.next_id = 0
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        for body in self.reader.feed(data):
+            reply = _decode_any(body)
+            future = self.waiting.pop(reply["id"], None)
+            if future is not None and not future.done():
+                future.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_exception(ConnectionError(f"broker closed the connection: {exc}"))
+        self.waiting.clear()
+
+    def send(self, op: str, fields: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        self.next_id += 1
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.waiting[self.next_id] = future
+        assert self.transport is not None
+        self.transport.write(encode_frame(encode_request(op, self.next_id, fields)))
+        return future
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _checked(reply: dict[str, Any], what: str) -> Any:
+    if not reply.get("ok"):
+        error = reply.get("error") or {}
+        raise RuntimeError(f"{what}: {error.get('code')}: {error.get('message')}")
+    return reply.get("result")
+
+
+async def run_wake_probe(job: WakeProbe, counter: Synchronized) -> LoadResult:
+    """Time from sending an enqueue to receiving the lease reply of a parked long-poll."""
+    worker: RawConnection = await _open(job.host, job.port, RawConnection)
+    producer: RawConnection = await _open(job.host, job.port, RawConnection)
+    data = os.urandom(job.data_bytes)
+    result = LoadResult()
+    cpu_before = cpu_secs()
+    wall_before = time.monotonic()
+    lease_fields = {"queues": [job.queue], "max_tasks": 1, "lease_secs": 30.0, "wait_secs": 30.0,
+                    "worker": "bench-wake"}
+    enqueue_fields = {"tasks": [{"queue": job.queue, "data": data}]}
+    for index in range(job.warmup + job.samples):
+        leasing = worker.send("lease", lease_fields)
+        await asyncio.sleep(job.park_secs)
+        if leasing.done():  # answered before anything was enqueued: the queue was not empty
+            _checked(leasing.result(), "lease")
+            raise RuntimeError(f"queue {job.queue} was not empty at the start of a wake probe")
+        sent_ns = time.monotonic_ns()
+        enqueueing = producer.send("enqueue", enqueue_fields)
+        leased = _checked(await leasing, "lease")
+        woke_ns = time.monotonic_ns()
+        _checked(await enqueueing, "enqueue")
+        if not leased:
+            raise RuntimeError("long-poll lease returned no task after an enqueue")
+        refs = [{"queue": t["queue"], "pid": t["pid"], "lease_id": t["lease_id"]} for t in leased]
+        _checked(await worker.send("dequeue", {"leases": refs}), "dequeue")
+        if index >= job.warmup:
+            result.latencies_ns.append(woke_ns - sent_ns)
+            result.tasks += 1
+            result.ops += 1
+            result.first_start_ns = result.first_start_ns or sent_ns
+            result.last_end_ns = woke_ns
+        counter.value = index + 1
+    result.cpu_secs = cpu_secs() - cpu_before
+    result.wall_secs = time.monotonic() - wall_before
+    worker.close()
+    producer.close()
+    return result
+
+
+def run_fsync_probe(job: FsyncProbe, counter: Synchronized) -> LoadResult:
+    """The disk's own commit cost: append 4 KiB and fsync, as a WAL commit does at least."""
+    path = os.path.join(job.directory, f"fsync-probe-{os.getpid()}.bin")
+    block = os.urandom(job.block_bytes)
+    result = LoadResult()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    started = time.monotonic()
+    cpu_before = cpu_secs()
+    try:
+        for index in range(job.samples):
+            before = time.monotonic_ns()
+            os.write(descriptor, block)
+            os.fsync(descriptor)
+            after = time.monotonic_ns()
+            result.latencies_ns.append(after - before)
+            result.ops += 1
+            result.first_start_ns = result.first_start_ns or before
+            result.last_end_ns = after
+            counter.value = index + 1
+            if time.monotonic() - started > job.max_secs:
+                break
+    finally:
+        os.close(descriptor)
+        os.unlink(path)
+    result.wall_secs = time.monotonic() - started
+    result.cpu_secs = cpu_secs() - cpu_before
+    return result

@@ -1,0 +1,63 @@
+"""The figures Kittiwake's benchmarks are held against: the seeds' numbers and the targets.
+
+* TaskMaster §6, Table 1: single-task operations per second on one node backed
+  by Bigtable, 500 client threads, 1 KB tasks.
+* Fabriq (Figure 43): push latency of one message at 64 and 128 instances,
+  p50 / p90 / p99.9.
+* The targets of the benchmark issue, for this durable (fsync) single node.
+
+A `ratio` in every report says how many times Kittiwake is ahead of the
+reference: measured / reference for rates, reference / measured for
+latencies, so above 1 is better either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RateReference:
+    """A throughput figure: the seed's tasks/s (None when the seed has none) and the target."""
+
+    source: str | None
+    tasks_per_s: float | None
+    target_tasks_per_s: float
+
+
+TASKMASTER_TABLE_1 = "TaskMaster §6 Table 1"
+
+OPS: dict[str, RateReference] = {
+    "enqueue": RateReference(TASKMASTER_TABLE_1, 1630.0, 15_000.0),
+    "fifo_enqueue": RateReference(TASKMASTER_TABLE_1, 2386.0, 20_000.0),
+    "lease_dequeue": RateReference(TASKMASTER_TABLE_1, 1485.0, 10_000.0),
+    "batch_enqueue": RateReference(None, None, 150_000.0),
+    "batch_lease_dequeue": RateReference(None, None, 60_000.0),
+}
+
+FABRIQ_PUSH_LATENCY_MS = {"p50": 0.42, "p90": 0.89, "p999": 11.98}
+FABRIQ = "Fabriq push latency"
+
+# Idle enqueue round trip: p50 within this much of the disk's own fsync p50.
+TARGET_P50_OVER_FSYNC_MS = 0.3
+TARGET_P999_MS = 5.0
+
+# Scale targets.
+TARGET_BIG_QUEUE_LEASE_P50_FACTOR = 2.0  # vs the same call on an empty broker
+TARGET_RSS_MB = 500.0
+TARGET_LIST_QUEUES_MS = 50.0
+TARGET_STATS_MS = 1.0
+TARGET_RECOVERY_S = 10.0
+TASKMASTER_RECOVERY = 'TaskMaster §5.3 "a few seconds"'
+
+
+def rate_ratio(measured: float | None, reference: float | None) -> float | None:
+    if not measured or not reference:
+        return None
+    return round(measured / reference, 2)
+
+
+def latency_ratio(reference_ms: float | None, measured_ms: float | None) -> float | None:
+    if not measured_ms or not reference_ms:
+        return None
+    return round(reference_ms / measured_ms, 2)
