@@ -1,0 +1,130 @@
+"""`kittiwake bench ops`: TaskMaster §6 Table 1 and Bulk Operations, on this machine.
+
+TaskMaster measured one node under 500 client threads with 1 KB tasks:
+enqueue 1,630/s, FIFO enqueue 2,386/s, lease + dequeue 1,485/s (Table 1), and
+the same operations in batches (Figure 5). This benchmark runs the five
+figures one after the other on one broker, each as a closed loop of
+`--clients` connections (one request in flight each) from the load processes,
+warmed up for `--warmup` seconds and then measured for `--seconds`:
+
+* `enqueue`: one task per request with an explicit random 64-bit pid (the
+  broker must check the pid is new: TaskMaster's read + write).
+* `fifo_enqueue`: one task per request, pid assigned by the broker.
+* `lease_dequeue`: lease one task, then dequeue it — two requests; one
+  operation is the pair, its latency runs from sending the lease to the
+  dequeue's reply.
+* `batch_enqueue`: `--batch` FIFO tasks per request.
+* `batch_lease_dequeue`: lease up to `--batch` tasks, dequeue them in one
+  request.
+
+Queues. TaskMaster's threads of one process shared a queue while processes
+worked on disjoint queues; here connection i works on queue i % `--queues`
+(10 by default, so 5 connections share each queue at 50 clients). The lease
+phases consume what the enqueue phases left in the same queues; before each
+lease phase the queues are topped up (batched, unmeasured) to 1.3 × what the
+preceding enqueue rate could consume, so no queue runs dry while measured
+(`empty_leases` in the record says if one did anyway).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from rich.console import Console
+
+from kittiwake.bench import references
+from kittiwake.bench.harness import Measured, Session, queue_sizes
+from kittiwake.bench.jobs import Scenario
+from kittiwake.bench.report import figure, check_target, machine_info, progress_bars
+
+SINGLE_PREFIX = "bench.ops."
+BULK_PREFIX = "bench.bulk."
+TOP_UP_MARGIN = 1.3
+TOP_UP_BATCH = 500
+
+
+@dataclass(frozen=True)
+class OpsSettings:
+    seconds: float = 10.0
+    warmup_secs: float = 2.0
+    clients: int = 50
+    batch: int = 100
+    queues: int = 10
+    processes: int = 2
+    durability: str = "fsync"
+    data_bytes: int = 1024
+
+
+def _top_up(session: Session, queues: tuple[str, ...], rate: float, seconds: float,
+            progress: Callable[[float, int], None]) -> None:
+    """Fill each queue to what `rate` tasks/s spread over them could take in `seconds`."""
+    per_queue = math.ceil(rate * seconds * TOP_UP_MARGIN / len(queues)) + 100
+    with session.link() as link:
+        prefix = queues[0].rsplit(".", 1)[0]
+        sizes = queue_sizes(link, "^" + prefix.replace(".", r"\.") + r"\.")
+    missing = {queue: per_queue - sizes.get(queue, 0) for queue in queues}
+    session.fill({queue: count for queue, count in missing.items() if count > 0},
+                 batch=TOP_UP_BATCH, progress=progress)
+    progress(1.0, sum(count for count in missing.values() if count > 0))
+
+
+def _record(name: str, measured: Measured, *, batch: int, requests: int, queues: int, clients: int) -> dict[str, Any]:
+    reference = references.OPS[name]
+    record = figure(
+        measured,
+        ratio=references.rate_ratio(measured.tasks_per_s, reference.tasks_per_s),
+        reference={"source": reference.source, "tasks_per_s": reference.tasks_per_s} if reference.source else None,
+        target={"tasks_per_s_min": reference.target_tasks_per_s},
+        batch=batch,
+        requests_per_op=requests,
+        clients=clients,
+        queues=queues,
+    )
+    record["meets_target"] = check_target(record)
+    return record
+
+
+def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None = None) -> tuple[dict[str, Any], dict[str, Measured]]:
+    """Run the five figures; returns the JSON report and the raw measurements (for plots)."""
+    clients = settings.clients
+    queue_count = max(1, min(settings.queues, clients))
+    single = tuple(f"{SINGLE_PREFIX}{k}" for k in range(queue_count))
+    bulk = tuple(f"{BULK_PREFIX}{k}" for k in range(queue_count))
+    data = settings.data_bytes
+    run_secs = settings.warmup_secs + settings.seconds
+    measured: dict[str, Measured] = {}
+    with Session(durability=settings.durability, processes=settings.processes, parent_dir=parent_dir) as session, \
+            progress_bars(console) as bar:
+
+        def timed(name: str, label: str, scenario: Scenario) -> Measured:
+            result = session.timed(scenario, clients, settings.warmup_secs, settings.seconds, bar(label))
+            measured[name] = result
+            return result
+
+        enqueue = timed("enqueue", "enqueue, explicit pid", Scenario("enqueue", single, data_bytes=data))
+        fifo = timed("fifo_enqueue", "FIFO enqueue", Scenario("fifo_enqueue", single, data_bytes=data))
+        _top_up(session, single, max(enqueue.tasks_per_s, fifo.tasks_per_s), run_secs, bar("top up (unmeasured)"))
+        timed("lease_dequeue", "lease + dequeue", Scenario("lease_dequeue", single, data_bytes=data))
+        batch_enqueue = timed("batch_enqueue", f"batch enqueue ×{settings.batch}",
+                              Scenario("fifo_enqueue", bulk, batch=settings.batch, data_bytes=data))
+        _top_up(session, bulk, batch_enqueue.tasks_per_s, run_secs, bar("top up (unmeasured)"))
+        timed("batch_lease_dequeue", f"batch lease + dequeue ×{settings.batch}",
+              Scenario("lease_dequeue", bulk, batch=settings.batch, data_bytes=data))
+        broker_startup_s = session.startup_secs
+
+    shape = {
+        "enqueue": (1, 1), "fifo_enqueue": (1, 1), "lease_dequeue": (1, 2),
+        "batch_enqueue": (settings.batch, 1), "batch_lease_dequeue": (settings.batch, 2),
+    }
+    ops = {
+        name: _record(name, measured[name], batch=batch, requests=requests, queues=queue_count, clients=clients)
+        for name, (batch, requests) in shape.items()
+    }
+    report = {
+        "machine": machine_info(),
+        "settings": {**asdict(settings), "queues": queue_count, "broker_startup_s": round(broker_startup_s, 3)},
+        "ops": ops,
+    }
+    return report, measured

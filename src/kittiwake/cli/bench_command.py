@@ -1,0 +1,137 @@
+"""`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
+
+Three subcommands, each starting its own broker on a throwaway directory:
+`ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
+trips against Fabriq and the disk's fsync) and `scale` (a big queue, many
+queues, memory and restart). Each prints a table, and with `--json FILE`
+writes the report documented in `kittiwake.bench.report`; a latency CDF plot
+goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+DURABILITY = click.Choice(["fsync", "os"])
+
+
+def _durability_option(function: Any) -> Any:
+    return click.option("--durability", type=DURABILITY, default="fsync", show_default=True,
+                        help="fsync: ok means on disk (default); os: ok means handed to the OS.")(function)
+
+
+def _output_options(function: Any) -> Any:
+    function = click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
+                            help="Where to create the broker's throwaway directory (default: the system temp dir).")(function)
+    function = click.option("--plot", type=click.Path(dir_okay=False), default=None,
+                            help="Write a latency CDF (PNG) here; needs matplotlib. Default: next to --json.")(function)
+    function = click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+                            help="Write the report as JSON to FILE ('-' for stdout).")(function)
+    return function
+
+
+def _finish(console: Any, report: dict[str, Any], measured: dict[str, Any], title: str,
+            json_path: str | None, plot: str | None) -> None:
+    from kittiwake.bench.report import plot_path, write_cdf_plot, write_json
+
+    if json_path:
+        write_json(json_path, report)
+    target = plot_path(plot, json_path)
+    if write_cdf_plot(target, title, measured):
+        console.print(f"[dim]latency CDF written to {target}")
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # a log file or a pipe: room for the whole table
+        console = Console(width=max(console.width, 160))
+    return console
+
+
+@click.group("bench")
+def bench() -> None:
+    """Measure the broker: throughput, latency, scale (each on a fresh broker)."""
+
+
+@bench.command("ops")
+@click.option("--seconds", type=click.FloatRange(0.1), default=10.0, show_default=True,
+              help="Measured seconds per figure.")
+@click.option("--warmup", type=click.FloatRange(0.0), default=2.0, show_default=True,
+              help="Unmeasured seconds before each figure.")
+@click.option("--clients", type=click.IntRange(1, 10_000), default=50, show_default=True,
+              help="Connections, each with one request in flight.")
+@click.option("--batch", type=click.IntRange(1, 10_000), default=100, show_default=True,
+              help="Tasks per request in the batched figures.")
+@click.option("--queues", type=click.IntRange(1, 10_000), default=10, show_default=True,
+              help="Queues the clients share (connection i uses queue i mod N).")
+@click.option("--processes", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Load processes the clients are spread over.")
+@_durability_option
+@_output_options
+def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues: int, processes: int,
+                durability: str, json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
+    """TaskMaster §6 Table 1 on this machine: single-task and batched enqueue, lease + dequeue."""
+    from kittiwake.bench.ops import OpsSettings, run_ops
+    from kittiwake.bench.report import print_machine, show_figures
+
+    console = _console()
+    settings = OpsSettings(seconds=seconds, warmup_secs=warmup, clients=clients, batch=batch, queues=queues,
+                           processes=processes, durability=durability)
+    report, measured = run_ops(settings, console, parent_dir=parent_dir)
+    show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, ×ref = vs TaskMaster Table 1",
+                 report["ops"])
+    print_machine(console, report["machine"])
+    _finish(console, report, measured, "kittiwake bench ops", json_path, plot)
+
+
+@bench.command("latency")
+@click.option("--samples", type=click.IntRange(1, 10_000_000), default=5000, show_default=True,
+              help="Sequential samples per figure.")
+@click.option("--fsync-samples", type=click.IntRange(1, 10_000_000), default=None,
+              help="fsync samples (default: --samples; stops after 20 s on a slow disk).")
+@_durability_option
+@_output_options
+def latency_command(samples: int, fsync_samples: int | None, durability: str, json_path: str | None,
+                    plot: str | None, parent_dir: str | None) -> None:
+    """Idle broker: enqueue round trip and enqueue → parked lease, vs Fabriq and the disk's fsync."""
+    from kittiwake.bench.latency import LatencySettings, run_latency
+    from kittiwake.bench.report import print_machine, show_figures
+
+    console = _console()
+    settings = LatencySettings(samples=samples, fsync_samples=fsync_samples or samples, durability=durability)
+    report, measured = run_latency(settings, console, parent_dir=parent_dir)
+    show_figures(console, f"kittiwake bench latency — {durability}, ×ref = vs Fabriq push p50", report["latency"])
+    print_machine(console, report["machine"])
+    _finish(console, report, measured, "kittiwake bench latency", json_path, plot)
+
+
+@bench.command("scale")
+@click.option("--big", type=click.IntRange(1), default=1_000_000, show_default=True,
+              help="Tasks in the one big queue.")
+@click.option("--queues", type=click.IntRange(0), default=100_000, show_default=True,
+              help="Queues to spread --spread tasks over.")
+@click.option("--spread", type=click.IntRange(0), default=200_000, show_default=True,
+              help="Tasks spread over --queues queues.")
+@click.option("--samples", type=click.IntRange(1, 1_000_000), default=2000, show_default=True,
+              help="Sequential samples per latency figure.")
+@click.option("--fill-batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+              help="Tasks per enqueue request while filling.")
+@_durability_option
+@_output_options
+def scale_command(big: int, queues: int, spread: int, samples: int, fill_batch: int, durability: str,
+                  json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
+    """A big queue and many queues: enqueue rate, head-of-queue latency, listing, RSS, restart."""
+    from kittiwake.bench.report import print_machine
+    from kittiwake.bench.scale import ScaleSettings, run_scale, show
+
+    console = _console()
+    settings = ScaleSettings(big=big, queues=queues, spread=spread, samples=samples, fill_batch=fill_batch,
+                             durability=durability)
+    report, measured = run_scale(settings, console, parent_dir=parent_dir)
+    show(console, report)
+    print_machine(console, report["machine"])
+    _finish(console, report, measured, "kittiwake bench scale", json_path, plot)
