@@ -1,0 +1,105 @@
+"""A short run of each `kittiwake bench` command through the CLI: the JSON report has its
+documented shape. Timings are never asserted — these are benchmarks, not tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kittiwake.bench.harness import latency_summary_ms
+from kittiwake.bench.report import check_target
+from kittiwake.cli.bench_command import bench
+
+LATENCY_KEYS = {"p50", "p90", "p99", "p999", "max"}
+MACHINE_KEYS = {"cpu_model", "cores", "memory_gb", "python", "sqlite", "kernel"}
+RECORD_KEYS = {"tasks_per_s", "latency_ms", "samples", "errors", "ratio", "reference", "target", "meets_target"}
+
+
+def run_bench(tmp_path: Path, *args: str) -> dict[str, Any]:
+    report_path = tmp_path / "report.json"
+    result = CliRunner().invoke(bench, [*args, "--json", str(report_path), "--dir", str(tmp_path)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(report_path.read_text())
+    assert MACHINE_KEYS <= set(report["machine"])
+    assert not list(tmp_path.glob("kittiwake-bench-*")), "the broker's throwaway directory is left behind"
+    return report
+
+
+def assert_record(record: dict[str, Any], *, rate: bool) -> None:
+    assert RECORD_KEYS <= set(record)
+    assert record["errors"] == 0, record.get("first_error")
+    assert set(record["latency_ms"]) == LATENCY_KEYS
+    latency = record["latency_ms"]
+    assert latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["p999"] <= latency["max"]
+    assert record["samples"] > 0
+    if rate:
+        assert isinstance(record["tasks_per_s"], float)
+    if record["target"] is not None:
+        assert isinstance(record["meets_target"], bool)
+
+
+@pytest.mark.timeout(120)
+def test_ops_reports_every_figure_of_table_1_and_the_batches(tmp_path: Path) -> None:
+    report = run_bench(tmp_path, "ops", "--seconds", "0.5", "--warmup", "0.2", "--clients", "4", "--batch", "10")
+    ops = report["ops"]
+    assert set(ops) == {"enqueue", "fifo_enqueue", "lease_dequeue", "batch_enqueue", "batch_lease_dequeue"}
+    for name, record in ops.items():
+        assert_record(record, rate=True)
+        assert record["target"]["tasks_per_s_min"] > 0
+    for name in ("enqueue", "fifo_enqueue", "lease_dequeue"):
+        assert ops[name]["reference"]["source"].startswith("TaskMaster")
+        assert ops[name]["ratio"] > 0
+    assert ops["lease_dequeue"]["requests_per_op"] == 2
+    assert ops["batch_enqueue"]["batch"] == 10
+
+
+@pytest.mark.timeout(120)
+def test_latency_compares_round_trips_with_fabriq_and_fsync(tmp_path: Path) -> None:
+    report = run_bench(tmp_path, "latency", "--samples", "50")
+    figures = report["latency"]
+    assert set(figures) == {"enqueue_round_trip", "enqueue_to_lease", "fsync"}
+    assert_record(figures["enqueue_round_trip"], rate=True)
+    assert_record(figures["enqueue_to_lease"], rate=False)
+    assert_record(figures["fsync"], rate=False)
+    round_trip = figures["enqueue_round_trip"]
+    assert round_trip["reference"]["latency_ms"]["p50"] == 0.42
+    assert set(round_trip["target"]) == {"latency_ms_p50_max", "latency_ms_p999_max"}
+    assert round_trip["samples"] == 50
+
+
+@pytest.mark.timeout(180)
+def test_scale_reports_big_queue_many_queues_memory_and_restart(tmp_path: Path) -> None:
+    report = run_bench(tmp_path, "scale", "--big", "2000", "--queues", "200", "--spread", "400",
+                       "--samples", "100")
+    figures = report["scale"]
+    for name in ("fill_enqueue", "spread_enqueue"):
+        assert_record(figures[name], rate=True)
+    for name in ("lease_dequeue_empty", "lease_dequeue_big", "lease_dequeue_after_restart", "list_queues", "stats"):
+        assert_record(figures[name], rate=False)
+    assert figures["list_queues"]["matches"] == 20  # one spread queue in ten ends in 7
+    assert isinstance(figures["rss_mb"], float) and figures["rss_mb"] > 0
+    assert isinstance(figures["recovery_s"], float) and figures["recovery_s"] > 0
+    restart = figures["restart"]
+    assert restart["big_queue_tasks"] == restart["big_queue_tasks_expected"]
+    assert restart["spread_queues_found"] == 200
+    assert figures["memory"]["rss_mb"] == figures["rss_mb"]
+
+
+def test_percentiles_are_nearest_rank_in_milliseconds() -> None:
+    summary = latency_summary_ms(range(1_000_000, 1001 * 1_000_000 + 1, 1_000_000))  # 1..1001 ms
+    assert summary == {"p50": 501.0, "p90": 901.0, "p99": 991.0, "p999": 1000.0, "max": 1001.0}
+    assert latency_summary_ms([]) is None
+
+
+def test_a_target_is_met_only_when_every_bound_holds() -> None:
+    record = {"tasks_per_s": 20_000.0, "latency_ms": {"p50": 0.4, "p999": 6.0},
+              "target": {"tasks_per_s_min": 15_000.0, "latency_ms_p50_max": 0.5}}
+    assert check_target(record) is True
+    record["target"]["latency_ms_p999_max"] = 5.0
+    assert check_target(record) is False
+    assert check_target({"target": None}) is None
