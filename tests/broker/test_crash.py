@@ -184,7 +184,7 @@ def consume(load: Load, index: int, seed: int) -> None:
             plain = []
             for task in tasks:
                 if task.queue == QUEUE_A and rng.random() < UPDATE_SHARE:
-                    finish_by_update(load, client, process, task, rng)
+                    finish_by_update(load, clients, process, task, rng)
                 else:
                     plain.append(task)
             if plain:
@@ -214,7 +214,9 @@ def finish_by_dequeue(
         return
 
 
-def finish_by_update(load: Load, client: Client, process: str, task: LeasedTask, rng: random.Random) -> None:
+def finish_by_update(
+    load: Load, clients: FollowingClient, process: str, task: LeasedTask, rng: random.Random
+) -> None:
     """Dequeue a task of A and enqueue its derived value into C, atomically; both sides recorded."""
     history = load.history
     value = value_of(task)
@@ -222,7 +224,7 @@ def finish_by_update(load: Load, client: Client, process: str, task: LeasedTask,
     dequeue_op = history.invoke(process, DEQUEUE, [value])
     enqueue_op = history.invoke(process, ENQUEUE, [derived])
     try:
-        client.update(
+        clients.get().update(
             dequeue=[task],
             enqueue=[{"queue": QUEUE_C, "pid": derived, "data": derived.encode()}],
         )
