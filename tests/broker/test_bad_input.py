@@ -341,3 +341,16 @@ def test_a_flood_of_queue_creations_in_one_batch(broker: BrokerProcess) -> None:
         assert not reply.ok and reply.error["code"] == "BAD_REQUEST"
         assert conn.call("list_queues", pattern="^more#") == []
     assert_still_serves(broker)
+
+
+def test_good_frames_before_an_oversized_length_are_answered(broker) -> None:
+    """Requests in front of a bad length in the same write are served, then the connection closes."""
+    raw = broker.connect()
+    good = raw.frame("enqueue", 1, tasks=[{"queue": "before-bad", "pid": "p", "data": b"x"}])
+    raw.send_raw(good + (2**31).to_bytes(4, "big") + b"junk")
+    replies = raw.read_until_closed()
+    assert replies[0].id == 1 and replies[0].ok, replies
+    assert replies[-1].error["code"] == "FRAME_TOO_LARGE"
+    other = broker.connect()
+    assert [t["pid"] for t in other.call("peek", queue="before-bad")] == ["p"]
+    other.close()

@@ -127,6 +127,15 @@ class Connection(asyncio.Protocol):
                 item = error_frame(0, errors.MalformedFrame("the request could not be decoded"))
             self.unanswered += 1
             host.submit(self, item)
+        if self.reader.rejected is not None:
+            # answer the good frames in front of the bad length, then close
+            log.info("closing %s after its replies: %s", self.peer, self.reader.rejected.message)
+            self._eof = True
+            self._paused_by_broker = True
+            self._update_reading()
+            if self.unanswered <= 0:
+                self.fail(self.reader.rejected)
+            return
         if self.unanswered > MAX_UNANSWERED and not self._paused_for_backlog:
             self._paused_for_backlog = True
             self._update_reading()
@@ -182,7 +191,10 @@ class Connection(asyncio.Protocol):
             # deferred for the pass's own reply budget, and the socket took it all
             self._resubmit_deferred()
         if self._eof and self.unanswered <= 0:
-            self.close()
+            if self.reader.rejected is not None:
+                self.fail(self.reader.rejected)
+            else:
+                self.close()
 
     def _resubmit_deferred(self) -> None:
         if self.deferred and not self.closed:

@@ -2,9 +2,12 @@
 
 A frame is a 4-byte unsigned big-endian length N followed by N bytes of
 msgpack body. `FrameReader.feed` buffers partial input and returns every
-complete body; a length above `max_frame` raises `FrameTooLarge` *before* any
-memory is set aside for it, and the reader refuses further input afterwards
-(the stream can no longer be trusted to be in step). Zero-length frames are
+complete body; a length above `max_frame` is refused *before* any memory is
+set aside for it, and the reader refuses further input afterwards (the stream
+can no longer be trusted to be in step). The good frames in front of a bad
+length are still returned: `feed` raises `FrameTooLarge` only when it has no
+frame to return, and otherwise leaves the error in `rejected` for the caller
+to act on after serving those frames. Zero-length frames are
 legal at this layer and rejected by the message layer as malformed.
 """
 
@@ -27,20 +30,20 @@ def encode_frame(body: bytes) -> bytes:
 class FrameReader:
     """Accumulates a byte stream and cuts it into frame bodies."""
 
-    __slots__ = ("_buffer", "_max_frame", "_broken")
+    __slots__ = ("_buffer", "_max_frame", "rejected")
 
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self._buffer = bytearray()
         self._max_frame = max_frame
-        self._broken = False
+        self.rejected: FrameTooLarge | None = None
 
     @property
     def buffered_bytes(self) -> int:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[bytes]:
-        if self._broken:
-            raise FrameTooLarge("stream already rejected")
+        if self.rejected is not None:
+            raise self.rejected
         buffer = self._buffer
         buffer += data
         frames: list[bytes] = []
@@ -49,9 +52,11 @@ class FrameReader:
         while end - start >= HEADER_BYTES:
             (length,) = HEADER.unpack_from(buffer, start)
             if length > self._max_frame:
-                self._broken = True
+                self.rejected = FrameTooLarge(f"frame of {length} bytes is over the limit of {self._max_frame}")
                 buffer.clear()
-                raise FrameTooLarge(f"frame of {length} bytes is over the limit of {self._max_frame}")
+                if not frames:
+                    raise self.rejected
+                return frames
             stop = start + HEADER_BYTES + length
             if stop > end:
                 break
