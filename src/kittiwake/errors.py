@@ -125,7 +125,8 @@ class BrokerUnreachable(KittiwakeError):
 
 
 class RequestTimeout(KittiwakeError):
-    """Client side: no reply within the request timeout; the outcome is unknown. Code TIMEOUT."""
+    """Client side: no reply within the request timeout; the outcome is unknown unless the
+    message says the request could not be sent (then it had no effect). Code TIMEOUT."""
 
     code = "TIMEOUT"
 

@@ -81,7 +81,9 @@ class ConnectionPool:
                 continue
             self._give_back(connection)
             return result_of(call, reply)
-        raise errors.ConnectionLost(
+        # never sent, so safe to retry: that is BrokerUnreachable, not the
+        # outcome-unknown ConnectionLost
+        raise errors.BrokerUnreachable(
             f"{self.address} dropped {MAX_UNSENT_RETRIES} fresh connections before a request could be sent; "
             "the request was not sent"
         )
