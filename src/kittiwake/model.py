@@ -28,8 +28,8 @@ DEFAULT_GROUP = ""
 DEAD_SUFFIX = ".dead"
 FIFO_PID_DIGITS = 17
 
-_QUEUE_RE = re.compile(r"^(?:[A-Za-z0-9_.:@/\-]+#)?[A-Za-z0-9_.:@/\-]+$")
-_HEADER_KEY_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_QUEUE_RE = re.compile(r"(?:[A-Za-z0-9_.:@/\-]+#)?[A-Za-z0-9_.:@/\-]+")  # used with fullmatch
+_HEADER_KEY_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # used with fullmatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,7 @@ class Limits:
     max_headers: int = 32
     max_header_value_bytes: int = 4096
     max_batch: int = 10_000  # items in one request
+    max_reply_data_bytes: int = 8 << 20  # task data in one lease/peek reply (at least one task is always returned)
     max_lease_secs: float = 12 * 3600.0
     default_lease_secs: float = 30.0
     max_wait_secs: float = 300.0
@@ -90,9 +91,11 @@ def validate_queue(queue: object, limits: Limits, what: str = "queue") -> str:
         raise BadRequest(f"{what} must be a string, got {type(queue).__name__}")
     if not queue:
         raise BadRequest(f"{what} name is empty")
-    if len(queue.encode("utf-8", "surrogatepass")) > limits.max_queue_name_bytes:
-        raise BadRequest(f"{what} name is over {limits.max_queue_name_bytes} bytes")
-    if not _QUEUE_RE.match(queue):
+    # a dead-letter queue may carry its suffix on top of the longest name
+    most = limits.max_queue_name_bytes + (len(DEAD_SUFFIX) if queue.endswith(DEAD_SUFFIX) else 0)
+    if len(queue.encode("utf-8", "surrogatepass")) > most:
+        raise BadRequest(f"{what} name is over {most} bytes")
+    if not _QUEUE_RE.fullmatch(queue):
         raise BadRequest(
             f"{what} name {queue[:64]!r} has characters outside [A-Za-z0-9_.:@/-] "
             "or more than one '#'"
@@ -143,11 +146,15 @@ def validate_headers(headers: object, limits: Limits) -> dict[str, str] | None:
     if len(headers) > limits.max_headers:
         raise BadRequest(f"more than {limits.max_headers} headers")
     for key, value in headers.items():
-        if not isinstance(key, str) or not _HEADER_KEY_RE.match(key):
+        if not isinstance(key, str) or not _HEADER_KEY_RE.fullmatch(key):
             raise BadRequest(f"header name {str(key)[:64]!r} must match [A-Za-z0-9_.-]{{1,64}}")
         if not isinstance(value, str):
             raise BadRequest(f"header {key!r} must be a string")
-        if len(value.encode("utf-8", "surrogatepass")) > limits.max_header_value_bytes:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise BadRequest(f"header {key!r} is not valid UTF-8") from None
+        if size > limits.max_header_value_bytes:
             raise BadRequest(f"header {key!r} is over {limits.max_header_value_bytes} bytes")
     return headers or None
 

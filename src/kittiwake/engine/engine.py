@@ -72,6 +72,7 @@ from kittiwake.model import (
 DEAD_REASON_HEADER = "kittiwake-dead-reason"
 MAX_PATTERN_CHARS = 1024
 MAX_QUEUES_PER_LEASE = 1000
+PRUNE_EVERY_SECS = 60.0  # scanning every queue for idle empties is O(queues)
 
 _DEQUEUE, _RENEW, _RELEASE = "dequeue", "renew", "release"
 
@@ -100,6 +101,7 @@ class Engine:
         self._last_fifo_micros = 0
         self._last_lease_id = 0
         self.refills = 0
+        self._next_prune_at = 0.0
 
     # ------------------------------------------------------------------ start
 
@@ -311,9 +313,13 @@ class Engine:
         leased: list[Task] = []
         mutations: list[Mutation] = []
         expires_at = now + request.lease_secs
+        budget = self.limits.max_reply_data_bytes
         for pid, queue in candidates[:want]:
+            if leased and budget < len(queue.available[pid].data):
+                break  # the reply would be too large to read; the rest waits for the next lease
             task = queue.remove_available(pid)
             assert task is not None
+            budget -= len(task.data)
             self.memory_bytes -= task.size_bytes()
             # time-based and strictly increasing: ids stay unique across
             # restarts without persisting a counter
@@ -653,7 +659,18 @@ class Engine:
             validate_pid(from_pid, self.limits, "from_pid")
         if queue not in self._queues:
             return []
-        return [self.view(task, now) for task in self.store.scan(queue, from_pid, n)]
+        return self._views(self.store.scan(queue, from_pid, n), now)
+
+    def _views(self, tasks: list[Task], now: float) -> list[dict[str, Any]]:
+        """Views of tasks, cut short once their data passes the reply budget (at least one)."""
+        budget = self.limits.max_reply_data_bytes
+        views = []
+        for task in tasks:
+            if views and budget < len(task.data):
+                break
+            budget -= len(task.data)
+            views.append(self.view(task, now))
+        return views
 
     def get(self, queue: str, pid: str, now: float) -> dict[str, Any]:
         validate_queue(queue, self.limits)
@@ -669,7 +686,7 @@ class Engine:
         if queue is not None:
             validate_queue(queue, self.limits)
         validate_count(limit, "limit", 1, self.limits.max_batch)
-        return [self.view(task, now) for task in self.store.find_by_sender(sender, queue, limit)]
+        return self._views(self.store.find_by_sender(sender, queue, limit), now)
 
     def queues_for_receiver(self, receiver: str) -> list[str]:
         validate_name(receiver, self.limits, "receiver")
@@ -759,8 +776,11 @@ class Engine:
         )
 
     def maintain(self, now: float) -> None:
-        """Periodic housekeeping: sweep leases, forget empty queues whose rates went idle."""
+        """Periodic housekeeping: sweep leases; once a minute, forget empty queues whose rates went idle."""
         self.sweep(now)
+        if now < self._next_prune_at:
+            return
+        self._next_prune_at = now + PRUNE_EVERY_SECS
         for queue in list(self._queues.values()):
             if queue.size == 0 and not queue.leased and (queue.rates is None or queue.rates.idle_since(now)):
                 self._drop_memory(queue)
