@@ -38,6 +38,7 @@ QUEUES = ["a", "b", "g#c", "g#d"]
 LEASE_QUEUES = QUEUES + ["a.dead", "g#c.dead"]
 PIDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 RECEIVERS = [None, None, "r1", "r2"]
+MAX_TASKS = 5
 MAX_QUEUE_SIZE = 16  # so one lease's refills always reach every task: exact top-k
 
 queue_names = st.sampled_from(QUEUES)
@@ -145,7 +146,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(
         queues=st.lists(st.sampled_from(LEASE_QUEUES), min_size=1, max_size=2),
-        max_tasks=st.integers(1, 4),
+        max_tasks=st.integers(1, MAX_TASKS),
         max_pid=st.one_of(st.none(), pids),
         receiver=receivers,
         secs=lease_secs,
@@ -153,7 +154,7 @@ class EngineMachine(RuleBasedStateMachine):
     def lease(self, queues, max_tasks, max_pid, receiver, secs) -> None:
         self.check_lease(queues, max_tasks, max_pid, receiver, secs)
 
-    @rule(queue=queue_names, max_tasks=st.integers(1, 4), receiver=receivers, secs=lease_secs)
+    @rule(queue=queue_names, max_tasks=st.integers(1, MAX_TASKS), receiver=receivers, secs=lease_secs)
     def lease_one_queue(self, queue, max_tasks, receiver, secs) -> None:
         self.check_lease([queue], max_tasks, None, receiver, secs)
 
@@ -362,7 +363,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @invariant()
     def engine_matches_model(self) -> None:
-        check_engine(self.engine, self.model)
+        check_engine(self.engine, self.model, max_tasks=MAX_TASKS)
 
 
 class SqliteEngineMachine(EngineMachine):
