@@ -29,6 +29,11 @@ _LEASE_FIELDS = (
 )
 
 
+def _copy(task: Task) -> Task:
+    """A copy that shares nothing mutable with the original (headers are a dict)."""
+    return dataclasses.replace(task, headers=dict(task.headers) if task.headers is not None else None)
+
+
 class MemoryStore:
     def __init__(self) -> None:
         self._queues: dict[str, SortedDict] = {}
@@ -42,7 +47,7 @@ class MemoryStore:
         for mutation in mutations:
             self.writes.append(mutation)
             if isinstance(mutation, PutTask):
-                task = dataclasses.replace(mutation.task)
+                task = _copy(mutation.task)
                 rows = self._queues.get(task.queue)
                 if rows is None:
                     rows = self._queues[task.queue] = SortedDict()
@@ -54,7 +59,7 @@ class MemoryStore:
                 row = rows.get(mutation.pid) if rows is not None else None
                 if row is None:
                     continue
-                self._journal.append(("row", (mutation.queue, mutation.pid), dataclasses.replace(row)))
+                self._journal.append(("row", (mutation.queue, mutation.pid), _copy(row)))
                 for name in _LEASE_FIELDS:
                     setattr(row, name, getattr(mutation, name))
             elif isinstance(mutation, DeleteTask):
@@ -101,7 +106,7 @@ class MemoryStore:
             row = rows[pid]
             if row.lease_expires_at is not None and row.lease_expires_at > now:
                 continue
-            found.append(dataclasses.replace(row))
+            found.append(_copy(row))
             if len(found) >= limit:
                 break
         return found
@@ -109,14 +114,14 @@ class MemoryStore:
     def load_task(self, queue: str, pid: str) -> Task | None:
         rows = self._queues.get(queue)
         row = rows.get(pid) if rows is not None else None
-        return dataclasses.replace(row) if row is not None else None
+        return _copy(row) if row is not None else None
 
     def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
         rows = self._queues.get(queue)
         if not rows:
             return []
         start = rows.bisect_left(from_pid) if from_pid is not None else 0
-        return [dataclasses.replace(rows[pid]) for pid in rows.islice(start, start + limit)]
+        return [_copy(rows[pid]) for pid in rows.islice(start, start + limit)]
 
     def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
         found: list[Task] = []
@@ -124,7 +129,7 @@ class MemoryStore:
         for name in names:
             for row in self._queues.get(name, {}).values():
                 if row.sender == sender:
-                    found.append(dataclasses.replace(row))
+                    found.append(_copy(row))
                     if len(found) >= limit:
                         return found
         return found
@@ -147,7 +152,7 @@ class MemoryStore:
                 if row.lease_expires_at is None:
                     continue
                 held = recovery.leased if row.lease_expires_at > now else recovery.expired
-                held.append(dataclasses.replace(row))
+                held.append(_copy(row))
         return recovery
 
     def reap(self, limit: int) -> int:
@@ -159,4 +164,4 @@ class MemoryStore:
     # for tests
 
     def all_tasks(self) -> list[Task]:
-        return [dataclasses.replace(row) for name in sorted(self._queues) for row in self._queues[name].values()]
+        return [_copy(row) for name in sorted(self._queues) for row in self._queues[name].values()]

@@ -63,6 +63,15 @@ def _row_to_task(row: tuple) -> Task:
     )
 
 
+def _snapshot(t: Task) -> Task:
+    """A copy of a task as written (the explicit constructor is ~8x faster than dataclasses.replace)."""
+    return Task(
+        t.queue, t.pid, t.data, t.enqueued_at, t.sender, t.receiver, dict(t.headers) if t.headers else None,
+        t.max_attempts, t.attempts, t.deliveries, t.lease_id, t.lease_owner, t.lease_peer, t.leased_at,
+        t.lease_expires_at,
+    )
+
+
 class SqliteStore:
     def __init__(self, directory: str | os.PathLike[str], *, durability: str = "fsync", cache_mb: int = 64) -> None:
         if durability not in DURABILITY_LEVELS:
@@ -87,7 +96,9 @@ class SqliteStore:
     # -------------------------------------------------------------- writes
 
     def write(self, mutations: Sequence[Mutation]) -> None:
-        self._pending.extend(mutations)
+        # a PutTask holds the caller's Task, which it may change before the flush:
+        # keep the row as it was written (the memory store copies it too)
+        self._pending.extend(PutTask(_snapshot(m.task)) if type(m) is PutTask else m for m in mutations)
 
     def _begin(self) -> None:
         if not self._in_transaction:
