@@ -400,3 +400,24 @@ def test_long_poll_of_a_client_that_closed_does_not_take_a_task(broker) -> None:
     leased = other.call("lease", queues=["gone"], max_tasks=1)
     assert len(leased) == 1, "the task went to the closed client's long-poll"
     other.close()
+
+
+def test_cancel_wait_answers_the_parked_long_poll_with_nothing(broker) -> None:
+    import time as _time
+
+    raw = broker.connect()
+    lease_id = raw.send("lease", queues=["withdrawn"], wait_secs=30)
+    _time.sleep(0.2)
+    # built by hand: the field is named like the helper's own request_id argument
+    from kittiwake.protocol import encode_frame, encode_request
+
+    cancel_id = 9_000_001
+    raw.send_raw(encode_frame(encode_request("cancel_wait", cancel_id, {"request_id": lease_id})))
+    replies = {reply.id: reply for reply in raw.read_replies(2)}
+    assert replies[lease_id].ok and replies[lease_id].result == []
+    assert replies[cancel_id].result == {"cancelled": True}
+    raw.send_raw(encode_frame(encode_request("cancel_wait", cancel_id + 1, {"request_id": 12345})))
+    assert raw.read_replies(1)[0].result == {"cancelled": False}
+    raw.call("enqueue", tasks=[{"queue": "withdrawn", "data": b"x"}])
+    assert len(raw.call("lease", queues=["withdrawn"])) == 1
+    raw.close()

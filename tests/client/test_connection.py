@@ -157,11 +157,26 @@ def test_an_async_request_timeout_leaves_other_calls_on_the_connection_alone(bro
                 await client.lease("quiet", wait_secs=1, timeout=0.3)
             await client.enqueue("other", b"x")
             assert [t.data for t in await other] == [b"x"]
-            # the abandoned long-poll stays parked at the broker until its own
-            # wait ends (the protocol has no cancel); after that, all is normal
-            await asyncio.sleep(1)
+            # the abandoned long-poll was withdrawn (cancel_wait): the next
+            # task goes to the next lease at once, not to the abandoned reply
             await client.enqueue("quiet", b"y")
             assert len(await client.lease("quiet")) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_async_long_poll_is_withdrawn_at_the_broker(broker: BrokerProcess) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(broker.url) as client:
+            waiting = asyncio.create_task(client.lease("cancelled", wait_secs=30))
+            await asyncio.sleep(0.2)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await client.enqueue("cancelled", b"z")
+            leased = await client.lease("cancelled")
+            assert [t.data for t in leased] == [b"z"]
+            assert leased[0].deliveries == 1  # nobody else was handed it
 
     asyncio.run(scenario())
 

@@ -108,6 +108,7 @@ class Attempt:
     held: list[HeldReply] = field(default_factory=list)
     park: list[Park] = field(default_factory=list)
     defer: list[tuple[Connection, Item]] = field(default_factory=list)
+    cancelled: list[Waiter] = field(default_factory=list)  # long-polls withdrawn by cancel_wait
     taken: int = 0  # batch items dealt with; the rest goes back to pending
 
 
@@ -285,6 +286,8 @@ class GroupCommit:
                 attempt.held.append(HeldReply(connection, item.id, frame, ReplyKind.FIXED))
             elif type(item) is m.Lease:
                 frame = self._lease(connection, item, index, attempt, now)
+            elif type(item) is m.CancelWait:
+                frame = self._cancel_wait(connection, item, attempt)
             else:
                 with EngineCall(("request", index), item, connection):
                     frame = self._reply(item.id, lambda: dispatch.execute(self._engine(), item, connection.peer, now))
@@ -316,6 +319,31 @@ class GroupCommit:
         attempt.held.append(HeldReply(connection, request.id, frame, ReplyKind.REQUEST))
         return frame
 
+    def _cancel_wait(self, connection: Connection, request: m.CancelWait, attempt: Attempt) -> bytes:
+        """Answer a parked long-poll of this connection with nothing, then the cancel itself.
+
+        Like all of an attempt's effects, taking the waiter out of the book waits
+        for `_apply`; until then `attempt.cancelled` keeps retries off it."""
+        request_id = request.request_id
+        found = False
+        for waiter in self.waiters.of_connection(connection):
+            if waiter.request_id == request_id and waiter not in attempt.cancelled:
+                attempt.cancelled.append(waiter)
+                found = True
+                break
+        else:
+            for park in attempt.park:  # parked earlier in this same pass
+                if park.connection is connection and park.request_id == request_id:
+                    attempt.park.remove(park)
+                    found = True
+                    break
+        if found:
+            empty = encode_frame(encode_ok(request_id, []))
+            attempt.held.append(HeldReply(connection, request_id, empty, ReplyKind.FIXED))
+        frame = encode_frame(encode_ok(request.id, {"cancelled": found}))
+        attempt.held.append(HeldReply(connection, request.id, frame, ReplyKind.FIXED))
+        return frame
+
     def _retry_long_polls(self, attempt: Attempt, poisoned: set[tuple[Any, ...]], now: float) -> None:
         """Retry parked long-polls on queues that gained tasks, oldest first, then this pass's own."""
         engine = self._engine()
@@ -330,7 +358,7 @@ class GroupCommit:
         for waiter in candidates:
             connection = waiter.connection
             assert isinstance(connection, Connection)
-            if connection.closed:
+            if connection.closed or waiter in attempt.cancelled:
                 continue  # dropped from the book when the connection went
             if ("waiter", waiter.seq) in poisoned:
                 frame = error_frame(waiter.request_id, errors.InternalError("the broker hit a bug; the request had no effect"))
@@ -367,6 +395,8 @@ class GroupCommit:
     def _apply(self, batch: list[tuple[Connection, Item]], attempt: Attempt) -> None:
         """The attempt finished: park its long-polls, defer what it deferred, requeue what it left."""
         self._retry_every_waiter = False
+        for waiter in attempt.cancelled:
+            self.waiters.remove(waiter)
         for park in attempt.park:
             self.waiters.park(park.connection, park.request_id, park.lease, park.deadline)
         for connection, item in attempt.defer:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from contextlib import suppress
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar, overload
 
@@ -140,9 +141,13 @@ class AsyncClient:
                 await connection.drain()
                 reply = await asyncio.wait_for(future, wait_secs)
             except asyncio.TimeoutError:
+                self._withdraw(connection, call, request_id)
                 raise errors.RequestTimeout(
                     f"no reply to {call.op} from {self.address} within {wait_secs}s; outcome unknown"
                 ) from None
+            except asyncio.CancelledError:
+                self._withdraw(connection, call, request_id)
+                raise
             finally:
                 connection.forget(request_id)
             return result_of(call, reply)
@@ -150,6 +155,16 @@ class AsyncClient:
             f"{self.address} dropped {MAX_UNSENT_RETRIES} fresh connections before a request could be sent; "
             "the request was not sent"
         )
+
+    def _withdraw(self, connection: AsyncConnection, call: Call[Any], request_id: int) -> None:
+        """An abandoned long-poll: ask the broker to answer it with nothing now,
+        so no task is leased to a reply that nobody will read."""
+        if call.wait_secs <= 0:
+            return
+        cancel_id = next(self._ids)
+        with suppress(Exception):
+            connection.send(cancel_id, encode_call(calls.cancel_wait(request_id), cancel_id))
+            connection.forget(cancel_id)
 
     # ------------------------------------------------------------ producing
 

@@ -232,6 +232,11 @@ def ping() -> Call[Any]:
     return Call("ping", {}, _decode_any)
 
 
+def cancel_wait(request_id: int) -> Call[Any]:
+    """Withdraw a parked long-poll sent earlier on the same connection."""
+    return Call("cancel_wait", {"request_id": request_id}, _decode_any)
+
+
 def enqueue_many(tasks: Iterable[TaskLike]) -> Call[list[EnqueueOutcome]]:
     if isinstance(tasks, (str, bytes, Mapping)) or not isinstance(tasks, Iterable):
         raise errors.BadRequest("enqueue_many takes an iterable of tasks (maps or NewTask)")

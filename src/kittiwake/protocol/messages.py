@@ -118,6 +118,13 @@ class DeleteQueue(Request):
     queue: str
 
 
+class CancelWait(Request):
+    """Withdraw this connection's parked long-poll `request_id`: it is answered
+    with an empty list at once, so no task is leased to a reply nobody reads."""
+
+    request_id: int
+
+
 class Stats(Request):
     queues: list[str] | None = None
     pattern: str | None = None
@@ -139,6 +146,7 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "list_queues": ListQueues,
     "delete_queue": DeleteQueue,
     "stats": Stats,
+    "cancel_wait": CancelWait,
 }
 
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)
