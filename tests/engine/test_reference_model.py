@@ -127,13 +127,13 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(queue=queue_names, ahead_micros=st.integers(0, 3), data=datas)
     def enqueue_where_the_clock_is(self, queue, ahead_micros, data) -> None:
-        """A delayed task whose pid is where FIFO pids are about to be assigned."""
+        """A delayed task whose pid is where FIFO pids are about to be assigned; then a batch
+        with one bad pid, which must be refused whole."""
         if self.model.size(queue) >= MAX_QUEUE_SIZE:
             return
         pid = fifo_pid(int(self.now * 1_000_000) + ahead_micros)
         [outcome] = self.engine.enqueue([NewTask(queue, data, pid=pid)], self.now)
         assert outcome.collapsed == self.model.enqueue(queue, pid, data)
-        # and a batch with one bad pid is refused whole
         bad = [NewTask(queue, b"ok", pid="fresh"), NewTask(queue, b"bad", pid="bad\x00")]
         try:
             self.engine.enqueue(bad, self.now)
@@ -385,7 +385,7 @@ class SqliteEngineMachine(EngineMachine):
 _settings = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 TestEngineAgainstModel = EngineMachine.TestCase
-TestEngineAgainstModel.settings = settings(max_examples=300, stateful_step_count=40, **_settings)
+TestEngineAgainstModel.settings = settings(max_examples=800, stateful_step_count=40, **_settings)
 
 TestSqliteEngineAgainstModel = SqliteEngineMachine.TestCase
-TestSqliteEngineAgainstModel.settings = settings(max_examples=60, stateful_step_count=40, **_settings)
+TestSqliteEngineAgainstModel.settings = settings(max_examples=150, stateful_step_count=40, **_settings)

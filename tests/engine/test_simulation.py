@@ -35,7 +35,7 @@ from kittiwake.store.sqlite import SqliteStore
 
 from .reference_queues import REFILLS_PER_LEASE, ModelQueues, Ref, check_engine
 
-SEEDS = 12
+SEEDS = 20
 STEPS = 300
 SOAK_SEEDS = 100
 SOAK_STEPS = 2_000
