@@ -249,8 +249,12 @@ class LoadPool:
             progress(sum(counter.value for _, _, counter in busy))
             for key, (process, pipe) in list(waiting.items()):
                 if pipe.poll(0.05):
-                    status, payload = pipe.recv()
                     del waiting[key]
+                    try:
+                        status, payload = pipe.recv()
+                    except (EOFError, OSError) as exc:
+                        failure = failure or f"load process {process.pid} went away: {exc!r}"
+                        continue
                     if status == "ok":
                         merged.merge(payload)
                     else:

@@ -23,7 +23,9 @@ worked on disjoint queues; here connection i works on queue i % `--queues`
 phases consume what the enqueue phases left in the same queues; before each
 lease phase the queues are topped up (batched, unmeasured) to 1.3 × what the
 preceding enqueue rate could consume, so no queue runs dry while measured
-(`empty_leases` in the record says if one did anyway).
+(`empty_leases` in the record says if one did anyway). `--only` runs some of
+the figures (a lease figure alone is topped up for its own target rate),
+for profiling one operation.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ SINGLE_PREFIX = "bench.ops."
 BULK_PREFIX = "bench.bulk."
 TOP_UP_MARGIN = 1.3
 TOP_UP_BATCH = 500
+FIGURES = ("enqueue", "fifo_enqueue", "lease_dequeue", "batch_enqueue", "batch_lease_dequeue")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class OpsSettings:
     processes: int = 2
     durability: str = "fsync"
     data_bytes: int = 1024
+    only: tuple[str, ...] = ()  # figure names to run; empty: all
 
 
 def _top_up(session: Session, queues: tuple[str, ...], rate: float, seconds: float,
@@ -87,40 +91,49 @@ def _record(name: str, measured: Measured, *, batch: int, requests: int, queues:
 
 
 def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None = None) -> tuple[dict[str, Any], dict[str, Measured]]:
-    """Run the five figures; returns the JSON report and the raw measurements (for plots)."""
+    """Run the figures (all five unless `settings.only` names some); returns the JSON
+    report and the raw measurements (for plots)."""
     clients = settings.clients
     queue_count = max(1, min(settings.queues, clients))
     single = tuple(f"{SINGLE_PREFIX}{k}" for k in range(queue_count))
     bulk = tuple(f"{BULK_PREFIX}{k}" for k in range(queue_count))
     data = settings.data_bytes
+    batch = settings.batch
+    wanted = set(settings.only or FIGURES)
     run_secs = settings.warmup_secs + settings.seconds
     measured: dict[str, Measured] = {}
     with Session(durability=settings.durability, processes=settings.processes, parent_dir=parent_dir) as session, \
             progress_bars(console) as bar:
 
-        def timed(name: str, label: str, scenario: Scenario) -> Measured:
-            result = session.timed(scenario, clients, settings.warmup_secs, settings.seconds, bar(label))
-            measured[name] = result
-            return result
+        def timed(name: str, label: str, scenario: Scenario) -> None:
+            if name in wanted:
+                measured[name] = session.timed(scenario, clients, settings.warmup_secs, settings.seconds, bar(label))
 
-        enqueue = timed("enqueue", "enqueue, explicit pid", Scenario("enqueue", single, data_bytes=data))
-        fifo = timed("fifo_enqueue", "FIFO enqueue", Scenario("fifo_enqueue", single, data_bytes=data))
-        _top_up(session, single, max(enqueue.tasks_per_s, fifo.tasks_per_s), run_secs, bar("top up (unmeasured)"))
+        def rate(*names: str) -> float:
+            """The best enqueue rate measured, or the lease figure's own target when none ran."""
+            return max((measured[name].tasks_per_s for name in names if name in measured), default=0.0)
+
+        timed("enqueue", "enqueue, explicit pid", Scenario("enqueue", single, data_bytes=data))
+        timed("fifo_enqueue", "FIFO enqueue", Scenario("fifo_enqueue", single, data_bytes=data))
+        if "lease_dequeue" in wanted:
+            estimate = rate("enqueue", "fifo_enqueue") or references.OPS["lease_dequeue"].target_tasks_per_s
+            _top_up(session, single, estimate, run_secs, bar("top up (unmeasured)"))
         timed("lease_dequeue", "lease + dequeue", Scenario("lease_dequeue", single, data_bytes=data))
-        batch_enqueue = timed("batch_enqueue", f"batch enqueue ×{settings.batch}",
-                              Scenario("fifo_enqueue", bulk, batch=settings.batch, data_bytes=data))
-        _top_up(session, bulk, batch_enqueue.tasks_per_s, run_secs, bar("top up (unmeasured)"))
-        timed("batch_lease_dequeue", f"batch lease + dequeue ×{settings.batch}",
-              Scenario("lease_dequeue", bulk, batch=settings.batch, data_bytes=data))
+        timed("batch_enqueue", f"batch enqueue ×{batch}", Scenario("fifo_enqueue", bulk, batch=batch, data_bytes=data))
+        if "batch_lease_dequeue" in wanted:
+            estimate = rate("batch_enqueue") or references.OPS["batch_lease_dequeue"].target_tasks_per_s
+            _top_up(session, bulk, estimate, run_secs, bar("top up (unmeasured)"))
+        timed("batch_lease_dequeue", f"batch lease + dequeue ×{batch}",
+              Scenario("lease_dequeue", bulk, batch=batch, data_bytes=data))
         broker_startup_s = session.startup_secs
 
     shape = {
         "enqueue": (1, 1), "fifo_enqueue": (1, 1), "lease_dequeue": (1, 2),
-        "batch_enqueue": (settings.batch, 1), "batch_lease_dequeue": (settings.batch, 2),
+        "batch_enqueue": (batch, 1), "batch_lease_dequeue": (batch, 2),
     }
     ops = {
-        name: _record(name, measured[name], batch=batch, requests=requests, queues=queue_count, clients=clients)
-        for name, (batch, requests) in shape.items()
+        name: _record(name, measured[name], batch=size, requests=requests, queues=queue_count, clients=clients)
+        for name, (size, requests) in shape.items() if name in measured
     }
     report = {
         "machine": machine_info(),

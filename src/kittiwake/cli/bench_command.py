@@ -15,6 +15,8 @@ from typing import Any
 import click
 
 DURABILITY = click.Choice(["fsync", "os"])
+# the figures of `bench ops`, repeated here so --help needs no import of the benchmark
+FIGURES = ("enqueue", "fifo_enqueue", "lease_dequeue", "batch_enqueue", "batch_lease_dequeue")
 
 
 def _durability_option(function: Any) -> Any:
@@ -70,17 +72,20 @@ def bench() -> None:
               help="Queues the clients share (connection i uses queue i mod N).")
 @click.option("--processes", type=click.IntRange(1, 64), default=2, show_default=True,
               help="Load processes the clients are spread over.")
+@click.option("--only", multiple=True, type=click.Choice(FIGURES),
+              help="Run only this figure (repeatable), e.g. to profile one operation.")
 @_durability_option
 @_output_options
 def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues: int, processes: int,
-                durability: str, json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
+                only: tuple[str, ...], durability: str, json_path: str | None, plot: str | None,
+                parent_dir: str | None) -> None:
     """TaskMaster §6 Table 1 on this machine: single-task and batched enqueue, lease + dequeue."""
     from kittiwake.bench.ops import OpsSettings, run_ops
     from kittiwake.bench.report import print_machine, show_figures
 
     console = _console()
     settings = OpsSettings(seconds=seconds, warmup_secs=warmup, clients=clients, batch=batch, queues=queues,
-                           processes=processes, durability=durability)
+                           processes=processes, durability=durability, only=only)
     report, measured = run_ops(settings, console, parent_dir=parent_dir)
     show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, ×ref = vs TaskMaster Table 1",
                  report["ops"])
