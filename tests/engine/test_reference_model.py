@@ -38,7 +38,7 @@ QUEUES = ["a", "b", "g#c", "g#d"]
 LEASE_QUEUES = QUEUES + ["a.dead", "g#c.dead"]
 PIDS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 RECEIVERS = [None, None, "r1", "r2"]
-MAX_TASKS = 5
+MAX_TASKS = 4  # <= HEAD_TASKS + 1: the head bound is exactly 2 * HEAD_TASKS
 MAX_QUEUE_SIZE = 16  # so one lease's refills always reach every task: exact top-k
 
 queue_names = st.sampled_from(QUEUES)
