@@ -62,10 +62,11 @@ def test_ops_reports_every_figure_of_table_1_and_the_batches(tmp_path: Path) -> 
 def test_latency_compares_round_trips_with_fabriq_and_fsync(tmp_path: Path) -> None:
     report = run_bench(tmp_path, "latency", "--samples", "50")
     figures = report["latency"]
-    assert set(figures) == {"enqueue_round_trip", "enqueue_to_lease", "fsync"}
+    assert set(figures) == {"enqueue_round_trip", "enqueue_to_lease", "fsync", "fsync_append"}
     assert_record(figures["enqueue_round_trip"], rate=True)
     assert_record(figures["enqueue_to_lease"], rate=False)
     assert_record(figures["fsync"], rate=False)
+    assert_record(figures["fsync_append"], rate=False)
     round_trip = figures["enqueue_round_trip"]
     assert round_trip["reference"]["latency_ms"]["p50"] == 0.42
     assert set(round_trip["target"]) == {"latency_ms_p50_max", "latency_ms_p999_max"}

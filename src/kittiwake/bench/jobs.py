@@ -74,10 +74,12 @@ class WakeProbe:
 
 @dataclass(frozen=True)
 class FsyncProbe:
-    """Write 4 KiB and os.fsync it, `samples` times (or until `max_secs`), in `directory`."""
+    """Write 4 KiB and os.fsync it, `samples` times (or until `max_secs`), in `directory`:
+    over a block of a file written beforehand (`append=False`), or at its end."""
 
     directory: str
     samples: int
+    append: bool = False
     max_secs: float = 20.0
     block_bytes: int = 4096
 

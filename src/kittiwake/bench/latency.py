@@ -12,10 +12,14 @@ in one load process (one connection, nothing else running):
 * `enqueue_to_lease`: a worker is parked in a long-poll lease on an empty
   queue; time from sending an enqueue on another connection to receiving the
   worker's lease reply. The worker dequeues the task before the next sample.
-* `fsync`: append 4 KiB to a file and `os.fsync` it (at most
-  `--fsync-samples`, stopping after 20 s on a slow disk).
+* `fsync`: write 4 KiB over a block of an already synced file and
+  `os.fsync` it — a WAL commit once SQLite reuses its WAL file, so the floor
+  under a durable reply; `fsync_append`: the same appended to the file, whose
+  size then changes too (a commit while the WAL grows; dearer on most file
+  systems). At most `--fsync-samples` each, stopping after 20 s on a slow disk.
 
-Targets: enqueue round trip p50 ≤ fsync p50 + 0.3 ms and p99.9 ≤ 5 ms.
+Targets: enqueue round trip p50 ≤ fsync p50 + 0.3 ms (the in-place figure,
+the stricter floor) and p99.9 ≤ 5 ms.
 """
 
 from __future__ import annotations
@@ -48,9 +52,11 @@ def run_latency(settings: LatencySettings, console: Console, *,
     measured: dict[str, Measured] = {}
     with Session(durability=settings.durability, processes=1, parent_dir=parent_dir) as session, \
             progress_bars(console) as bar:
-        measured["fsync"] = session.probe(
-            FsyncProbe(str(session.broker.data_dir), settings.fsync_samples), settings.fsync_samples,
-            bar("fsync of 4 KiB"))
+        data_dir = str(session.broker.data_dir)
+        measured["fsync"] = session.probe(FsyncProbe(data_dir, settings.fsync_samples), settings.fsync_samples,
+                                          bar("fsync of 4 KiB, in place"))
+        measured["fsync_append"] = session.probe(FsyncProbe(data_dir, settings.fsync_samples, append=True),
+                                                 settings.fsync_samples, bar("fsync of 4 KiB, appended"))
         measured["enqueue_round_trip"] = session.counted(
             Scenario("fifo_enqueue", (ROUND_TRIP_QUEUE,), data_bytes=settings.data_bytes),
             connections=1, ops=settings.samples, warmup_ops=WARMUP_SAMPLES, progress=bar("enqueue round trip"))
@@ -82,7 +88,8 @@ def run_latency(settings: LatencySettings, console: Console, *,
         )
         record["meets_target"] = check_target(record)
         figures[name] = record
-    figures["fsync"] = figure(measured["fsync"], rate=False, block_bytes=4096)
+    figures["fsync"] = figure(measured["fsync"], rate=False, block_bytes=4096, write="in place")
+    figures["fsync_append"] = figure(measured["fsync_append"], rate=False, block_bytes=4096, write="append")
     report = {
         "machine": machine_info(),
         "settings": asdict(settings),

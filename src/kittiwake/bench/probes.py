@@ -5,8 +5,9 @@
   producer connection sends an enqueue; the sample is the time from sending
   the enqueue to receiving the worker's lease reply. The worker dequeues the
   task before the next sample, so the queue is empty again.
-* `run_fsync_probe`: append 4 KiB to a file and `os.fsync` it — the least a
-  durable commit costs on this disk.
+* `run_fsync_probe`: write 4 KiB over a block of a file and `os.fsync` it —
+  the least a durable commit costs on this disk — or append it (the file's
+  size changes too, as while SQLite's WAL grows).
 
 Both go one request at a time, through `RawConnection`, a minimal pipelining
 client (decoded reply maps, futures by request id): their cost per request
@@ -130,17 +131,32 @@ async def run_wake_probe(job: WakeProbe, counter: Synchronized) -> LoadResult:
 
 
 def run_fsync_probe(job: FsyncProbe, counter: Synchronized) -> LoadResult:
-    """The disk's own commit cost: append 4 KiB and fsync, as a WAL commit does at least."""
+    """The disk's own commit cost: write 4 KiB and fsync it.
+
+    Overwriting a block of a file that is already written and synced is what a
+    WAL commit costs once SQLite reuses its WAL file after a checkpoint (no
+    file-size change to journal): the floor under a durable reply. Appending
+    also changes the file's size, as a commit does while the WAL grows.
+    """
     path = os.path.join(job.directory, f"fsync-probe-{os.getpid()}.bin")
     block = os.urandom(job.block_bytes)
+    size = job.block_bytes
     result = LoadResult()
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    started = time.monotonic()
-    cpu_before = cpu_secs()
     try:
+        if not job.append:
+            blocks = min(job.samples, 4096)  # reused round-robin: at most 16 MiB written up front
+            for _ in range(blocks):
+                os.write(descriptor, block)
+            os.fsync(descriptor)
+        started = time.monotonic()
+        cpu_before = cpu_secs()
         for index in range(job.samples):
             before = time.monotonic_ns()
-            os.write(descriptor, block)
+            if job.append:
+                os.write(descriptor, block)
+            else:
+                os.pwrite(descriptor, block, (index % blocks) * size)
             os.fsync(descriptor)
             after = time.monotonic_ns()
             result.latencies_ns.append(after - before)
