@@ -8,7 +8,10 @@ and in the table:
      "target": {...} | null, "meets_target": bool | null, ...figure-specific extras}
 
 `ratio` is how many times Kittiwake is ahead of the reference (above 1 is
-better, see `references`); `target` keys end in `_min` or `_max`. A JSON file
+better, see `references`); `target` keys end in `_min` or `_max`. Extras
+such as `broker_cpu_percent` and `load_cpu_percent` are CPU time over the run
+as a percentage of one core (every broker thread; summed over the load
+processes), so a reader can tell which side was the bottleneck. A JSON file
 is `{"machine": {...}, "settings": {...}, "<benchmark>": {figure name: record,
 ...}}`; `scale` adds the plain numbers `rss_mb` and `recovery_s` beside its
 records. Progress bars and tables are drawn with rich; the CDF plot needs
