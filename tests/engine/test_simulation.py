@@ -105,7 +105,7 @@ class Simulation:
     def step(self) -> None:
         operations: list[tuple[float, Callable[[], None]]] = [
             (20, self.enqueue), (3, self.enqueue_at_the_clock), (20, self.lease), (8, self.renew),
-            (15, self.dequeue), (6, self.release), (10, self.update), (0.7, self.delete_queue),
+            (15, self.dequeue), (6, self.release), (10, self.update), (1.5, self.delete_queue),
             (2, self.inspect), (10, self.tick), (2, self.jump), (0.7, self.step_back), (8, self.commit),
             (1, self.restart), (1.5, self.crash),
         ]
@@ -239,8 +239,9 @@ class Simulation:
             self.log("stats")
         else:
             self.engine.maintain(self.now)
+            reaped = self.store.reap(self.rng.choice([1, 5, 1000]))  # the broker's housekeeping
             rows = self.engine.stats(None, None, 3, self.now)
-            self.log("maintain")
+            self.log(f"maintain, reaped {reaped}")
         self.model.sweep(self.now)
         assert [(r.queue, r.size, r.leased) for r in rows] == [
             (name, self.model.size(name), len(self.model.held(name))) for name in self.model.names()]

@@ -358,3 +358,32 @@ def test_recover_after_reopening_sees_only_committed_state(harness):
     recovery = store.recover(NOW)
     assert [(s.queue, s.size) for s in recovery.queues] == [("q", 1)]
     assert [(t.pid, t.lease_id, t.lease_expires_at) for t in recovery.leased] == [("a", 7, NOW + 30)]
+
+
+def test_sqlite_forgets_the_generation_of_a_queue_that_is_gone(tmp_path):
+    """A flood of queues created and deleted under new names must not grow the store for ever."""
+    store = SqliteStore(tmp_path, durability="os")
+    try:
+        for index in range(50):
+            put(store, task(f"q{index}", "a"))
+            store.write([DropQueue(f"q{index}")])
+        put(store, task("kept", "a"))
+        store.write([DropQueue("kept")])
+        put(store, task("kept", "b"))
+        store.commit()
+        assert len(store._gens) == 51
+        store.reap(1000)
+        store.commit()
+        assert store._gens == {"kept": 1}
+        assert store._db.execute("SELECT count(*) FROM generations").fetchone() == (1,)
+        put(store, task("q7", "again"))  # a forgotten queue starts afresh
+        store.commit()
+        assert scan_pids(store, "q7") == ["again"]
+        assert scan_pids(store, "kept") == ["b"]
+    finally:
+        store.close()
+    store = SqliteStore(tmp_path, durability="os")
+    try:
+        assert scan_pids(store, "q7") == ["again"] and scan_pids(store, "kept") == ["b"]
+    finally:
+        store.close()
