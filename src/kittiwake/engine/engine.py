@@ -72,6 +72,7 @@ from kittiwake.model import (
 DEAD_REASON_HEADER = "kittiwake-dead-reason"
 MAX_PATTERN_CHARS = 1024
 MAX_QUEUES_PER_LEASE = 1000
+EXPIRY_COMPACT_MIN = 1024  # expiry heap entries before renewals' stale entries are compacted away
 PRUNE_EVERY_SECS = 60.0  # scanning every queue for idle empties is O(queues)
 
 _DEQUEUE, _RENEW, _RELEASE = "dequeue", "renew", "release"
@@ -97,6 +98,7 @@ class Engine:
         self._names: SortedList = SortedList()
         self._recent: OrderedDict[str, None] = OrderedDict()  # queues by last use, for eviction
         self._expiry: list[tuple[float, int, str, str]] = []  # (expires_at, lease_id, queue, pid)
+        self._expiry_compact_at = EXPIRY_COMPACT_MIN
         self._ready: set[str] = set()  # queues that gained available tasks
         self._last_fifo_micros = 0
         self._last_lease_id = 0
@@ -497,8 +499,23 @@ class Engine:
     def _do_renew(self, queue: QueueState, task: Task, lease_secs: float, now: float, mutations: list[Mutation]) -> float:
         task.lease_expires_at = now + lease_secs
         heapq.heappush(self._expiry, (task.lease_expires_at, task.lease_id, queue.name, task.pid))
+        if len(self._expiry) > self._expiry_compact_at:
+            self._compact_expiry()
         mutations.append(SetLease.of(task))
         return task.lease_expires_at
+
+    def _compact_expiry(self) -> None:
+        """Rebuild the expiry heap from the leases held now. Each renewal leaves its old
+        deadline in the heap until that time passes: a long lease renewed as a frequent
+        heartbeat would otherwise keep lease_secs / interval entries per task."""
+        self._expiry = [
+            (task.lease_expires_at, task.lease_id, queue.name, pid)
+            for queue in self._queues.values()
+            for pid, task in queue.leased.items()
+            if task.lease_expires_at is not None
+        ]
+        heapq.heapify(self._expiry)
+        self._expiry_compact_at = max(EXPIRY_COMPACT_MIN, 2 * len(self._expiry))
 
     def _do_release(self, queue: QueueState, task: Task, reason: str | None, now: float, mutations: list[Mutation]) -> bool:
         del queue.leased[task.pid]
