@@ -271,3 +271,19 @@ def test_take_ready_names_queues_that_gained_available_tasks(engine, clock):
     engine.release([ref(task)], None, clock.now)
     assert engine.take_ready() == {"a"}
     assert engine.take_ready() == set()
+
+
+def test_heartbeats_on_a_long_lease_keep_the_expiry_queue_small(engine, clock):
+    """A worker renews an hour-long lease every five seconds: its old deadlines must not pile up."""
+    put(engine, clock.now, "q", "p", "other")
+    [task] = take(engine, clock.now, "q", lease_secs=3600)
+    [other] = take(engine, clock.now, "q", lease_secs=3600)
+    for _ in range(5000):
+        clock.advance(5)
+        assert engine.renew([ref(task)], 3600, clock.now)[0].ok
+    assert len(engine._expiry) <= 2048
+    clock.advance(3600)
+    assert engine.sweep(clock.now) == 2
+    assert sorted(pids(take(engine, clock.now, "q", max_tasks=5))) == ["other", "p"]
+    assert engine.get("q", "p", clock.now)["attempts"] == 1
+    assert codes(engine.dequeue([ref(other)], clock.now)) == ["TASK_NOT_LEASED"]
