@@ -9,9 +9,8 @@ uncommitted ones are not, whatever happened in between.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
