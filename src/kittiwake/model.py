@@ -56,6 +56,7 @@ class TaskState(str, Enum):
 
     AVAILABLE = "available"  # in its queue, may be leased
     LEASED = "leased"  # held by one worker until lease_expires_at
+    BLOCKED = "blocked"  # waits for its parents to finish (dependencies)
 
 
 def split_queue(queue: str) -> tuple[str, str]:
@@ -186,6 +187,8 @@ class NewTask:
     receiver: str | None = None
     headers: dict[str, str] | None = None
     max_attempts: int | None = None
+    after: list[tuple[str, str]] | None = None  # parents (queue, pid): leasable once all finished
+    unless: list[tuple[str, str]] | None = None  # collapse instead if any of these tasks exists
 
     def validate(self, limits: Limits) -> NewTask:
         validate_queue(self.queue, limits)
@@ -200,7 +203,26 @@ class NewTask:
         validate_headers(self.headers, limits)
         if self.max_attempts is not None:
             validate_count(self.max_attempts, "max_attempts", 1, limits.max_attempts_ceiling)
+        if self.after is not None:
+            self.after = validate_keys(self.after, limits, "after")
+        if self.unless is not None:
+            self.unless = validate_keys(self.unless, limits, "unless")
         return self
+
+
+def validate_keys(keys: object, limits: Limits, what: str) -> list[tuple[str, str]]:
+    """A list of (queue, pid) task keys, duplicates dropped."""
+    if not isinstance(keys, (list, tuple)):
+        raise BadRequest(f"{what} must be a list of [queue, pid] pairs")
+    if len(keys) > limits.max_batch:
+        raise BadRequest(f"more than {limits.max_batch} entries in {what}")
+    found: dict[tuple[str, str], None] = {}
+    for key in keys:
+        if not isinstance(key, (list, tuple)) or len(key) != 2:
+            raise BadRequest(f"each entry of {what} must be a [queue, pid] pair")
+        queue, pid = key
+        found[(validate_queue(queue, limits, f"{what} queue"), validate_pid(pid, limits, f"{what} pid"))] = None
+    return list(found)
 
 
 @dataclass(slots=True)
@@ -223,8 +245,14 @@ class Task:
     lease_peer: str | None = None
     leased_at: float | None = None
     lease_expires_at: float | None = None
+    waiting_on: int = 0  # unfinished parents (Albatross §5.2.2); leasable only at 0
+    children: int = 0  # tasks waiting on this one
+    progress: float | None = None  # reported by the worker holding the lease, 0..1
+    note: str | None = None  # the worker's message with its progress
 
     def state_at(self, now: float) -> TaskState:
+        if self.waiting_on > 0:
+            return TaskState.BLOCKED
         if self.lease_expires_at is not None and self.lease_expires_at > now:
             return TaskState.LEASED
         return TaskState.AVAILABLE
@@ -253,6 +281,8 @@ class LeaseRequest:
     receiver: str | None = None
     worker: str | None = None
     peer: str | None = None
+    rate_per_sec: float | None = None  # broker-wide limit of leases per second from these queues
+    rate_burst: float | None = None  # tokens the limit may save up (default: one second's worth)
 
 
 @dataclass(slots=True)
@@ -305,6 +335,7 @@ class QueueStats:
     available: int
     leased: int
     dead: int
+    blocked: int
     enqueue_rate_1m: float
     enqueue_rate_5m: float
     lease_rate_1m: float

@@ -42,8 +42,18 @@ from typing import Any, Iterable, Sequence
 from sortedcontainers import SortedList
 
 from kittiwake import errors
-from kittiwake.engine.mutations import DeleteTask, DropQueue, Mutation, PutTask, SetLease
+from kittiwake.engine.mutations import (
+    DeleteEdges,
+    DeleteTask,
+    DropQueue,
+    Mutation,
+    PutEdge,
+    PutTask,
+    SetLease,
+    SetWaiting,
+)
 from kittiwake.engine.queue_state import QueueState
+from kittiwake.engine.rate_limit import TokenBucket
 from kittiwake.engine.rates import DEQUEUE, ENQUEUE, LEASE, LEASE_SECS_SUM, RateWindow
 from kittiwake.engine.storage import TaskStore
 from kittiwake.model import (
@@ -66,6 +76,7 @@ from kittiwake.model import (
     validate_lease_secs,
     validate_name,
     validate_pid,
+    validate_keys,
     validate_queue,
 )
 
@@ -99,7 +110,8 @@ class Engine:
         self._recent: OrderedDict[str, None] = OrderedDict()  # queues by last use, for eviction
         self._expiry: list[tuple[float, int, str, str]] = []  # (expires_at, lease_id, queue, pid)
         self._expiry_compact_at = EXPIRY_COMPACT_MIN
-        self._ready: set[str] = set()  # queues that gained available tasks
+        self._ready: set[str] = set()
+        self._throttled: dict[str, float] = {}  # rate-limited queues → when their next token is due  # queues that gained available tasks
         self._last_fifo_micros = 0
         self._last_lease_id = 0
         self.refills = 0
@@ -115,6 +127,7 @@ class Engine:
         for summary in recovery.queues:
             queue = QueueState(summary.queue, size=summary.size, complete=summary.size == 0)
             queue.max_pid = summary.max_pid
+            queue.blocked = summary.blocked
             self._queues[summary.queue] = queue
             self._names.add(summary.queue)
             pid = summary.max_fifo_pid if summary.max_fifo_pid is not None else summary.max_pid
@@ -193,14 +206,16 @@ class Engine:
     def _find(self, queue: QueueState, pid: str) -> Task | None:
         """The task at pid, leased or available, from memory or the store."""
         task = queue.leased.get(pid) or queue.available.get(pid)
-        if task is None and not queue.covers(pid):
+        if task is None and (queue.blocked or not queue.covers(pid)):
             task = self.store.load_task(queue.name, pid)
         return task
 
     def _exists(self, queue: QueueState, pid: str) -> bool:
         if pid in queue.leased or pid in queue.available:
             return True
-        return not queue.covers(pid) and self.store.load_task(queue.name, pid) is not None
+        if queue.covers(pid) and not queue.blocked:
+            return False
+        return self.store.load_task(queue.name, pid) is not None
 
     def _forget_if_empty(self, queue: QueueState) -> None:
         if queue.size == 0 and not queue.leased and queue.rates is None:
@@ -260,6 +275,8 @@ class Engine:
             pid = new.pid
             if self._exists(queue, pid):
                 return EnqueueOutcome(new.queue, pid, True)
+        if new.unless and any(self._key_exists(q, p) for q, p in new.unless):
+            return EnqueueOutcome(new.queue, pid, True)
         task = Task(
             queue=new.queue,
             pid=pid,
@@ -270,12 +287,52 @@ class Engine:
             headers=new.headers or None,
             max_attempts=new.max_attempts,
         )
+        edges: list[Mutation] = []
+        if new.after:
+            if (new.queue, pid) in new.after:
+                raise errors.BadRequest(f"task {new.queue}/{pid} cannot wait for itself")
+            failed = self._link_parents(task, new.after, edges)
+            if failed is not None:
+                # a parent already failed: the task is born dead, like its
+                # siblings that were waiting when the parent failed
+                self._rates(queue).add(ENQUEUE, now)
+                self._bury(task, f"PARENT_FAILED {failed[0]}/{failed[1]}", now, mutations)
+                self._forget_if_empty(queue)
+                return EnqueueOutcome(new.queue, pid, False)
         queue.size += 1
         queue.max_pid = max(queue.max_pid, pid)
-        self._add_available(queue, task)
+        if task.waiting_on:
+            queue.blocked += 1
+        else:
+            self._add_available(queue, task)
         self._rates(queue).add(ENQUEUE, now)
         mutations.append(PutTask(task))
+        mutations.extend(edges)
         return EnqueueOutcome(new.queue, pid, False)
+
+    def _key_exists(self, name: str, pid: str) -> bool:
+        queue = self._queues.get(name)
+        return queue is not None and self._exists(queue, pid)
+
+    def _link_parents(
+        self, task: Task, parents: list[tuple[str, str]], edges: list[Mutation]
+    ) -> tuple[str, str] | None:
+        """Count the parents still to finish and write their edges (Albatross
+        §5.2.2). A parent that is gone has finished, unless it sits in its
+        dead-letter queue: then it failed, and that parent is returned."""
+        for parent_queue, parent_pid in parents:
+            state = self._queues.get(parent_queue)
+            parent = self._find(state, parent_pid) if state is not None else None
+            if parent is None:
+                dead = self._queues.get(dead_queue_of(parent_queue))
+                if dead is not None and self._find(dead, parent_pid) is not None:
+                    return (parent_queue, parent_pid)
+                continue
+            task.waiting_on += 1
+            parent.children += 1
+            edges.append(PutEdge(parent_queue, parent_pid, task.queue, task.pid))
+            edges.append(SetWaiting(parent_queue, parent_pid, parent.waiting_on, parent.children))
+        return None
 
     # ----------------------------------------------------------------- lease
 
@@ -295,6 +352,13 @@ class Engine:
             validate_pid(request.max_pid, limits, "max_pid")
         validate_name(request.receiver, limits, "receiver")
         validate_name(request.worker, limits, "worker")
+        for value, what in ((request.rate_per_sec, "rate_per_sec"), (request.rate_burst, "rate_burst")):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e6:
+                raise errors.BadRequest(f"{what} must be a number in (0, 1000000]")
+        if request.rate_burst is not None and request.rate_per_sec is None:
+            raise errors.BadRequest("rate_burst needs rate_per_sec")
 
     def lease(self, request: LeaseRequest, now: float) -> list[Task]:
         """Lease up to max_tasks tasks in pid order across the requested queues."""
@@ -304,10 +368,19 @@ class Engine:
         candidates: list[tuple[str, QueueState]] = []
         for name in dict.fromkeys(request.queues):
             queue = self._queues.get(name)
-            if queue is None or queue.size <= len(queue.leased):
+            if request.rate_per_sec is not None:
+                queue = self._queue(name)  # the limit holds even before the first task
+                self._set_rate(queue, request, now)
+            if queue is None or queue.size <= len(queue.leased) + queue.blocked:
                 continue
-            self._ensure_head(queue, want, request.receiver, request.max_pid, now)
-            candidates.extend((pid, queue) for pid in self._head_pids(queue, want, request))
+            allowed = want
+            if queue.rate is not None:
+                allowed = min(want, queue.rate.available(now))
+                if allowed <= 0:
+                    self._throttled[queue.name] = queue.rate.next_token_at(now)
+                    continue
+            self._ensure_head(queue, allowed, request.receiver, request.max_pid, now)
+            candidates.extend((pid, queue) for pid in self._head_pids(queue, allowed, request))
         if not candidates:
             return []
         if len(request.queues) > 1:
@@ -338,9 +411,20 @@ class Engine:
             leased.append(task)
             self._rates(queue).add(LEASE, now)
             self._touch(queue)
+            if queue.rate is not None:
+                queue.rate.spend(1)
         self.store.write(mutations)
         self._enforce_cache()
         return leased
+
+    def _set_rate(self, queue: QueueState, request: LeaseRequest, now: float) -> None:
+        rate = request.rate_per_sec
+        assert rate is not None
+        burst = request.rate_burst if request.rate_burst is not None else max(1.0, rate)
+        if queue.rate is None:
+            queue.rate = TokenBucket(rate, burst, now)
+        elif queue.rate.rate_per_sec != rate or queue.rate.burst != burst:
+            queue.rate.configure(rate, burst, now)
 
     def _bucket_count(self, queue: QueueState, receiver: str | None) -> int:
         count = len(queue.open)
@@ -381,7 +465,13 @@ class Engine:
         return pids
 
     def sweep(self, now: float) -> int:
-        """Return expired leases to their queues (TaskMaster §5.6, lazily)."""
+        """Return expired leases to their queues (TaskMaster §5.6, lazily), and
+        mark rate-limited queues whose next token is due as ready again."""
+        if self._throttled:
+            for name, due in list(self._throttled.items()):
+                if due <= now:
+                    del self._throttled[name]
+                    self._ready.add(name)
         expiry = self._expiry
         if not expiry or expiry[0][0] > now:
             return 0
@@ -401,18 +491,21 @@ class Engine:
         return expired
 
     def _fail_attempt(
-        self, queue: QueueState, task: Task, reason: str, now: float, mutations: list[Mutation]
+        self, queue: QueueState, task: Task, reason: str, now: float, mutations: list[Mutation], bury: bool = False
     ) -> bool:
         """Count a failed attempt on a task just taken out of the leased set;
-        it goes back to available, or to the dead-letter queue. True if dead."""
+        it goes back to available, or to the dead-letter queue (at max_attempts,
+        or at once with `bury`), failing its descendants. True if dead."""
         task.attempts += 1
         task.lease_owner = task.lease_peer = None
         task.leased_at = task.lease_expires_at = None
         limit = task.max_attempts or self.limits.default_max_attempts
-        if task.attempts >= limit and not queue.name.endswith(DEAD_SUFFIX):
+        if (task.attempts >= limit or bury) and not queue.name.endswith(DEAD_SUFFIX):
             queue.size -= 1
             mutations.append(DeleteTask(queue.name, task.pid))
             self._bury(task, reason, now, mutations)
+            if task.children:
+                self._fail_descendants(task, now, mutations)
             self._forget_if_empty(queue)
             return True
         mutations.append(SetLease.of(task))
@@ -495,6 +588,51 @@ class Engine:
         held = now - task.leased_at if task.leased_at is not None else 0.0
         self._rates(queue).add_dequeue(now, 1, max(held, 0.0))
         mutations.append(DeleteTask(queue.name, task.pid))
+        if task.children:
+            self._write(mutations)
+            self._finish_parent(task, mutations)
+
+    def _finish_parent(self, parent: Task, mutations: list[Mutation]) -> None:
+        """A parent finished: each child has one parent fewer to wait for, and
+        a child with none left becomes available."""
+        for child_queue, child_pid in self.store.children_of(parent.queue, parent.pid):
+            queue = self._queues.get(child_queue)
+            child = self.store.load_task(child_queue, child_pid) if queue is not None else None
+            if child is None or child.waiting_on <= 0:
+                continue
+            child.waiting_on -= 1
+            mutations.append(SetWaiting(child_queue, child_pid, child.waiting_on, child.children))
+            if child.waiting_on == 0:
+                queue.blocked -= 1
+                self._add_available(queue, child)
+        mutations.append(DeleteEdges(parent.queue, parent.pid))
+
+    def _fail_descendants(self, parent: Task, now: float, mutations: list[Mutation]) -> int:
+        """A parent failed or was cancelled: every task waiting on it, and theirs
+        in turn, moves to its dead-letter queue with the reason. Returns how many."""
+        failed = 0
+        reason = f"PARENT_FAILED {parent.queue}/{parent.pid}"
+        stack = [(parent.queue, parent.pid)]
+        while stack:
+            parent_key = stack.pop()
+            self._write(mutations)
+            for child_queue, child_pid in self.store.children_of(*parent_key):
+                queue = self._queues.get(child_queue)
+                child = self.store.load_task(child_queue, child_pid) if queue is not None else None
+                if child is None or child.waiting_on <= 0:
+                    continue  # already failed through another parent
+                assert queue is not None
+                queue.blocked -= 1
+                queue.size -= 1
+                mutations.append(DeleteTask(child_queue, child_pid))
+                child.waiting_on = 0
+                self._bury(child, reason, now, mutations)
+                self._forget_if_empty(queue)
+                failed += 1
+                if child.children:
+                    stack.append((child_queue, child_pid))
+            mutations.append(DeleteEdges(*parent_key))
+        return failed
 
     def _do_renew(self, queue: QueueState, task: Task, lease_secs: float, now: float, mutations: list[Mutation]) -> float:
         task.lease_expires_at = now + lease_secs
@@ -517,9 +655,11 @@ class Engine:
         heapq.heapify(self._expiry)
         self._expiry_compact_at = max(EXPIRY_COMPACT_MIN, 2 * len(self._expiry))
 
-    def _do_release(self, queue: QueueState, task: Task, reason: str | None, now: float, mutations: list[Mutation]) -> bool:
+    def _do_release(
+        self, queue: QueueState, task: Task, reason: str | None, now: float, mutations: list[Mutation], bury: bool = False
+    ) -> bool:
         del queue.leased[task.pid]
-        return self._fail_attempt(queue, task, reason or "RELEASED", now, mutations)
+        return self._fail_attempt(queue, task, reason or "RELEASED", now, mutations, bury)
 
     def _batch(self, refs: Sequence[LeaseRef], op: str, now: float, apply: Any) -> list[ItemOutcome]:
         self._validate_refs(refs)
@@ -546,25 +686,77 @@ class Engine:
 
         return self._batch(refs, _DEQUEUE, now, apply)
 
-    def renew(self, refs: Sequence[LeaseRef], lease_secs: float, now: float) -> list[ItemOutcome]:
-        """Extend leases to now + lease_secs; per-item outcomes."""
+    def renew(
+        self,
+        refs: Sequence[LeaseRef],
+        lease_secs: float,
+        now: float,
+        progress: float | None = None,
+        note: str | None = None,
+    ) -> list[ItemOutcome]:
+        """Extend leases to now + lease_secs, recording the worker's progress
+        (0..1) and note when given; per-item outcomes."""
         lease_secs = validate_lease_secs(lease_secs, self.limits)
+        if progress is not None:
+            if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not 0.0 <= progress <= 1.0:
+                raise errors.BadRequest("progress must be a number from 0 to 1")
+        note = self._validate_reason(note)
 
         def apply(queue: QueueState, task: Task, mutations: list[Mutation], outcome: ItemOutcome) -> ItemOutcome:
+            if progress is not None:
+                task.progress = float(progress)
+            if note is not None:
+                task.note = note
             outcome.expires_at = self._do_renew(queue, task, lease_secs, now, mutations)
             return outcome
 
         return self._batch(refs, _RENEW, now, apply)
 
-    def release(self, refs: Sequence[LeaseRef], reason: str | None, now: float) -> list[ItemOutcome]:
-        """Give leased tasks back (nack), counting an attempt; per-item outcomes."""
+    def release(
+        self, refs: Sequence[LeaseRef], reason: str | None, now: float, bury: bool = False
+    ) -> list[ItemOutcome]:
+        """Give leased tasks back (nack), counting an attempt; with `bury`, move
+        them to the dead-letter queue at once (at-most-once delivery: a task
+        found started before is never started again). Per-item outcomes."""
         reason = self._validate_reason(reason)
 
         def apply(queue: QueueState, task: Task, mutations: list[Mutation], outcome: ItemOutcome) -> ItemOutcome:
-            outcome.dead = self._do_release(queue, task, reason, now, mutations)
+            outcome.dead = self._do_release(queue, task, reason, now, mutations, bool(bury))
             return outcome
 
         return self._batch(refs, _RELEASE, now, apply)
+
+    def cancel(self, keys: Sequence[tuple[str, str]], reason: str | None, now: float) -> list[ItemOutcome]:
+        """Withdraw tasks, whatever their state, into their dead-letter queues
+        with reason CANCELLED (or the one given), failing their descendants. A
+        worker holding one of them loses its lease: its renew, release or
+        dequeue is refused with TASK_NOT_FOUND. Per-item outcomes."""
+        keys = validate_keys(list(keys), self.limits, "tasks")
+        reason = self._validate_reason(reason) or "CANCELLED"
+        mutations: list[Mutation] = []
+        outcomes: list[ItemOutcome] = []
+        for name, pid in keys:
+            queue = self._queues.get(name)
+            task = self._find(queue, pid) if queue is not None else None
+            if task is None or queue is None:
+                outcomes.append(ItemOutcome(name, pid, False, errors.TaskNotFound.code, f"no task {pid!r} in {name!r}"))
+                continue
+            if queue.leased.pop(pid, None) is None:
+                if task.waiting_on > 0:
+                    queue.blocked -= 1
+                elif queue.remove_available(pid) is not None:
+                    self.memory_bytes -= task.size_bytes()
+            queue.size -= 1
+            mutations.append(DeleteTask(name, pid))
+            task.waiting_on = 0
+            self._bury(task, reason, now, mutations)
+            if task.children:
+                self._fail_descendants(task, now, mutations)
+            self._forget_if_empty(queue)
+            outcomes.append(ItemOutcome(name, pid, True, dead=True))
+            self._write(mutations)
+        self._enforce_cache()
+        return outcomes
 
     def _validate_reason(self, reason: object) -> str | None:
         if reason is None:
@@ -666,6 +858,10 @@ class Engine:
             "deliveries": task.deliveries,
             "lease_owner": task.lease_owner,
             "lease_expires_at": task.lease_expires_at,
+            "waiting_on": task.waiting_on,
+            "children": task.children,
+            "progress": task.progress,
+            "note": task.note,
         }
 
     def peek(self, queue: str, n: int, from_pid: str | None, now: float) -> list[dict[str, Any]]:
@@ -766,7 +962,7 @@ class Engine:
         queue = self._queues.get(name)
         dead = self._queues.get(dead_queue_of(name))
         if queue is None:
-            return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, None, None)
+            return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, 0, None, None)
         rates = queue.rates or RateWindow()
         one = rates.totals(now, 60.0)
         five = rates.totals(now, 300.0)
@@ -778,9 +974,10 @@ class Engine:
         return QueueStats(
             queue=name,
             size=queue.size,
-            available=queue.size - len(queue.leased),
+            available=queue.size - len(queue.leased) - queue.blocked,
             leased=len(queue.leased),
             dead=dead.size if dead else 0,
+            blocked=queue.blocked,
             enqueue_rate_1m=one[ENQUEUE] / 60.0,
             enqueue_rate_5m=five[ENQUEUE] / 300.0,
             lease_rate_1m=one[LEASE] / 60.0,

@@ -10,6 +10,9 @@ out (group commit: one fsync for many requests).
   (lease, renew, release, expiry) — TaskMaster §5.2 persists the leased state
   so a restart does not hand out leased tasks twice.
 * `DeleteTask`: remove a row (dequeue, dead-letter move).
+* `SetWaiting`, `PutEdge`, `DeleteEdges`: dependencies (Albatross §5.2.2):
+  a blocked task's count of unfinished parents, a parent's count of children,
+  and the parent → child edges read back when a parent finishes or fails.
 * `DropQueue`: forget every row of a queue in constant time by bumping its
   generation; the store reaps the old rows lazily (TaskMaster §5.2).
 """
@@ -37,6 +40,8 @@ class SetLease:
     lease_peer: str | None
     leased_at: float | None
     lease_expires_at: float | None
+    progress: float | None = None
+    note: str | None = None
 
     @classmethod
     def of(cls, task: Task) -> SetLease:
@@ -50,7 +55,37 @@ class SetLease:
             task.lease_peer,
             task.leased_at,
             task.lease_expires_at,
+            task.progress,
+            task.note,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SetWaiting:
+    """New dependency counts of an existing row: unfinished parents and children."""
+
+    queue: str
+    pid: str
+    waiting_on: int
+    children: int
+
+
+@dataclass(frozen=True, slots=True)
+class PutEdge:
+    """Child (child_queue, child_pid) waits for parent (queue, pid)."""
+
+    queue: str
+    pid: str
+    child_queue: str
+    child_pid: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteEdges:
+    """Forget every edge from the parent (queue, pid): it finished or failed."""
+
+    queue: str
+    pid: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,4 +99,4 @@ class DropQueue:
     queue: str
 
 
-Mutation = PutTask | SetLease | DeleteTask | DropQueue
+Mutation = PutTask | SetLease | SetWaiting | PutEdge | DeleteEdges | DeleteTask | DropQueue

@@ -13,7 +13,10 @@ holds, per queue:
   receiver never scans past tasks directed to somebody else (Paštas).
 * `leased`: every task under a lease, whatever its pid. Leases are few
   compared with tasks and must be checked on every renew/dequeue.
-* `size`: every task of the queue, available or leased, in memory or not.
+* `size`: every task of the queue, available, leased or blocked, in memory or not.
+* `blocked`: tasks waiting for parents (dependencies). They stay in the store
+  until their last parent finishes, so a look-up that misses memory must ask
+  the store whenever `blocked` is non-zero.
 * `max_pid`: no task of the queue has a larger pid (an upper bound: it never
   goes down). A FIFO pid above it needs no dedupe look-up in the store.
 
@@ -41,6 +44,8 @@ class QueueState:
         "memory_bytes",
         "rates",
         "max_pid",
+        "blocked",
+        "rate",
     )
 
     def __init__(self, name: str, size: int = 0, complete: bool = True) -> None:
@@ -55,6 +60,8 @@ class QueueState:
         self.memory_bytes = 0
         self.rates = None  # kittiwake.engine.rates.RateWindow, made on first activity
         self.max_pid = ""
+        self.blocked = 0  # tasks waiting for parents: in the store only, never in the head
+        self.rate = None  # kittiwake.engine.rate_limit.TokenBucket when a lease set a rate
 
     def covers(self, pid: str) -> bool:
         """True when a task with this pid, if available, must be in memory."""
@@ -63,7 +70,7 @@ class QueueState:
     @property
     def stored_available(self) -> int:
         """Available tasks that are in the store but not in memory."""
-        return self.size - len(self.leased) - len(self.available)
+        return self.size - len(self.leased) - len(self.available) - self.blocked
 
     def bucket_for(self, receiver: str | None) -> SortedDict | None:
         return self.open if receiver is None else self.directed.get(receiver)

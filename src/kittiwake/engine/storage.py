@@ -35,6 +35,7 @@ class QueueSummary:
     size: int
     max_pid: str
     max_fifo_pid: str | None = None  # largest pid of 17 digits: where FIFO pids resume
+    blocked: int = 0  # tasks waiting for parents
 
 
 @dataclass(slots=True)
@@ -56,7 +57,10 @@ class TaskStore(Protocol):
         """Forget writes since the last commit."""
 
     def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
-        """Up to `limit` tasks with pid > after_pid in pid order whose lease is not running at `now`."""
+        """Up to `limit` tasks with pid > after_pid in pid order, not blocked, whose lease is not running at `now`."""
+
+    def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
+        """(queue, pid) of every task waiting on this one."""
 
     def load_task(self, queue: str, pid: str) -> Task | None:
         """The task at (queue, pid), leased or not."""

@@ -14,7 +14,16 @@ from typing import Any, Sequence
 
 from sortedcontainers import SortedDict
 
-from kittiwake.engine.mutations import DeleteTask, DropQueue, Mutation, PutTask, SetLease
+from kittiwake.engine.mutations import (
+    DeleteEdges,
+    DeleteTask,
+    DropQueue,
+    Mutation,
+    PutEdge,
+    PutTask,
+    SetLease,
+    SetWaiting,
+)
 from kittiwake.engine.storage import QueueSummary, Recovery
 from kittiwake.model import FIFO_PID_DIGITS, Task
 
@@ -26,6 +35,8 @@ _LEASE_FIELDS = (
     "lease_peer",
     "leased_at",
     "lease_expires_at",
+    "progress",
+    "note",
 )
 
 
@@ -37,6 +48,7 @@ def _copy(task: Task) -> Task:
 class MemoryStore:
     def __init__(self) -> None:
         self._queues: dict[str, SortedDict] = {}
+        self._edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._journal: list[tuple[str, Any, Any]] = []
         self.commits = 0
         self.writes: list[Mutation] = []  # every mutation ever written, for tests
@@ -62,6 +74,25 @@ class MemoryStore:
                 self._journal.append(("row", (mutation.queue, mutation.pid), _copy(row)))
                 for name in _LEASE_FIELDS:
                     setattr(row, name, getattr(mutation, name))
+            elif isinstance(mutation, SetWaiting):
+                rows = self._queues.get(mutation.queue)
+                row = rows.get(mutation.pid) if rows is not None else None
+                if row is None:
+                    continue
+                self._journal.append(("row", (mutation.queue, mutation.pid), _copy(row)))
+                row.waiting_on = mutation.waiting_on
+                row.children = mutation.children
+            elif isinstance(mutation, PutEdge):
+                key = (mutation.queue, mutation.pid)
+                self._journal.append(("edges", key, list(self._edges.get(key, ()))))
+                children = self._edges.setdefault(key, [])
+                child = (mutation.child_queue, mutation.child_pid)
+                if child not in children:
+                    children.append(child)
+            elif isinstance(mutation, DeleteEdges):
+                key = (mutation.queue, mutation.pid)
+                if key in self._edges:
+                    self._journal.append(("edges", key, self._edges.pop(key)))
             elif isinstance(mutation, DeleteTask):
                 rows = self._queues.get(mutation.queue)
                 if rows is not None and mutation.pid in rows:
@@ -86,6 +117,11 @@ class MemoryStore:
                     rows[pid] = old
             elif kind == "drop":
                 self._queues[key] = old
+            elif kind == "edges":
+                if old:
+                    self._edges[key] = old
+                else:
+                    self._edges.pop(key, None)
             elif kind == "new-queue":
                 self._queues.pop(key, None)
         self._journal.clear()
@@ -104,12 +140,15 @@ class MemoryStore:
         start = rows.bisect_right(after_pid)
         for pid in rows.islice(start):
             row = rows[pid]
-            if row.lease_expires_at is not None and row.lease_expires_at > now:
+            if row.waiting_on > 0 or (row.lease_expires_at is not None and row.lease_expires_at > now):
                 continue
             found.append(_copy(row))
             if len(found) >= limit:
                 break
         return found
+
+    def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
+        return sorted(self._edges.get((queue, pid), ()))
 
     def load_task(self, queue: str, pid: str) -> Task | None:
         rows = self._queues.get(queue)
@@ -146,7 +185,8 @@ class MemoryStore:
             if not rows:
                 continue
             fifo = [pid for pid in rows if len(pid) == FIFO_PID_DIGITS and pid.isascii() and pid.isdigit()]
-            recovery.queues.append(QueueSummary(name, len(rows), rows.keys()[-1], max(fifo, default=None)))
+            blocked = sum(1 for row in rows.values() if row.waiting_on > 0)
+            recovery.queues.append(QueueSummary(name, len(rows), rows.keys()[-1], max(fifo, default=None), blocked))
             for row in rows.values():
                 recovery.max_lease_id = max(recovery.max_lease_id, row.lease_id)
                 if row.lease_expires_at is None:

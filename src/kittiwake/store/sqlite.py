@@ -31,10 +31,28 @@ from typing import Sequence
 
 import msgspec
 
-from kittiwake.engine.mutations import DeleteTask, DropQueue, Mutation, PutTask, SetLease
+from kittiwake.engine.mutations import (
+    DeleteEdges,
+    DeleteTask,
+    DropQueue,
+    Mutation,
+    PutEdge,
+    PutTask,
+    SetLease,
+    SetWaiting,
+)
 from kittiwake.engine.storage import QueueSummary, Recovery
 from kittiwake.model import Task
 from kittiwake.store import statements as sql
+
+_STATEMENTS = {
+    PutTask: sql.INSERT_TASK,
+    SetLease: sql.SET_LEASE,
+    SetWaiting: sql.SET_WAITING,
+    PutEdge: sql.PUT_EDGE,
+    DeleteEdges: sql.DELETE_EDGES,
+    DeleteTask: sql.DELETE_TASK,
+}
 
 DURABILITY_LEVELS = ("fsync", "os")
 _encode_headers = msgspec.msgpack.Encoder().encode
@@ -43,7 +61,7 @@ _decode_headers = msgspec.msgpack.Decoder(dict[str, str]).decode
 
 def _row_to_task(row: tuple) -> Task:
     (queue, pid, data, enqueued_at, sender, receiver, headers, max_attempts, attempts, deliveries,
-     lease_id, lease_owner, lease_peer, leased_at, lease_expires_at) = row
+     lease_id, lease_owner, lease_peer, leased_at, lease_expires_at, waiting_on, children, progress, note) = row
     return Task(
         queue=queue,
         pid=pid,
@@ -60,6 +78,10 @@ def _row_to_task(row: tuple) -> Task:
         lease_peer=lease_peer,
         leased_at=leased_at,
         lease_expires_at=lease_expires_at,
+        waiting_on=waiting_on,
+        children=children,
+        progress=progress,
+        note=note,
     )
 
 
@@ -68,7 +90,7 @@ def _snapshot(t: Task) -> Task:
     return Task(
         t.queue, t.pid, t.data, t.enqueued_at, t.sender, t.receiver, dict(t.headers) if t.headers else None,
         t.max_attempts, t.attempts, t.deliveries, t.lease_id, t.lease_owner, t.lease_peer, t.leased_at,
-        t.lease_expires_at,
+        t.lease_expires_at, t.waiting_on, t.children, t.progress, t.note,
     )
 
 
@@ -119,8 +141,7 @@ class SqliteStore:
         def flush_run() -> None:
             if not run:
                 return
-            statement = {PutTask: sql.INSERT_TASK, SetLease: sql.SET_LEASE, DeleteTask: sql.DELETE_TASK}[run_kind]
-            db.executemany(statement, run)
+            db.executemany(_STATEMENTS[run_kind], run)
             run.clear()
 
         for mutation in pending:
@@ -134,15 +155,24 @@ class SqliteStore:
                     gens.get(t.queue, 0), t.queue, t.pid, t.data, t.enqueued_at, t.sender, t.receiver,
                     _encode_headers(t.headers) if t.headers else None, t.max_attempts, t.attempts,
                     t.deliveries, t.lease_id, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at,
+                    t.waiting_on, t.children, t.progress, t.note,
                 ))
             elif kind is SetLease:
                 m = mutation
                 run.append((
                     m.attempts, m.deliveries, m.lease_id, m.lease_owner, m.lease_peer, m.leased_at,
-                    m.lease_expires_at, m.queue, gens.get(m.queue, 0), m.pid,
+                    m.lease_expires_at, m.progress, m.note, m.queue, gens.get(m.queue, 0), m.pid,
                 ))
             elif kind is DeleteTask:
                 run.append((mutation.queue, gens.get(mutation.queue, 0), mutation.pid))
+            elif kind is SetWaiting:
+                m = mutation
+                run.append((m.waiting_on, m.children, m.queue, gens.get(m.queue, 0), m.pid))
+            elif kind is PutEdge:
+                m = mutation
+                run.append((m.queue, m.pid, m.child_queue, m.child_pid))
+            elif kind is DeleteEdges:
+                run.append((mutation.queue, mutation.pid))
             else:
                 assert isinstance(mutation, DropQueue)
                 gen = gens.get(mutation.queue, 0) + 1
@@ -173,6 +203,10 @@ class SqliteStore:
         self._flush()
         rows = self._db.execute(sql.LOAD_AVAILABLE, (queue, self._gens.get(queue, 0), after_pid, now, limit))
         return [_row_to_task(row) for row in rows]
+
+    def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
+        self._flush()
+        return [tuple(row) for row in self._db.execute(sql.CHILDREN_OF, (queue, pid))]  # type: ignore[misc]
 
     def load_task(self, queue: str, pid: str) -> Task | None:
         self._flush()
@@ -208,10 +242,10 @@ class SqliteStore:
         self._flush()
         gens = self._gens
         recovery = Recovery()
-        for queue, gen, count, max_pid, max_fifo_pid, max_lease_id in self._db.execute(sql.QUEUE_SUMMARIES):
+        for queue, gen, count, max_pid, max_fifo_pid, max_lease_id, blocked in self._db.execute(sql.QUEUE_SUMMARIES):
             recovery.max_lease_id = max(recovery.max_lease_id, max_lease_id)
             if gen == gens.get(queue, 0):
-                recovery.queues.append(QueueSummary(queue, count, max_pid, max_fifo_pid))
+                recovery.queues.append(QueueSummary(queue, count, max_pid, max_fifo_pid, blocked or 0))
         for row in self._db.execute(sql.HELD_LEASES):
             if row[0] == gens.get(row[1], 0):
                 task = _row_to_task(row[1:])

@@ -25,8 +25,19 @@ CREATE TABLE IF NOT EXISTS tasks (
     lease_peer TEXT,
     leased_at REAL,
     lease_expires_at REAL,
+    waiting_on INTEGER NOT NULL DEFAULT 0,
+    children INTEGER NOT NULL DEFAULT 0,
+    progress REAL,
+    note TEXT,
     PRIMARY KEY (queue, gen, pid)
 );
+CREATE TABLE IF NOT EXISTS edges (
+    queue TEXT NOT NULL,
+    pid TEXT NOT NULL,
+    child_queue TEXT NOT NULL,
+    child_pid TEXT NOT NULL,
+    PRIMARY KEY (queue, pid, child_queue, child_pid)
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tasks_by_sender ON tasks (sender, queue, pid) WHERE sender IS NOT NULL;
 CREATE INDEX IF NOT EXISTS tasks_by_receiver ON tasks (receiver, queue) WHERE receiver IS NOT NULL;
 CREATE INDEX IF NOT EXISTS tasks_leased ON tasks (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
@@ -38,18 +49,26 @@ CREATE TABLE IF NOT EXISTS generations (
 
 TASK_COLUMNS = (
     "queue, pid, data, enqueued_at, sender, receiver, headers, max_attempts, attempts, deliveries, "
-    "lease_id, lease_owner, lease_peer, leased_at, lease_expires_at"
+    "lease_id, lease_owner, lease_peer, leased_at, lease_expires_at, waiting_on, children, progress, note"
 )
 
 INSERT_TASK = (
     "INSERT OR REPLACE INTO tasks (gen, " + TASK_COLUMNS + ") "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 SET_LEASE = (
     "UPDATE tasks SET attempts = ?, deliveries = ?, lease_id = ?, lease_owner = ?, lease_peer = ?, "
-    "leased_at = ?, lease_expires_at = ? WHERE queue = ? AND gen = ? AND pid = ?"
+    "leased_at = ?, lease_expires_at = ?, progress = ?, note = ? WHERE queue = ? AND gen = ? AND pid = ?"
 )
+
+SET_WAITING = "UPDATE tasks SET waiting_on = ?, children = ? WHERE queue = ? AND gen = ? AND pid = ?"
+
+PUT_EDGE = "INSERT OR IGNORE INTO edges (queue, pid, child_queue, child_pid) VALUES (?, ?, ?, ?)"
+
+DELETE_EDGES = "DELETE FROM edges WHERE queue = ? AND pid = ?"
+
+CHILDREN_OF = "SELECT child_queue, child_pid FROM edges WHERE queue = ? AND pid = ? ORDER BY child_queue, child_pid"
 
 DELETE_TASK = "DELETE FROM tasks WHERE queue = ? AND gen = ? AND pid = ?"
 
@@ -59,7 +78,7 @@ LOAD_GENERATIONS = "SELECT queue, gen FROM generations"
 
 LOAD_AVAILABLE = (
     "SELECT " + TASK_COLUMNS + " FROM tasks WHERE queue = ? AND gen = ? AND pid > ? "
-    "AND (lease_expires_at IS NULL OR lease_expires_at <= ?) ORDER BY pid LIMIT ?"
+    "AND waiting_on = 0 AND (lease_expires_at IS NULL OR lease_expires_at <= ?) ORDER BY pid LIMIT ?"
 )
 
 LOAD_TASK = "SELECT " + TASK_COLUMNS + " FROM tasks WHERE queue = ? AND gen = ? AND pid = ?"
@@ -80,7 +99,8 @@ QUEUES_FOR_RECEIVER = "SELECT DISTINCT queue, gen FROM tasks WHERE receiver = ?"
 # one scan at start-up: sizes, the FIFO high-water mark and the lease-id high-water mark
 QUEUE_SUMMARIES = (
     "SELECT queue, gen, count(*), max(pid), "
-    "max(CASE WHEN length(pid) = 17 AND pid NOT GLOB '*[^0-9]*' THEN pid END), max(lease_id) "
+    "max(CASE WHEN length(pid) = 17 AND pid NOT GLOB '*[^0-9]*' THEN pid END), max(lease_id), "
+    "sum(waiting_on > 0) "
     "FROM tasks GROUP BY queue, gen"
 )
 
