@@ -251,6 +251,11 @@ def check_engine(engine: Engine, model: ModelQueues, *, max_tasks: int, extra_qu
     for name in sorted({*names, *extra_queues}):
         assert _store_rows(engine, name) == _rows(model, name), f"store rows of {name!r}"
 
+    receivers = {task.receiver for tasks in model.queues.values() for task in tasks.values() if task.receiver}
+    for receiver in sorted(receivers):
+        expected = [name for name in names if any(t.receiver == receiver for t in model.tasks(name).values())]
+        assert engine.queues_for_receiver(receiver) == expected, f"queues for receiver {receiver!r}"
+
     memory_bytes = 0
     for name, queue in engine._queues.items():
         assert queue.size == model.size(name), f"size of {name!r}"
