@@ -382,6 +382,7 @@ class Engine:
             self._ensure_head(queue, allowed, request.receiver, request.max_pid, now)
             candidates.extend((pid, queue) for pid in self._head_pids(queue, allowed, request))
         if not candidates:
+            self._enforce_cache()  # a refill may have loaded only tasks for other receivers
             return []
         if len(request.queues) > 1:
             candidates.sort(key=lambda item: item[0])
@@ -962,7 +963,7 @@ class Engine:
         queue = self._queues.get(name)
         dead = self._queues.get(dead_queue_of(name))
         if queue is None:
-            return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, 0, None, None)
+            return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, None, None)
         rates = queue.rates or RateWindow()
         one = rates.totals(now, 60.0)
         five = rates.totals(now, 300.0)
