@@ -335,7 +335,6 @@ class QueueStats:
     available: int
     leased: int
     dead: int
-    blocked: int
     enqueue_rate_1m: float
     enqueue_rate_5m: float
     lease_rate_1m: float
@@ -345,3 +344,4 @@ class QueueStats:
     avg_lease_secs: float | None
     oldest_task_age_secs: float | None
     leased_sample: list[LeaseSample] = field(default_factory=list)
+    blocked: int = 0  # tasks waiting for parents (counted in size, not in available)

@@ -20,6 +20,7 @@ Results on the wire (msgspec encodes the engine's dataclasses as maps):
 | list_queues | list of `QueueInfo` |
 | delete_queue | number of tasks dropped |
 | stats | list of `QueueStats` |
+| cancel | list of `ItemOutcome` per (queue, pid) |
 
 A long-poll lease (`wait_secs > 0`) that finds nothing is parked by the
 server, not here: `execute` answers every call right away.
@@ -45,6 +46,8 @@ def new_task(task: m.TaskIn) -> NewTask:
         receiver=task.receiver,
         headers=task.headers,
         max_attempts=task.max_attempts,
+        after=[tuple(key) for key in task.after] if task.after is not None else None,
+        unless=[tuple(key) for key in task.unless] if task.unless is not None else None,
     )
 
 
@@ -62,6 +65,8 @@ def lease_request(request: m.Lease, peer: str | None) -> LeaseRequest:
         receiver=request.receiver,
         worker=request.worker,
         peer=peer,
+        rate_per_sec=request.rate_per_sec,
+        rate_burst=request.rate_burst,
     )
 
 
@@ -87,7 +92,9 @@ def _lease(engine: Engine, request: m.Lease, peer: str | None, now: float) -> An
 
 
 def _renew(engine: Engine, request: m.Renew, peer: str | None, now: float) -> Any:
-    return engine.renew([lease_ref(ref) for ref in request.leases], request.lease_secs, now)
+    return engine.renew(
+        [lease_ref(ref) for ref in request.leases], request.lease_secs, now, request.progress, request.note
+    )
 
 
 def _dequeue(engine: Engine, request: m.Dequeue, peer: str | None, now: float) -> Any:
@@ -95,7 +102,11 @@ def _dequeue(engine: Engine, request: m.Dequeue, peer: str | None, now: float) -
 
 
 def _release(engine: Engine, request: m.Release, peer: str | None, now: float) -> Any:
-    return engine.release([lease_ref(ref) for ref in request.leases], request.reason, now)
+    return engine.release([lease_ref(ref) for ref in request.leases], request.reason, now, request.bury)
+
+
+def _cancel(engine: Engine, request: m.Cancel, peer: str | None, now: float) -> Any:
+    return engine.cancel([tuple(key) for key in request.tasks], request.reason, now)
 
 
 def _update(engine: Engine, request: m.Update, peer: str | None, now: float) -> Any:
@@ -155,6 +166,7 @@ HANDLERS: dict[type[m.Request], Handler] = {
     m.ListQueues: _list_queues,
     m.DeleteQueue: _delete_queue,
     m.Stats: _stats,
+    m.Cancel: _cancel,
 }
 
 def execute(engine: Engine, request: m.Request, peer: str | None, now: float) -> Any:

@@ -182,11 +182,21 @@ class AsyncClient:
         receiver: str | None = None,
         headers: Mapping[str, str] | None = None,
         max_attempts: int | None = None,
+        after: Iterable[Any] | None = None,
+        unless: Iterable[Any] | None = None,
         timeout: float | None = None,
     ) -> EnqueueOutcome:
         """Add one task; see `Client.enqueue`."""
         call = calls.enqueue(
-            queue, data, pid=pid, sender=sender, receiver=receiver, headers=headers, max_attempts=max_attempts
+            queue,
+            data,
+            pid=pid,
+            sender=sender,
+            receiver=receiver,
+            headers=headers,
+            max_attempts=max_attempts,
+            after=after,
+            unless=unless,
         )
         return await self._run(call, timeout)
 
@@ -208,6 +218,8 @@ class AsyncClient:
         receiver: str | None = None,
         wait_secs: float = 0,
         worker: str | None = None,
+        rate_per_sec: float | None = None,
+        rate_burst: float | None = None,
         timeout: float | None = None,
     ) -> list[LeasedTask]:
         """Lease available tasks; see `Client.lease`. A long-poll does not block other calls."""
@@ -219,23 +231,33 @@ class AsyncClient:
             receiver=receiver,
             wait_secs=wait_secs,
             worker=worker if worker is not None else self.worker,
+            rate_per_sec=rate_per_sec,
+            rate_burst=rate_burst,
         )
         return await self._run(call, timeout)
 
     @overload
     async def renew(
-        self, tasks: LeaseLike, lease_secs: float = ..., *, timeout: float | None = ...
+        self, tasks: LeaseLike, lease_secs: float = ..., *, progress: float | None = ..., note: str | None = ...,
+        timeout: float | None = ...
     ) -> ItemOutcome: ...
     @overload
     async def renew(
-        self, tasks: Iterable[LeaseLike], lease_secs: float = ..., *, timeout: float | None = ...
+        self, tasks: Iterable[LeaseLike], lease_secs: float = ..., *, progress: float | None = ..., note: str | None = ...,
+        timeout: float | None = ...
     ) -> list[ItemOutcome]: ...
 
     async def renew(
-        self, tasks: Any, lease_secs: float = calls.DEFAULT_LEASE_SECS, *, timeout: float | None = None
+        self,
+        tasks: Any,
+        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        *,
+        progress: float | None = None,
+        note: str | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """Extend leases; see `Client.renew` (one task raises, a list returns outcomes)."""
-        return await self._run(calls.renew(tasks, lease_secs), timeout)
+        return await self._run(calls.renew(tasks, lease_secs, progress, note), timeout)
 
     @overload
     async def dequeue(self, tasks: LeaseLike, *, timeout: float | None = ...) -> ItemOutcome: ...
@@ -250,16 +272,28 @@ class AsyncClient:
 
     @overload
     async def release(
-        self, tasks: LeaseLike, reason: str | None = ..., *, timeout: float | None = ...
+        self, tasks: LeaseLike, reason: str | None = ..., *, bury: bool = ..., timeout: float | None = ...
     ) -> ItemOutcome: ...
     @overload
     async def release(
-        self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, timeout: float | None = ...
+        self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, bury: bool = ..., timeout: float | None = ...
     ) -> list[ItemOutcome]: ...
 
-    async def release(self, tasks: Any, reason: str | None = None, *, timeout: float | None = None) -> Any:
+    async def release(
+        self, tasks: Any, reason: str | None = None, *, bury: bool = False, timeout: float | None = None
+    ) -> Any:
         """Give leased tasks back, counting an attempt; see `Client.release`."""
-        return await self._run(calls.release(tasks, reason), timeout)
+        return await self._run(calls.release(tasks, reason, bury), timeout)
+
+    async def cancel(self, tasks: Any, reason: str | None = None, *, timeout: float | None = None) -> Any:
+        """Withdraw tasks, whatever their state, into their dead-letter queues
+        (reason CANCELLED unless given), failing every task that waits on them.
+
+        `tasks` names one task — `(queue, pid)`, a leased task or anything with
+        `.queue` and `.pid` — or a list of them. One task: returns its outcome
+        or raises TASK_NOT_FOUND. A list: one outcome per task.
+        """
+        return await self._run(calls.cancel(tasks, reason), timeout)
 
     async def update(
         self,

@@ -46,7 +46,7 @@ LeaseLike = Union[LeasedTask, LeaseRef, Mapping[str, Any]]
 # with the same attributes), or a map with the same keys.
 TaskLike = Union[NewTask, Mapping[str, Any]]
 
-TASK_FIELDS = ("queue", "data", "pid", "sender", "receiver", "headers", "max_attempts")
+TASK_FIELDS = ("queue", "data", "pid", "sender", "receiver", "headers", "max_attempts", "after", "unless")
 LEASE_FIELDS = ("queue", "pid", "lease_id")
 DEFAULT_LEASE_SECS = 30.0
 DEFAULT_STATS_SAMPLE = 10
@@ -144,6 +144,8 @@ def task_fields(
     receiver: object = None,
     headers: object = None,
     max_attempts: object = None,
+    after: object = None,
+    unless: object = None,
 ) -> dict[str, Any]:
     """The wire form of one task to enqueue; unset optional fields are left out."""
     fields: dict[str, Any] = {"queue": _string(queue, "queue"), "data": _data(data)}
@@ -153,6 +155,8 @@ def task_fields(
         "receiver": _optional_string(receiver, "receiver"),
         "headers": _headers(headers),
         "max_attempts": None if max_attempts is None else _integer(max_attempts, "max_attempts"),
+        "after": _keys(after, "after"),
+        "unless": _keys(unless, "unless"),
     }
     fields.update((key, value) for key, value in optional.items() if value is not None)
     return fields
@@ -171,6 +175,27 @@ def task_fields_of(task: object) -> dict[str, Any]:
         raise errors.BadRequest("every task needs a queue and data")
     queue, data = values.pop("queue"), values.pop("data")
     return task_fields(queue, data, **values)
+
+
+def task_key(item: object, what: str) -> list[str]:
+    """A task named by (queue, pid): a pair, a map, or anything with .queue and .pid (a handle, a leased task)."""
+    if isinstance(item, Mapping):
+        queue, pid = item.get("queue"), item.get("pid")
+    elif isinstance(item, (tuple, list)) and len(item) == 2:
+        queue, pid = item
+    else:
+        queue, pid = getattr(item, "queue", None), getattr(item, "pid", None)
+    if queue is None or pid is None:
+        raise errors.BadRequest(f"each entry of {what} names a task: (queue, pid) or an object with queue and pid")
+    return [_string(queue, f"{what} queue"), _string(pid, f"{what} pid")]
+
+
+def _keys(value: object, what: str) -> list[list[str]] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise errors.BadRequest(f"{what} takes a list of tasks named by (queue, pid)")
+    return [task_key(item, what) for item in value]
 
 
 def is_single_lease(value: object) -> bool:
@@ -264,6 +289,8 @@ def lease(
     receiver: str | None = None,
     wait_secs: float = 0.0,
     worker: str | None = None,
+    rate_per_sec: float | None = None,
+    rate_burst: float | None = None,
 ) -> Call[list[LeasedTask]]:
     wait = _number(wait_secs, "wait_secs")
     if wait < 0:
@@ -278,15 +305,26 @@ def lease(
         "max_pid": _optional_string(max_pid, "max_pid"),
         "receiver": _optional_string(receiver, "receiver"),
         "worker": _optional_string(worker, "worker"),
+        "rate_per_sec": None if rate_per_sec is None else _number(rate_per_sec, "rate_per_sec"),
+        "rate_burst": None if rate_burst is None else _number(rate_burst, "rate_burst"),
     }
     fields.update((key, value) for key, value in optional.items() if value is not None)
     return Call("lease", fields, _decode_leased, wait_secs=wait)
 
 
-def renew(tasks: object, lease_secs: float = DEFAULT_LEASE_SECS) -> Call[Any]:
+def renew(
+    tasks: object, lease_secs: float = DEFAULT_LEASE_SECS, progress: float | None = None, note: str | None = None
+) -> Call[Any]:
     single = is_single_lease(tasks)
     items = _leases(tasks, "renew")
-    fields = {"leases": [lease_fields(item) for item in items], "lease_secs": _number(lease_secs, "lease_secs")}
+    fields: dict[str, Any] = {
+        "leases": [lease_fields(item) for item in items],
+        "lease_secs": _number(lease_secs, "lease_secs"),
+    }
+    if progress is not None:
+        fields["progress"] = _number(progress, "progress")
+    if note is not None:
+        fields["note"] = _string(note, "note")
 
     def decode(raw: bytes) -> ItemOutcome | list[ItemOutcome]:
         outcomes = _decode_items(raw)
@@ -302,12 +340,26 @@ def dequeue(tasks: object) -> Call[Any]:
     return Call("dequeue", fields, lambda raw: _single_or_batch(single, _decode_items(raw)))
 
 
-def release(tasks: object, reason: str | None = None) -> Call[Any]:
+def release(tasks: object, reason: str | None = None, bury: bool = False) -> Call[Any]:
     single = is_single_lease(tasks)
     fields: dict[str, Any] = {"leases": [lease_fields(item) for item in _leases(tasks, "release")]}
     if reason is not None:
         fields["reason"] = _string(reason, "reason")
+    if bury:
+        fields["bury"] = True
     return Call("release", fields, lambda raw: _single_or_batch(single, _decode_items(raw)))
+
+
+def cancel(tasks: object, reason: str | None = None) -> Call[Any]:
+    """Withdraw tasks named by (queue, pid) — or handles/leased tasks — into their dead-letter queues."""
+    single = not isinstance(tasks, (list, tuple, set)) or (
+        isinstance(tasks, tuple) and len(tasks) == 2 and all(isinstance(part, str) for part in tasks)
+    )
+    keys = _keys([tasks] if single else tasks, "cancel")
+    fields: dict[str, Any] = {"tasks": keys}
+    if reason is not None:
+        fields["reason"] = _string(reason, "reason")
+    return Call("cancel", fields, lambda raw: _single_or_batch(single, _decode_items(raw)))
 
 
 def update(

@@ -48,7 +48,7 @@ class LeasedTask(msgspec.Struct, kw_only=True):
 
 
 class TaskView(msgspec.Struct, kw_only=True):
-    """A task as peek, get and find_by_sender show it; `state` is "available" or "leased"."""
+    """A task as peek, get and find_by_sender show it; `state` is "available", "leased" or "blocked"."""
 
     queue: str
     pid: str
@@ -62,6 +62,10 @@ class TaskView(msgspec.Struct, kw_only=True):
     deliveries: int = 0
     lease_owner: str | None = None
     lease_expires_at: float | None = None
+    waiting_on: int = 0  # unfinished parents; state is "blocked" while above 0
+    children: int = 0
+    progress: float | None = None
+    note: str | None = None
 
 
 class UpdateResult(msgspec.Struct, kw_only=True):

@@ -106,6 +106,8 @@ class Client:
         receiver: str | None = None,
         headers: Mapping[str, str] | None = None,
         max_attempts: int | None = None,
+        after: Iterable[Any] | None = None,
+        unless: Iterable[Any] | None = None,
         timeout: float | None = None,
     ) -> EnqueueOutcome:
         """Add one task; `data` is bytes (a str is sent as UTF-8).
@@ -113,10 +115,22 @@ class Client:
         Without `pid` the broker assigns a FIFO pid; with one, an existing task
         at that pid wins and the outcome says `collapsed=True` (dedupe). A task
         with a `receiver` is leased only by that receiver; without one, by
-        anyone. Returns the task's `.queue`, `.pid` and `.collapsed`.
+        anyone. `after` names parent tasks — (queue, pid) pairs or results of
+        `enqueue`/`lease` — that must all finish (be dequeued) before this one
+        can be leased; a parent that fails or is cancelled fails this task
+        too. `unless` names tasks whose existence makes this enqueue collapse
+        instead. Returns the task's `.queue`, `.pid` and `.collapsed`.
         """
         call = calls.enqueue(
-            queue, data, pid=pid, sender=sender, receiver=receiver, headers=headers, max_attempts=max_attempts
+            queue,
+            data,
+            pid=pid,
+            sender=sender,
+            receiver=receiver,
+            headers=headers,
+            max_attempts=max_attempts,
+            after=after,
+            unless=unless,
         )
         return self._run(call, timeout)
 
@@ -139,6 +153,8 @@ class Client:
         receiver: str | None = None,
         wait_secs: float = 0,
         worker: str | None = None,
+        rate_per_sec: float | None = None,
+        rate_burst: float | None = None,
         timeout: float | None = None,
     ) -> list[LeasedTask]:
         """Lease up to `max_tasks` available tasks, smallest pid first, across `queues`.
@@ -147,7 +163,10 @@ class Client:
         `model.pid_at(time.time())`: only tasks that are due). `receiver` also
         leases tasks directed at that receiver. `wait_secs > 0` long-polls: an
         empty answer comes only after that long without a task, and this call
-        holds one pooled connection meanwhile. Returns possibly fewer tasks.
+        holds one pooled connection meanwhile. `rate_per_sec` sets a limit
+        the broker enforces for these queues across every worker (a token
+        bucket of `rate_burst`, default one second's worth). Returns possibly
+        fewer tasks.
         """
         call = calls.lease(
             queues,
@@ -157,27 +176,38 @@ class Client:
             receiver=receiver,
             wait_secs=wait_secs,
             worker=worker if worker is not None else self.worker,
+            rate_per_sec=rate_per_sec,
+            rate_burst=rate_burst,
         )
         return self._run(call, timeout)
 
     @overload
     def renew(
-        self, tasks: LeaseLike, lease_secs: float = ..., *, timeout: float | None = ...
+        self, tasks: LeaseLike, lease_secs: float = ..., *, progress: float | None = ..., note: str | None = ...,
+        timeout: float | None = ...
     ) -> ItemOutcome: ...
     @overload
     def renew(
-        self, tasks: Iterable[LeaseLike], lease_secs: float = ..., *, timeout: float | None = ...
+        self, tasks: Iterable[LeaseLike], lease_secs: float = ..., *, progress: float | None = ..., note: str | None = ...,
+        timeout: float | None = ...
     ) -> list[ItemOutcome]: ...
 
     def renew(
-        self, tasks: Any, lease_secs: float = calls.DEFAULT_LEASE_SECS, *, timeout: float | None = None
+        self,
+        tasks: Any,
+        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        *,
+        progress: float | None = None,
+        note: str | None = None,
+        timeout: float | None = None,
     ) -> Any:
-        """Extend leases to now + `lease_secs` and move each `LeasedTask.expires_at` forward.
+        """Extend leases to now + `lease_secs` and move each `LeasedTask.expires_at` forward;
+        `progress` (0..1) and `note` are recorded on the task for `get` and `peek` to show.
 
         One task: returns its outcome or raises (LEASE_EXPIRED, TASK_NOT_LEASED,
         …). A list: returns one outcome per task and never raises for an item.
         """
-        return self._run(calls.renew(tasks, lease_secs), timeout)
+        return self._run(calls.renew(tasks, lease_secs, progress, note), timeout)
 
     @overload
     def dequeue(self, tasks: LeaseLike, *, timeout: float | None = ...) -> ItemOutcome: ...
@@ -194,21 +224,33 @@ class Client:
 
     @overload
     def release(
-        self, tasks: LeaseLike, reason: str | None = ..., *, timeout: float | None = ...
+        self, tasks: LeaseLike, reason: str | None = ..., *, bury: bool = ..., timeout: float | None = ...
     ) -> ItemOutcome: ...
     @overload
     def release(
-        self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, timeout: float | None = ...
+        self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, bury: bool = ..., timeout: float | None = ...
     ) -> list[ItemOutcome]: ...
 
-    def release(self, tasks: Any, reason: str | None = None, *, timeout: float | None = None) -> Any:
+    def release(
+        self, tasks: Any, reason: str | None = None, *, bury: bool = False, timeout: float | None = None
+    ) -> Any:
         """Give leased tasks back (nack), counting a failed attempt each.
 
-        A task that reaches its `max_attempts` moves to `<queue>.dead`
-        (outcome `.dead`). One task: returns its outcome or raises. A list:
+        A task that reaches its `max_attempts` — or any task, with `bury` —
+        moves to `<queue>.dead` (outcome `.dead`), failing its dependants. One task: returns its outcome or raises. A list:
         one outcome per task.
         """
-        return self._run(calls.release(tasks, reason), timeout)
+        return self._run(calls.release(tasks, reason, bury), timeout)
+
+    def cancel(self, tasks: Any, reason: str | None = None, *, timeout: float | None = None) -> Any:
+        """Withdraw tasks, whatever their state, into their dead-letter queues
+        (reason CANCELLED unless given), failing every task that waits on them.
+
+        `tasks` names one task — `(queue, pid)`, a leased task or anything with
+        `.queue` and `.pid` — or a list of them. One task: returns its outcome
+        or raises TASK_NOT_FOUND. A list: one outcome per task.
+        """
+        return self._run(calls.cancel(tasks, reason), timeout)
 
     def update(
         self,

@@ -33,6 +33,8 @@ class TaskIn(msgspec.Struct, forbid_unknown_fields=True):
     receiver: str | None = None
     headers: dict[str, str] | None = None
     max_attempts: int | None = None
+    after: list[tuple[str, str]] | None = None  # parents (queue, pid) that must finish first
+    unless: list[tuple[str, str]] | None = None  # collapse if any of these tasks exists
 
 
 class LeaseRefIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -62,11 +64,15 @@ class Lease(Request):
     receiver: str | None = None
     wait_secs: float = 0.0
     worker: str | None = None
+    rate_per_sec: float | None = None
+    rate_burst: float | None = None
 
 
 class Renew(Request):
     leases: list[LeaseRefIn]
     lease_secs: float = 30.0
+    progress: float | None = None
+    note: str | None = None
 
 
 class Dequeue(Request):
@@ -75,6 +81,12 @@ class Dequeue(Request):
 
 class Release(Request):
     leases: list[LeaseRefIn]
+    reason: str | None = None
+    bury: bool = False
+
+
+class Cancel(Request):
+    tasks: list[tuple[str, str]]
     reason: str | None = None
 
 
@@ -147,6 +159,7 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "delete_queue": DeleteQueue,
     "stats": Stats,
     "cancel_wait": CancelWait,
+    "cancel": Cancel,
 }
 
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)
