@@ -22,6 +22,12 @@ holds, per queue:
 
 A task enters `available` only if `covers(pid)`; otherwise it is in the store
 alone and `stored_available` counts it.
+
+Memory. A broker holds O(100K) queues, most with a task or two, and a
+SortedDict costs ~1.6 KB even when empty. So an empty head is the shared,
+read-only `EMPTY_HEAD`, and while no task of the head is directed `open` *is*
+`available` (one SortedDict, one insert per task); `open` becomes a SortedDict
+of its own only while the head holds directed tasks.
 """
 
 from __future__ import annotations
@@ -29,6 +35,16 @@ from __future__ import annotations
 from sortedcontainers import SortedDict
 
 from kittiwake.model import Task
+
+
+class _EmptyHead(SortedDict):
+    """The head of every queue with no task in memory; shared, so never written."""
+
+    def __setitem__(self, key: object, value: object) -> None:
+        raise TypeError("EMPTY_HEAD is shared and read-only; give the queue a SortedDict of its own")
+
+
+EMPTY_HEAD: SortedDict = _EmptyHead()
 
 
 class QueueState:
@@ -51,8 +67,8 @@ class QueueState:
     def __init__(self, name: str, size: int = 0, complete: bool = True) -> None:
         self.name = name
         self.size = size
-        self.available: SortedDict = SortedDict()
-        self.open: SortedDict = SortedDict()
+        self.available: SortedDict = EMPTY_HEAD
+        self.open: SortedDict = EMPTY_HEAD  # `available` itself while `directed` is empty
         self.directed: dict[str, SortedDict] = {}
         self.leased: dict[str, Task] = {}
         self.complete = complete
@@ -77,29 +93,49 @@ class QueueState:
 
     def add_available(self, task: Task) -> int:
         """Put a task in the head; returns the bytes added."""
-        self.available[task.pid] = task
+        pid = task.pid
+        available = self.available
+        if available is EMPTY_HEAD:
+            available = self.available = SortedDict()
+            self.open = available  # an empty head has no directed tasks
         if task.receiver is None:
-            self.open[task.pid] = task
+            available[pid] = task
+            if self.open is not available:
+                if self.open is EMPTY_HEAD:
+                    self.open = SortedDict()
+                self.open[pid] = task
         else:
+            if self.open is available:
+                # the first directed task: `open` keeps what is open so far
+                self.open = SortedDict(available) if available else EMPTY_HEAD
+            available[pid] = task
             bucket = self.directed.get(task.receiver)
             if bucket is None:
                 bucket = self.directed[task.receiver] = SortedDict()
-            bucket[task.pid] = task
+            bucket[pid] = task
         size = task.size_bytes()
         self.memory_bytes += size
         return size
 
     def remove_available(self, pid: str) -> Task | None:
-        task = self.available.pop(pid, None)
+        available = self.available
+        task = available.pop(pid, None)
         if task is None:
             return None
         if task.receiver is None:
-            del self.open[pid]
+            if self.open is not available:
+                del self.open[pid]
+                if not self.open:
+                    self.open = EMPTY_HEAD
         else:
             bucket = self.directed[task.receiver]
             del bucket[pid]
             if not bucket:
                 del self.directed[task.receiver]
+                if not self.directed:
+                    self.open = available  # every task left is open again
+        if not available:
+            self.available = self.open = EMPTY_HEAD
         self.memory_bytes -= task.size_bytes()
         return task
 

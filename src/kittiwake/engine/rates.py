@@ -9,8 +9,6 @@ nothing. Time is passed in.
 
 from __future__ import annotations
 
-from collections import deque
-
 BUCKET_SECS = 10.0
 WINDOW_SECS = 300.0
 _KEEP = int(WINDOW_SECS / BUCKET_SECS)
@@ -22,16 +20,20 @@ class RateWindow:
     __slots__ = ("_buckets",)
 
     def __init__(self) -> None:
-        # (bucket number, [enqueues, leases, dequeues, sum of lease seconds])
-        self._buckets: deque[tuple[int, list[float]]] = deque()
+        # (bucket number, [enqueues, leases, dequeues, sum of lease seconds]); a
+        # list, not a deque: at most 30 entries, and an empty deque costs 600 bytes
+        self._buckets: list[tuple[int, list[float]]] = []
 
     def _bucket(self, now: float) -> list[float]:
         number = int(now // BUCKET_SECS)
         buckets = self._buckets
         if buckets and buckets[-1][0] == number:
             return buckets[-1][1]
-        while buckets and buckets[0][0] <= number - _KEEP:
-            buckets.popleft()
+        stale = 0
+        while stale < len(buckets) and buckets[stale][0] <= number - _KEEP:
+            stale += 1
+        if stale:
+            del buckets[:stale]
         counts = [0, 0, 0, 0.0]
         buckets.append((number, counts))
         return counts
