@@ -89,6 +89,32 @@ def test_a_fifo_enqueue_never_overwrites_a_delayed_task_at_the_same_pid(engine, 
     assert engine.list_queues(None, 0, 10)[0].size == 2
 
 
+def test_a_fifo_enqueue_steps_past_a_delayed_task_the_head_no_longer_holds(engine, clock, restart):
+    due = pid_at(clock.now + 5.0)
+    put(engine, clock.now, "q", due, data=b"delayed")
+    put(engine, clock.now, "q", *[f"{n:04x}" for n in range(10)])  # hex pids: above every FIFO pid
+    engine = restart(engine, head_tasks=2)  # the head is cold: only the store knows the pids
+    clock.advance(5.0)
+    [fifo] = put(engine, clock.now, "q", None, data=b"fifo")
+    assert fifo.pid > due and not fifo.collapsed
+    assert engine.get("q", due, clock.now)["data"] == b"delayed"
+
+
+def test_a_fifo_enqueue_reads_nothing_when_only_other_shapes_of_pid_sort_above_it(clock):
+    class CountingStore(MemoryStore):
+        reads = 0
+
+        def load_task(self, queue, pid):
+            CountingStore.reads += 1
+            return super().load_task(queue, pid)
+
+    engine = Engine(CountingStore(), head_tasks=2)
+    put(engine, clock.now, "q", *[f"f{n:015x}" for n in range(1, 20)])  # hex pids, above every FIFO pid
+    CountingStore.reads = 0
+    put(engine, clock.now, "q", *[None] * 10)
+    assert CountingStore.reads == 0
+
+
 def test_delayed_tasks_are_leased_only_when_due(engine, clock):
     put(engine, clock.now, "q", pid_at(clock.now + 60.0), data=b"in a minute")
     put(engine, clock.now, "q", None, data=b"now")

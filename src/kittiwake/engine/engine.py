@@ -127,6 +127,7 @@ class Engine:
         for summary in recovery.queues:
             queue = QueueState(summary.queue, size=summary.size, complete=summary.size == 0)
             queue.max_pid = summary.max_pid
+            queue.max_fifo_pid = summary.max_fifo_pid or ""
             queue.blocked = summary.blocked
             self._queues[summary.queue] = queue
             pid = summary.max_fifo_pid if summary.max_fifo_pid is not None else summary.max_pid
@@ -269,7 +270,7 @@ class Engine:
             pid = self._next_fifo_pid(now)
             # an explicit pid may sit where the clock now is (a delayed task at
             # pid_at(t)): step past it rather than overwrite it
-            while pid <= queue.max_pid and self._exists(queue, pid):
+            while pid <= queue.max_fifo_pid and self._exists(queue, pid):
                 pid = self._next_fifo_pid(now)
         else:
             pid = new.pid
@@ -300,7 +301,7 @@ class Engine:
                 self._forget_if_empty(queue)
                 return EnqueueOutcome(new.queue, pid, False)
         queue.size += 1
-        queue.max_pid = max(queue.max_pid, pid)
+        queue.note_pid(pid)
         if task.waiting_on:
             queue.blocked += 1
         else:
@@ -540,7 +541,7 @@ class Engine:
             lease_id=task.lease_id,
         )
         dead.size += 1
-        dead.max_pid = max(dead.max_pid, buried.pid)
+        dead.note_pid(buried.pid)
         self._add_available(dead, buried)
         self._rates(dead).add(ENQUEUE, now)
         mutations.append(PutTask(buried))

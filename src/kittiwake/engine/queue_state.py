@@ -18,7 +18,11 @@ holds, per queue:
   until their last parent finishes, so a look-up that misses memory must ask
   the store whenever `blocked` is non-zero.
 * `max_pid`: no task of the queue has a larger pid (an upper bound: it never
-  goes down). A FIFO pid above it needs no dedupe look-up in the store.
+  goes down).
+* `max_fifo_pid`: the same bound over FIFO-shaped pids (17 digits) only. A new
+  FIFO pid can collide only with a pid of that shape, so one above this bound
+  needs no dedupe look-up in the store, even in a queue whose explicit pids
+  (random hex, say) sort above every FIFO pid.
 
 A task enters `available` only if `covers(pid)`; otherwise it is in the store
 alone and `stored_available` counts it.
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 from sortedcontainers import SortedDict
 
-from kittiwake.model import Task
+from kittiwake.model import FIFO_PID_DIGITS, Task
 
 
 class _EmptyHead(SortedDict):
@@ -60,6 +64,7 @@ class QueueState:
         "memory_bytes",
         "rates",
         "max_pid",
+        "max_fifo_pid",
         "blocked",
         "rate",
     )
@@ -76,8 +81,16 @@ class QueueState:
         self.memory_bytes = 0
         self.rates = None  # kittiwake.engine.rates.RateWindow, made on first activity
         self.max_pid = ""
+        self.max_fifo_pid = ""
         self.blocked = 0  # tasks waiting for parents: in the store only, never in the head
         self.rate = None  # kittiwake.engine.rate_limit.TokenBucket when a lease set a rate
+
+    def note_pid(self, pid: str) -> None:
+        """A task with this pid joins the queue: raise the pid bounds."""
+        if pid > self.max_pid:
+            self.max_pid = pid
+        if pid > self.max_fifo_pid and len(pid) == FIFO_PID_DIGITS and pid.isascii() and pid.isdigit():
+            self.max_fifo_pid = pid
 
     def covers(self, pid: str) -> bool:
         """True when a task with this pid, if available, must be in memory."""
