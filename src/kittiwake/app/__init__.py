@@ -1,0 +1,41 @@
+"""Task execution on top of the broker: define tasks on an `App`, submit them, get results.
+
+    from kittiwake.app import App
+
+    app = App("kw://127.0.0.1:7370")
+
+    @app.task(queue="images", max_attempts=3, timeout=60)
+    def thumbnail(path: str, size: int) -> str: ...
+
+    handle = thumbnail.submit("cat.jpg", 128)
+    print(handle.result(timeout=30))
+
+Workers run it: ``kittiwake worker module:app``. Module map: `app` (App),
+`definitions` (task options), `handles` (Handle, TaskFailed), `replies`
+(the reply-queue collector), `job` (DAGs), `schedule` (periodic ticks),
+`serialization` (msgpack / pickle payloads), `envelope` (queue and header
+names shared with workers), `context` (the running task), `shell` (shell
+commands as tasks).
+"""
+
+from kittiwake.app.app import App
+from kittiwake.app.context import TaskContext, current_task
+from kittiwake.app.definitions import Delivery, TaskDefinition, TaskOptions
+from kittiwake.app.handles import Handle, ResultUnavailable, TaskFailed, TaskStatus
+from kittiwake.app.job import Job, JobHandles, Node
+
+__all__ = [
+    "App",
+    "Delivery",
+    "Handle",
+    "Job",
+    "JobHandles",
+    "Node",
+    "ResultUnavailable",
+    "TaskContext",
+    "TaskDefinition",
+    "TaskFailed",
+    "TaskOptions",
+    "TaskStatus",
+    "current_task",
+]

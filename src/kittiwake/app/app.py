@@ -1,0 +1,308 @@
+"""`App`: a registry of task functions and the submitting side of Kittiwake's task execution.
+
+An app is the one object producers and workers share: producers import it to
+submit tasks (`f.submit(...)`, `app.map`, `app.job()`), workers load it by
+reference (``kittiwake worker module:app``) to find the function behind each
+task name. It connects lazily, so importing a module that defines an app
+costs nothing, and a worker may point the same app at another broker.
+
+Submitting (CloudKon §3.2): a task is one broker task in its definition's
+queue with pid = task id (see `envelope` for every queue and header name),
+data = the call encoded by the app's `Serializer`, and ``max_attempts`` =
+the definition's (one more for at-most-once tasks, see `TaskOptions`). Its
+result comes back through this app's reply queue to the `ReplyCollector`.
+`map` and `Job.submit` bundle many tasks per `enqueue` request (CloudKon's
+task bundling), so submitting N tasks costs N / chunk round trips.
+
+Each `App` instance has an id (random, or `app_id=` to keep results across
+restarts of the submitter); `close()` stops the collector and, for a random
+id, deletes the app's reply queues.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from datetime import datetime
+from typing import Any, Callable, Iterable
+
+from kittiwake.app.definitions import (
+    DEFAULT_MAP_CHUNK,
+    PeriodicDefinition,
+    TaskDefinition,
+    make_options,
+)
+from kittiwake.app.envelope import (
+    REPLY_TO_HEADER,
+    SUBMITTED_AT_HEADER,
+    TASK_ID_HEADER,
+    delayed_pid,
+    delayed_queue_of,
+    reply_queue_for,
+)
+from kittiwake.app.handles import Handle
+from kittiwake.app.replies import ReplyCollector
+from kittiwake.app.schedule import make_schedule
+from kittiwake.app.serialization import Serializer
+from kittiwake.app.shell import SHELL_TASK, run_shell
+from kittiwake.client import Client
+from kittiwake.model import Limits, validate_pid
+
+MAX_BATCH = Limits().max_batch
+
+
+def task_key(parent: Any) -> tuple[str, str]:
+    """(queue, pid) of a parent given as a handle, a job node, a leased task or a pair."""
+    if isinstance(parent, (tuple, list)) and len(parent) == 2:
+        return (str(parent[0]), str(parent[1]))
+    queue, pid = getattr(parent, "queue", None), getattr(parent, "pid", None)
+    if not isinstance(queue, str) or not isinstance(pid, str):
+        raise TypeError(f"after= takes handles or (queue, pid) pairs, not {type(parent).__name__}")
+    return (queue, pid)
+
+
+class App:
+    """Task functions by name, and the way to submit them to a broker at `url`."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        serializer: str = "msgpack",
+        app_id: str | None = None,
+        connect_timeout: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._url = url
+        self.serializer = Serializer(serializer)
+        self._fixed_id = app_id is not None
+        self.id = app_id or uuid.uuid4().hex[:16]
+        self.connect_timeout = connect_timeout
+        self.clock = clock
+        self.tasks: dict[str, TaskDefinition] = {}
+        self.periodics: dict[str, PeriodicDefinition] = {}
+        self._client: Client | None = None
+        self._collector: ReplyCollector | None = None
+        self._lock = threading.Lock()
+        self.task(name=SHELL_TASK)(run_shell)
+
+    def __repr__(self) -> str:
+        return f"<App {self.id} tasks={len(self.tasks)}>"
+
+    # ------------------------------------------------------------ connection
+
+    @property
+    def url(self) -> str | None:
+        return self._url
+
+    @url.setter
+    def url(self, value: str | None) -> None:
+        if self._client is not None:
+            raise RuntimeError("the app is connected: close() it before pointing it at another broker")
+        self._url = value
+
+    @property
+    def client(self) -> Client:
+        """The app's client, connected on first use (thread-safe, shared by handles and the collector)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = Client(self._url, connect_timeout=self.connect_timeout)
+        return self._client
+
+    @property
+    def collector(self) -> ReplyCollector:
+        if self._collector is None:
+            with self._lock:
+                if self._collector is None:
+                    self._collector = ReplyCollector(lambda: self.client, self.serializer, self.id)
+        return self._collector
+
+    def close(self) -> None:
+        """Stop collecting results and disconnect; the app can be used (and re-pointed) again."""
+        collector, self._collector = self._collector, None
+        if collector is not None:
+            collector.close()
+        client, self._client = self._client, None
+        if client is not None:
+            if collector is not None and not self._fixed_id:
+                for queue in collector.queues:
+                    try:
+                        client.delete_queue(queue, timeout=5.0)
+                    except Exception:
+                        pass  # best effort: an unreachable broker keeps its reply queue
+            client.close()
+        if not self._fixed_id:
+            self.id = uuid.uuid4().hex[:16]
+
+    def __enter__(self) -> App:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------- definitions
+
+    def task(self, function: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Register a function as a task: ``@app.task`` or ``@app.task(queue="emails", ...)``.
+
+        Options are those of `TaskOptions` (`definitions` module docstring):
+        name, queue, lease_secs, max_attempts, delivery, timeout,
+        retry_backoff, retry_backoff_max, retry_on, rate_limit, ignore_result, bind.
+        """
+
+        def register(function: Callable[..., Any]) -> TaskDefinition:
+            definition = TaskDefinition(self, function, make_options(function, **options))
+            if definition.name in self.tasks and self.tasks[definition.name].function is not function:
+                raise ValueError(f"a task named {definition.name!r} is already registered")
+            self.tasks[definition.name] = definition
+            return definition
+
+        return register(function) if function is not None else register
+
+    def periodic(
+        self,
+        function: Callable[..., Any] | None = None,
+        /,
+        *,
+        every: Any = None,
+        cron: str | None = None,
+        args: Iterable[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Any:
+        """Register a task fired on a schedule: ``@app.periodic(every=60)`` or ``cron="*/5 * * * *"``.
+
+        Workers started with ``--beat`` fire it; each tick runs once however
+        many of them do. Its result is not kept (``ignore_result``).
+        """
+        schedule = make_schedule(every, cron)
+        options.setdefault("ignore_result", True)
+
+        def register(function: Callable[..., Any]) -> TaskDefinition:
+            definition = self.task(**options)(function)
+            self.periodics[definition.name] = PeriodicDefinition(definition, schedule, tuple(args), dict(kwargs or {}))
+            return definition
+
+        return register(function) if function is not None else register
+
+    def definition(self, name: str) -> TaskDefinition | None:
+        return self.tasks.get(name)
+
+    def queues(self) -> list[str]:
+        """Every queue the app's tasks are defined on, in name order."""
+        return sorted({definition.queue for definition in self.tasks.values()})
+
+    # ------------------------------------------------------------ submitting
+
+    def _definition(self, task: TaskDefinition | str) -> TaskDefinition:
+        if isinstance(task, TaskDefinition):
+            return task
+        definition = self.tasks.get(task)
+        if definition is None:
+            raise KeyError(f"no task named {task!r} in this app")
+        return definition
+
+    def submit(self, task: TaskDefinition | str, *args: Any, **kwargs: Any) -> Handle:
+        """`task.submit(*args, **kwargs)` for a definition or a task name."""
+        return self._definition(task).submit(*args, **kwargs)
+
+    def prepare(
+        self,
+        definition: TaskDefinition,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        key: str | None = None,
+        delay: float | None = None,
+        at: datetime | float | None = None,
+        after: Iterable[Any] | None = None,
+        task_id: str | None = None,
+    ) -> tuple[dict[str, Any], Handle]:
+        """The broker task for one call and its handle, nothing sent yet (for bundling)."""
+        options = definition.options
+        if key is not None:
+            validate_pid(key, Limits(), "key")
+        task_id = key or task_id or uuid.uuid4().hex
+        now = self.clock()
+        due: float | None = None
+        if delay is not None and at is not None:
+            raise ValueError("give delay= or at=, not both")
+        if delay is not None:
+            due = now + float(delay)
+        elif at is not None:
+            due = at.timestamp() if isinstance(at, datetime) else float(at)
+        queue, pid = options.queue, task_id
+        task: dict[str, Any] = {}
+        if due is not None and due > now:
+            queue, pid = delayed_queue_of(options.queue), delayed_pid(due, task_id)
+            if key is not None:
+                task["unless"] = [(options.queue, key)]
+        headers = {TASK_ID_HEADER: task_id, SUBMITTED_AT_HEADER: f"{now:.6f}"}
+        slot = None
+        if not options.ignore_result:
+            reply_queue = reply_queue_for(options.queue, self.id)
+            headers[REPLY_TO_HEADER] = reply_queue
+            slot = self.collector.slot(task_id)
+            self.collector.watch(reply_queue)
+        task.update(
+            queue=queue,
+            pid=pid,
+            data=self.serializer.dump_call(options.name, args, kwargs),
+            headers=headers,
+            max_attempts=options.broker_max_attempts,
+        )
+        if after:
+            task["after"] = [task_key(parent) for parent in after]
+        return task, Handle(self, task_id, options.name, queue, pid, slot)
+
+    def submit_call(
+        self,
+        definition: TaskDefinition,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        **options: Any,
+    ) -> Handle:
+        """Submit one call; `options` are those of `prepare` (key, delay, at, after)."""
+        task, handle = self.prepare(definition, args, kwargs, **options)
+        self.client.enqueue_many([task])
+        return handle
+
+    def enqueue_prepared(self, tasks: list[dict[str, Any]], chunk: int = DEFAULT_MAP_CHUNK) -> None:
+        """Enqueue prepared tasks in order, `chunk` per request (parents before children stay so)."""
+        chunk = max(1, min(chunk, MAX_BATCH))
+        for start in range(0, len(tasks), chunk):
+            self.client.enqueue_many(tasks[start : start + chunk])
+
+    def map(self, task: TaskDefinition | str, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]:
+        """One task per item, called as `task(item)`, submitted `chunk` per request; returns the handles."""
+        definition = self._definition(task)
+        chunk = max(1, min(chunk, MAX_BATCH))
+        handles: list[Handle] = []
+        bundle: list[dict[str, Any]] = []
+        for item in items:
+            prepared, handle = self.prepare(definition, (item,), {})
+            bundle.append(prepared)
+            handles.append(handle)
+            if len(bundle) >= chunk:
+                self.client.enqueue_many(bundle)
+                bundle = []
+        if bundle:
+            self.client.enqueue_many(bundle)
+        return handles
+
+    def job(self) -> Any:
+        """A `Job`: build a graph of tasks with `add`, then submit it in bundles."""
+        from kittiwake.app.job import Job
+
+        return Job(self)
+
+    def results(self, handles: Iterable[Handle], timeout: float | None = None) -> list[Any]:
+        """The results of many handles in order; raises the first failure (or TimeoutError)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values = []
+        for handle in handles:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            values.append(handle.result(remaining))
+        return values

@@ -1,0 +1,219 @@
+"""What `@app.task` and `@app.periodic` make of a function: its options and how to submit it.
+
+A `TaskDefinition` wraps a plain function. Calling it runs the function here
+and now; `submit` sends it to a worker and returns a `Handle`; `map` submits
+one task per item in bundles. The options say where the task runs and how a
+worker treats it:
+
+* ``queue``: the broker queue (``group#name`` picks the consistency group);
+* ``lease_secs``: how long a worker holds the task between heartbeats'
+  renewals — a crashed worker's task is offered again this long after it
+  stopped renewing;
+* ``max_attempts``: runs allowed in all (the first one included); an
+  exception, a timeout or a crashed worker each use one. Once used up the task
+  moves to ``<queue>.dead`` and its handle raises `TaskFailed`;
+* ``delivery``: ``at_least_once`` (default: a crashed worker's task runs
+  again) or ``at_most_once`` (a task once started never starts again; if its
+  worker is lost it is dead-lettered with reason ``WORKER_LOST``);
+* ``timeout``: seconds a run may take before the worker kills it (such
+  tasks run in a child process of the worker, see `kittiwake.worker.runner`);
+* ``retry_backoff`` / ``retry_backoff_max``: seconds before retry n is
+  ``min(max, backoff * 2**(n-1))``, times a random jitter in [0.5, 1];
+* ``retry_on``: exception types that are retried (others fail at once);
+* ``rate_limit``: ``"100/s"``, ``"30/m"`` or ``"500/h"`` — leases from the
+  task's queue per second across all workers, enforced by the broker's token
+  bucket, so it holds however many workers run (it is a property of the
+  queue: tasks sharing a queue share the limit);
+* ``ignore_result``: no result is posted (fire and forget; saves a write);
+* ``bind``: the function gets the `TaskContext` as its first argument.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from kittiwake.app.envelope import DEFAULT_QUEUE
+from kittiwake.model import Limits, validate_queue
+
+if TYPE_CHECKING:
+    from kittiwake.app.app import App
+    from kittiwake.app.handles import Handle
+    from kittiwake.app.schedule import Schedule
+
+DEFAULT_LEASE_SECS = 30.0
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_RETRY_BACKOFF_SECS = 1.0
+DEFAULT_RETRY_BACKOFF_MAX_SECS = 300.0
+DEFAULT_MAP_CHUNK = 1000
+
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
+_RATE_UNIT_SECS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
+
+
+class Delivery(str, Enum):
+    """How often a task may start."""
+
+    AT_LEAST_ONCE = "at_least_once"  # a crashed worker's task runs again after its lease runs out
+    AT_MOST_ONCE = "at_most_once"  # a task once started never starts again; a lost run is dead-lettered
+
+
+def parse_rate(rate: str | float | None) -> float | None:
+    """Tasks per second from "100/s", "30/m", "500/h" (or a number of tasks per second)."""
+    if rate is None:
+        return None
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        per_sec = float(rate)
+    else:
+        match = _RATE.match(str(rate))
+        if match is None:
+            raise ValueError(f"rate_limit {rate!r} is not like '100/s', '30/m' or '500/h'")
+        per_sec = float(match.group(1)) / _RATE_UNIT_SECS[match.group(2)]
+    if per_sec <= 0:
+        raise ValueError("rate_limit must be above zero")
+    return per_sec
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """How a worker runs a task; see the module docstring for each option."""
+
+    name: str
+    queue: str = DEFAULT_QUEUE
+    lease_secs: float = DEFAULT_LEASE_SECS
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    delivery: Delivery = Delivery.AT_LEAST_ONCE
+    timeout: float | None = None
+    retry_backoff: float = DEFAULT_RETRY_BACKOFF_SECS
+    retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX_SECS
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    rate_per_sec: float | None = None
+    ignore_result: bool = False
+    bind: bool = False
+
+    def __post_init__(self) -> None:
+        validate_queue(self.queue, Limits())
+        if self.queue.endswith((".delayed", ".dead", ".ticks-done")) or "#_" in self.queue or self.queue.startswith("_"):
+            raise ValueError(f"queue {self.queue!r} is a name Kittiwake keeps for itself (a leading '_', or '.delayed', '.dead', '.ticks-done' at the end)")
+        if not 0 < self.lease_secs <= Limits().max_lease_secs:
+            raise ValueError(f"lease_secs must be in (0, {Limits().max_lease_secs}]")
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError("timeout must be above zero")
+        if self.retry_backoff < 0 or self.retry_backoff_max < 0:
+            raise ValueError("retry_backoff and retry_backoff_max must not be negative")
+
+    @property
+    def broker_max_attempts(self) -> int:
+        """The task's `max_attempts` as the broker counts them (releases and expired leases).
+
+        At most once: one more than the app's, so that a lost worker's last
+        permitted run is not dead-lettered by the broker as LEASE_EXPIRED but
+        seen by the next worker and dead-lettered as WORKER_LOST.
+        """
+        return self.max_attempts + (1 if self.delivery is Delivery.AT_MOST_ONCE else 0)
+
+    def backoff_secs(self, attempt: int, jitter: float) -> float:
+        """Seconds before retrying after failed attempt number `attempt` (1-based); jitter in [0, 1]."""
+        base = min(self.retry_backoff_max, self.retry_backoff * (2 ** max(0, attempt - 1)))
+        return base * (0.5 + 0.5 * jitter)
+
+
+def make_options(function: Callable[..., Any], **options: Any) -> TaskOptions:
+    """TaskOptions from decorator keywords, with defaults and checks."""
+    name = options.pop("name", None) or f"{function.__module__}.{function.__qualname__}"
+    if "delivery" in options:
+        options["delivery"] = Delivery(options["delivery"])
+    if "rate_limit" in options:
+        options["rate_per_sec"] = parse_rate(options.pop("rate_limit"))
+    retry_on = options.get("retry_on")
+    if retry_on is not None and not isinstance(retry_on, tuple):
+        options["retry_on"] = tuple(retry_on) if isinstance(retry_on, (list, set)) else (retry_on,)
+    options = {key: value for key, value in options.items() if value is not None}
+    return TaskOptions(name=name, **options)
+
+
+class TaskDefinition:
+    """A function registered as a task of an app. Call it to run it here; `submit` to run it on a worker."""
+
+    def __init__(self, app: App, function: Callable[..., Any], options: TaskOptions) -> None:
+        self.app = app
+        self.function = function
+        self.options = options
+        self.__name__ = getattr(function, "__name__", options.name)
+        self.__doc__ = function.__doc__
+        self.__wrapped__ = function
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    @property
+    def queue(self) -> str:
+        return self.options.queue
+
+    def __repr__(self) -> str:
+        return f"<task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def submit(
+        self,
+        *args: Any,
+        key: str | None = None,
+        delay: float | None = None,
+        at: datetime | float | None = None,
+        after: Iterable[Any] | None = None,
+        **kwargs: Any,
+    ) -> Handle:
+        """Send one run to a worker; returns its handle at once.
+
+        `key`: an idempotency key — it becomes the task id, and a second submit
+        with the same key while the first task exists collapses into it.
+        `delay` (seconds) or `at` (a datetime, or epoch seconds): do not start
+        before then. `after`: handles (or (queue, pid) pairs) of tasks that
+        must all finish first; if one of them fails this task fails too.
+        The names key, delay, at and after are taken by these options: pass
+        such function arguments with `submit_call`.
+        """
+        return self.app.submit_call(self, args, kwargs, key=key, delay=delay, at=at, after=after)
+
+    def submit_call(
+        self,
+        args: Iterable[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Handle:
+        """`submit` with the function's arguments given as a tuple and a dict."""
+        return self.app.submit_call(self, tuple(args), dict(kwargs or {}), **options)
+
+    def map(self, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]:
+        """One task per item (called as `f(item)`), enqueued `chunk` per request."""
+        return self.app.map(self, items, chunk=chunk)
+
+    def with_options(self, **options: Any) -> TaskDefinition:
+        """A copy submitting with other options (same name, so workers run it with theirs)."""
+        if "rate_limit" in options:
+            options["rate_per_sec"] = parse_rate(options.pop("rate_limit"))
+        if "delivery" in options:
+            options["delivery"] = Delivery(options["delivery"])
+        return TaskDefinition(self.app, self.function, replace(self.options, **options))
+
+
+@dataclass(slots=True)
+class PeriodicDefinition:
+    """A task fired on a schedule by the workers running the scheduler (``--beat``)."""
+
+    task: TaskDefinition
+    schedule: Schedule
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.task.name

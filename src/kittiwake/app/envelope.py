@@ -1,0 +1,118 @@
+"""How an app task travels through the broker: the queues it uses and the headers it carries.
+
+One place for every name the submitter and the worker must agree on
+(arq's `constants.py`):
+
+* a task defined with ``queue="emails"`` is enqueued into ``emails`` with
+  pid = its task id (a uuid4 hex, or the idempotency key given to
+  ``submit(key=...)``), so a second submission with the same key collapses
+  into the first (the broker dedupes by pid for as long as the task exists);
+* a delayed task goes to ``emails.delayed`` (same consistency group) with
+  pid = ``pid_at(due) + "-" + task id``: workers lease that queue with
+  ``max_pid = pid_at(now)``, so a delayed task is leased only once due and
+  runs from there (no mover process);
+* results go to the submitter's reply queue ``<group>#_replies.<app id>``
+  (``_replies.<app id>`` in the default group), always in the group of the
+  task's queue so that the worker finishes a task with one atomic update —
+  dequeue the task, enqueue its result (CloudKon §3.2.1 response queue);
+* a periodic run's marker goes to ``<queue>.ticks-done`` once it finished,
+  so a scheduler that fires a tick late collapses (``unless``) instead of
+  running it twice.
+
+Headers (all strings):
+
+* ``kittiwake-task-id``: the task's identity, the same on every delivery;
+* ``kittiwake-reply-to``: the reply queue; absent when nobody wants the result;
+* ``kittiwake-submitted-at``: epoch seconds when submitted (for latency);
+* the broker adds ``kittiwake-dead-reason`` when it dead-letters a task.
+
+Notes written with `renew(note=...)` are how a worker leaves a word for the
+next worker: ``[redeliver N] ...`` says delivery N ended cleanly without
+leaving the task half done (it failed and waits for a retry, or was handed
+back unstarted at shutdown), so delivery N + 1 of an at-most-once task may
+run. Any other redelivery of an at-most-once task means a worker was lost.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+from kittiwake.model import DEAD_SUFFIX, group_of, pid_at
+
+TASK_ID_HEADER = "kittiwake-task-id"
+REPLY_TO_HEADER = "kittiwake-reply-to"
+SUBMITTED_AT_HEADER = "kittiwake-submitted-at"
+DEAD_REASON_HEADER = "kittiwake-dead-reason"
+
+DELAYED_SUFFIX = ".delayed"
+TICKS_DONE_SUFFIX = ".ticks-done"
+REPLIES_PREFIX = "_replies."
+WORKERS_QUEUE = "_workers"
+DEFAULT_QUEUE = "default"
+
+REDELIVER_NOTE = re.compile(r"^\[redeliver (\d+)\] ?")
+
+
+def delayed_queue_of(queue: str) -> str:
+    return queue + DELAYED_SUFFIX
+
+
+def ticks_done_queue_of(queue: str) -> str:
+    return queue + TICKS_DONE_SUFFIX
+
+
+def dead_queue_of(queue: str) -> str:
+    return queue + DEAD_SUFFIX
+
+
+def reply_queue_for(queue: str, app_id: str) -> str:
+    """The reply queue of app `app_id` in the consistency group of `queue`."""
+    group = group_of(queue)
+    return f"{group}#{REPLIES_PREFIX}{app_id}" if group else f"{REPLIES_PREFIX}{app_id}"
+
+
+def delayed_pid(due_epoch_secs: float, task_id: str) -> str:
+    """Sorts by due time, then by task id; `max_pid=pid_at(now)` leases exactly the due ones."""
+    return f"{pid_at(due_epoch_secs)}-{task_id}"
+
+
+def redeliver_note(delivery: int, message: str = "") -> str:
+    return f"[redeliver {delivery}] {message}".rstrip()
+
+
+def redelivery_allowed(note: str | None, deliveries: int) -> bool:
+    """Whether delivery `deliveries` follows a delivery that ended cleanly (see the module docstring)."""
+    if not note:
+        return False
+    match = REDELIVER_NOTE.match(note)
+    return match is not None and int(match.group(1)) == deliveries - 1
+
+
+def public_note(note: str | None) -> str | None:
+    """A worker's note without the redelivery marker, for people."""
+    if note is None:
+        return None
+    return REDELIVER_NOTE.sub("", note, count=1)
+
+
+def tick_iso(tick: datetime) -> str:
+    """A tick time as it appears in pids: UTC, seconds precision, sortable as text."""
+    return tick.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def tick_pid(name: str, tick: datetime) -> str:
+    """The pid of one periodic run in its task queue: `<name>@<tick iso>`."""
+    return f"{name}@{tick_iso(tick)}"
+
+
+def tick_marker_pid(name: str, tick: datetime) -> str:
+    """The pid of a finished tick's marker: time first, so that every marker
+    older than a cut-off is one lease with `max_pid` (pruning)."""
+    return f"{tick_iso(tick)}@{name}"
+
+
+def marker_pid_of_tick_pid(pid: str) -> str:
+    """`<name>@<iso>` → `<iso>@<name>`."""
+    name, _, iso = pid.rpartition("@")
+    return f"{iso}@{name}"

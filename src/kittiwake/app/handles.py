@@ -1,0 +1,214 @@
+"""A submitted task as its submitter holds it: wait for its result, ask its status, cancel it.
+
+A `Handle` names its task in the broker by `.queue` and `.pid` (so handles
+can be passed as `after=` parents) and knows its `.id`. Its result arrives in
+the app's reply queue and is handed over by the `ReplyCollector`; nothing is
+stored anywhere else (CloudKon §3.2.1).
+
+`result(timeout)` returns the task's return value, raises `TaskFailed` with
+the remote error, or `TimeoutError`. It cannot hang on a task that is gone:
+while waiting it looks at the task in the broker from time to time, and a
+task found in its dead-letter queue — dead-lettered by a worker, by the
+broker after its last lease ran out, because a parent failed, or cancelled —
+raises `TaskFailed` with the broker's reason even if no error result was
+posted. A task that finished without its result ever arriving here (it was
+submitted with ``ignore_result``, or an identical key from another app got
+there first and its result went to that app) raises `ResultUnavailable`.
+
+`status()` is ``(state, progress, note)``; state is one of
+
+* ``pending``: waiting to be leased (or waiting for its delay, or for a retry);
+* ``blocked``: waiting for parents to finish;
+* ``running``: a worker holds it;
+* ``done`` / ``failed``: finished (failed: in the dead-letter queue, or an
+  error result arrived).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from kittiwake import errors
+from kittiwake.app.envelope import DEAD_REASON_HEADER, dead_queue_of, public_note, redelivery_allowed
+from kittiwake.app.serialization import RemoteError
+
+if TYPE_CHECKING:
+    from kittiwake.app.app import App
+
+FIRST_CHECK_SECS = 1.0
+MAX_CHECK_SECS = 5.0
+RESULT_GRACE_SECS = 10.0  # a finished task's result may still be on its way to the collector
+
+
+class TaskFailed(errors.KittiwakeError):
+    """The task failed on the worker, or never ran (dead-lettered, cancelled, parent failed). Code TASK_FAILED.
+
+    `reason` says why: ERROR (an exception), TIMEOUT, WORKER_LOST,
+    RESULT_UNSERIALISABLE, RESULT_TOO_LARGE, UNKNOWN_TASK, BAD_PAYLOAD,
+    CANCELLED, LEASE_EXPIRED, or PARENT_FAILED <queue>/<pid>. `type`,
+    `remote_message` and `traceback` describe the remote exception when there was one.
+    """
+
+    code = "TASK_FAILED"
+
+    def __init__(self, task_id: str, error: RemoteError) -> None:
+        text = f"task {task_id} failed ({error.reason})"
+        if error.type or error.message:
+            text += f": {error.type}: {error.message}"
+        super().__init__(text)
+        self.task_id = task_id
+        self.reason = error.reason
+        self.type = error.type
+        self.remote_message = error.message
+        self.traceback = error.traceback
+
+
+class ResultUnavailable(errors.KittiwakeError):
+    """The task finished but its result does not come to this app. Code RESULT_UNAVAILABLE."""
+
+    code = "RESULT_UNAVAILABLE"
+
+
+class TaskStatus(NamedTuple):
+    """Where a task stands: ``state, progress, note = handle.status()``."""
+
+    state: str  # pending, blocked, running, done, failed
+    progress: float | None = None
+    note: str | None = None
+
+
+@dataclass(slots=True, weakref_slot=True)
+class ResultSlot:
+    """Where the collector puts a task's result; shared by every handle of the same task id."""
+
+    event: threading.Event
+    ok: bool = False
+    value: Any = None
+
+    @classmethod
+    def empty(cls) -> ResultSlot:
+        return cls(threading.Event())
+
+    def set(self, ok: bool, value: Any) -> None:
+        if self.event.is_set():
+            return  # the first outcome wins (a duplicate run's result is ignored)
+        self.ok, self.value = ok, value
+        self.event.set()
+
+
+class Handle:
+    """One submitted task. `.id` is its task id; `.queue` and `.pid` name it in the broker."""
+
+    __slots__ = ("app", "id", "name", "queue", "pid", "slot", "wants_result", "__weakref__")
+
+    def __init__(
+        self, app: App, task_id: str, name: str, queue: str, pid: str, slot: ResultSlot | None
+    ) -> None:
+        self.app = app
+        self.id = task_id
+        self.name = name
+        self.queue = queue
+        self.pid = pid
+        self.slot = slot
+        self.wants_result = slot is not None
+
+    def __repr__(self) -> str:
+        return f"<Handle {self.name} id={self.id} queue={self.queue}>"
+
+    # -------------------------------------------------------------- result
+
+    def done(self) -> bool:
+        """Whether the result has arrived (it does not ask the broker)."""
+        return self.slot is not None and self.slot.event.is_set()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The task's return value; raises TaskFailed, ResultUnavailable, or TimeoutError after `timeout` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        check_every = FIRST_CHECK_SECS
+        gone_since: float | None = None
+        while True:
+            if self.slot is not None and self.slot.event.is_set():
+                return self._outcome()
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise TimeoutError(f"no result for task {self.id} within {timeout} s")
+            wait = check_every if deadline is None else min(check_every, deadline - now)
+            if self.slot is not None and self.slot.event.wait(wait):
+                return self._outcome()
+            if self.slot is None:
+                time.sleep(wait)
+            state = self._broker_state()
+            if isinstance(state, RemoteError):
+                if self.slot is not None and self.slot.event.is_set():
+                    return self._outcome()  # an error result beat the check
+                raise TaskFailed(self.id, state)
+            if state is None:
+                if not self.wants_result:
+                    return None  # finished; nobody asked for its result
+                gone_since = gone_since or time.monotonic()
+                if time.monotonic() - gone_since > RESULT_GRACE_SECS:
+                    raise ResultUnavailable(
+                        f"task {self.id} finished but its result did not come to this app "
+                        "(an identical key submitted elsewhere got there first?)"
+                    )
+            else:
+                gone_since = None
+            check_every = min(MAX_CHECK_SECS, check_every * 1.5)
+
+    def _outcome(self) -> Any:
+        assert self.slot is not None
+        if self.slot.ok:
+            return self.slot.value
+        raise TaskFailed(self.id, self.slot.value)
+
+    def _broker_state(self) -> Any:
+        """The task's view if it still waits or runs; a RemoteError if dead-lettered; None if gone."""
+        client = self.app.client
+        try:
+            return client.get(self.queue, self.pid)
+        except errors.TaskNotFound:
+            pass
+        try:
+            dead = client.get(dead_queue_of(self.queue), self.pid)
+        except errors.TaskNotFound:
+            return None
+        reason = (dead.headers or {}).get(DEAD_REASON_HEADER, "DEAD")
+        return RemoteError("", "", reason=reason)
+
+    # -------------------------------------------------------------- status
+
+    def status(self) -> TaskStatus:
+        """(state, progress, note) as the broker and the reply queue tell it now."""
+        if self.slot is not None and self.slot.event.is_set():
+            if self.slot.ok:
+                return TaskStatus("done", 1.0, None)
+            error: RemoteError = self.slot.value
+            return TaskStatus("failed", None, f"{error.reason}: {error.type}: {error.message}".rstrip(": "))
+        state = self._broker_state()
+        if state is None:
+            return TaskStatus("done", 1.0, None)
+        if isinstance(state, RemoteError):
+            return TaskStatus("failed", None, state.reason)
+        note = public_note(state.note)
+        if state.state == "blocked":
+            return TaskStatus("blocked", state.progress, note)
+        if state.state == "leased":
+            if redelivery_allowed(state.note, state.deliveries + 1):
+                return TaskStatus("pending", state.progress, note)  # held back for its retry's backoff
+            return TaskStatus("running", state.progress, note)
+        return TaskStatus("pending", state.progress, note)
+
+    def cancel(self, reason: str | None = None) -> bool:
+        """Withdraw the task (whatever its state) into its dead-letter queue, failing every
+        task that waits on it. True if it was withdrawn, False if it had already finished.
+        A worker running it is not interrupted, but it can no longer finish it."""
+        try:
+            self.app.client.cancel((self.queue, self.pid), reason)
+        except errors.TaskNotFound:
+            return False
+        if self.slot is not None:
+            self.slot.set(False, RemoteError("Cancelled", reason or "cancelled", reason="CANCELLED"))
+        return True

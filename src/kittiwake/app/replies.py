@@ -1,0 +1,123 @@
+"""The submitter's side of CloudKon's response queue: collect results and hand them to handles.
+
+Each `App` instance has an id and one reply queue per consistency group it
+submits into (`envelope.reply_queue_for`). A worker finishing a task
+enqueues the result there with pid = task id, in the same atomic update that
+dequeues the task. One collector thread per app long-polls all of the app's
+reply queues, leases results in batches, hands each to the `ResultSlot` of
+its task id, and dequeues the batch in one request.
+
+Slots are held weakly: a result whose handles were all dropped (a `map` whose
+handles nobody kept) is dequeued and discarded, so the collector's memory is
+bounded by the handles alive, not by the tasks submitted. A result is
+dequeued after it is handed over; if the collector dies in between, the
+result stays in the reply queue (its lease runs out) and an app started with
+the same `app_id` receives it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import Callable
+
+from kittiwake import errors
+from kittiwake.app.handles import ResultSlot
+from kittiwake.app.serialization import Serializer
+from kittiwake.client import Client
+
+log = logging.getLogger("kittiwake.app.replies")
+
+WAIT_SECS = 1.0  # long-poll; also how long a newly watched reply queue may wait to be included
+BATCH_RESULTS = 1000
+LEASE_SECS = 60.0
+RETRY_PAUSE_SECS = 0.5
+
+
+class ReplyCollector:
+    """A thread that drains an app's reply queues into result slots."""
+
+    def __init__(self, client: Callable[[], Client], serializer: Serializer, app_id: str) -> None:
+        self._client = client
+        self._serializer = serializer
+        self._app_id = app_id
+        self._slots: weakref.WeakValueDictionary[str, ResultSlot] = weakref.WeakValueDictionary()
+        self._queues: dict[str, None] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.received = 0
+
+    @property
+    def queues(self) -> list[str]:
+        with self._lock:
+            return list(self._queues)
+
+    def slot(self, task_id: str) -> ResultSlot:
+        """The slot for a task id (shared by every handle of it); hold it to keep the result."""
+        with self._lock:
+            slot = self._slots.get(task_id)
+            if slot is None:
+                slot = ResultSlot.empty()
+                self._slots[task_id] = slot
+            return slot
+
+    def watch(self, reply_queue: str) -> None:
+        """Collect from this reply queue too; starts the thread on first use."""
+        with self._lock:
+            if reply_queue not in self._queues:
+                self._queues[reply_queue] = None
+                self._wake.set()
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name=f"kittiwake-replies-{self._app_id}", daemon=True)
+                self._thread.start()
+
+    def close(self, timeout: float = 0.2) -> None:
+        """Stop collecting. A long-poll in flight is not waited for: its answer is ignored
+        (results it leased return to the reply queue when their lease runs out)."""
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            queues = self.queues
+            if not queues:
+                self._wake.wait(WAIT_SECS)
+                self._wake.clear()
+                continue
+            try:
+                self.collect_once(queues, WAIT_SECS)
+            except (errors.BrokerUnreachable, errors.ConnectionLost, errors.RequestTimeout, errors.Unavailable) as error:
+                if self._stop.is_set():
+                    return
+                log.warning("collecting results: %s; retrying", error)
+                self._stop.wait(RETRY_PAUSE_SECS)
+            except Exception:  # never let the collector die: handles would hang
+                if self._stop.is_set():
+                    return
+                log.exception("collecting results failed; retrying")
+                self._stop.wait(RETRY_PAUSE_SECS)
+
+    def collect_once(self, queues: list[str], wait_secs: float) -> int:
+        """Lease one batch of results, hand them over, dequeue them; returns how many."""
+        client = self._client()
+        tasks = client.lease(
+            queues, max_tasks=BATCH_RESULTS, lease_secs=LEASE_SECS, wait_secs=wait_secs,
+            worker=f"replies:{self._app_id}",
+        )
+        if not tasks or self._stop.is_set():
+            return 0
+        for task in tasks:
+            ok, value = self._serializer.load_result(task.data)
+            with self._lock:
+                slot = self._slots.get(task.pid)
+            if slot is not None:
+                slot.set(ok, value)
+        self.received += len(tasks)
+        client.dequeue(tasks)
+        return len(tasks)

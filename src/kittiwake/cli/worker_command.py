@@ -1,0 +1,93 @@
+"""`kittiwake worker [module:app]`: run worker processes for an app's tasks until SIGTERM.
+
+Without an app only the built-in tasks run (shell commands from
+`kittiwake submit`). The broker is the global `--url` (or `$KITTIWAKE_URL`),
+else the URL the app was created with. See `kittiwake.worker.supervisor` for
+processes, respawning, recycling and signals, and `kittiwake.worker.loop` for
+what one process does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from kittiwake.cli.context import CliContext, pass_cli
+from kittiwake.worker.config import (
+    DEFAULT_DELAYED_POLL_SECS,
+    DEFAULT_REGISTRY_EVERY_SECS,
+    DEFAULT_SHUTDOWN_SECS,
+    DEFAULT_WAIT_SECS,
+    WorkerConfig,
+)
+
+
+def split_queues(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str] | None:
+    queues = [name.strip() for value in values for name in value.split(",") if name.strip()]
+    return queues or None
+
+
+@click.command("worker")
+@click.argument("app", required=False, metavar="[MODULE:APP]")
+@click.option("--processes", "-p", default=1, show_default=True, type=click.IntRange(1, 1024),
+              help="Worker processes to run.")
+@click.option("--concurrency", "-c", default=1, show_default=True, type=click.IntRange(1, 10_000),
+              help="Tasks each process runs at once (threads).")
+@click.option("--queues", "-Q", multiple=True, callback=split_queues, metavar="Q1,Q2",
+              help="Queues to serve. Default: every queue the app's tasks are defined on.")
+@click.option("--prefetch", type=click.IntRange(0, 10_000),
+              help="Tasks leased ahead of a free slot, per process. Default: 4 per slot.")
+@click.option("--max-tasks-per-child", type=click.IntRange(min=1),
+              help="Recycle a process after this many tasks (it finishes what it holds first).")
+@click.option("--max-memory", "max_memory_mb", type=click.FloatRange(min=1),
+              help="Recycle a process whose resident memory passes this many MB after a task.")
+@click.option("--shutdown-secs", default=DEFAULT_SHUTDOWN_SECS, show_default=True, type=click.FloatRange(min=0),
+              help="On SIGTERM: how long running tasks may take to finish before they are handed back.")
+@click.option("--beat", is_flag=True,
+              help="Also run the periodic scheduler (several may run: each tick still runs once).")
+@click.option("--wait-secs", default=DEFAULT_WAIT_SECS, show_default=True, type=click.FloatRange(0.05, 300),
+              help="Long-poll wait of a lease.")
+@click.option("--delayed-poll-secs", default=DEFAULT_DELAYED_POLL_SECS, show_default=True,
+              type=click.FloatRange(0.01, 60), help="How often due delayed tasks are looked for.")
+@click.option("--registry-secs", default=DEFAULT_REGISTRY_EVERY_SECS, show_default=True,
+              type=click.FloatRange(0.1, 3600), help="How often a process renews its record in the worker registry.")
+@click.option("--name", help="Prefix of worker ids. Default: the host name.")
+@pass_cli
+def worker(
+    cli: CliContext,
+    app: str | None,
+    processes: int,
+    concurrency: int,
+    queues: list[str] | None,
+    prefetch: int | None,
+    max_tasks_per_child: int | None,
+    max_memory_mb: float | None,
+    shutdown_secs: float,
+    beat: bool,
+    wait_secs: float,
+    delayed_poll_secs: float,
+    registry_secs: float,
+    name: str | None,
+) -> None:
+    """Run worker processes for the tasks of MODULE:APP (e.g. `myproject.tasks:app`).
+
+    Each process long-polls leases in batches, runs the tasks and finishes each
+    with one atomic update that also posts its result. SIGTERM stops leasing,
+    lets running tasks finish (--shutdown-secs), hands back the rest, and exits 0.
+    """
+    from kittiwake.worker.config import load_app
+    from kittiwake.worker.supervisor import Supervisor
+
+    config = WorkerConfig(
+        app=app, url=cli.url, queues=queues, processes=processes, concurrency=concurrency, prefetch=prefetch,
+        max_tasks_per_child=max_tasks_per_child, max_memory_mb=max_memory_mb, shutdown_secs=shutdown_secs,
+        wait_secs=wait_secs, delayed_poll_secs=delayed_poll_secs, registry_every_secs=registry_secs, beat=beat,
+        name=name, sys_path=[os.getcwd()],
+    )
+    try:
+        load_app(app, config.sys_path)
+    except Exception as error:  # an app that does not import: say so once, before any process starts
+        raise click.UsageError(f"cannot load {app}: {type(error).__name__}: {error}") from error
+    sys.exit(Supervisor(config).run())

@@ -1,0 +1,17 @@
+"""Workers: pull tasks of an `App` from the broker, run them, post their results (CloudKon §3.2).
+
+`kittiwake worker module:app --processes N --concurrency M` starts a
+`Supervisor` that runs N worker processes; each runs a `WorkerLoop` with M
+slots. Module map: `supervisor` (processes, respawning, recycling, signals),
+`loop` (the pull loop of one process), `runner` (one task: checks, call,
+timeout sandbox, outcome), `outcomes` (outcomes to broker updates),
+`heartbeat` (lease renewal and progress), `registry` (worker records in
+``_workers``), `beat` (the periodic scheduler), `config` (`WorkerConfig`).
+"""
+
+from kittiwake.worker.config import WorkerConfig, load_app
+from kittiwake.worker.loop import WorkerLoop
+from kittiwake.worker.registry import WorkerRecord, live_workers
+from kittiwake.worker.supervisor import Supervisor
+
+__all__ = ["Supervisor", "WorkerConfig", "WorkerLoop", "WorkerRecord", "live_workers", "load_app"]

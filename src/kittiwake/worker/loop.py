@@ -1,0 +1,396 @@
+"""One worker process: lease tasks in batches, run them on slots, finish them — CloudKon's pull loop.
+
+Threads of a worker process and what each owns:
+
+* leasers (one per lease class: the queues sharing a lease length and rate
+  limit): long-poll `lease` for up to the free capacity (`concurrency` running
+  + `prefetch` waiting), and, every `delayed_poll_secs`, lease the due tasks
+  of the ``.delayed`` queues with ``max_pid = pid_at(now)`` (a delayed task is
+  leased and run straight from there once due). A rate-limited queue is
+  leased with ``rate_per_sec``: the broker's token bucket spans every worker.
+* slots (`concurrency` threads): run one task at a time (`TaskRunner`) and
+  pass the outcome to the settler.
+* settler: takes every outcome waiting and applies them together
+  (`Settler`: one update per consistency group for finished tasks).
+* heartbeat (`LeaseKeeper`): renews held leases, carries progress.
+* registry (`WorkerRegistry`): this process's record in ``_workers``.
+
+Stopping. `stop()` (SIGTERM) stops leasing; tasks leased but not started are
+handed back at once (RETURN); running tasks get `shutdown_secs` to finish,
+and those still running then are released for another worker (an
+at-most-once one will be dead-lettered as WORKER_LOST there, since it did
+start). `recycle()` (`max_tasks_per_child`, `max_memory_mb`) stops leasing
+too but runs every task already leased before exiting: recycling loses
+nothing and hands nothing back. `run()` returns once nothing is held.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kittiwake import errors
+from kittiwake.app.definitions import DEFAULT_LEASE_SECS, TaskDefinition
+from kittiwake.app.envelope import (
+    DELAYED_SUFFIX,
+    delayed_queue_of,
+    marker_pid_of_tick_pid,
+    ticks_done_queue_of,
+)
+from kittiwake.client import Client, LeasedTask
+from kittiwake.model import pid_at
+from kittiwake.worker.config import WorkerConfig
+from kittiwake.worker.heartbeat import Held, LeaseKeeper
+from kittiwake.worker.outcomes import Kind, Outcome, Settler
+from kittiwake.worker.registry import WorkerRegistry
+from kittiwake.worker.runner import TaskRunner
+
+log = logging.getLogger("kittiwake.worker")
+
+MARKER_RETENTION_SECS = 3600.0  # a tick's marker outlives any scheduler's lateness (beat.TICK_GRACE_SECS)
+MARKER_MAX_ATTEMPTS = 1_000_000
+MARKERS_PRUNED_PER_RUN = 100
+TRANSIENT = (errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.Unavailable)
+
+
+@dataclass(slots=True)
+class LeaseClass:
+    """Queues leased together: one lease length, one rate limit."""
+
+    lease_secs: float
+    rate_per_sec: float | None
+    queues: list[str]
+
+    @property
+    def delayed_queues(self) -> list[str]:
+        return [delayed_queue_of(name) for name in self.queues]
+
+
+def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
+    """Group served queues by (lease length, rate): the longest lease and the lowest rate of the
+    task definitions on each queue (a queue without definitions: the defaults)."""
+    per_queue: dict[str, tuple[float, float | None]] = {}
+    for name in queues:
+        definitions: list[TaskDefinition] = [d for d in app.tasks.values() if d.queue == name]
+        lease_secs = max((d.options.lease_secs for d in definitions), default=DEFAULT_LEASE_SECS)
+        rates = [d.options.rate_per_sec for d in definitions if d.options.rate_per_sec is not None]
+        per_queue[name] = (lease_secs, min(rates) if rates else None)
+    classes: dict[tuple[float, float | None], LeaseClass] = {}
+    for name, key in per_queue.items():
+        classes.setdefault(key, LeaseClass(key[0], key[1], [])).queues.append(name)
+    return list(classes.values())
+
+
+class Capacity:
+    """Slots for held tasks (running + waiting); leasers take what is free."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self._condition = threading.Condition()
+
+    def take(self, most: int, timeout: float) -> int:
+        with self._condition:
+            if self.free <= 0:
+                self._condition.wait(timeout)
+            taken = min(most, self.free)
+            self.free -= taken
+            return max(0, taken)
+
+    def give(self, count: int) -> None:
+        if count:
+            with self._condition:
+                self.free += count
+                self._condition.notify_all()
+
+
+def default_worker_id(name: str | None = None) -> str:
+    return f"{name or socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+class WorkerLoop:
+    """The pull loop of one worker process; see the module docstring."""
+
+    def __init__(
+        self,
+        app: Any,
+        config: WorkerConfig,
+        *,
+        client: Client | None = None,
+        worker_id: str | None = None,
+        app_reference: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.app = app
+        self.config = config
+        self.id = worker_id or default_worker_id(config.name)
+        self.client = client or Client(config.url or app.url, worker=self.id)
+        if app.url is None and config.url is not None:
+            app.url = config.url  # tasks that submit tasks reach the same broker
+        self.queues = list(config.queues or app.queues())
+        self.classes = lease_classes(app, self.queues)
+        self.capacity = Capacity(config.concurrency + config.prefetch_tasks)
+        self.keeper = LeaseKeeper(self.client)
+        self.settler = Settler(self.client)
+        self.runner = TaskRunner(
+            app, self.client, self.keeper, app_reference=app_reference or config.app,
+            sys_path=config.sys_path, rng=rng,
+        )
+        self.registry = WorkerRegistry(self.client, self.id, config.registry_every_secs)
+        self._ready: queue.SimpleQueue[Held | None] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self._stop_leasing = threading.Event()
+        self._returning = threading.Event()  # hand back unstarted tasks instead of running them
+        self._idle = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self.started = 0
+        self.finished = 0
+        self._running = 0
+        self._busy_secs = 0.0
+        self._busy_lock = threading.Lock()
+        self._status_at = time.monotonic()
+        self._status_busy = 0.0
+        self.exit_reason = "stopped"
+
+    # ---------------------------------------------------------------- control
+
+    def stop(self) -> None:
+        """Graceful stop (SIGTERM): stop leasing, hand back what did not start."""
+        self.exit_reason = "stopped"
+        self._returning.set()
+        self._stop_leasing.set()
+
+    def recycle(self, why: str) -> None:
+        """Stop leasing and exit once every held task ran (max tasks per child, max memory)."""
+        if not self._stop_leasing.is_set():
+            log.info("worker %s recycles: %s", self.id, why)
+            self.exit_reason = f"recycled: {why}"
+            self._stop_leasing.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_leasing.is_set()
+
+    def _busy_total_secs(self, held: list[Held]) -> float:
+        now = time.monotonic()
+        with self._busy_lock:
+            return self._busy_secs + sum(
+                now - h.started_at for h in held if h.started_at is not None and not h.ended
+            )
+
+    def status(self) -> dict[str, Any]:
+        """What the registry shows: tasks held and running, and how busy the slots were since the last call."""
+        held = self.keeper.held()
+        now = time.monotonic()
+        busy = self._busy_total_secs(held)
+        elapsed = max(1e-6, now - self._status_at)
+        utilisation = min(1.0, max(0.0, (busy - self._status_busy) / (elapsed * self.config.concurrency)))
+        self._status_at, self._status_busy = now, busy
+        running = [f"{h.task.queue}/{h.task.pid}" for h in held if h.started_at is not None and not h.ended]
+        return {
+            "running": running[:20],
+            "held": len(held),
+            "finished": self.finished,
+            "utilisation": round(utilisation, 3),
+            "stopping": self.stopping,
+        }
+
+    # -------------------------------------------------------------------- run
+
+    def run(self) -> str:
+        """Serve until stopped and drained; returns why it stopped."""
+        self.keeper.start()
+        self.registry.start(
+            {"host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+             "concurrency": self.config.concurrency, "started_at": time.time()},
+            self.status,
+        )
+        self._settler_thread = self._spawn(self._settle_loop, "kittiwake-settler")
+        slots = [self._spawn(self._slot_loop, f"kittiwake-slot-{n}") for n in range(self.config.concurrency)]
+        leasers = [self._spawn(self._lease_loop, f"kittiwake-lease-{n}", lease_class)
+                   for n, lease_class in enumerate(self.classes)]
+        log.info("worker %s serving %s (concurrency %d, prefetch %d)", self.id, ", ".join(self.queues),
+                 self.config.concurrency, self.config.prefetch_tasks)
+        try:
+            while not self._stop_leasing.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            self.stop()
+        for thread in leasers:
+            thread.join()
+        self._drain(slots)
+        self.keeper.stop()
+        self.registry.stop()
+        self.runner.close()
+        self.client.close()
+        log.info("worker %s %s after %d tasks", self.id, self.exit_reason, self.finished)
+        return self.exit_reason
+
+    def _spawn(self, target: Any, name: str, *args: Any) -> threading.Thread:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    def _drain(self, slots: list[threading.Thread]) -> None:
+        """After leasing stopped: run (recycle) or hand back (stop) what waits, give running
+        tasks `shutdown_secs`, release what still runs, and wait for the settler."""
+        for _ in slots:
+            self._ready.put(None)
+        deadline = time.monotonic() + self.config.shutdown_secs
+        for thread in slots:
+            thread.join(max(0.0, deadline - time.monotonic()) if self._returning.is_set() else None)
+        self._outcomes.put(None)  # the settler finishes what the slots decided, then stops
+        self._settler_thread.join(60.0)
+        stuck = [held for held in self.keeper.held() if not held.finishing]
+        if stuck:
+            log.warning("handing back %d tasks still held after %.0f s", len(stuck), self.config.shutdown_secs)
+            returned = [Outcome(held, Kind.RETURN) for held in stuck if held.started_at is None]
+            self.settler.settle(returned)
+            for held in stuck:
+                if held.started_at is not None:
+                    held.finishing = True
+                    try:
+                        self.client.release(held.task, "SHUTDOWN")
+                    except errors.KittiwakeError as error:
+                        log.warning("releasing %s/%s: %s", held.task.queue, held.task.pid, error)
+                self.keeper.drop(held)
+
+    # ---------------------------------------------------------------- leasing
+
+    def _lease_loop(self, lease_class: LeaseClass) -> None:
+        delayed_due_at = 0.0
+        share = max(1, self.capacity.total // max(1, len(self.classes)))
+        while not self._stop_leasing.is_set():
+            want = self.capacity.take(share, timeout=self.config.wait_secs)
+            if want <= 0:
+                continue
+            tasks: list[LeasedTask] = []
+            try:
+                if time.monotonic() >= delayed_due_at:
+                    delayed_due_at = time.monotonic() + self.config.delayed_poll_secs
+                    tasks = self._lease(lease_class, lease_class.delayed_queues, want, wait_secs=0,
+                                        max_pid=pid_at(time.time()))
+                if not tasks:
+                    wait = min(self.config.wait_secs, max(0.0, delayed_due_at - time.monotonic()) + 0.05)
+                    tasks = self._lease(lease_class, lease_class.queues, want, wait_secs=wait)
+            except TRANSIENT as error:
+                log.warning("leasing: %s; retrying", error)
+                self._stop_leasing.wait(0.5)
+            except errors.KittiwakeError as error:
+                log.error("leasing refused: %s", error)
+                self._stop_leasing.wait(1.0)
+            finally:
+                self.capacity.give(want - len(tasks))
+            now = time.monotonic()
+            for task in tasks:
+                held = Held(task, lease_class.lease_secs, now)
+                self.keeper.hold(held)
+                self._ready.put(held)
+
+    def _lease(
+        self, lease_class: LeaseClass, queues: list[str], want: int, *, wait_secs: float, max_pid: str | None = None
+    ) -> list[LeasedTask]:
+        return self.client.lease(
+            queues, max_tasks=want, lease_secs=lease_class.lease_secs, max_pid=max_pid, wait_secs=wait_secs,
+            worker=self.id, rate_per_sec=lease_class.rate_per_sec,
+            rate_burst=None if lease_class.rate_per_sec is None else max(1.0, lease_class.rate_per_sec / 10),
+        )
+
+    # ------------------------------------------------------------------ slots
+
+    def _slot_loop(self) -> None:
+        while True:
+            held = self._ready.get()
+            if held is None:
+                return
+            if self._returning.is_set() or held.lost:
+                self._outcomes.put(Outcome(held, Kind.DROP if held.lost else Kind.RETURN))
+                continue
+            self.started += 1
+            started = time.monotonic()
+            try:
+                outcome = self.runner.run(held)
+            except BaseException as error:  # a bug here must not lose the task: let it come back
+                log.exception("running %s/%s", held.task.queue, held.task.pid)
+                outcome = Outcome(held, Kind.DROP, reason=str(error))
+            with self._busy_lock:
+                self._busy_secs += time.monotonic() - started
+                held.ended = True  # counted: the status must not count it again while it settles
+            if outcome.kind is Kind.DONE and held.definition is not None and held.definition.name in self.app.periodics:
+                self._mark_tick(outcome)
+            self._outcomes.put(outcome)
+            self._check_recycle()
+
+    def _check_recycle(self) -> None:
+        limit = self.config.max_tasks_per_child
+        if limit is not None and self.started >= limit:
+            self.recycle(f"ran {self.started} tasks (--max-tasks-per-child {limit})")
+        memory_mb = self.config.max_memory_mb
+        if memory_mb is not None:
+            rss_mb = resident_memory_bytes() / (1 << 20)
+            if rss_mb > memory_mb:
+                self.recycle(f"resident memory {rss_mb:.0f} MB over --max-memory {memory_mb:.0f} MB")
+
+    def _mark_tick(self, outcome: Outcome) -> None:
+        """A periodic run finished: its marker goes in the same update, with old markers pruned."""
+        task = outcome.task
+        if task.queue.endswith(DELAYED_SUFFIX) or "@" not in task.pid:
+            return  # submitted by hand, not fired by a scheduler
+        markers = ticks_done_queue_of(task.queue)
+        outcome.enqueue.append({"queue": markers, "pid": marker_pid_of_tick_pid(task.pid), "data": b"",
+                                "max_attempts": MARKER_MAX_ATTEMPTS})
+        cutoff = time.gmtime(time.time() - MARKER_RETENTION_SECS)
+        try:
+            outcome.dequeue.extend(self.client.lease(
+                markers, max_tasks=MARKERS_PRUNED_PER_RUN, lease_secs=60.0,
+                max_pid=time.strftime("%Y-%m-%dT%H:%M:%SZ", cutoff), worker=self.id,
+            ))
+        except errors.KittiwakeError as error:
+            log.warning("pruning tick markers: %s", error)
+
+    # --------------------------------------------------------------- settling
+
+    def _settle_loop(self) -> None:
+        closing = False
+        while not closing:
+            first = self._outcomes.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < 1000:
+                try:
+                    item = self._outcomes.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    closing = True
+                    break
+                batch.append(item)
+            try:
+                self.settler.settle(batch)
+            except Exception:
+                log.exception("settling %d outcomes", len(batch))
+            for outcome in batch:
+                self.keeper.drop(outcome.held)
+            self.finished += sum(1 for outcome in batch if outcome.kind is not Kind.RETURN)
+            self.capacity.give(len(batch))
+
+
+def resident_memory_bytes() -> int:
+    """This process's resident set size (Linux /proc; elsewhere the peak from getrusage)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,211 @@
+"""What became of a run, and how each outcome reaches the broker (atomically where it matters).
+
+The runner decides; this module writes the decision down:
+
+* DONE: one `update` dequeues the task and enqueues its result into the
+  reply queue named in its ``kittiwake-reply-to`` header (and, for a periodic
+  run, the tick's marker into ``<queue>.ticks-done`` while dequeuing markers
+  too old to matter). Results of many tasks in one consistency group go in one
+  update (a worker-side group commit); if such a batch is refused because one
+  task is no longer ours, each task is retried alone, so one lost lease never
+  costs the others their results.
+* RETRY: the task stays where it is, under our lease, renewed for the backoff
+  with a ``[redeliver N]`` note; when that lease runs out the broker counts
+  the failed attempt and offers the task again. Retrying in place keeps the
+  task's (queue, pid), so tasks waiting on it keep waiting — a dequeue and
+  re-enqueue elsewhere would count as finishing it and release its children.
+* FAIL: the last attempt failed (or the task can never run: unknown task,
+  undecodable payload, an at-most-once task whose worker was lost). The task
+  goes to its dead-letter queue with the reason and an error result goes to
+  the reply queue. When the broker would dead-letter it anyway on this
+  release (its last attempt), both happen in one update; otherwise
+  (at-most-once keeps one spare attempt) `release(bury=True)` comes first
+  and the error result second — a crash in between leaves the handle to find
+  the task in the dead-letter queue.
+* RETURN: handed back unstarted at shutdown: noted ``[redeliver N]`` so an
+  at-most-once task may still run, then released.
+* DROP: nothing to do (the lease was lost; another worker has the task).
+
+A request whose outcome is unknown (the connection broke) is repeated: an
+update that had been applied is then refused because its task is gone, which
+is taken as done.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kittiwake import errors
+from kittiwake.app.envelope import REPLY_TO_HEADER, TASK_ID_HEADER, redeliver_note
+from kittiwake.client import Client, LeasedTask
+from kittiwake.model import Limits, group_of
+from kittiwake.worker.heartbeat import Held
+
+log = logging.getLogger("kittiwake.worker.outcomes")
+
+MAX_BATCH_ITEMS = 2000
+RETRY_PAUSE_SECS = 0.2
+RETRY_FOR_SECS = 60.0
+_GONE = {"TASK_NOT_FOUND", "TASK_NOT_LEASED", "LEASE_EXPIRED"}
+_TRANSIENT = (errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.Unavailable)
+DEFAULT_BROKER_MAX_ATTEMPTS = Limits().default_max_attempts
+
+
+class Kind(enum.Enum):
+    """What happens to a task after a run (or instead of one)."""
+
+    DONE = "done"  # dequeue + result
+    RETRY = "retry"  # keep the lease for the backoff, then the broker offers it again
+    FAIL = "fail"  # dead-letter + error result
+    RETURN = "return"  # unstarted at shutdown: give back
+    DROP = "drop"  # not ours any more
+
+
+@dataclass(slots=True)
+class Outcome:
+    held: Held
+    kind: Kind
+    payload: bytes | None = None  # DONE: the result; FAIL: the error result
+    reason: str | None = None  # FAIL: dead-letter reason; RETRY: the note
+    backoff_secs: float = 0.0
+    enqueue: list[dict[str, Any]] = field(default_factory=list)  # more tasks for the DONE update
+    dequeue: list[LeasedTask] = field(default_factory=list)  # more leases for the DONE update
+
+    @property
+    def task(self) -> LeasedTask:
+        return self.held.task
+
+
+def result_task(task: LeasedTask, payload: bytes | None) -> dict[str, Any] | None:
+    """The reply-queue task carrying `payload` for `task`, or None when nobody wants it."""
+    headers = task.headers or {}
+    reply_to = headers.get(REPLY_TO_HEADER)
+    if reply_to is None or payload is None:
+        return None
+    task_id = headers.get(TASK_ID_HEADER, task.pid)
+    return {"queue": reply_to, "pid": task_id, "data": payload}
+
+
+def broker_buries_on_release(task: LeasedTask) -> bool:
+    """Whether one more failed attempt reaches the task's max_attempts at the broker."""
+    return task.attempts + 1 >= (task.max_attempts or DEFAULT_BROKER_MAX_ATTEMPTS)
+
+
+class Settler:
+    """Applies outcomes to the broker; `settle` takes a batch (see the module docstring)."""
+
+    def __init__(self, client: Client, clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.clock = clock
+        self.done = 0
+        self.failed = 0
+        self.retried = 0
+        self.dropped = 0
+
+    def settle(self, outcomes: list[Outcome]) -> None:
+        by_group: dict[str, list[Outcome]] = {}
+        for outcome in outcomes:
+            outcome.held.finishing = True
+            if outcome.kind is Kind.DONE and not outcome.held.lost:
+                by_group.setdefault(group_of(outcome.task.queue), []).append(outcome)
+            else:
+                self._settle_one(outcome)
+        for batch in by_group.values():
+            for start in range(0, len(batch), MAX_BATCH_ITEMS // 2):
+                self._finish_batch(batch[start : start + MAX_BATCH_ITEMS // 2])
+
+    # ------------------------------------------------------------------ done
+
+    @staticmethod
+    def _done_items(outcomes: list[Outcome]) -> tuple[list[Any], list[dict[str, Any]]]:
+        dequeue: list[Any] = []
+        enqueue: list[dict[str, Any]] = []
+        for outcome in outcomes:
+            dequeue.append(outcome.task)
+            dequeue.extend(outcome.dequeue)
+            result = result_task(outcome.task, outcome.payload)
+            if result is not None:
+                enqueue.append(result)
+            enqueue.extend(outcome.enqueue)
+        return dequeue, enqueue
+
+    def _finish_batch(self, outcomes: list[Outcome]) -> None:
+        dequeue, enqueue = self._done_items(outcomes)
+        try:
+            self._update(dequeue=dequeue, enqueue=enqueue)
+            self.done += len(outcomes)
+            return
+        except errors.KittiwakeError as error:
+            if len(outcomes) == 1:
+                self._gone(outcomes[0], error)
+                return
+        for outcome in outcomes:  # one of them is no longer ours: finish the others alone
+            dequeue, enqueue = self._done_items([outcome])
+            try:
+                self._update(dequeue=dequeue, enqueue=enqueue)
+                self.done += 1
+            except errors.KittiwakeError as error:
+                self._gone(outcome, error)
+
+    def _gone(self, outcome: Outcome, error: errors.KittiwakeError) -> None:
+        self.dropped += 1
+        log.warning("could not finish %s/%s: %s", outcome.task.queue, outcome.task.pid, error)
+
+    def _update(self, **items: Any) -> None:
+        """An update, repeated while its outcome is unknown; a refusal after an unknown
+        outcome means the first one was applied."""
+        deadline = self.clock() + RETRY_FOR_SECS
+        uncertain = False
+        while True:
+            try:
+                self.client.update(**items)
+                return
+            except _TRANSIENT as error:
+                if self.clock() > deadline:
+                    raise
+                uncertain = uncertain or not isinstance(error, errors.BrokerUnreachable)
+                time.sleep(RETRY_PAUSE_SECS)
+            except errors.KittiwakeError as error:
+                if uncertain and error.code in _GONE:
+                    return
+                raise
+
+    # ----------------------------------------------------------------- others
+
+    def _settle_one(self, outcome: Outcome) -> None:
+        task = outcome.task
+        try:
+            if outcome.kind is Kind.DROP or outcome.held.lost:
+                self.dropped += 1
+            elif outcome.kind is Kind.RETRY:
+                self.client.renew(task, max(0.01, outcome.backoff_secs), note=outcome.reason)
+                self.retried += 1
+            elif outcome.kind is Kind.RETURN:
+                self.client.renew(task, task_lease_secs(outcome.held), note=redeliver_note(task.deliveries, "returned"))
+                self.client.release(task, "RETURNED")
+            elif outcome.kind is Kind.FAIL:
+                self._fail(outcome)
+                self.failed += 1
+            else:
+                raise AssertionError(outcome.kind)
+        except errors.KittiwakeError as error:
+            self._gone(outcome, error)
+
+    def _fail(self, outcome: Outcome) -> None:
+        task = outcome.task
+        reason = outcome.reason or "ERROR"
+        result = result_task(task, outcome.payload)
+        if broker_buries_on_release(task):
+            self._update(release=[task], reason=reason, enqueue=[result] if result else [])
+            return
+        self.client.release(task, reason, bury=True)
+        if result is not None:
+            self.client.enqueue_many([result])
+
+
+def task_lease_secs(held: Held) -> float:
+    return held.lease_secs

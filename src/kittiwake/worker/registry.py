@@ -1,0 +1,156 @@
+"""The worker registry: which workers are alive and what they are doing (CloudKon's monitoring).
+
+Each worker process keeps one record in the queue ``_workers``: pid = worker
+id, data = what does not change (host, process id, queues, slots, start
+time), directed at the worker itself (receiver = worker id) so that only it
+leases its record. It holds the record under a lease of `ttl` seconds and
+renews it every `every_secs` with a note carrying what changes (tasks held
+and running, slot utilisation since the last beat). Liveness is the lease:
+a worker that dies stops renewing, its record's lease runs out and the
+record shows as available — `live_workers` lists only leased records. No
+clock comparison between hosts is needed; the broker's clock decides.
+
+A stopping worker dequeues its record. Records of dead workers are removed
+by the next worker that starts (`prune_dead`), and by ``kittiwake workers --prune``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kittiwake import errors
+from kittiwake.app.envelope import WORKERS_QUEUE
+from kittiwake.client import Client, LeasedTask
+
+log = logging.getLogger("kittiwake.worker.registry")
+
+TTL_BEATS = 3  # a record outlives two missed beats
+
+
+@dataclass(slots=True)
+class WorkerRecord:
+    """One worker as `kittiwake workers` shows it."""
+
+    id: str
+    alive: bool
+    info: dict[str, Any]
+    status: dict[str, Any]
+    expires_at: float | None
+
+    @property
+    def running(self) -> list[str]:
+        return list(self.status.get("running", []))
+
+    @property
+    def utilisation(self) -> float | None:
+        return self.status.get("utilisation")
+
+
+class WorkerRegistry:
+    """This process's record in ``_workers``, renewed by a thread."""
+
+    def __init__(self, client: Client, worker_id: str, every_secs: float = 2.0) -> None:
+        self.client = client
+        self.worker_id = worker_id
+        self.every_secs = every_secs
+        self.ttl_secs = every_secs * TTL_BEATS
+        self._record: LeasedTask | None = None
+        self._info: dict[str, Any] = {}
+        self._status: Callable[[], dict[str, Any]] = dict
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, info: dict[str, Any], status: Callable[[], dict[str, Any]]) -> None:
+        self._info, self._status = info, status
+        try:
+            prune_dead(self.client)
+        except errors.KittiwakeError as error:
+            log.warning("pruning dead workers' records: %s", error)
+        self._thread = threading.Thread(target=self._run, name="kittiwake-registry", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        record, self._record = self._record, None
+        if record is not None:
+            try:
+                self.client.dequeue(record, timeout=5.0)
+            except errors.KittiwakeError:
+                pass  # its lease runs out: it shows as dead, the next worker prunes it
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.beat()
+            except errors.KittiwakeError as error:
+                log.warning("worker heartbeat: %s", error)
+            self._stop.wait(self.every_secs)
+
+    def beat(self) -> None:
+        """Register if needed, then renew the record with the current status as its note."""
+        note = json.dumps(self._status(), separators=(",", ":"))[:4000]
+        if self._record is not None:
+            try:
+                self.client.renew(self._record, self.ttl_secs, note=note)
+                return
+            except (errors.LeaseExpired, errors.TaskNotLeased, errors.TaskNotFound):
+                self._record = None  # we stalled past the lease: take the record again
+        self.client.enqueue(
+            WORKERS_QUEUE, json.dumps(self._info), pid=self.worker_id, receiver=self.worker_id,
+            max_attempts=1_000_000,
+        )
+        leased = self.client.lease(WORKERS_QUEUE, receiver=self.worker_id, lease_secs=self.ttl_secs,
+                                   worker=self.worker_id, max_tasks=10)
+        for task in leased:
+            if task.pid == self.worker_id:
+                self._record = task
+            else:  # not ours (undirected by mistake): give it back
+                self.client.release(task)
+        if self._record is not None:
+            self.client.renew(self._record, self.ttl_secs, note=note)
+
+
+def _record_of(view: Any) -> WorkerRecord:
+    try:
+        info = json.loads(view.data)
+    except ValueError:
+        info = {}
+    try:
+        status = json.loads(view.note) if view.note else {}
+    except ValueError:
+        status = {}
+    return WorkerRecord(view.pid, view.state == "leased", info, status, view.lease_expires_at)
+
+
+def all_workers(client: Client, limit: int = 1000) -> list[WorkerRecord]:
+    """Every record in the registry, alive or not, by worker id."""
+    return [_record_of(view) for view in client.peek(WORKERS_QUEUE, min(limit, 10_000))]
+
+
+def live_workers(client: Client, limit: int = 1000) -> list[WorkerRecord]:
+    """Workers whose record is held: they renewed it within its time to live."""
+    return [record for record in all_workers(client, limit) if record.alive]
+
+
+def prune_dead(client: Client) -> int:
+    """Remove the records of workers that stopped renewing them; returns how many."""
+    removed = 0
+    for record in all_workers(client):
+        if record.alive:
+            continue
+        try:
+            for task in client.lease(WORKERS_QUEUE, receiver=record.id, lease_secs=5.0, max_tasks=10):
+                if task.pid == record.id:
+                    client.dequeue(task)
+                    removed += 1
+                else:
+                    client.release(task)
+        except errors.KittiwakeError:
+            continue
+    return removed

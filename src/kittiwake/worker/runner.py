@@ -1,0 +1,276 @@
+"""Running one leased task: decode it, check it may run, call the function, decide the outcome.
+
+The decision, in order:
+
+1. The payload must decode and name a task of the app, else FAIL
+   (BAD_PAYLOAD, UNKNOWN_TASK): no retry can fix either.
+2. At most once: a task delivered before (``deliveries > 1``) runs only if
+   the previous delivery ended cleanly and said so (``[redeliver N]`` note,
+   see `envelope`); otherwise its worker was lost mid-run: FAIL with
+   WORKER_LOST — dead-lettered, never started again.
+3. The function runs: in this process on the slot's thread, or — when the
+   task has a `timeout` — in a child process (`Sandbox`), because a thread
+   cannot be stopped: the child is killed when the time is up and replaced
+   for the next task. Progress reports travel from the child over its pipe.
+4. It returned: DONE with the encoded result (an unencodable or oversize
+   result becomes an error result: the handle learns why instead of hanging).
+   It raised (or timed out): RETRY with exponential backoff if attempts are
+   left and the exception is one of `retry_on`, else FAIL with the error.
+
+A sandbox child imports the app by its reference ("module:attribute"); an
+app that cannot be found that way runs timed tasks in a thread and can only
+report a TIMEOUT after the run, not stop it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+from kittiwake import errors
+from kittiwake.app import context as task_context
+from kittiwake.app.definitions import Delivery, TaskDefinition
+from kittiwake.app.envelope import TASK_ID_HEADER, redeliver_note, redelivery_allowed
+from kittiwake.app.serialization import PayloadError, RemoteError, Serializer
+from kittiwake.client import Client
+from kittiwake.worker.heartbeat import Held, LeaseKeeper
+from kittiwake.worker.outcomes import Kind, Outcome
+
+log = logging.getLogger("kittiwake.worker.runner")
+
+SANDBOX_START_SECS = 60.0
+
+
+def call_function(definition: TaskDefinition, context: task_context.TaskContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Call the task's function inside its context (coroutine functions run in a fresh event loop)."""
+    token = task_context.enter(context)
+    try:
+        function = definition.function
+        call_args = (context, *args) if definition.options.bind else tuple(args)
+        if inspect.iscoroutinefunction(function):
+            return asyncio.run(function(*call_args, **kwargs))
+        return function(*call_args, **kwargs)
+    finally:
+        task_context.leave(token)
+
+
+def remote_error(error: BaseException, reason: str = "ERROR") -> RemoteError:
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    return RemoteError(type(error).__name__, str(error), text, reason)
+
+
+class TimedOut(Exception):
+    """The run took longer than the task's timeout and was killed."""
+
+
+class Sandbox:
+    """A child process that runs timed tasks one at a time and can be killed (see the module docstring)."""
+
+    def __init__(self, app_reference: str, sys_path: list[str]) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._connection, child_end = context.Pipe()
+        self._process = context.Process(
+            target=sandbox_main, args=(child_end, app_reference, sys_path), name="kittiwake-sandbox", daemon=True
+        )
+        self._process.start()
+        child_end.close()
+
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def run(
+        self, name: str, payload: bytes, context_fields: dict[str, Any], timeout: float,
+        on_progress: Callable[[float, str | None], None],
+    ) -> tuple[bool, Any]:
+        """(True, result payload) or (False, RemoteError); raises TimedOut after killing the child."""
+        self._connection.send((name, payload, context_fields))
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._connection.poll(remaining):
+                self.kill()
+                raise TimedOut(f"the task ran over its timeout of {timeout} s and was killed")
+            try:
+                message = self._connection.recv()
+            except EOFError:
+                self.kill()
+                return False, RemoteError("WorkerLost", "the sandbox process died during the task", reason="WORKER_LOST")
+            kind = message[0]
+            if kind == "progress":
+                on_progress(message[1], message[2])
+            elif kind == "result":
+                return True, message[1]
+            elif kind == "error":
+                return False, RemoteError.from_wire(message[1])
+
+    def kill(self) -> None:
+        if self._process.is_alive():
+            try:
+                os.kill(self._process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+            except ProcessLookupError:
+                pass
+        self._process.join(5.0)
+        self._connection.close()
+
+    def close(self) -> None:
+        try:
+            self._connection.send(None)
+        except (OSError, ValueError):
+            pass
+        self._process.join(1.0)
+        if self._process.is_alive():
+            self.kill()
+
+
+def sandbox_main(connection: Connection, app_reference: str, sys_path: list[str]) -> None:
+    """The sandbox child: import the app, then run (name, payload, context) requests until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from kittiwake.worker.config import load_app
+
+    app = load_app(app_reference, sys_path)
+    serializer: Serializer = app.serializer
+    while True:
+        try:
+            request = connection.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        name, payload, fields = request
+
+        def report(fraction: float, note: str | None) -> None:
+            connection.send(("progress", fraction, note))
+
+        try:
+            _, args, kwargs = serializer.load_call(payload)
+            definition = app.tasks[name]
+            context = task_context.TaskContext(reporter=report, **fields)
+            value = call_function(definition, context, args, kwargs)
+            connection.send(("result", serializer.dump_result(value)))
+        except BaseException as error:  # everything travels back as an error result
+            connection.send(("error", remote_error(error).to_wire()))
+
+
+class TaskRunner:
+    """Runs held tasks for one worker process; `run` is called from the slot threads."""
+
+    def __init__(
+        self,
+        app: Any,
+        client: Client,
+        keeper: LeaseKeeper,
+        *,
+        app_reference: str | None,
+        sys_path: list[str] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.app = app
+        self.client = client
+        self.keeper = keeper
+        self.serializer: Serializer = app.serializer
+        self.app_reference = app_reference
+        self.sys_path = list(sys_path or sys.path[:1])
+        self.rng = rng or random.Random()
+        self._sandboxes: dict[int, Sandbox] = {}  # by slot thread id
+
+    def close(self) -> None:
+        for sandbox in list(self._sandboxes.values()):
+            sandbox.close()
+        self._sandboxes.clear()
+
+    def run(self, held: Held) -> Outcome:
+        task = held.task
+        try:
+            name, args, kwargs = self.serializer.load_call(task.data)
+        except PayloadError as error:
+            return self._fail(held, RemoteError("PayloadError", str(error), reason="BAD_PAYLOAD"))
+        definition = self.app.tasks.get(name)
+        if definition is None:
+            return self._fail(held, RemoteError("UnknownTask", f"no task named {name!r} in this worker's app", reason="UNKNOWN_TASK"))
+        held.definition = definition
+        if definition.options.delivery is Delivery.AT_MOST_ONCE and task.deliveries > 1 and not self._may_redeliver(held):
+            message = f"delivery {task.deliveries}: an earlier delivery's worker was lost mid-run"
+            return self._fail(held, RemoteError("WorkerLost", message, reason="WORKER_LOST"))
+        headers = task.headers or {}
+        fields = {
+            "id": headers.get(TASK_ID_HEADER, task.pid),
+            "name": name,
+            "queue": task.queue,
+            "pid": task.pid,
+            "attempt": task.attempts + 1,
+            "deliveries": task.deliveries,
+            "headers": dict(headers),
+        }
+        held.started_at = time.monotonic()
+        timeout = definition.options.timeout
+        try:
+            if timeout is not None and self.app_reference is not None:
+                ok, value = self._run_sandboxed(held, name, fields, timeout)
+                if not ok:
+                    return self._failed_run(held, definition, value, exception=None)
+                return Outcome(held, Kind.DONE, payload=value)
+            context = task_context.TaskContext(reporter=lambda f, n: self.keeper.report(held, f, n), **fields)
+            value = call_function(definition, context, args, kwargs)
+        except TimedOut as error:
+            return self._failed_run(held, definition, RemoteError("TimeoutError", str(error), reason="TIMEOUT"), None)
+        except Exception as error:
+            return self._failed_run(held, definition, remote_error(error), error)
+        if timeout is not None and time.monotonic() - held.started_at > timeout:
+            message = f"the task ran {time.monotonic() - held.started_at:.1f} s, over its timeout of {timeout} s"
+            return self._failed_run(held, definition, RemoteError("TimeoutError", message, reason="TIMEOUT"), None)
+        payload = None if definition.options.ignore_result else self.serializer.dump_result(value)
+        return Outcome(held, Kind.DONE, payload=payload)
+
+    def _may_redeliver(self, held: Held) -> bool:
+        try:
+            view = self.client.get(held.task.queue, held.task.pid)
+        except errors.TaskNotFound:
+            return False
+        return redelivery_allowed(view.note, held.task.deliveries)
+
+    def _run_sandboxed(self, held: Held, name: str, fields: dict[str, Any], timeout: float) -> tuple[bool, Any]:
+        import threading
+
+        slot = threading.get_ident()
+        sandbox = self._sandboxes.get(slot)
+        if sandbox is None or not sandbox.alive():
+            assert self.app_reference is not None
+            sandbox = Sandbox(self.app_reference, self.sys_path)
+            self._sandboxes[slot] = sandbox
+        try:
+            return sandbox.run(name, held.task.data, fields, timeout, lambda f, n: self.keeper.report(held, f, n))
+        except TimedOut:
+            self._sandboxes.pop(slot, None)
+            raise
+
+    def _failed_run(
+        self, held: Held, definition: TaskDefinition, error: RemoteError, exception: BaseException | None
+    ) -> Outcome:
+        options = definition.options
+        attempt = held.task.attempts + 1
+        retryable = exception is None or isinstance(exception, options.retry_on)
+        if error.reason in ("RESULT_UNSERIALISABLE", "RESULT_TOO_LARGE", "WORKER_LOST") and exception is None:
+            retryable = error.reason == "WORKER_LOST"
+        if retryable and attempt < options.max_attempts:
+            backoff = options.backoff_secs(attempt, self.rng.random())
+            note = redeliver_note(
+                held.task.deliveries,
+                f"retry {attempt + 1} of {options.max_attempts} in {backoff:.1f}s after {error.type}: {error.message}",
+            )
+            return Outcome(held, Kind.RETRY, reason=note[:4000], backoff_secs=backoff)
+        return self._fail(held, error)
+
+    def _fail(self, held: Held, error: RemoteError) -> Outcome:
+        payload = self.serializer.dump_error(error)
+        return Outcome(held, Kind.FAIL, payload=payload, reason=error.reason)

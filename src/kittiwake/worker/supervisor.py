@@ -1,0 +1,138 @@
+"""`kittiwake worker`'s main process: start N worker processes, keep them running, stop them gracefully.
+
+The supervisor does no task work. It starts `processes` worker processes
+(``python -m kittiwake.worker CONFIG``: fresh interpreters, no fork of a
+process holding threads and sockets), and
+
+* respawns one that exits while the supervisor is not stopping — after a
+  crash (a crashed process's tasks come back to the queue when their leases
+  run out), and after recycling (`--max-tasks-per-child`, `--max-memory`: the
+  process stopped leasing, ran what it held and exited 0, so nothing is lost);
+  a process that keeps crashing right after start is respawned with a backoff;
+* on SIGTERM or SIGINT passes SIGTERM to every worker process, waits for
+  them (each finishes or hands back its tasks within `shutdown_secs`), and
+  exits 0; a second signal kills them at once;
+* runs the periodic scheduler (`Beat`) when started with ``--beat``.
+
+Worker processes ask the kernel for SIGTERM when the supervisor dies
+(Linux ``PR_SET_PDEATHSIG``), so a killed supervisor leaves no orphan
+worker behind: each stops gracefully on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kittiwake.worker.config import WorkerConfig, load_app
+
+log = logging.getLogger("kittiwake.worker.supervisor")
+
+POLL_SECS = 0.1
+QUICK_CRASH_SECS = 2.0
+MAX_RESPAWN_DELAY_SECS = 10.0
+
+
+@dataclass(slots=True)
+class Child:
+    slot: int
+    process: subprocess.Popen[bytes]
+    started_at: float
+    crashes: int = 0
+
+
+class Supervisor:
+    """Runs and watches the worker processes of one `kittiwake worker` command."""
+
+    def __init__(self, config: WorkerConfig, *, environment: dict[str, str] | None = None) -> None:
+        self.config = config
+        self.environment = environment
+        self.children: dict[int, Child] = {}
+        self.respawns = 0
+        self._stopping = threading.Event()
+        self._signals = 0
+        self._beat: Any = None
+        self._pending: dict[int, tuple[float, int]] = {}  # slot → (respawn at, crashes so far)
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "kittiwake.worker", self.config.to_json()]
+
+    def _spawn(self, slot: int, crashes: int = 0) -> None:
+        process = subprocess.Popen(self._command(), env=self.environment, stdin=subprocess.DEVNULL)
+        self.children[slot] = Child(slot, process, time.monotonic(), crashes)
+        log.info("worker process %d started (pid %d)", slot, process.pid)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("stopping: waiting for worker processes to finish their tasks")
+            self._stopping.set()
+            self._forward(signal.SIGTERM)
+        else:
+            log.warning("second signal: killing worker processes")
+            self._forward(signal.SIGKILL)
+
+    def _forward(self, signum: int) -> None:
+        for child in list(self.children.values()):
+            if child.process.poll() is None:
+                try:
+                    child.process.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    def stop(self) -> None:
+        self._on_signal(signal.SIGTERM, None)
+
+    def run(self) -> int:
+        """Run until stopped and every worker process exited; returns the exit status."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        app = load_app(self.config.app, self.config.sys_path)  # fail here, once, if it does not import
+        if self.config.beat:
+            from kittiwake.client import Client
+            from kittiwake.worker.beat import Beat
+
+            self._beat = Beat(app, Client(self.config.url or app.url))
+            self._beat.start()
+        for slot in range(self.config.processes):
+            self._spawn(slot)
+        print(f"kittiwake worker supervisor pid {os.getpid()} running {self.config.processes} processes",
+              flush=True)
+        while True:
+            self._reap()
+            if self._stopping.is_set() and not self.children:
+                break
+            time.sleep(POLL_SECS)
+        if self._beat is not None:
+            self._beat.stop()
+        return 0
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for slot, child in list(self.children.items()):
+            code = child.process.poll()
+            if code is None:
+                continue
+            del self.children[slot]
+            if self._stopping.is_set():
+                continue
+            quick = now - child.started_at < QUICK_CRASH_SECS and code != 0
+            crashes = child.crashes + 1 if quick else 0
+            delay = min(MAX_RESPAWN_DELAY_SECS, 0.25 * 2 ** (crashes - 1)) if crashes else 0.0
+            log.info("worker process %d (pid %d) exited with %s; respawning%s", slot, child.process.pid, code,
+                     f" in {delay:.1f} s" if delay else "")
+            self._pending[slot] = (now + delay, crashes)
+        for slot, (due, crashes) in list(self._pending.items()):
+            if self._stopping.is_set():
+                del self._pending[slot]
+            elif now >= due:
+                del self._pending[slot]
+                self.respawns += 1
+                self._spawn(slot, crashes)

@@ -1,0 +1,81 @@
+"""Submitting tasks and getting their results through the reply queue, over a real broker and worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kittiwake.app import TaskFailed
+from support.broker_process import BrokerProcess
+from worker import apps
+from worker.harness import workers
+
+
+def test_submit_result_round_trip(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    with workers(broker.url, tmp_path, "--concurrency", "4"):
+        handle = apps.add.submit(2, 3)
+        assert handle.result(timeout=20) == 5
+        assert handle.status().state == "done"
+        assert apps.echo.submit({"a": [1, 2.5, "x", None, b"raw"]}).result(timeout=10) == {"a": [1, 2.5, "x", None, b"raw"]}
+
+
+def test_the_same_idempotency_key_twice_makes_one_task(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    first = apps.record.submit(str(runs), "once", key="invoice-42")
+    second = apps.record.submit(str(runs), "twice", key="invoice-42")
+    assert (first.queue, first.pid) == (second.queue, second.pid) == ("tests", "invoice-42")
+    assert [view.pid for view in app.client.peek("tests", 10)] == ["invoice-42"]
+    with workers(broker.url, tmp_path):
+        assert first.result(timeout=20) == "once"
+        assert second.result(timeout=20) == "once"
+    assert [line.split()[:2] for line in runs.read_text().splitlines()] == [["start", "once"], ["end", "once"]]
+
+
+def test_map_bundles_many_tasks_per_request(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    requests = []
+    enqueue_many = app.client.enqueue_many
+
+    def counting(tasks, **options):
+        requests.append(len(tasks))
+        return enqueue_many(tasks, **options)
+
+    app.client.enqueue_many = counting
+    handles = apps.echo.map(range(2000), chunk=500)
+    assert requests == [500, 500, 500, 500]
+    with workers(broker.url, tmp_path, "--concurrency", "2", "--prefetch", "200"):
+        assert app.results(handles, timeout=60) == list(range(2000))
+
+
+def test_an_exception_comes_back_as_task_failed(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    with workers(broker.url, tmp_path):
+        handle = apps.explode.submit("no such invoice")
+        with pytest.raises(TaskFailed) as failure:
+            handle.result(timeout=20)
+    assert failure.value.reason == "ERROR"
+    assert failure.value.type == "ValueError"
+    assert failure.value.remote_message == "no such invoice"
+    assert "raise ValueError(message)" in failure.value.traceback
+    assert handle.status().state == "failed"
+    dead = app.client.get("tests.dead", handle.id)
+    assert dead.headers["kittiwake-dead-reason"] == "ERROR"
+
+
+def test_unserialisable_and_oversize_results_are_error_results(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    with workers(broker.url, tmp_path):
+        unserialisable = apps.unserialisable.submit()
+        huge = apps.huge.submit(2_000_000)
+        with pytest.raises(TaskFailed) as failure:
+            unserialisable.result(timeout=20)
+        assert failure.value.reason == "RESULT_UNSERIALISABLE"
+        with pytest.raises(TaskFailed) as failure:
+            huge.result(timeout=20)
+        assert failure.value.reason == "RESULT_TOO_LARGE"
+        assert apps.huge.submit(1000).result(timeout=20) == "x" * 1000
+
+
+def test_unserialisable_arguments_fail_at_submit(app) -> None:
+    from kittiwake.app.serialization import PayloadError
+
+    with pytest.raises(PayloadError):
+        apps.echo.submit(object())

@@ -1,0 +1,132 @@
+"""The tasks the app and worker tests submit, and that their worker processes run (`worker.apps:app`).
+
+Tasks that tests count or time write one line per event to a file the test
+passes in (appends of one short line are atomic), so a test reads what ran,
+when, and how often, from outside the worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from kittiwake.app import App, TaskContext
+
+app = App()
+
+
+def note(path: str, *words: Any) -> None:
+    with open(path, "a") as file:
+        file.write(" ".join(str(word) for word in words) + "\n")
+
+
+@app.task(queue="tests")
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@app.task(queue="tests")
+def echo(value: Any) -> Any:
+    return value
+
+
+@app.task(queue="tests", max_attempts=1)
+def explode(message: str) -> None:
+    raise ValueError(message)
+
+
+@app.task(queue="tests")
+def unserialisable() -> Any:
+    return object()
+
+
+@app.task(queue="tests")
+def huge(size: int) -> str:
+    return "x" * size
+
+
+@app.task(queue="tests")
+def record(path: str, tag: str, sleep_secs: float = 0.0) -> str:
+    note(path, "start", tag, time.time())
+    time.sleep(sleep_secs)
+    note(path, "end", tag, time.time())
+    return tag
+
+
+@app.task(queue="tests#dag", lease_secs=5)
+def node(path: str, tag: str) -> str:
+    note(path, "start", tag, time.time())
+    note(path, "end", tag, time.time())
+    return tag
+
+
+@app.task(queue="tests#dag", lease_secs=5, max_attempts=1)
+def node_fails(path: str, tag: str) -> None:
+    note(path, "start", tag, time.time())
+    raise RuntimeError(f"{tag} fails")
+
+
+@app.task(queue="short", lease_secs=1.0, max_attempts=5)
+def slow(path: str, tag: str, sleep_secs: float) -> str:
+    """Runs longer than its lease: only the heartbeat keeps it."""
+    note(path, "start", tag, time.time())
+    time.sleep(sleep_secs)
+    note(path, "end", tag, time.time())
+    return tag
+
+
+@app.task(queue="short", lease_secs=1.0, max_attempts=5, delivery="at_most_once")
+def slow_at_most_once(path: str, tag: str, sleep_secs: float) -> str:
+    note(path, "start", tag, time.time())
+    time.sleep(sleep_secs)
+    note(path, "end", tag, time.time())
+    return tag
+
+
+@app.task(queue="short", lease_secs=1.0, max_attempts=4, retry_backoff=0.4)
+def flaky(path: str, failures: int) -> int:
+    """Fails its first `failures` runs, then returns how many runs it took."""
+    note(path, "run", time.time())
+    runs = len(Path(path).read_text().splitlines())
+    if runs <= failures:
+        raise ConnectionError(f"run {runs} fails")
+    return runs
+
+
+@app.task(queue="short", lease_secs=1.0, bind=True)
+def reports_progress(task: TaskContext, path: str, hold_secs: float) -> str:
+    task.progress(0.4, "resized 40 of 100")
+    note(path, "reported", time.time())
+    deadline = time.monotonic() + hold_secs
+    while time.monotonic() < deadline and not Path(path + ".go").exists():
+        time.sleep(0.02)
+    return task.id
+
+
+@app.task(queue="short", lease_secs=1.0, max_attempts=2, timeout=1.0, retry_backoff=0.1)
+def overruns(path: str, sleep_secs: float) -> str:
+    note(path, "start", os.getpid(), time.time())
+    time.sleep(sleep_secs)
+    note(path, "end", os.getpid(), time.time())
+    return "finished"
+
+
+@app.task(queue="rated", rate_limit="50/s", ignore_result=True)
+def rated(path: str) -> None:
+    note(path, time.time())
+
+
+@app.task(queue="tests", ignore_result=True)
+def null() -> None:
+    return None
+
+
+@app.periodic(every=1, queue="ticks")
+def tick() -> None:
+    path = os.environ.get("KITTIWAKE_TEST_TICKS")
+    if path:
+        from kittiwake.app import current_task
+
+        note(path, current_task().pid, time.time(), os.getpid())

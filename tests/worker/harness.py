@@ -1,0 +1,139 @@
+"""Real worker processes for tests: `kittiwake worker` in a subprocess, and the app fixture.
+
+`WorkerProcess` starts ``python -m kittiwake --url URL worker worker.apps:app
+...`` in its own process group (so a test can SIGKILL the whole worker, the
+supervisor and its processes, like a machine dying), with its output in a log
+file beside the broker's; `wait_ready` waits for every worker process's
+ready line, `worker_pids` reads their process ids from it.
+
+`connected_app` points the test app (`worker.apps.app`) at the test's broker
+and closes it afterwards, so each test has a fresh app id and reply queue.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+TESTS_DIR = Path(__file__).resolve().parent.parent
+READY = re.compile(r"kittiwake worker (\S+) pid (\d+) ready")
+APP = "worker.apps:app"
+
+
+class WorkerProcess:
+    """`kittiwake worker` against a broker; kill it, stop it, read its log."""
+
+    def __init__(
+        self,
+        url: str,
+        log_path: Path,
+        *args: str,
+        app: str | None = APP,
+        env: dict[str, str] | None = None,
+        processes: int = 1,
+        wait: bool = True,
+    ) -> None:
+        self.log_path = log_path
+        self.processes = processes
+        environment = dict(os.environ)
+        environment["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        environment.setdefault("KITTIWAKE_LOG_LEVEL", "INFO")
+        environment.update(env or {})
+        command = [sys.executable, "-m", "kittiwake", "--url", url, "worker"]
+        if app is not None:
+            command.append(app)
+        command += ["--processes", str(processes), "--wait-secs", "0.5", "--delayed-poll-secs", "0.2",
+                    "--registry-secs", "0.5", *args]
+        self.log_offset = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as log:
+            log.write(f"--- {' '.join(command)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment,
+                cwd=str(TESTS_DIR), start_new_session=True,
+            )
+        if wait:
+            self.wait_ready(processes)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[self.log_offset :]
+
+    def ready_lines(self) -> list[tuple[str, int]]:
+        return [(match.group(1), int(match.group(2))) for match in READY.finditer(self.log())]
+
+    def wait_ready(self, count: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.ready_lines()) < count:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}\n{self.log()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"worker not ready within {timeout} s\n{self.log()[-3000:]}")
+            time.sleep(0.02)
+
+    def worker_pids(self) -> list[int]:
+        return [pid for _, pid in self.ready_lines()]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the supervisor and every worker process at once: nothing gets to clean up."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        """SIGTERM the supervisor (it stops its processes gracefully) and wait for its exit status."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.alive():
+            self.kill()
+
+
+def workers(url: str, tmp_path: Path, *args: str, **options: object) -> WorkerProcess:
+    return WorkerProcess(url, tmp_path / "worker.log", *args, **options)  # type: ignore[arg-type]
+
+
+def read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def wait_for(condition, timeout: float = 30.0, every: float = 0.05, message: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(every)
+
+
+def connected_app(url: str) -> Iterator[object]:
+    from worker import apps
+
+    apps.app.url = url
+    try:
+        yield apps.app
+    finally:
+        apps.app.close()
+
+
+__all__: Sequence[str] = ["WorkerProcess", "connected_app", "read_lines", "wait_for", "workers"]
