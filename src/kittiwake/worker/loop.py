@@ -269,8 +269,11 @@ class WorkerLoop:
     def _lease_loop(self, lease_class: LeaseClass) -> None:
         delayed_due_at = 0.0
         share = max(1, self.capacity.total // max(1, len(self.classes)))
+        busy = len(self.classes) == 1
         while not self._stop_leasing.is_set():
-            want = self.capacity.take(share, timeout=self.config.wait_secs)
+            # a class whose last lease came back empty asks for its share only, so that
+            # idle queues do not hold the capacity a busy one could use during their long-poll
+            want = self.capacity.take(self.capacity.total if busy else share, timeout=self.config.wait_secs)
             if want <= 0:
                 continue
             tasks: list[LeasedTask] = []
@@ -290,6 +293,7 @@ class WorkerLoop:
                 self._stop_leasing.wait(1.0)
             finally:
                 self.capacity.give(want - len(tasks))
+            busy = bool(tasks) or len(self.classes) == 1
             now = time.monotonic()
             for task in tasks:
                 held = Held(task, lease_class.lease_secs, now)
