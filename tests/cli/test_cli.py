@@ -144,7 +144,7 @@ def test_stats_json_reports_every_field(broker: BrokerProcess) -> None:
     assert set(stats) == {
         "queue", "size", "available", "leased", "dead",
         "enqueue_rate_1m", "enqueue_rate_5m", "lease_rate_1m", "lease_rate_5m", "dequeue_rate_1m", "dequeue_rate_5m",
-        "avg_lease_secs", "oldest_task_age_secs", "leased_sample",
+        "avg_lease_secs", "oldest_task_age_secs", "leased_sample", "blocked",
     }
     assert (stats["queue"], stats["size"], stats["available"], stats["leased"], stats["dead"]) == ("work", 2, 1, 1, 0)
     assert stats["enqueue_rate_1m"] == pytest.approx(3 / 60) and stats["enqueue_rate_5m"] == pytest.approx(3 / 300)

@@ -45,6 +45,7 @@ def print_stats(stats: QueueStats) -> None:
             ("available", stats.available),
             ("leased", stats.leased),
             ("dead", stats.dead),
+            ("blocked", stats.blocked),
             ("enqueue rate 1m / 5m", format_rate(stats.enqueue_rate_1m, stats.enqueue_rate_5m)),
             ("lease rate 1m / 5m", format_rate(stats.lease_rate_1m, stats.lease_rate_5m)),
             ("dequeue rate 1m / 5m", format_rate(stats.dequeue_rate_1m, stats.dequeue_rate_5m)),
