@@ -130,3 +130,9 @@ def tick() -> None:
         from kittiwake.app import current_task
 
         note(path, current_task().pid, time.time(), os.getpid())
+
+
+@app.task(queue="tests")
+def whoami(path: str, tag: str) -> int:
+    note(path, tag, os.getpid())
+    return os.getpid()

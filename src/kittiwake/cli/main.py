@@ -23,6 +23,7 @@ LAZY_COMMANDS = {
     "bench": "kittiwake.cli.bench_command:bench",
     "worker": "kittiwake.cli.worker_command:worker",
     "submit": "kittiwake.cli.submit_command:submit",
+    "workers": "kittiwake.cli.workers_command:workers",
 }
 
 

@@ -152,6 +152,8 @@ class WorkerLoop:
         self._idle = threading.Condition()
         self._threads: list[threading.Thread] = []
         self.started = 0
+        self.leased = 0
+        self._budget_lock = threading.Lock()
         self.finished = 0
         self._running = 0
         self._busy_secs = 0.0
@@ -274,8 +276,12 @@ class WorkerLoop:
             # a class whose last lease came back empty asks for its share only, so that
             # idle queues do not hold the capacity a busy one could use during their long-poll
             want = self.capacity.take(self.capacity.total if busy else share, timeout=self.config.wait_secs)
+            want = self._within_task_budget(want)
             if want <= 0:
                 continue
+            if self._stop_leasing.is_set():
+                self.capacity.give(want)
+                break
             tasks: list[LeasedTask] = []
             try:
                 if time.monotonic() >= delayed_due_at:
@@ -295,10 +301,26 @@ class WorkerLoop:
                 self.capacity.give(want - len(tasks))
             busy = bool(tasks) or len(self.classes) == 1
             now = time.monotonic()
+            with self._budget_lock:
+                self.leased += len(tasks)
             for task in tasks:
                 held = Held(task, lease_class.lease_secs, now)
                 self.keeper.hold(held)
                 self._ready.put(held)
+
+    def _within_task_budget(self, want: int) -> int:
+        """With --max-tasks-per-child, lease no more than the process may still run: it runs
+        every task it leased before recycling, so it runs exactly that many."""
+        limit = self.config.max_tasks_per_child
+        if limit is None:
+            return want
+        with self._budget_lock:
+            allowed = max(0, min(want, limit - self.leased))
+        if allowed < want:
+            self.capacity.give(want - allowed)
+            if allowed == 0:
+                self._stop_leasing.wait(0.05)
+        return allowed
 
     def _lease(
         self, lease_class: LeaseClass, queues: list[str], want: int, *, wait_secs: float, max_pid: str | None = None
@@ -331,13 +353,13 @@ class WorkerLoop:
                 held.ended = True  # counted: the status must not count it again while it settles
             if outcome.kind is Kind.DONE and held.definition is not None and held.definition.name in self.app.periodics:
                 self._mark_tick(outcome)
+            self._check_recycle()  # before the settler frees this task's capacity for another lease
             self._outcomes.put(outcome)
-            self._check_recycle()
 
     def _check_recycle(self) -> None:
         limit = self.config.max_tasks_per_child
-        if limit is not None and self.started >= limit:
-            self.recycle(f"ran {self.started} tasks (--max-tasks-per-child {limit})")
+        if limit is not None and self.leased >= limit:
+            self.recycle(f"ran {limit} tasks (--max-tasks-per-child {limit})")
         memory_mb = self.config.max_memory_mb
         if memory_mb is not None:
             rss_mb = resident_memory_bytes() / (1 << 20)

@@ -1,0 +1,53 @@
+"""Stopping and recycling worker processes without losing or repeating a task."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from support.broker_process import BrokerProcess
+from worker import apps
+from worker.harness import read_lines, wait_for, workers
+
+
+def started(path: Path) -> list[str]:
+    return [line.split()[1] for line in read_lines(path) if line.startswith("start ")]
+
+
+def test_sigterm_finishes_the_running_task_and_hands_back_the_rest(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    handles = [apps.slow.submit(str(runs), f"least{n}", 1.0) for n in range(3)]
+    handles += [apps.slow_at_most_once.submit(str(runs), f"most{n}", 1.0) for n in range(3)]
+    worker = workers(broker.url, tmp_path, "--concurrency", "1", "--prefetch", "5", "--queues", "short")
+    wait_for(lambda: started(runs), message="a task to start")
+    time.sleep(0.2)
+    stopped_at = time.monotonic()
+    assert worker.terminate(timeout=30) == 0
+    assert time.monotonic() - stopped_at < 5
+    assert len(started(runs)) == 1
+    first = started(runs)[0]
+    assert [line.split()[:2] for line in read_lines(runs)] == [["start", first], ["end", first]]
+    with workers(broker.url, tmp_path, "--concurrency", "6"):
+        results = app.results(handles, timeout=30)  # at-most-once tasks handed back unstarted still run
+    assert sorted(results) == sorted(f"least{n}" for n in range(3)) + sorted(f"most{n}" for n in range(3))
+    assert sorted(started(runs)) == sorted(results)  # nothing ran twice
+
+
+def test_max_tasks_per_child_recycles_without_losing_a_task(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    handles = [apps.whoami.submit(str(runs), str(n)) for n in range(20)]
+    with workers(broker.url, tmp_path, "--max-tasks-per-child", "5", "--prefetch", "3", "--queues", "tests") as worker:
+        pids = app.results(handles, timeout=60)
+        assert len(set(pids)) >= 4
+        assert worker.log().count("recycles: ran 5 tasks") >= 3
+    assert sorted(line.split()[0] for line in read_lines(runs)) == sorted(str(n) for n in range(20))
+
+
+def test_max_memory_recycles_after_the_task(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    handles = [apps.whoami.submit(str(runs), str(n)) for n in range(4)]
+    with workers(broker.url, tmp_path, "--max-memory", "1", "--prefetch", "0", "--queues", "tests") as worker:
+        pids = app.results(handles, timeout=60)
+        assert len(set(pids)) == 4  # every process is over 1 MB after its first task
+        assert "over --max-memory 1 MB" in worker.log()
+    assert len(read_lines(runs)) == 4
