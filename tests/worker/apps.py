@@ -115,7 +115,7 @@ def overruns(path: str, sleep_secs: float) -> str:
 
 @app.task(queue="rated", rate_limit="50/s", ignore_result=True)
 def rated(path: str) -> None:
-    note(path, time.time())
+    note(path, time.time(), os.getpid())
 
 
 @app.task(queue="tests", ignore_result=True)
