@@ -85,7 +85,7 @@ class App:
         self._client: Client | None = None
         self._collector: ReplyCollector | None = None
         self._lock = threading.Lock()
-        self.task(name=SHELL_TASK)(run_shell)
+        self.task(name=SHELL_TASK, retry_on=())(run_shell)  # a command that cannot start will not start later
 
     def __repr__(self) -> str:
         return f"<App {self.id} tasks={len(self.tasks)}>"

@@ -7,7 +7,9 @@ arguments are passed as they are), its standard output and error merged; the
 result is ``{"exit_code": int, "output": str}`` where output is the last
 `OUTPUT_TAIL_CHARS` characters. A non-zero exit code is a result, not a
 failure: the caller decides what it means. `timeout_secs` kills the command
-(exit code -9 and a note in the output).
+(exit code -9 and a note in the output). A command that cannot start (not
+found, not executable) fails at once: the task is not retried (``retry_on=()``),
+though a crashed worker's command still runs again like any task.
 """
 
 from __future__ import annotations
