@@ -79,3 +79,21 @@ def test_unserialisable_arguments_fail_at_submit(app) -> None:
 
     with pytest.raises(PayloadError):
         apps.echo.submit(object())
+
+
+def test_a_pickle_app_passes_any_picklable_object(broker: BrokerProcess, tmp_path: Path) -> None:
+    from fractions import Fraction
+
+    from worker import pickled_apps
+    from worker.harness import connected_app
+
+    for app in connected_app(broker.url, pickled_apps.app):
+        with workers(broker.url, tmp_path, app="worker.pickled_apps:app"):
+            invoice = pickled_apps.Invoice(7, Fraction(1, 3))
+            assert pickled_apps.double.submit(invoice).result(timeout=20) == pickled_apps.Invoice(7, Fraction(2, 3))
+            assert pickled_apps.distinct.submit([1, 1, 2]).result(timeout=20) == {1, 2}
+
+
+def test_coroutine_functions_run_as_tasks(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    with workers(broker.url, tmp_path):
+        assert apps.waits.submit(4).result(timeout=20) == 40

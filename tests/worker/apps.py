@@ -136,3 +136,11 @@ def tick() -> None:
 def whoami(path: str, tag: str) -> int:
     note(path, tag, os.getpid())
     return os.getpid()
+
+
+@app.task(queue="tests")
+async def waits(value: int) -> int:
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    return value * 10

@@ -126,14 +126,17 @@ def wait_for(condition, timeout: float = 30.0, every: float = 0.05, message: str
         time.sleep(every)
 
 
-def connected_app(url: str) -> Iterator[object]:
-    from worker import apps
+def connected_app(url: str, app: object = None) -> Iterator[object]:
+    """The test app (or `app`) pointed at `url`, closed afterwards."""
+    if app is None:
+        from worker import apps
 
-    apps.app.url = url
+        app = apps.app
+    app.url = url  # type: ignore[attr-defined]
     try:
-        yield apps.app
+        yield app
     finally:
-        apps.app.close()
+        app.close()  # type: ignore[attr-defined]
 
 
 __all__: Sequence[str] = ["WorkerProcess", "connected_app", "read_lines", "wait_for", "workers"]
