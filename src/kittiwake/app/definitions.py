@@ -5,6 +5,9 @@ and now; `submit` sends it to a worker and returns a `Handle`; `map` submits
 one task per item in bundles. The options say where the task runs and how a
 worker treats it:
 
+* ``name``: how workers find the function; default ``<module>.<qualname>``
+  (a script run directly is named after its file, as a worker importing it
+  names it);
 * ``queue``: the broker queue (``group#name`` picks the consistency group);
 * ``lease_secs``: how long a worker holds the task between heartbeats'
   renewals — a crashed worker's task is offered again this long after it
@@ -30,7 +33,9 @@ worker treats it:
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
@@ -123,9 +128,24 @@ class TaskOptions:
         return base * (0.5 + 0.5 * jitter)
 
 
+def module_name(function: Callable[..., Any]) -> str:
+    """The module a function is defined in, as a worker importing it would name it: a script
+    run directly (`python shop.py`, `python -m shop`) is `__main__` to itself but `shop` to a
+    worker started with `shop:app`, and task names must agree."""
+    module = function.__module__
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return spec.name
+    path = getattr(main, "__file__", None)
+    return os.path.splitext(os.path.basename(path))[0] if path else module
+
+
 def make_options(function: Callable[..., Any], **options: Any) -> TaskOptions:
     """TaskOptions from decorator keywords, with defaults and checks."""
-    name = options.pop("name", None) or f"{function.__module__}.{function.__qualname__}"
+    name = options.pop("name", None) or f"{module_name(function)}.{function.__qualname__}"
     if "delivery" in options:
         options["delivery"] = Delivery(options["delivery"])
     if "rate_limit" in options:
