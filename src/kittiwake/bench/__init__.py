@@ -1,15 +1,18 @@
-"""Benchmarks, run from the CLI (`kittiwake bench ops | latency | scale`).
+"""Benchmarks, run from the CLI (`kittiwake bench ops | latency | scale | tasks`).
 
 Each benchmark starts its own broker subprocess on a throwaway directory,
 drives it from separate load processes, prints a table, and writes JSON in
 one stable shape (`report`). The figures are compared with the seeds' —
-TaskMaster §6 Table 1 and §5.3–5.4, Fabriq's push latency — and with the
-targets of the benchmark issue (`references`).
+TaskMaster §6 Table 1 and §5.3–5.4, Fabriq's push latency, CloudKon and
+Albatross on task scheduling — and with the targets of the benchmark issues
+(`references`).
 
 * `harness`: broker process, load process pool, measurement windows, percentiles.
 * `jobs`: the plain data sent to load processes and back.
 * `load`: what runs inside a load process (closed-loop connections on raw frames).
 * `probes`: sequential probes in a load process (long-poll wake-up, the disk's fsync).
-* `ops`, `latency`, `scale`: one benchmark each.
+* `ops`, `latency`, `scale`, `tasks`: one benchmark each.
+* `task_processes`: what runs in the worker and submitter processes of `tasks`.
+* `spark_peer`: the same null tasks on PySpark `local[2]`, for `tasks`.
 * `report`: machine facts, figure records, tables, JSON, CDF plot.
 """

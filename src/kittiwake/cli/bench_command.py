@@ -1,15 +1,17 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Three subcommands, each starting its own broker on a throwaway directory:
+Four subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
-trips against Fabriq and the disk's fsync) and `scale` (a big queue, many
-queues, memory and restart). Each prints a table, and with `--json FILE`
+trips against Fabriq and the disk's fsync), `scale` (a big queue, many
+queues, memory and restart) and `tasks` (worker processes running null,
+sleep and mixed tasks, against CloudKon, Albatross and PySpark). Each prints a table, and with `--json FILE`
 writes the report documented in `kittiwake.bench.report`; a latency CDF plot
 goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -56,7 +58,7 @@ def _console() -> Any:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: throughput, latency, scale (each on a fresh broker)."""
+    """Measure the broker: throughput, latency, scale, tasks (each on a fresh broker)."""
 
 
 @bench.command("ops")
@@ -140,3 +142,49 @@ def scale_command(big: int, queues: int, spread: int, samples: int, fill_batch: 
     show(console, report)
     print_machine(console, report["machine"])
     _finish(console, report, measured, "kittiwake bench scale", json_path, plot)
+
+
+@bench.command("tasks")
+@click.option("--quick", is_flag=True, help="Small sizes everywhere, for a smoke test.")
+@click.option("--tasks", type=click.IntRange(1), default=None,
+              help="Null tasks in the throughput figure  [default: 100,000; 5,000 with --quick]")
+@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
+              help="Worker processes (one task at a time each).")
+@click.option("--bundle", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+              help="Tasks per enqueue request from the submitter.")
+@click.option("--max-batch", type=click.IntRange(1, 10_000), default=500, show_default=True,
+              help="Tasks per lease, at most (workers lease about 20 ms of work at a time).")
+@click.option("--results", type=click.Choice(["batch", "task"]), default="batch", show_default=True,
+              help="One result message per finished batch, or one per task.")
+@click.option("--latency-tasks", type=click.IntRange(1), default=None,
+              help="Tasks in the submit → start figure  [default: 5,000; 500 with --quick]")
+@click.option("--latency-rate", type=click.FloatRange(1.0), default=1000.0, show_default=True,
+              help="Tasks per second in the submit → start figure, one per request.")
+@click.option("--busy-secs", type=click.FloatRange(0.01), default=None,
+              help="Work per worker in each sleep 1/16/128 ms figure  [default: 5; 0.25 with --quick]")
+@click.option("--mixed-busy-secs", type=click.FloatRange(0.01), default=None,
+              help="Work per worker in the mixed 1 ms–1 s figure  [default: 15; 1 with --quick]")
+@click.option("--spark-tasks", type=click.IntRange(0), default=None,
+              help="Null tasks on PySpark local[2]; 0 skips Spark  [default: 2,000; 50 with --quick]")
+@_durability_option
+@_output_options
+def tasks_command(quick: bool, tasks: int | None, workers: int, bundle: int, max_batch: int, results: str,
+                  latency_tasks: int | None, latency_rate: float, busy_secs: float | None,
+                  mixed_busy_secs: float | None, spark_tasks: int | None, durability: str,
+                  json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
+    """Workers pulling null, sleep and mixed tasks: throughput, submit → start latency, efficiency, vs PySpark."""
+    from kittiwake.bench.report import print_machine
+    from kittiwake.bench.tasks import TasksSettings, quick as quick_settings, run_tasks, show
+
+    console = _console()
+    settings = TasksSettings(workers=workers, bundle=bundle, max_batch=max_batch, results=results,
+                             latency_rate_per_s=latency_rate, durability=durability)
+    if quick:
+        settings = quick_settings(settings)
+    chosen = {"tasks": tasks, "latency_tasks": latency_tasks, "busy_secs": busy_secs,
+              "mixed_busy_secs": mixed_busy_secs, "spark_tasks": spark_tasks}
+    settings = replace(settings, **{name: value for name, value in chosen.items() if value is not None})
+    report, measured = run_tasks(settings, console, parent_dir=parent_dir)
+    show(console, report)
+    print_machine(console, report["machine"])
+    _finish(console, report, measured, "kittiwake bench tasks", json_path, plot)
