@@ -2,6 +2,8 @@
 
 * `broker`: a real broker subprocess on a fresh data directory, killed at teardown.
 * `--soak`: enables tests marked `soak` (long runs); without it they are skipped.
+* `spark_session`: one PySpark `local[2]` session for the whole run (Spark starts a JVM
+  in seconds); skipped, with the reason, where PySpark or Java is missing.
 
 `tests/` is put on `sys.path` so test modules can `from support.broker_process import ...`.
 """
@@ -40,3 +42,18 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         yield process
     finally:
         process.kill()
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[object]:
+    """A SparkSession shared by every test that asks for it, stopped at the end of the run."""
+    from kittiwake.bench.spark_peer import spark_available, start_spark
+
+    reason = spark_available()
+    if reason is not None:
+        pytest.skip(reason)
+    session = start_spark()
+    try:
+        yield session
+    finally:
+        session.stop()
