@@ -75,3 +75,14 @@ def test_a_killed_worker_holding_a_bundle_of_100_loses_none(broker: BrokerProces
     assert results == [str(n) for n in range(101)]
     assert set(ends(runs)) == {str(n) for n in range(101)}
     assert app.client.list_queues("^short") == []
+
+
+def test_a_broker_restart_mid_run_loses_no_task_and_no_result(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    handles = [apps.slow.submit(str(runs), str(n), 0.01) for n in range(300)]
+    with workers(broker.url, tmp_path, "--concurrency", "2", "--queues", "short"):
+        wait_for(lambda: len(ends(runs)) >= 50, message="50 tasks done")
+        broker.kill()
+        broker.restart()
+        assert app.results(handles, timeout=60) == [str(n) for n in range(300)]
+    assert set(ends(runs)) == {str(n) for n in range(300)}

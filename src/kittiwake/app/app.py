@@ -240,7 +240,7 @@ class App:
             if key is not None:
                 task["unless"] = [(options.queue, key)]
         headers = {TASK_ID_HEADER: task_id, SUBMITTED_AT_HEADER: f"{now:.6f}"}
-        slot = None
+        slot = reply_queue = None
         if not options.ignore_result:
             reply_queue = reply_queue_for(options.queue, self.id)
             headers[REPLY_TO_HEADER] = reply_queue
@@ -255,7 +255,7 @@ class App:
         )
         if after:
             task["after"] = [task_key(parent) for parent in after]
-        return task, Handle(self, task_id, options.name, queue, pid, slot)
+        return task, Handle(self, task_id, options.name, queue, pid, slot, reply_queue)
 
     def submit_call(
         self,

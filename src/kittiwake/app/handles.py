@@ -11,9 +11,12 @@ while waiting it looks at the task in the broker from time to time, and a
 task found in its dead-letter queue — dead-lettered by a worker, by the
 broker after its last lease ran out, because a parent failed, or cancelled —
 raises `TaskFailed` with the broker's reason even if no error result was
-posted. A task that finished without its result ever arriving here (it was
-submitted with ``ignore_result``, or an identical key from another app got
-there first and its result went to that app) raises `ResultUnavailable`.
+posted. A task that finished without its result arriving here within
+`RESULT_GRACE_SECS`, and whose result is not waiting in this app's reply
+queue either (an identical key from another app got there first, and the
+result went to that app), raises `ResultUnavailable`; a task submitted with
+``ignore_result`` returns None once finished. Brief broker outages while
+waiting (a restart) are waited out.
 
 `status()` is ``(state, progress, note)``; state is one of
 
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
 FIRST_CHECK_SECS = 1.0
 MAX_CHECK_SECS = 5.0
 RESULT_GRACE_SECS = 10.0  # a finished task's result may still be on its way to the collector
+TRANSIENT = (errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.Unavailable)
 
 
 class TaskFailed(errors.KittiwakeError):
@@ -102,10 +106,11 @@ class ResultSlot:
 class Handle:
     """One submitted task. `.id` is its task id; `.queue` and `.pid` name it in the broker."""
 
-    __slots__ = ("app", "id", "name", "queue", "pid", "slot", "wants_result", "__weakref__")
+    __slots__ = ("app", "id", "name", "queue", "pid", "slot", "wants_result", "reply_queue", "__weakref__")
 
     def __init__(
-        self, app: App, task_id: str, name: str, queue: str, pid: str, slot: ResultSlot | None
+        self, app: App, task_id: str, name: str, queue: str, pid: str, slot: ResultSlot | None,
+        reply_queue: str | None = None,
     ) -> None:
         self.app = app
         self.id = task_id
@@ -114,6 +119,7 @@ class Handle:
         self.pid = pid
         self.slot = slot
         self.wants_result = slot is not None
+        self.reply_queue = reply_queue
 
     def __repr__(self) -> str:
         return f"<Handle {self.name} id={self.id} queue={self.queue}>"
@@ -140,7 +146,10 @@ class Handle:
                 return self._outcome()
             if self.slot is None:
                 time.sleep(wait)
-            state = self._broker_state()
+            try:
+                state = self._broker_state()
+            except TRANSIENT:
+                continue  # the broker is away for a moment (restarting?): keep waiting
             if isinstance(state, RemoteError):
                 if self.slot is not None and self.slot.event.is_set():
                     return self._outcome()  # an error result beat the check
@@ -149,7 +158,7 @@ class Handle:
                 if not self.wants_result:
                     return None  # finished; nobody asked for its result
                 gone_since = gone_since or time.monotonic()
-                if time.monotonic() - gone_since > RESULT_GRACE_SECS:
+                if time.monotonic() - gone_since > RESULT_GRACE_SECS and not self._result_on_its_way():
                     raise ResultUnavailable(
                         f"task {self.id} finished but its result did not come to this app "
                         "(an identical key submitted elsewhere got there first?)"
@@ -157,6 +166,19 @@ class Handle:
             else:
                 gone_since = None
             check_every = min(MAX_CHECK_SECS, check_every * 1.5)
+
+    def _result_on_its_way(self) -> bool:
+        """Whether our reply queue holds the result (a collector's lease on it was lost and
+        has yet to run out, say): then it will come, however long the task has been gone."""
+        if self.reply_queue is None:
+            return False
+        try:
+            self.app.client.get(self.reply_queue, self.id)
+            return True
+        except errors.TaskNotFound:
+            return False
+        except TRANSIENT:
+            return True
 
     def _outcome(self) -> Any:
         assert self.slot is not None

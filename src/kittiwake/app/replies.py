@@ -31,7 +31,7 @@ log = logging.getLogger("kittiwake.app.replies")
 
 WAIT_SECS = 1.0  # long-poll; also how long a newly watched reply queue may wait to be included
 BATCH_RESULTS = 1000
-LEASE_SECS = 60.0
+LEASE_SECS = 5.0  # a batch is handed over in milliseconds; a lost lease reply costs this long
 RETRY_PAUSE_SECS = 0.5
 
 
