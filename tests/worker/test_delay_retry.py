@@ -10,7 +10,7 @@ import pytest
 from kittiwake.app import TaskFailed
 from support.broker_process import BrokerProcess
 from worker import apps
-from worker.harness import read_lines, workers
+from worker.harness import read_lines, wait_for, workers
 
 
 def test_a_delayed_task_waits_for_its_time_and_runs_once(broker: BrokerProcess, app, tmp_path: Path) -> None:
@@ -43,6 +43,9 @@ def test_a_task_failing_every_attempt_ends_dead_with_its_error(broker: BrokerPro
     runs = tmp_path / "runs"
     with workers(broker.url, tmp_path):
         handle = apps.flaky.submit(str(runs), 100)
+        waiting = wait_for(lambda: (lambda s: s if s.state == "pending" and s.note else None)(handle.status()),
+                           every=0.01, message="a retry waiting out its backoff")
+        assert waiting.note.startswith("retry ") and "after ConnectionError: run " in waiting.note
         with pytest.raises(TaskFailed) as failure:
             handle.result(timeout=30)
     assert failure.value.type == "ConnectionError"

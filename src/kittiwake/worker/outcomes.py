@@ -110,7 +110,7 @@ class Settler:
         by_group: dict[str, list[Outcome]] = {}
         for outcome in outcomes:
             outcome.held.finishing = True
-            if outcome.kind is Kind.DONE and not outcome.held.lost:
+            if outcome.kind is Kind.DONE:  # even with a lost renewal: a late dequeue may still finish it
                 by_group.setdefault(group_of(outcome.task.queue), []).append(outcome)
             else:
                 self._settle_one(outcome)
@@ -179,7 +179,7 @@ class Settler:
     def _settle_one(self, outcome: Outcome) -> None:
         task = outcome.task
         try:
-            if outcome.kind is Kind.DROP or outcome.held.lost:
+            if outcome.kind is Kind.DROP or (outcome.held.lost and outcome.kind is not Kind.FAIL):
                 self.dropped += 1
             elif outcome.kind is Kind.RETRY:
                 self.client.renew(task, max(0.01, outcome.backoff_secs), note=outcome.reason)
