@@ -51,3 +51,21 @@ def test_max_memory_recycles_after_the_task(broker: BrokerProcess, app, tmp_path
         assert len(set(pids)) == 4  # every process is over 1 MB after its first task
         assert "over --max-memory 1 MB" in worker.log()
     assert len(read_lines(runs)) == 4
+
+
+def test_worker_processes_stop_when_their_supervisor_is_killed(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    import os
+    import signal
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+
+    with workers(broker.url, tmp_path, "--processes", "2", processes=2) as worker:
+        children = worker.worker_pids()
+        os.kill(worker.proc.pid, signal.SIGKILL)  # the supervisor only
+        wait_for(lambda: not any(alive(pid) for pid in children), timeout=15, message="orphans to stop")
