@@ -26,7 +26,10 @@ worker treats it:
 * ``rate_limit``: ``"100/s"``, ``"30/m"`` or ``"500/h"`` — leases from the
   task's queue per second across all workers, enforced by the broker's token
   bucket, so it holds however many workers run (it is a property of the
-  queue: tasks sharing a queue share the limit);
+  queue: tasks sharing a queue share the limit, the lowest wins). Workers ask
+  for a bucket of a tenth of a second's tokens, so a burst stays small. The
+  ``.delayed`` queue has a bucket of its own: delayed tasks and immediate
+  ones together may reach twice the rate while both are busy;
 * ``ignore_result``: no result is posted (fire and forget; saves a write);
 * ``bind``: the function gets the `TaskContext` as its first argument.
 """

@@ -149,13 +149,11 @@ class WorkerLoop:
         self._outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._stop_leasing = threading.Event()
         self._returning = threading.Event()  # hand back unstarted tasks instead of running them
-        self._idle = threading.Condition()
         self._threads: list[threading.Thread] = []
         self.started = 0
         self.leased = 0
         self._budget_lock = threading.Lock()
         self.finished = 0
-        self._running = 0
         self._busy_secs = 0.0
         self._busy_lock = threading.Lock()
         self._status_at = time.monotonic()
