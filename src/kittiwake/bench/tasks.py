@@ -8,9 +8,9 @@ broker's CPU time.
 
 1. `null_tasks` (CloudKon Fig 29, Albatross Fig 54): `--tasks` null tasks
    submitted in bundles of `--bundle` as fast as the broker takes them; the
-   rate is tasks / (first submit → last result back at the submitter). The
-   submit → start latency of this run is mostly queueing (the whole backlog
-   is submitted at once) and is reported as `latency_ms_under_load`.
+   rate is tasks / (first submit → last result back at the submitter). Its
+   own `latency_ms` (submit → start) is mostly queueing, since the whole
+   backlog is submitted at once; the scheduler's delay is figure 2.
 2. `latency_ms` (CloudKon Figs 30–32, Albatross Fig 53): submit → start of
    null tasks submitted one per request at `--latency-rate` per second (open
    loop) to workers parked in long-poll leases: the scheduler's own delay,
