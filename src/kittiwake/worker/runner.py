@@ -7,7 +7,10 @@ The decision, in order:
 2. At most once: a task delivered before (``deliveries > 1``) runs only if
    the previous delivery ended cleanly and said so (``[redeliver N]`` note,
    see `envelope`); otherwise its worker was lost mid-run: FAIL with
-   WORKER_LOST — dead-lettered, never started again.
+   WORKER_LOST — dead-lettered, never started again. This errs on the safe
+   side: a task the lost worker had leased ahead (prefetched) but not yet
+   started is dead-lettered too. Serve at-most-once queues with
+   ``--prefetch 0`` to keep that window to the task in hand.
 3. The function runs: in this process on the slot's thread, or — when the
    task has a `timeout` — in a child process (`Sandbox`), because a thread
    cannot be stopped: the child is killed when the time is up and replaced
