@@ -144,3 +144,9 @@ async def waits(value: int) -> int:
 
     await asyncio.sleep(0.01)
     return value * 10
+
+
+@app.task(queue="short", lease_secs=1.0, bind=True, timeout=30)
+def reports_progress_sandboxed(task: TaskContext, path: str, hold_secs: float) -> str:
+    """The same, in the timeout sandbox: the report crosses the pipe to the worker process."""
+    return reports_progress.function(task, path, hold_secs)

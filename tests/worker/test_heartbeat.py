@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from support.broker_process import BrokerProcess
 from worker import apps
 from worker.harness import read_lines, wait_for, workers
@@ -18,9 +20,10 @@ def test_a_task_running_five_times_its_lease_completes_once(broker: BrokerProces
     assert app.client.list_queues("^short") == []
 
 
-def test_progress_reported_by_the_task_shows_in_status(broker: BrokerProcess, app, tmp_path: Path) -> None:
+@pytest.mark.parametrize("task", [apps.reports_progress, apps.reports_progress_sandboxed], ids=["thread", "sandbox"])
+def test_progress_reported_by_the_task_shows_in_status(broker: BrokerProcess, app, tmp_path: Path, task) -> None:
     marks = tmp_path / "marks"
-    handle = apps.reports_progress.submit(str(marks), 20.0)
+    handle = task.submit(str(marks), 20.0)
     assert handle.status().state == "pending"
     with workers(broker.url, tmp_path):
         wait_for(lambda: read_lines(marks), message="the task to report")
