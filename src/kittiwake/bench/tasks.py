@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import random
 import shutil
 import tempfile
@@ -362,6 +363,7 @@ def run_tasks(settings: TasksSettings, console: Console, *, parent_dir: str | No
     """Run every figure; returns the JSON report and the latency samples (for the CDF plot)."""
     workers = settings.workers
     phases: dict[str, Phase] = {}
+    load_before = os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="kittiwake-bench-", dir=parent_dir))
     broker = BrokerProcess(root / "data", root / "broker.log", settings.durability)
     pool: ProcessPool | None = None
@@ -405,6 +407,9 @@ def run_tasks(settings: TasksSettings, console: Console, *, parent_dir: str | No
         "machine": machine_info(),
         "settings": {**asdict(settings), "broker_startup_s": round(broker_startup_s, 3),
                      "broker_peak_rss_mb": broker_rss_mb},
+        # other processes on the machine take cores from the broker and workers: 1, 5, 15 min load averages
+        "load_average": {"before": [round(value, 2) for value in load_before],
+                         "after": [round(value, 2) for value in os.getloadavg()]},
         "null_tasks": null,
         "latency_ms": latency["latency_ms"],
         "latency": latency,
@@ -469,4 +474,6 @@ def show(console: Console, report: dict[str, Any]) -> None:
                   f"largest {null['largest_batch']}); CPU over the figure: broker {null['broker_cpu_percent']:.0f}%, "
                   f"workers {null['workers_cpu_percent']:.0f}%, submitter {null['submitter_cpu_percent']:.0f}% "
                   f"of one core. Its latency columns are queueing behind the backlog; "
-                  f"submit_to_start is the paced figure.")
+                  f"submit_to_start is the paced figure. Load average before and after the run: "
+                  f"{report['load_average']['before'][0]:.2f}, {report['load_average']['after'][0]:.2f} "
+                  f"(other processes on this machine)")
