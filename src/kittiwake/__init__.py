@@ -9,12 +9,23 @@ from kittiwake.model import LeaseRef, NewTask, pid_at
 # A task to enqueue, as `Client.enqueue_many` and `Client.update` take it.
 TaskSpec = NewTask
 
+
+def __getattr__(name: str) -> object:
+    # the task layer loads on first use, so `import kittiwake` stays light for producers
+    if name in ("App", "TaskFailed"):
+        from kittiwake import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'kittiwake' has no attribute {name!r}")
+
 __all__ = [
+    "App",
     "AsyncClient",
     "Client",
     "LeaseRef",
     "LeasedTask",
     "NewTask",
+    "TaskFailed",
     "TaskSpec",
     "__version__",
     "errors",
