@@ -385,6 +385,7 @@ def run_tasks(settings: TasksSettings, console: Console, *, parent_dir: str | No
             phases["mixed"] = bench.run("mixed", tasks=len(durations), durations_us=durations,
                                         progress=bar(f"mixed 1 ms–1 s ×{len(durations):,}"))
             broker_rss_mb = broker.peak_rss_mb()
+            load_after = os.getloadavg()  # before Spark, which loads both cores itself
         pool.close()
         pool = None
         broker.stop()
@@ -407,9 +408,10 @@ def run_tasks(settings: TasksSettings, console: Console, *, parent_dir: str | No
         "machine": machine_info(),
         "settings": {**asdict(settings), "broker_startup_s": round(broker_startup_s, 3),
                      "broker_peak_rss_mb": broker_rss_mb},
-        # other processes on the machine take cores from the broker and workers: 1, 5, 15 min load averages
+        # other processes on the machine take cores from the broker and workers: 1, 5, 15 min load
+        # averages before the Kittiwake figures and after them (before Spark)
         "load_average": {"before": [round(value, 2) for value in load_before],
-                         "after": [round(value, 2) for value in os.getloadavg()]},
+                         "after": [round(value, 2) for value in load_after]},
         "null_tasks": null,
         "latency_ms": latency["latency_ms"],
         "latency": latency,
@@ -474,6 +476,6 @@ def show(console: Console, report: dict[str, Any]) -> None:
                   f"largest {null['largest_batch']}); CPU over the figure: broker {null['broker_cpu_percent']:.0f}%, "
                   f"workers {null['workers_cpu_percent']:.0f}%, submitter {null['submitter_cpu_percent']:.0f}% "
                   f"of one core. Its latency columns are queueing behind the backlog; "
-                  f"submit_to_start is the paced figure. Load average before and after the run: "
+                  f"submit_to_start is the paced figure. Load average before and after Kittiwake's figures: "
                   f"{report['load_average']['before'][0]:.2f}, {report['load_average']['after'][0]:.2f} "
                   f"(other processes on this machine)")
