@@ -150,3 +150,19 @@ async def waits(value: int) -> int:
 def reports_progress_sandboxed(task: TaskContext, path: str, hold_secs: float) -> str:
     """The same, in the timeout sandbox: the report crosses the pipe to the worker process."""
     return reports_progress.function(task, path, hold_secs)
+
+
+def note_gang(path: str) -> int:
+    rank = int(os.environ["KITTIWAKE_RANK"])
+    note(path, rank, os.environ["KITTIWAKE_SIZE"], os.environ["KITTIWAKE_PEERS"], os.getpid())
+    return rank
+
+
+@app.task(queue="gang", needs=3, gang_timeout=10, lease_secs=5)
+def gang_of_three(path: str) -> int:
+    return note_gang(path)
+
+
+@app.task(queue="gang", needs=5, gang_timeout=1.5, lease_secs=5)
+def gang_of_five(path: str) -> int:
+    return note_gang(path)

@@ -191,8 +191,10 @@ class App:
         return self.tasks.get(name)
 
     def queues(self) -> list[str]:
-        """Every queue the app's tasks are defined on, in name order."""
-        return sorted({definition.queue for definition in self.tasks.values()})
+        """Every queue the app's tasks are defined on (and ``<queue>.gang`` for gang tasks), in name order."""
+        queues = {definition.queue for definition in self.tasks.values()}
+        queues |= {definition.queue + ".gang" for definition in self.tasks.values() if definition.options.needs > 1}
+        return sorted(queues)
 
     # ------------------------------------------------------------ submitting
 

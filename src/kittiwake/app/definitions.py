@@ -31,7 +31,10 @@ worker treats it:
   ``.delayed`` queue has a bucket of its own: delayed tasks and immediate
   ones together may reach twice the rate while both are busy;
 * ``ignore_result``: no result is posted (fire and forget; saves a write);
-* ``bind``: the function gets the `TaskContext` as its first argument.
+* ``bind``: the function gets the `TaskContext` as its first argument;
+* ``needs``: worker slots the task runs on at once (a gang, see
+  `kittiwake.worker.gang`); ``gang_timeout``: seconds the slots have to
+  assemble before the task is put back to try again later.
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ class TaskOptions:
     rate_per_sec: float | None = None
     ignore_result: bool = False
     bind: bool = False
+    needs: int = 1
+    gang_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         validate_queue(self.queue, Limits())
@@ -112,6 +117,12 @@ class TaskOptions:
             raise ValueError("max_attempts must be at least 1")
         if self.timeout is not None and self.timeout <= 0:
             raise ValueError("timeout must be above zero")
+        if self.needs < 1:
+            raise ValueError("needs must be at least 1")
+        if self.gang_timeout <= 0:
+            raise ValueError("gang_timeout must be above zero")
+        if self.needs > 1 and self.timeout is not None:
+            raise ValueError("a gang task (needs > 1) cannot have a timeout")
         if self.retry_backoff < 0 or self.retry_backoff_max < 0:
             raise ValueError("retry_backoff and retry_backoff_max must not be negative")
 

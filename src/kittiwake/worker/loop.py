@@ -76,10 +76,13 @@ class LeaseClass:
 
 def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
     """Group served queues by (lease length, rate): the longest lease and the lowest rate of the
-    task definitions on each queue (a queue without definitions: the defaults)."""
+    task definitions on each queue (a queue without definitions: the defaults; a gang's join
+    queue ``<queue>.gang``: its queue's)."""
     per_queue: dict[str, tuple[float, float | None]] = {}
     for name in queues:
-        definitions: list[TaskDefinition] = [d for d in app.tasks.values() if d.queue == name]
+        definitions: list[TaskDefinition] = [
+            d for d in app.tasks.values() if d.queue == name or (d.options.needs > 1 and f"{d.queue}.gang" == name)
+        ]
         lease_secs = max((d.options.lease_secs for d in definitions), default=DEFAULT_LEASE_SECS)
         rates = [d.options.rate_per_sec for d in definitions if d.options.rate_per_sec is not None]
         per_queue[name] = (lease_secs, min(rates) if rates else None)
@@ -142,7 +145,7 @@ class WorkerLoop:
         self.settler = Settler(self.client)
         self.runner = TaskRunner(
             app, self.client, self.keeper, app_reference=app_reference or config.app,
-            sys_path=config.sys_path, rng=rng,
+            sys_path=config.sys_path, rng=rng, worker_id=self.id,
         )
         self.registry = WorkerRegistry(self.client, self.id, config.registry_every_secs)
         self._ready: queue.SimpleQueue[Held | None] = queue.SimpleQueue()
@@ -298,6 +301,10 @@ class WorkerLoop:
             finally:
                 self.capacity.give(want - len(tasks))
             busy = bool(tasks) or len(self.classes) == 1
+            if not busy:
+                # let another class's leaser, woken by the capacity just given back, take it:
+                # with one free slot this leaser would otherwise win it back every time
+                self._stop_leasing.wait(0.01)
             now = time.monotonic()
             with self._budget_lock:
                 self.leased += len(tasks)

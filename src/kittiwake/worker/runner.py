@@ -46,6 +46,7 @@ from kittiwake.app.definitions import Delivery, TaskDefinition
 from kittiwake.app.envelope import TASK_ID_HEADER, redeliver_note, redelivery_allowed
 from kittiwake.app.serialization import PayloadError, RemoteError, Serializer
 from kittiwake.client import Client
+from kittiwake.worker import gang
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
 from kittiwake.worker.outcomes import Kind, Outcome
 
@@ -177,8 +178,10 @@ class TaskRunner:
         app_reference: str | None,
         sys_path: list[str] | None = None,
         rng: random.Random | None = None,
+        worker_id: str = "worker",
     ) -> None:
         self.app = app
+        self.worker_id = worker_id
         self.client = client
         self.keeper = keeper
         self.serializer: Serializer = app.serializer
@@ -198,6 +201,8 @@ class TaskRunner:
             name, args, kwargs = self.serializer.load_call(task.data)
         except PayloadError as error:
             return self._fail(held, RemoteError("PayloadError", str(error), reason="BAD_PAYLOAD"))
+        if name == gang.GANG_JOIN:
+            return self._run_member(held, args)
         definition = self.app.tasks.get(name)
         if definition is None:
             return self._fail(held, RemoteError("UnknownTask", f"no task named {name!r} in this worker's app", reason="UNKNOWN_TASK"))
@@ -217,6 +222,8 @@ class TaskRunner:
         }
         held.started_at = time.monotonic()
         timeout = definition.options.timeout
+        if definition.options.needs > 1:
+            return self._run_leader(held, definition, fields, args, kwargs)
         try:
             if timeout is not None and self.app_reference is not None:
                 ok, value = self._run_sandboxed(held, name, fields, timeout)
@@ -234,6 +241,44 @@ class TaskRunner:
             return self._failed_run(held, definition, RemoteError("TimeoutError", message, reason="TIMEOUT"), None)
         payload = None if definition.options.ignore_result else self.serializer.dump_result(value)
         return Outcome(held, Kind.DONE, payload=payload)
+
+    def _run_leader(
+        self, held: Held, definition: TaskDefinition, fields: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> Outcome:
+        """A gang task: assemble the gang as rank 0, then run (see `kittiwake.worker.gang`)."""
+        try:
+            assembled = gang.lead(self, held, definition.options.needs, definition.options.gang_timeout)
+        except errors.KittiwakeError as error:
+            return self._failed_run(held, definition, remote_error(error, "GANG_ERROR"), None)
+        if isinstance(assembled, list):  # did not assemble: put back, not a failed attempt
+            return Outcome(held, Kind.DONE, payload=None, enqueue=assembled)
+        context = task_context.TaskContext(reporter=lambda f, n: self.keeper.report(held, f, n), **fields)
+        try:
+            with assembled:
+                value = call_function(definition, context, args, kwargs)
+        except Exception as error:
+            return self._failed_run(held, definition, remote_error(error), error)
+        payload = None if definition.options.ignore_result else self.serializer.dump_result(value)
+        return Outcome(held, Kind.DONE, payload=payload)
+
+    def _run_member(self, held: Held, join_args: list[Any]) -> Outcome:
+        """A gang join: take a rank in the gang and run the gang's function with it. The join
+        is finished when the address is posted; only the leader's run posts a result."""
+        held.started_at = time.monotonic()
+        try:
+            assembled = gang.run_member(self, held, join_args)
+            if assembled is None:
+                return Outcome(held, Kind.DROP)
+            name, args, kwargs = self.serializer.load_call(join_args[4])
+            definition = self.app.tasks[name]
+            fields = {"id": f"{join_args[0]}-rank-{assembled.info['rank']}", "name": name, "queue": held.task.queue,
+                      "pid": held.task.pid, "attempt": 1, "deliveries": held.task.deliveries, "headers": {}}
+            context = task_context.TaskContext(**fields)
+            with assembled:
+                call_function(definition, context, args, kwargs)
+        except Exception:
+            log.exception("gang member %s/%s", held.task.queue, held.task.pid)
+        return Outcome(held, Kind.DROP)
 
     def _may_redeliver(self, held: Held) -> bool:
         try:
