@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
 from kittiwake.bench.load import serve
+from kittiwake.bench.processes import stop_processes
 from kittiwake.protocol import FrameReader, decode_reply, encode_frame, encode_request
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
@@ -268,17 +269,8 @@ class LoadPool:
         return merged
 
     def close(self) -> None:
-        for process, pipe, _ in self.workers:
-            try:
-                pipe.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-        for process, pipe, _ in self.workers:
-            process.join(5)
-            if process.is_alive():
-                process.terminate()
-                process.join(5)
-            pipe.close()
+        stop_processes(self.workers)
+
 
 
 def split_connections(connections: int, processes: int) -> list[tuple[int, ...]]:

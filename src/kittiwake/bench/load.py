@@ -40,6 +40,7 @@ import msgspec
 
 from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
 from kittiwake.bench.probes import cpu_secs, run_fsync_probe, run_wake_probe
+from kittiwake.bench.processes import use_uvloop
 from kittiwake.protocol import FrameReader, encode_frame, encode_request
 
 # An operation that finished nothing (an empty lease, an error reply) waits this
@@ -423,17 +424,9 @@ async def run_load(job: TimedLoad | CountedLoad, counter: Synchronized) -> LoadR
 # ---------------------------------------------------------- process main
 
 
-def _event_loop_policy() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
 def serve(pipe: Pipe, counter: Synchronized) -> None:
     """A load process: run each job the parent sends, answer ("ok", result) or ("error", text)."""
-    _event_loop_policy()
+    use_uvloop()
     while True:
         try:
             job = pipe.recv()

@@ -45,6 +45,7 @@ from typing import Any
 
 import msgspec
 
+from kittiwake.bench.processes import use_uvloop
 from kittiwake.bench.probes import cpu_secs
 from kittiwake.client import AsyncClient, LeasedTask
 
@@ -373,17 +374,9 @@ async def submit(job: SubmitJob, counter: Synchronized) -> SubmitReport:
 # ------------------------------------------------------------ process main
 
 
-def _event_loop_policy() -> None:
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-
-
 def serve(pipe: Pipe, counter: Synchronized) -> None:
     """A worker or submitter process: run each job the parent sends; answer ("ok", report) or ("error", text)."""
-    _event_loop_policy()
+    use_uvloop()
     while True:
         try:
             job = pipe.recv()

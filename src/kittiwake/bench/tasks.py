@@ -49,6 +49,7 @@ from rich.console import Console
 
 from kittiwake.bench import references
 from kittiwake.bench.harness import BrokerProcess, Measured, latency_summary_ms
+from kittiwake.bench.processes import stop_processes
 from kittiwake.bench.jobs import LoadResult
 from kittiwake.bench.report import (
     check_target,
@@ -137,17 +138,7 @@ class ProcessPool:
         return payload
 
     def close(self) -> None:
-        for process, pipe, _ in self.members:
-            try:
-                pipe.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-        for process, pipe, _ in self.members:
-            process.join(5)
-            if process.is_alive():
-                process.terminate()
-                process.join(5)
-            pipe.close()
+        stop_processes(self.members)
 
 
 # ------------------------------------------------------------------- phases
