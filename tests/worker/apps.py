@@ -166,3 +166,14 @@ def gang_of_three(path: str) -> int:
 @app.task(queue="gang", needs=5, gang_timeout=1.5, lease_secs=5)
 def gang_of_five(path: str) -> int:
     return note_gang(path)
+
+
+@app.task(queue="local", lease_secs=5)
+def where(path: str, tag: str, sleep_secs: float) -> str:
+    """Notes the node it ran on and the queue it came from."""
+    from kittiwake.app import current_task
+
+    time.sleep(sleep_secs)
+    node = os.environ.get("KITTIWAKE_NODE", "-")
+    note(path, tag, node, current_task().queue)
+    return node

@@ -46,6 +46,7 @@ from kittiwake.app.replies import ReplyCollector
 from kittiwake.app.schedule import make_schedule
 from kittiwake.app.serialization import Serializer
 from kittiwake.app.shell import SHELL_TASK, run_shell
+from kittiwake.app.locality import local_queue_of
 from kittiwake.client import Client
 from kittiwake.model import Limits, validate_pid
 
@@ -221,6 +222,7 @@ class App:
         at: datetime | float | None = None,
         after: Iterable[Any] | None = None,
         task_id: str | None = None,
+        node: str | None = None,
     ) -> tuple[dict[str, Any], Handle]:
         """The broker task for one call and its handle, nothing sent yet (for bundling)."""
         options = definition.options
@@ -235,7 +237,7 @@ class App:
             due = now + float(delay)
         elif at is not None:
             due = at.timestamp() if isinstance(at, datetime) else float(at)
-        queue, pid = options.queue, task_id
+        queue, pid = options.queue if node is None else local_queue_of(options.queue, node), task_id
         task: dict[str, Any] = {}
         if due is not None and due > now:
             queue, pid = delayed_queue_of(options.queue), delayed_pid(due, task_id)
@@ -266,7 +268,7 @@ class App:
         kwargs: dict[str, Any],
         **options: Any,
     ) -> Handle:
-        """Submit one call; `options` are those of `prepare` (key, delay, at, after)."""
+        """Submit one call; `options` are those of `prepare` (key, delay, at, after, node)."""
         task, handle = self.prepare(definition, args, kwargs, **options)
         self.client.enqueue_many([task])
         return handle

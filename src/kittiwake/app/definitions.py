@@ -203,6 +203,7 @@ class TaskDefinition:
         delay: float | None = None,
         at: datetime | float | None = None,
         after: Iterable[Any] | None = None,
+        node: str | None = None,
         **kwargs: Any,
     ) -> Handle:
         """Send one run to a worker; returns its handle at once.
@@ -212,10 +213,13 @@ class TaskDefinition:
         `delay` (seconds) or `at` (a datetime, or epoch seconds): do not start
         before then. `after`: handles (or (queue, pid) pairs) of tasks that
         must all finish first; if one of them fails this task fails too.
-        The names key, delay, at and after are taken by these options: pass
+        `node`: the node holding the task's data — the task goes to the local
+        queue ``<queue>@<node>``, served first by workers run with ``--node``
+        of that name (others steal it only when idle).
+        The names key, delay, at, after and node are taken by these options: pass
         such function arguments with `submit_call`.
         """
-        return self.app.submit_call(self, args, kwargs, key=key, delay=delay, at=at, after=after)
+        return self.app.submit_call(self, args, kwargs, key=key, delay=delay, at=at, after=after, node=node)
 
     def submit_call(
         self,

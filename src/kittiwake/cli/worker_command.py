@@ -19,6 +19,7 @@ from kittiwake.worker.config import (
     DEFAULT_DELAYED_POLL_SECS,
     DEFAULT_REGISTRY_EVERY_SECS,
     DEFAULT_SHUTDOWN_SECS,
+    DEFAULT_STEAL_AFTER_SECS,
     DEFAULT_WAIT_SECS,
     WorkerConfig,
 )
@@ -54,6 +55,11 @@ def split_queues(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 @click.option("--registry-secs", default=DEFAULT_REGISTRY_EVERY_SECS, show_default=True,
               type=click.FloatRange(0.1, 3600), help="How often a process renews its record in the worker registry.")
 @click.option("--name", help="Prefix of worker ids. Default: the host name.")
+@click.option("--node", help="This machine's node name: also serve the local queues <queue>@NODE of tasks "
+              "submitted with node=NODE.")
+@click.option("--steal-after", "steal_after_secs", default=DEFAULT_STEAL_AFTER_SECS, show_default=True,
+              type=click.FloatRange(min=0), help="With --node: seconds idle before stealing a task from "
+              "another node's local queue.")
 @pass_cli
 def worker(
     cli: CliContext,
@@ -70,6 +76,8 @@ def worker(
     delayed_poll_secs: float,
     registry_secs: float,
     name: str | None,
+    node: str | None,
+    steal_after_secs: float,
 ) -> None:
     """Run worker processes for the tasks of MODULE:APP (e.g. `myproject.tasks:app`).
 
@@ -84,7 +92,7 @@ def worker(
         app=app, url=cli.url, queues=queues, processes=processes, concurrency=concurrency, prefetch=prefetch,
         max_tasks_per_child=max_tasks_per_child, max_memory_mb=max_memory_mb, shutdown_secs=shutdown_secs,
         wait_secs=wait_secs, delayed_poll_secs=delayed_poll_secs, registry_every_secs=registry_secs, beat=beat,
-        name=name, sys_path=[os.getcwd()],
+        name=name, node=node, steal_after_secs=steal_after_secs, sys_path=[os.getcwd()],
     )
     try:
         load_app(app, config.sys_path)

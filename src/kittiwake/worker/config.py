@@ -19,6 +19,7 @@ DEFAULT_SHUTDOWN_SECS = 30.0
 DEFAULT_REGISTRY_EVERY_SECS = 2.0
 DEFAULT_DELAYED_POLL_SECS = 0.5
 DEFAULT_PREFETCH_PER_SLOT = 4
+DEFAULT_STEAL_AFTER_SECS = 2.0
 
 
 class WorkerConfig(msgspec.Struct, kw_only=True):
@@ -38,6 +39,8 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     registry_every_secs: float = DEFAULT_REGISTRY_EVERY_SECS
     beat: bool = False  # run the periodic scheduler (in the supervisor)
     name: str | None = None  # prefix of worker ids; default: the host name
+    node: str | None = None  # data locality: also serve the local queues `<queue>@<node>`
+    steal_after_secs: float = DEFAULT_STEAL_AFTER_SECS  # idle this long: steal from other nodes' queues
     sys_path: list[str] = []  # prepended to sys.path in worker processes (where the app module is)
 
     @property

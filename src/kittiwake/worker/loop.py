@@ -39,6 +39,7 @@ from typing import Any
 
 from kittiwake import errors
 from kittiwake.app.definitions import DEFAULT_LEASE_SECS, TaskDefinition
+from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
 from kittiwake.app.envelope import (
     DELAYED_SUFFIX,
     delayed_queue_of,
@@ -77,11 +78,12 @@ class LeaseClass:
 def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
     """Group served queues by (lease length, rate): the longest lease and the lowest rate of the
     task definitions on each queue (a queue without definitions: the defaults; a gang's join
-    queue ``<queue>.gang``: its queue's)."""
+    queue ``<queue>.gang`` and a local queue ``<queue>@<node>``: its queue's)."""
     per_queue: dict[str, tuple[float, float | None]] = {}
     for name in queues:
+        base = base_queue_of(name)
         definitions: list[TaskDefinition] = [
-            d for d in app.tasks.values() if d.queue == name or (d.options.needs > 1 and f"{d.queue}.gang" == name)
+            d for d in app.tasks.values() if d.queue == base or (d.options.needs > 1 and f"{d.queue}.gang" == base)
         ]
         lease_secs = max((d.options.lease_secs for d in definitions), default=DEFAULT_LEASE_SECS)
         rates = [d.options.rate_per_sec for d in definitions if d.options.rate_per_sec is not None]
@@ -139,6 +141,9 @@ class WorkerLoop:
         if app.url is None and config.url is not None:
             app.url = config.url  # tasks that submit tasks reach the same broker
         self.queues = list(config.queues or app.queues())
+        if config.node is not None:  # data locality: this node's local queues too, served with the shared ones
+            os.environ["KITTIWAKE_NODE"] = config.node
+            self.queues += [local_queue_of(name, config.node) for name in self.queues if "@" not in name]
         self.classes = lease_classes(app, self.queues)
         self.capacity = Capacity(config.concurrency + config.prefetch_tasks)
         self.keeper = LeaseKeeper(self.client)
@@ -273,6 +278,7 @@ class WorkerLoop:
         delayed_due_at = 0.0
         share = max(1, self.capacity.total // max(1, len(self.classes)))
         busy = len(self.classes) == 1
+        worked_at = time.monotonic()
         while not self._stop_leasing.is_set():
             # a class whose last lease came back empty asks for its share only, so that
             # idle queues do not hold the capacity a busy one could use during their long-poll
@@ -292,6 +298,11 @@ class WorkerLoop:
                 if not tasks:
                     wait = min(self.config.wait_secs, max(0.0, delayed_due_at - time.monotonic()) + 0.05)
                     tasks = self._lease(lease_class, lease_class.queues, want, wait_secs=wait)
+                if tasks:
+                    worked_at = time.monotonic()
+                elif self.config.node is not None and time.monotonic() - worked_at >= self.config.steal_after_secs:
+                    tasks = self._steal(lease_class)
+                    worked_at = time.monotonic()  # the next steal waits for another idle spell
             except TRANSIENT as error:
                 log.warning("leasing: %s; retrying", error)
                 self._stop_leasing.wait(0.5)
@@ -312,6 +323,23 @@ class WorkerLoop:
                 held = Held(task, lease_class.lease_secs, now)
                 self.keeper.hold(held)
                 self._ready.put(held)
+
+    def _steal(self, lease_class: LeaseClass) -> list[LeasedTask]:
+        """Idle for --steal-after: lease one task from another node's local queue (Albatross's
+        work stealing, one task per idle spell so that most tasks still run where their data is)."""
+        mine = set(lease_class.queues)
+        remote: list[str] = []
+        for name in lease_class.queues:
+            if "@" in name or name.endswith(".gang"):
+                continue
+            remote += [info.queue for info in self.client.list_queues(remote_queue_pattern(name))
+                       if info.queue not in mine and info.size > info.leased]
+        if not remote:
+            return []
+        tasks = self._lease(lease_class, remote, 1, wait_secs=0)
+        if tasks:
+            log.info("node %s steals %s/%s", self.config.node, tasks[0].queue, tasks[0].pid)
+        return tasks
 
     def _within_task_budget(self, want: int) -> int:
         """With --max-tasks-per-child, lease no more than the process may still run: it runs
