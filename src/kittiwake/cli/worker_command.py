@@ -60,6 +60,15 @@ def split_queues(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 @click.option("--steal-after", "steal_after_secs", default=DEFAULT_STEAL_AFTER_SECS, show_default=True,
               type=click.FloatRange(min=0), help="With --node: seconds idle before stealing a task from "
               "another node's local queue.")
+@click.option("--autoscale", "autoscale_range", metavar="MIN:MAX",
+              help="Run MIN to MAX processes: add one while the queues' backlog grows, retire an idle one "
+              "after --scale-idle-secs without backlog (--processes is then ignored).")
+@click.option("--scale-cmd", help="With --autoscale: shell command run with KITTIWAKE_DESIRED=<count> when more "
+              "than MAX processes are wanted (e.g. ask a cluster manager for nodes).")
+@click.option("--scale-window-secs", default=2.0, show_default=True, type=click.FloatRange(0.1, 3600),
+              help="With --autoscale: a backlog that did not shrink over this long adds a process.")
+@click.option("--scale-idle-secs", default=10.0, show_default=True, type=click.FloatRange(0.1, 86400),
+              help="With --autoscale: an empty backlog this long retires one idle process.")
 @pass_cli
 def worker(
     cli: CliContext,
@@ -78,6 +87,10 @@ def worker(
     name: str | None,
     node: str | None,
     steal_after_secs: float,
+    autoscale_range: str | None,
+    scale_cmd: str | None,
+    scale_window_secs: float,
+    scale_idle_secs: float,
 ) -> None:
     """Run worker processes for the tasks of MODULE:APP (e.g. `myproject.tasks:app`).
 
@@ -85,14 +98,21 @@ def worker(
     with one atomic update that also posts its result. SIGTERM stops leasing,
     lets running tasks finish (--shutdown-secs), hands back the rest, and exits 0.
     """
+    from kittiwake.worker.autoscale import parse_range
     from kittiwake.worker.config import load_app
     from kittiwake.worker.supervisor import Supervisor
+
+    try:
+        scale = parse_range(autoscale_range) if autoscale_range is not None else None
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--autoscale") from error
 
     config = WorkerConfig(
         app=app, url=cli.url, queues=queues, processes=processes, concurrency=concurrency, prefetch=prefetch,
         max_tasks_per_child=max_tasks_per_child, max_memory_mb=max_memory_mb, shutdown_secs=shutdown_secs,
         wait_secs=wait_secs, delayed_poll_secs=delayed_poll_secs, registry_every_secs=registry_secs, beat=beat,
-        name=name, node=node, steal_after_secs=steal_after_secs, sys_path=[os.getcwd()],
+        name=name, node=node, steal_after_secs=steal_after_secs, autoscale=scale, scale_cmd=scale_cmd,
+        scale_window_secs=scale_window_secs, scale_idle_secs=scale_idle_secs, sys_path=[os.getcwd()],
     )
     try:
         load_app(app, config.sys_path)

@@ -41,6 +41,10 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     name: str | None = None  # prefix of worker ids; default: the host name
     node: str | None = None  # data locality: also serve the local queues `<queue>@<node>`
     steal_after_secs: float = DEFAULT_STEAL_AFTER_SECS  # idle this long: steal from other nodes' queues
+    autoscale: tuple[int, int] | None = None  # (MIN, MAX) worker processes; None: `processes`, fixed
+    scale_cmd: str | None = None  # run with KITTIWAKE_DESIRED when more than MAX are wanted
+    scale_window_secs: float = 2.0  # a backlog not shrinking over this long adds a process
+    scale_idle_secs: float = 10.0  # an empty backlog this long retires a process
     sys_path: list[str] = []  # prepended to sys.path in worker processes (where the app module is)
 
     @property

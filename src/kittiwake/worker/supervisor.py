@@ -12,7 +12,10 @@ process holding threads and sockets), and
 * on SIGTERM or SIGINT passes SIGTERM to every worker process, waits for
   them (each finishes or hands back its tasks within `shutdown_secs`), and
   exits 0; a second signal kills them at once;
-* runs the periodic scheduler (`Beat`) when started with ``--beat``.
+* runs the periodic scheduler (`Beat`) when started with ``--beat``;
+* with ``--autoscale MIN:MAX`` starts MIN processes and adds or retires
+  processes as the queues' backlog asks (`kittiwake.worker.autoscale`); a
+  retired process gets SIGTERM and is not respawned.
 
 Worker processes ask the kernel for SIGTERM when the supervisor dies
 (Linux ``PR_SET_PDEATHSIG``), so a killed supervisor leaves no orphan
@@ -31,6 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from kittiwake import errors
+from kittiwake.worker import autoscale
 from kittiwake.worker.config import WorkerConfig, load_app
 
 log = logging.getLogger("kittiwake.worker.supervisor")
@@ -60,6 +65,12 @@ class Supervisor:
         self._signals = 0
         self._beat: Any = None
         self._pending: dict[int, tuple[float, int]] = {}  # slot → (respawn at, crashes so far)
+        self._retiring: set[int] = set()  # slots stopped by autoscaling: not respawned
+        self._policy: autoscale.ScalePolicy | None = None
+        self._client: Any = None
+        self._queues: list[str] = []
+        self._wanted = 0
+        self._scale_at = 0.0
 
     def _command(self) -> list[str]:
         return [sys.executable, "-m", "kittiwake.worker", self.config.to_json()]
@@ -101,18 +112,78 @@ class Supervisor:
 
             self._beat = Beat(app, Client(self.config.url or app.url))
             self._beat.start()
-        for slot in range(self.config.processes):
+        processes = self.config.processes
+        if self.config.autoscale is not None:
+            from kittiwake.client import Client
+
+            low, high = self.config.autoscale
+            processes = low
+            self._policy = autoscale.ScalePolicy(
+                low, high, slots_per_process=self.config.concurrency, window_secs=self.config.scale_window_secs,
+                idle_secs=self.config.scale_idle_secs,
+            )
+            self._client = Client(self.config.url or app.url)
+            self._queues = list(self.config.queues or app.queues())
+            self._wanted = processes
+        for slot in range(processes):
             self._spawn(slot)
-        print(f"kittiwake worker supervisor pid {os.getpid()} running {self.config.processes} processes",
-              flush=True)
+        print(f"kittiwake worker supervisor pid {os.getpid()} running {processes} processes", flush=True)
         while True:
             self._reap()
+            if self._policy is not None and not self._stopping.is_set() and time.monotonic() >= self._scale_at:
+                self._scale_at = time.monotonic() + autoscale.DEFAULT_EVERY_SECS
+                self._autoscale()
             if self._stopping.is_set() and not self.children:
                 break
             time.sleep(POLL_SECS)
         if self._beat is not None:
             self._beat.stop()
+        if self._client is not None:
+            self._client.close()
         return 0
+
+    def _active_slots(self) -> list[int]:
+        return sorted((set(self.children) | set(self._pending)) - self._retiring)
+
+    def _autoscale(self) -> None:
+        """One autoscaling step: sample the backlog, then add a process or retire an idle one."""
+        assert self._policy is not None
+        active = self._active_slots()
+        try:
+            waiting = autoscale.backlog(self._client, self._queues)
+        except errors.KittiwakeError as error:
+            log.warning("autoscaling: %s", error)
+            return
+        decision = self._policy.decide(time.monotonic(), waiting, len(active))
+        if decision.wanted != self._wanted:
+            if decision.wanted > self._policy.maximum and self.config.scale_cmd:
+                autoscale.run_scale_command(self.config.scale_cmd, decision.wanted)
+            self._wanted = decision.wanted
+        if decision.processes > len(active):
+            slot = next(n for n in range(len(self.children) + len(self._pending) + 1)
+                        if n not in self.children and n not in self._pending)
+            log.info("autoscaling up to %d processes (%d tasks waiting)", decision.processes, waiting)
+            self._spawn(slot)
+        elif decision.processes < len(active):
+            self._retire_idle()
+
+    def _retire_idle(self) -> None:
+        """SIGTERM one worker process whose registry record shows it holds no task."""
+        from kittiwake.worker.registry import live_workers
+
+        try:
+            idle = {record.info.get("pid") for record in live_workers(self._client)
+                    if not record.status.get("held") and not record.running}
+        except errors.KittiwakeError as error:
+            log.warning("autoscaling: %s", error)
+            return
+        for slot in reversed(self._active_slots()):
+            child = self.children.get(slot)
+            if child is not None and child.process.pid in idle:
+                log.info("autoscaling down: retiring idle worker process %d (pid %d)", slot, child.process.pid)
+                self._retiring.add(slot)
+                child.process.send_signal(signal.SIGTERM)
+                return
 
     def _reap(self) -> None:
         now = time.monotonic()
@@ -121,6 +192,9 @@ class Supervisor:
             if code is None:
                 continue
             del self.children[slot]
+            if slot in self._retiring:
+                self._retiring.discard(slot)
+                continue
             if self._stopping.is_set():
                 continue
             quick = now - child.started_at < QUICK_CRASH_SECS and code != 0
