@@ -15,7 +15,7 @@ GANG_QUEUES = ("--queues", "gang,gang.gang,tests", "--prefetch", "0")
 def test_a_gang_of_three_assembles_on_three_slots(broker: BrokerProcess, app, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     with workers(broker.url, tmp_path, *GANG_QUEUES, processes=3) as worker:
-        handle = apps.gang_of_three.submit(str(runs))
+        handle = apps.gang_of_three.submit(str(runs), key="gang #1 (any key)")
         sums = [apps.add.submit(n, n) for n in range(10)]  # ordinary tasks run beside the gang
         assert handle.result(timeout=30) == 0
         assert app.results(sums, timeout=30) == [2 * n for n in range(10)]

@@ -30,6 +30,7 @@ with ``--prefetch 0``, so a slot busy leading does not hold joins it cannot run.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -99,7 +100,8 @@ def lead(runner: TaskRunner, held: Held, needs: int, gang_timeout: float) -> _Ga
     me = slot_address(runner.worker_id)
     headers = task.headers or {}
     task_id = headers.get(TASK_ID_HEADER, task.pid)
-    gang_id = f"{task_id}-{task.deliveries}-{time.time_ns() % 10**9}"
+    # a queue-name-safe id, new for every assembly (a task id may be any printable idempotency key)
+    gang_id = f"{hashlib.sha1(task_id.encode()).hexdigest()[:16]}-{time.time_ns() % 10**12}"
     base_queue = task.queue[: -len(DELAYED_SUFFIX)] if task.queue.endswith(DELAYED_SUFFIX) else task.queue
     mailbox = mailbox_of(base_queue, gang_id)
     joins = [
