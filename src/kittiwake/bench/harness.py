@@ -20,7 +20,6 @@ histogram buckets): p50, p90, p99, p99.9 (`p999`) and max, in milliseconds.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import re
 import shutil
@@ -38,7 +37,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
 from kittiwake.bench.load import serve
-from kittiwake.bench.processes import stop_processes
+from kittiwake.bench.processes import start_processes, stop_processes
 from kittiwake.protocol import FrameReader, decode_reply, encode_frame, encode_request
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
@@ -221,15 +220,7 @@ class LoadPool:
     """Long-lived load processes (spawned, so they share nothing with this one)."""
 
     def __init__(self, processes: int) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.workers: list[tuple[Any, Any, Any]] = []
-        for _ in range(processes):
-            parent_end, child_end = context.Pipe()
-            counter = context.Value("q", 0, lock=False)
-            process = context.Process(target=serve, args=(child_end, counter), daemon=True)
-            process.start()
-            child_end.close()
-            self.workers.append((process, parent_end, counter))
+        self.workers: list[tuple[Any, Any, Any]] = start_processes(processes, serve)
 
     @property
     def size(self) -> int:

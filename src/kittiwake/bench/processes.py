@@ -8,7 +8,8 @@ pipe and `None` to stop; the counter shows live progress.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import multiprocessing
+from typing import Any, Callable
 
 
 def use_uvloop() -> None:
@@ -18,6 +19,20 @@ def use_uvloop() -> None:
     except ImportError:
         return
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def start_processes(count: int, serve: Callable[[Any, Any], None]) -> list[tuple[Any, Any, Any]]:
+    """Spawn `count` members running `serve(pipe, counter)`; spawned, so they share nothing with this one."""
+    context = multiprocessing.get_context("spawn")
+    members = []
+    for _ in range(count):
+        parent_end, child_end = context.Pipe()
+        counter = context.Value("q", 0, lock=False)
+        process = context.Process(target=serve, args=(child_end, counter), daemon=True)
+        process.start()
+        child_end.close()
+        members.append((process, parent_end, counter))
+    return members
 
 
 def stop_processes(members: list[tuple[Any, Any, Any]]) -> None:

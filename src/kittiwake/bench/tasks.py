@@ -34,7 +34,6 @@ or not, never asserted.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
 import random
 import shutil
@@ -49,7 +48,7 @@ from rich.console import Console
 
 from kittiwake.bench import references
 from kittiwake.bench.harness import BrokerProcess, Measured, latency_summary_ms
-from kittiwake.bench.processes import stop_processes
+from kittiwake.bench.processes import start_processes, stop_processes
 from kittiwake.bench.jobs import LoadResult
 from kittiwake.bench.report import (
     check_target,
@@ -101,15 +100,7 @@ class ProcessPool:
     """Long-lived worker and submitter processes (spawned: they share nothing with this one)."""
 
     def __init__(self, processes: int) -> None:
-        context = multiprocessing.get_context("spawn")
-        self.members: list[tuple[Any, Any, Any]] = []
-        for _ in range(processes):
-            parent_end, child_end = context.Pipe()
-            counter = context.Value("q", 0, lock=False)
-            process = context.Process(target=serve, args=(child_end, counter), daemon=True)
-            process.start()
-            child_end.close()
-            self.members.append((process, parent_end, counter))
+        self.members: list[tuple[Any, Any, Any]] = start_processes(processes, serve)
 
     def start(self, index: int, job: Any) -> None:
         _, pipe, counter = self.members[index]
