@@ -35,26 +35,24 @@ Semantics (TaskMaster §2–§5, Paštas ch. 2–4):
 from __future__ import annotations
 
 import heapq
-import re
 from collections import OrderedDict
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from sortedcontainers import SortedList
 
 from kittiwake import errors
 from kittiwake.engine.mutations import (
-    DeleteEdges,
     DeleteTask,
     DropQueue,
     Mutation,
-    PutEdge,
     PutTask,
     SetLease,
-    SetWaiting,
 )
+from kittiwake.engine.dependencies import Dependencies
+from kittiwake.engine.inspection import Inspection
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rate_limit import TokenBucket
-from kittiwake.engine.rates import DEQUEUE, ENQUEUE, LEASE, LEASE_SECS_SUM, RateWindow
+from kittiwake.engine.rates import ENQUEUE, LEASE, RateWindow
 from kittiwake.engine.storage import TaskStore
 from kittiwake.model import (
     DEAD_SUFFIX,
@@ -63,11 +61,8 @@ from kittiwake.model import (
     ItemOutcome,
     LeaseRef,
     LeaseRequest,
-    LeaseSample,
     Limits,
     NewTask,
-    QueueInfo,
-    QueueStats,
     Task,
     dead_queue_of,
     fifo_pid,
@@ -76,12 +71,10 @@ from kittiwake.model import (
     validate_lease_secs,
     validate_name,
     validate_pid,
-    validate_keys,
     validate_queue,
 )
 
 DEAD_REASON_HEADER = "kittiwake-dead-reason"
-MAX_PATTERN_CHARS = 1024
 MAX_QUEUES_PER_LEASE = 1000
 EXPIRY_COMPACT_MIN = 1024  # expiry heap entries before renewals' stale entries are compacted away
 PRUNE_EVERY_SECS = 60.0  # scanning every queue for idle empties is O(queues)
@@ -89,8 +82,9 @@ PRUNE_EVERY_SECS = 60.0  # scanning every queue for idle empties is O(queues)
 _DEQUEUE, _RENEW, _RELEASE = "dequeue", "renew", "release"
 
 
-class Engine:
-    """All queue state of one broker. Not thread-safe: one caller at a time."""
+class Engine(Dependencies, Inspection):
+    """All queue state of one broker. Not thread-safe: one caller at a time.
+    Dependencies and cancel live in `dependencies`, read-only views in `inspection`."""
 
     def __init__(
         self,
@@ -310,30 +304,6 @@ class Engine:
         mutations.append(PutTask(task))
         mutations.extend(edges)
         return EnqueueOutcome(new.queue, pid, False)
-
-    def _key_exists(self, name: str, pid: str) -> bool:
-        queue = self._queues.get(name)
-        return queue is not None and self._exists(queue, pid)
-
-    def _link_parents(
-        self, task: Task, parents: list[tuple[str, str]], edges: list[Mutation]
-    ) -> tuple[str, str] | None:
-        """Count the parents still to finish and write their edges (Albatross
-        §5.2.2). A parent that is gone has finished, unless it sits in its
-        dead-letter queue: then it failed, and that parent is returned."""
-        for parent_queue, parent_pid in parents:
-            state = self._queues.get(parent_queue)
-            parent = self._find(state, parent_pid) if state is not None else None
-            if parent is None:
-                dead = self._queues.get(dead_queue_of(parent_queue))
-                if dead is not None and self._find(dead, parent_pid) is not None:
-                    return (parent_queue, parent_pid)
-                continue
-            task.waiting_on += 1
-            parent.children += 1
-            edges.append(PutEdge(parent_queue, parent_pid, task.queue, task.pid))
-            edges.append(SetWaiting(parent_queue, parent_pid, parent.waiting_on, parent.children))
-        return None
 
     # ----------------------------------------------------------------- lease
 
@@ -594,48 +564,6 @@ class Engine:
             self._write(mutations)
             self._finish_parent(task, mutations)
 
-    def _finish_parent(self, parent: Task, mutations: list[Mutation]) -> None:
-        """A parent finished: each child has one parent fewer to wait for, and
-        a child with none left becomes available."""
-        for child_queue, child_pid in self.store.children_of(parent.queue, parent.pid):
-            queue = self._queues.get(child_queue)
-            child = self.store.load_task(child_queue, child_pid) if queue is not None else None
-            if child is None or child.waiting_on <= 0:
-                continue
-            child.waiting_on -= 1
-            mutations.append(SetWaiting(child_queue, child_pid, child.waiting_on, child.children))
-            if child.waiting_on == 0:
-                queue.blocked -= 1
-                self._add_available(queue, child)
-        mutations.append(DeleteEdges(parent.queue, parent.pid))
-
-    def _fail_descendants(self, parent: Task, now: float, mutations: list[Mutation]) -> int:
-        """A parent failed or was cancelled: every task waiting on it, and theirs
-        in turn, moves to its dead-letter queue with the reason. Returns how many."""
-        failed = 0
-        reason = f"PARENT_FAILED {parent.queue}/{parent.pid}"
-        stack = [(parent.queue, parent.pid)]
-        while stack:
-            parent_key = stack.pop()
-            self._write(mutations)
-            for child_queue, child_pid in self.store.children_of(*parent_key):
-                queue = self._queues.get(child_queue)
-                child = self.store.load_task(child_queue, child_pid) if queue is not None else None
-                if child is None or child.waiting_on <= 0:
-                    continue  # already failed through another parent
-                assert queue is not None
-                queue.blocked -= 1
-                queue.size -= 1
-                mutations.append(DeleteTask(child_queue, child_pid))
-                child.waiting_on = 0
-                self._bury(child, reason, now, mutations)
-                self._forget_if_empty(queue)
-                failed += 1
-                if child.children:
-                    stack.append((child_queue, child_pid))
-            mutations.append(DeleteEdges(*parent_key))
-        return failed
-
     def _do_renew(self, queue: QueueState, task: Task, lease_secs: float, now: float, mutations: list[Mutation]) -> float:
         task.lease_expires_at = now + lease_secs
         heapq.heappush(self._expiry, (task.lease_expires_at, task.lease_id, queue.name, task.pid))
@@ -728,38 +656,6 @@ class Engine:
 
         return self._batch(refs, _RELEASE, now, apply)
 
-    def cancel(self, keys: Sequence[tuple[str, str]], reason: str | None, now: float) -> list[ItemOutcome]:
-        """Withdraw tasks, whatever their state, into their dead-letter queues
-        with reason CANCELLED (or the one given), failing their descendants. A
-        worker holding one of them loses its lease: its renew, release or
-        dequeue is refused with TASK_NOT_FOUND. Per-item outcomes."""
-        keys = validate_keys(list(keys), self.limits, "tasks")
-        reason = self._validate_reason(reason) or "CANCELLED"
-        mutations: list[Mutation] = []
-        outcomes: list[ItemOutcome] = []
-        for name, pid in keys:
-            queue = self._queues.get(name)
-            task = self._find(queue, pid) if queue is not None else None
-            if task is None or queue is None:
-                outcomes.append(ItemOutcome(name, pid, False, errors.TaskNotFound.code, f"no task {pid!r} in {name!r}"))
-                continue
-            if queue.leased.pop(pid, None) is None:
-                if task.waiting_on > 0:
-                    queue.blocked -= 1
-                elif queue.remove_available(pid) is not None:
-                    self.memory_bytes -= task.size_bytes()
-            queue.size -= 1
-            mutations.append(DeleteTask(name, pid))
-            task.waiting_on = 0
-            self._bury(task, reason, now, mutations)
-            if task.children:
-                self._fail_descendants(task, now, mutations)
-            self._forget_if_empty(queue)
-            outcomes.append(ItemOutcome(name, pid, True, dead=True))
-            self._write(mutations)
-        self._enforce_cache()
-        return outcomes
-
     def _validate_reason(self, reason: object) -> str | None:
         if reason is None:
             return None
@@ -842,98 +738,6 @@ class Engine:
         self._enforce_cache()
         return result
 
-    # ------------------------------------------------------------ inspection
-
-    @staticmethod
-    def view(task: Task, now: float) -> dict[str, Any]:
-        """A task as shown to people and clients by peek, get and find_by_sender."""
-        return {
-            "queue": task.queue,
-            "pid": task.pid,
-            "data": task.data,
-            "state": task.state_at(now).value,
-            "enqueued_at": task.enqueued_at,
-            "sender": task.sender,
-            "receiver": task.receiver,
-            "headers": task.headers,
-            "attempts": task.attempts,
-            "deliveries": task.deliveries,
-            "lease_owner": task.lease_owner,
-            "lease_expires_at": task.lease_expires_at,
-            "waiting_on": task.waiting_on,
-            "children": task.children,
-            "progress": task.progress,
-            "note": task.note,
-        }
-
-    def peek(self, queue: str, n: int, from_pid: str | None, now: float) -> list[dict[str, Any]]:
-        """Look at up to n tasks in pid order without leasing them (Paštas peek)."""
-        validate_queue(queue, self.limits)
-        validate_count(n, "n", 1, self.limits.max_batch)
-        if from_pid is not None:
-            validate_pid(from_pid, self.limits, "from_pid")
-        if queue not in self._queues:
-            return []
-        return self._views(self.store.scan(queue, from_pid, n), now)
-
-    def _views(self, tasks: list[Task], now: float) -> list[dict[str, Any]]:
-        """Views of tasks, cut short once their data passes the reply budget (at least one)."""
-        budget = self.limits.max_reply_data_bytes
-        views = []
-        for task in tasks:
-            if views and budget < len(task.data):
-                break
-            budget -= len(task.data)
-            views.append(self.view(task, now))
-        return views
-
-    def get(self, queue: str, pid: str, now: float) -> dict[str, Any]:
-        validate_queue(queue, self.limits)
-        validate_pid(pid, self.limits)
-        state = self._queues.get(queue)
-        task = self._find(state, pid) if state is not None else None
-        if task is None:
-            raise errors.TaskNotFound(f"no task {pid!r} in {queue!r}")
-        return self.view(task, now)
-
-    def find_by_sender(self, sender: str, queue: str | None, limit: int, now: float) -> list[dict[str, Any]]:
-        validate_name(sender, self.limits, "sender")
-        if queue is not None:
-            validate_queue(queue, self.limits)
-        validate_count(limit, "limit", 1, self.limits.max_batch)
-        return self._views(self.store.find_by_sender(sender, queue, limit), now)
-
-    def queues_for_receiver(self, receiver: str) -> list[str]:
-        validate_name(receiver, self.limits, "receiver")
-        return self.store.queues_for_receiver(receiver)
-
-    def _matching(self, pattern: str | None) -> Iterable[QueueState]:
-        if pattern is None:
-            names: Iterable[str] = self._names
-        else:
-            if not isinstance(pattern, str) or len(pattern) > MAX_PATTERN_CHARS:
-                raise errors.BadRequest(f"pattern must be a regex of at most {MAX_PATTERN_CHARS} characters")
-            try:
-                search = re.compile(pattern).search
-            except re.error as exc:
-                raise errors.BadRequest(f"bad pattern: {exc}") from None
-            names = [name for name in self._names if search(name)]
-        queues = self._queues
-        return (queues[name] for name in names)
-
-    def list_queues(self, pattern: str | None, min_tasks: int, limit: int) -> list[QueueInfo]:
-        """Queues in name order holding at least max(1, min_tasks) tasks."""
-        validate_count(min_tasks, "min_tasks", 0, 2**62)
-        validate_count(limit, "limit", 1, 1_000_000)
-        floor = max(1, min_tasks)
-        rows: list[QueueInfo] = []
-        for queue in self._matching(pattern):
-            if queue.size >= floor:
-                rows.append(QueueInfo(queue.name, queue.size, len(queue.leased)))
-                if len(rows) >= limit:
-                    break
-        return rows
-
     def delete_queue(self, queue: str) -> int:
         """Drop a queue and every task in it, in constant time; returns how many."""
         validate_queue(queue, self.limits)
@@ -943,53 +747,6 @@ class Engine:
         self._drop_memory(state)
         self.store.write([DropQueue(queue)])
         return state.size
-
-    def stats(
-        self, queues: Sequence[str] | None, pattern: str | None, sample: int, now: float
-    ) -> list[QueueStats]:
-        """TaskMaster §3.5 statistics for named queues, or those matching a pattern."""
-        validate_count(sample, "sample", 0, 1000)
-        self.sweep(now)
-        if queues is not None:
-            if not isinstance(queues, list) or len(queues) > 10_000:
-                raise errors.BadRequest("queues must be a list of at most 10000 names")
-            for name in queues:
-                validate_queue(name, self.limits)
-            names = list(dict.fromkeys(queues))
-        else:
-            names = [queue.name for queue in self._matching(pattern) if queue.size > 0]
-        return [self._stats_of(name, sample, now) for name in names]
-
-    def _stats_of(self, name: str, sample: int, now: float) -> QueueStats:
-        queue = self._queues.get(name)
-        dead = self._queues.get(dead_queue_of(name))
-        if queue is None:
-            return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, None, None)
-        rates = queue.rates or RateWindow()
-        one = rates.totals(now, 60.0)
-        five = rates.totals(now, 300.0)
-        oldest = queue.oldest_enqueued_at()
-        leased_sample = [
-            LeaseSample(t.queue, t.pid, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at)
-            for t in list(queue.leased.values())[:sample]
-        ]
-        return QueueStats(
-            queue=name,
-            size=queue.size,
-            available=queue.size - len(queue.leased) - queue.blocked,
-            leased=len(queue.leased),
-            dead=dead.size if dead else 0,
-            blocked=queue.blocked,
-            enqueue_rate_1m=one[ENQUEUE] / 60.0,
-            enqueue_rate_5m=five[ENQUEUE] / 300.0,
-            lease_rate_1m=one[LEASE] / 60.0,
-            lease_rate_5m=five[LEASE] / 300.0,
-            dequeue_rate_1m=one[DEQUEUE] / 60.0,
-            dequeue_rate_5m=five[DEQUEUE] / 300.0,
-            avg_lease_secs=(five[LEASE_SECS_SUM] / five[DEQUEUE]) if five[DEQUEUE] else None,
-            oldest_task_age_secs=(now - oldest) if oldest is not None else None,
-            leased_sample=leased_sample,
-        )
 
     def maintain(self, now: float) -> None:
         """Periodic housekeeping: sweep leases; once a minute, forget empty queues whose rates went idle."""
