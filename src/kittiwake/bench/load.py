@@ -31,7 +31,6 @@ import asyncio
 import os
 import random
 import time
-import traceback
 from multiprocessing.connection import Connection as Pipe
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
@@ -40,7 +39,7 @@ import msgspec
 
 from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
 from kittiwake.bench.probes import cpu_secs, run_fsync_probe, run_wake_probe
-from kittiwake.bench.processes import use_uvloop
+from kittiwake.bench.processes import serve_jobs
 from kittiwake.protocol import FrameReader, encode_frame, encode_request
 
 # An operation that finished nothing (an empty lease, an error reply) waits this
@@ -426,22 +425,12 @@ async def run_load(job: TimedLoad | CountedLoad, counter: Synchronized) -> LoadR
 
 def serve(pipe: Pipe, counter: Synchronized) -> None:
     """A load process: run each job the parent sends, answer ("ok", result) or ("error", text)."""
-    use_uvloop()
-    while True:
-        try:
-            job = pipe.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
-        counter.value = 0
-        try:
-            if isinstance(job, FsyncProbe):
-                outcome: Any = ("ok", run_fsync_probe(job, counter))
-            elif isinstance(job, WakeProbe):
-                outcome = ("ok", asyncio.run(run_wake_probe(job, counter)))
-            else:
-                outcome = ("ok", asyncio.run(run_load(job, counter)))
-        except BaseException:  # reported to the parent, which raises it
-            outcome = ("error", traceback.format_exc())
-        pipe.send(outcome)
+
+    def run(job: Any) -> Any:
+        if isinstance(job, FsyncProbe):
+            return run_fsync_probe(job, counter)
+        if isinstance(job, WakeProbe):
+            return asyncio.run(run_wake_probe(job, counter))
+        return asyncio.run(run_load(job, counter))
+
+    serve_jobs(pipe, counter, run)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import traceback
 from typing import Any, Callable
 
 
@@ -48,3 +49,25 @@ def stop_processes(members: list[tuple[Any, Any, Any]]) -> None:
             process.terminate()
             process.join(5)
         pipe.close()
+
+
+def serve_jobs(pipe: Any, counter: Any, run: Callable[[Any], Any], ignore: Callable[[Any], bool] = lambda job: False) -> None:
+    """A helper process's main loop: run each job the parent sends and answer
+    ("ok", result) or ("error", traceback); `None` or a closed pipe ends it,
+    and jobs that `ignore` accepts (late stop signals) are skipped."""
+    use_uvloop()
+    while True:
+        try:
+            job = pipe.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        if ignore(job):
+            continue
+        counter.value = 0
+        try:
+            outcome: Any = ("ok", run(job))
+        except BaseException:  # reported to the parent, which raises it
+            outcome = ("error", traceback.format_exc())
+        pipe.send(outcome)

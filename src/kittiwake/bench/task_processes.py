@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import traceback
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from typing import Any
 
 import msgspec
 
-from kittiwake.bench.processes import use_uvloop
+from kittiwake.bench.processes import serve_jobs
 from kittiwake.bench.probes import cpu_secs
 from kittiwake.client import AsyncClient, LeasedTask
 
@@ -376,24 +375,13 @@ async def submit(job: SubmitJob, counter: Synchronized) -> SubmitReport:
 
 def serve(pipe: Pipe, counter: Synchronized) -> None:
     """A worker or submitter process: run each job the parent sends; answer ("ok", report) or ("error", text)."""
-    use_uvloop()
-    while True:
-        try:
-            job = pipe.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
-        if job == STOP:  # a stop that arrived after its job ended
-            continue
-        counter.value = 0
-        try:
-            if isinstance(job, WorkerJob):
-                outcome: Any = ("ok", asyncio.run(work(job, pipe, counter)))
-            elif isinstance(job, SubmitJob):
-                outcome = ("ok", asyncio.run(submit(job, counter)))
-            else:
-                outcome = ("error", f"unknown job {job!r}")
-        except BaseException:  # reported to the parent, which raises it
-            outcome = ("error", traceback.format_exc())
-        pipe.send(outcome)
+
+    def run(job: Any) -> Any:
+        if isinstance(job, WorkerJob):
+            return asyncio.run(work(job, pipe, counter))
+        if isinstance(job, SubmitJob):
+            return asyncio.run(submit(job, counter))
+        raise ValueError(f"unknown job {job!r}")
+
+    # a stop that arrived after its job ended is skipped
+    serve_jobs(pipe, counter, run, ignore=lambda job: job == STOP)
