@@ -82,6 +82,18 @@ class LeaseExpired(KittiwakeError):
     code = "LEASE_EXPIRED"
 
 
+class TaskLeased(KittiwakeError):
+    """The task is held by a lease, so this operation leaves it alone."""
+
+    code = "TASK_LEASED"
+
+
+class TaskExists(KittiwakeError):
+    """A task with that pid exists already (a requeued dead letter would collapse into it)."""
+
+    code = "TASK_EXISTS"
+
+
 class CrossGroupUpdate(KittiwakeError):
     """An update names queues of more than one consistency group. Code CROSS_GROUP_UPDATE."""
 

@@ -27,6 +27,13 @@ from kittiwake.errors import BadRequest
 DEFAULT_GROUP = ""
 DEAD_SUFFIX = ".dead"
 FIFO_PID_DIGITS = 17
+# Every dead letter is kept: it sits in `<queue>.dead` at `<pid>~<death time>`
+# (a FIFO pid from the broker's clock, so a pid's dead letters are adjacent and
+# in the order they died), with the reason and the original pid in headers.
+DEAD_REASON_HEADER = "kittiwake-dead-reason"
+DEAD_PID_HEADER = "kittiwake-dead-pid"
+DEAD_PID_SEPARATOR = "~"
+DEAD_PID_EXTRA_BYTES = len(DEAD_PID_SEPARATOR) + FIFO_PID_DIGITS
 
 _QUEUE_RE = re.compile(r"(?:[A-Za-z0-9_.:@/\-]+#)?[A-Za-z0-9_.:@/\-]+")  # used with fullmatch
 _HEADER_KEY_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # used with fullmatch
@@ -76,6 +83,16 @@ def dead_queue_of(queue: str) -> str:
     return queue + DEAD_SUFFIX
 
 
+def dead_letter_pid(pid: str, death_pid: str) -> str:
+    """The pid of a dead letter of `pid`, given a FIFO pid of its death."""
+    return pid + DEAD_PID_SEPARATOR + death_pid
+
+
+def dead_letter_prefix(pid: str) -> str:
+    """Every dead letter of `pid` has a pid that starts with this (others may too: check DEAD_PID_HEADER)."""
+    return pid + DEAD_PID_SEPARATOR
+
+
 def fifo_pid(micros: int) -> str:
     """The FIFO pid for a clock reading in microseconds."""
     return str(micros).zfill(FIFO_PID_DIGITS)
@@ -104,7 +121,9 @@ def validate_queue(queue: object, limits: Limits, what: str = "queue") -> str:
     return queue
 
 
-def validate_pid(pid: object, limits: Limits, what: str = "pid") -> str:
+def validate_pid(pid: object, limits: Limits, what: str = "pid", queue: str | None = None) -> str:
+    """A pid as a client may send it; naming a task of a dead-letter `queue`
+    it may be longer by the dead-letter suffix."""
     if not isinstance(pid, str):
         raise BadRequest(f"{what} must be a string, got {type(pid).__name__}")
     if not pid:
@@ -113,8 +132,11 @@ def validate_pid(pid: object, limits: Limits, what: str = "pid") -> str:
         size = len(pid.encode("utf-8"))
     except UnicodeEncodeError:
         raise BadRequest(f"{what} is not valid UTF-8") from None
-    if size > limits.max_pid_bytes:
-        raise BadRequest(f"{what} is over {limits.max_pid_bytes} bytes")
+    most = limits.max_pid_bytes
+    if queue is not None and queue.endswith(DEAD_SUFFIX):
+        most += DEAD_PID_EXTRA_BYTES
+    if size > most:
+        raise BadRequest(f"{what} is over {most} bytes")
     if not pid.isprintable():
         raise BadRequest(f"{what} has NUL or control characters")
     return pid
@@ -221,7 +243,7 @@ def validate_keys(keys: object, limits: Limits, what: str) -> list[tuple[str, st
         if not isinstance(key, (list, tuple)) or len(key) != 2:
             raise BadRequest(f"each entry of {what} must be a [queue, pid] pair")
         queue, pid = key
-        found[(validate_queue(queue, limits, f"{what} queue"), validate_pid(pid, limits, f"{what} pid"))] = None
+        found[(validate_queue(queue, limits, f"{what} queue"), validate_pid(pid, limits, f"{what} pid", queue))] = None
     return list(found)
 
 

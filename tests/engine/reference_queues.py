@@ -6,6 +6,12 @@ laziness exactly (TaskMaster §5.6): a lease that ran out stays held until a swe
 runs at every lease, stats and maintain call) counts its failed attempt, and may be dequeued late
 until then or until somebody leases the task again.
 
+A released lease fences nothing: release clears the task's lease id, so only a lease that ran
+out may still dequeue late. Every dead letter is kept as a new task of the dead-letter queue at
+`<pid>~<death time>`; the death time comes from the engine's clock, so the model learns each dead
+letter's pid from the store right after the engine made it (as tests learn FIFO pids from enqueue
+outcomes) and checks its shape: the original pid, `~`, and 17 digits larger than any before.
+
 `check_engine` compares an engine and its store with the model after every step of the
 model-based and simulation tests: sizes, leases, the rows in the store, and the head cache's
 invariant (TaskMaster §5.4: memory holds every available task up to the horizon, and no more than
@@ -16,10 +22,10 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from kittiwake.engine import DEAD_REASON_HEADER, Engine
-from kittiwake.model import DEAD_SUFFIX, Limits, group_of
+from kittiwake.model import DEAD_PID_HEADER, DEAD_SUFFIX, FIFO_PID_DIGITS, Limits, dead_letter_prefix, group_of
 
 DEFAULT_MAX_ATTEMPTS = Limits().default_max_attempts
 REFILLS_PER_LEASE = 8  # Engine._ensure_head: at most this many refills in one lease call
@@ -60,8 +66,10 @@ class Ref:
 
 
 class ModelQueues:
-    def __init__(self) -> None:
+    def __init__(self, store: Callable[[], Any]) -> None:
         self.queues: dict[str, dict[str, ModelTask]] = {}
+        self.store = store  # the engine's store now: where dead letters' pids are learned
+        self.last_death = ""  # the largest death time of a dead letter so far
 
     def copy(self) -> ModelQueues:
         return copy.deepcopy(self)
@@ -111,37 +119,54 @@ class ModelQueues:
         tasks[pid] = ModelTask(data, receiver=receiver, max_attempts=max_attempts, fifo=fifo)
         return False
 
-    def fail_attempt(self, queue: str, pid: str, reason: str) -> bool:
+    def fail_attempt(self, queue: str, pid: str, reason: str, released: bool = False) -> bool:
         """Count a failed attempt; True if the task went to the dead-letter queue."""
         task = self.queues[queue][pid]
         task.attempts += 1
         task.expires_at = None
+        if released:
+            task.lease_id = 0
         if task.attempts < (task.max_attempts or DEFAULT_MAX_ATTEMPTS) or queue.endswith(DEAD_SUFFIX):
             return False
         self._remove(queue, pid)
-        self.queues.setdefault(queue + DEAD_SUFFIX, {})[pid] = ModelTask(
+        dead = queue + DEAD_SUFFIX
+        self.queues.setdefault(dead, {})[self._dead_letter_pid(dead, pid)] = ModelTask(
             task.data,
             receiver=task.receiver,
+            max_attempts=task.max_attempts,
             attempts=task.attempts,
             deliveries=task.deliveries,
-            lease_id=task.lease_id,
             dead_reason=reason,
         )
         return True
 
+    def _dead_letter_pid(self, dead: str, pid: str) -> str:
+        """The pid the engine gave the dead letter of `pid` it has just made: the oldest of the
+        store's dead letters of `pid` the model does not know yet."""
+        known = self.queues.get(dead, {})
+        prefix = dead_letter_prefix(pid)
+        for row in self.store().scan(dead, prefix, 1_000_000):
+            if not row.pid.startswith(prefix):
+                break
+            if row.pid in known or (row.headers or {}).get(DEAD_PID_HEADER) != pid:
+                continue
+            death = row.pid[len(prefix):]
+            assert len(death) == FIFO_PID_DIGITS and death.isdigit(), f"dead letter pid {row.pid!r}"
+            assert death > self.last_death, f"dead letter {row.pid!r} died before {self.last_death}"
+            self.last_death = death
+            return row.pid
+        raise AssertionError(f"the engine made no dead letter of {pid!r} in {dead!r}")
+
     def sweep(self, now: float) -> None:
         """Expired leases give their tasks back, counting a failed attempt."""
-        expired = [
-            (queue, pid)
+        expired = sorted(
+            (task.expires_at, task.lease_id, queue, pid)
             for queue, tasks in self.queues.items()
             for pid, task in tasks.items()
             if task.expires_at is not None and task.expires_at <= now
-        ]
-        for queue, pid in expired:
-            task = self.get(queue, pid)
-            # a dead-lettering earlier in this sweep may have replaced the task
-            if task is not None and task.expires_at is not None and task.expires_at <= now:
-                self.fail_attempt(queue, pid, "LEASE_EXPIRED")
+        )
+        for _, _, queue, pid in expired:  # in the engine's order, which is the order of death times
+            self.fail_attempt(queue, pid, "LEASE_EXPIRED")
 
     def eligible(
         self, queues: Sequence[str], max_pid: str | None, receiver: str | None
@@ -185,7 +210,7 @@ class ModelQueues:
         self.queues[ref.queue][ref.pid].expires_at = expires_at
 
     def release(self, ref: Ref, reason: str | None) -> bool:
-        return self.fail_attempt(ref.queue, ref.pid, reason or "RELEASED")
+        return self.fail_attempt(ref.queue, ref.pid, reason or "RELEASED", released=True)
 
     def update_error(
         self,

@@ -6,6 +6,7 @@ Also the failed-attempt count behind release and expiry, and the dead-letter que
 from __future__ import annotations
 
 from kittiwake.engine import DEAD_REASON_HEADER, Engine, SetLease
+from kittiwake.model import DEAD_PID_HEADER
 from kittiwake.model import LeaseRef, LeaseRequest
 from kittiwake.store.memory import MemoryStore
 
@@ -168,7 +169,7 @@ def test_after_max_attempts_a_released_task_moves_to_the_dead_letter_queue(engin
     assert [(q.queue, q.size) for q in engine.list_queues(None, 0, 10)] == [("crawl#fetch.dead", 1)]
     dead = engine.get("crawl#fetch.dead", "p", clock.now)
     assert dead["attempts"] == 2
-    assert dead["headers"] == {"trace": "t1", DEAD_REASON_HEADER: "parse error"}
+    assert dead["headers"] == {"trace": "t1", DEAD_REASON_HEADER: "parse error", DEAD_PID_HEADER: "p"}
 
 
 def test_expired_leases_dead_letter_too_with_their_reason(engine, clock):
@@ -176,7 +177,7 @@ def test_expired_leases_dead_letter_too_with_their_reason(engine, clock):
     take(engine, clock.now, "q", lease_secs=5)
     clock.advance(5)
     assert take(engine, clock.now, "q") == []
-    assert engine.get("q.dead", "p", clock.now)["headers"] == {DEAD_REASON_HEADER: "LEASE_EXPIRED"}
+    assert engine.get("q.dead", "p", clock.now)["headers"] == {DEAD_REASON_HEADER: "LEASE_EXPIRED", DEAD_PID_HEADER: "p"}
 
 
 def test_the_default_is_ten_attempts(engine, clock):
@@ -218,7 +219,8 @@ def test_a_lease_that_ran_out_while_the_broker_was_down_counts_its_attempt(engin
     engine = restart(engine)
     [again] = take(engine, clock.now, "q", max_tasks=10)
     assert (again.pid, again.attempts) == ("retry", 1)
-    assert engine.get("q.dead", "once", clock.now)["headers"] == {DEAD_REASON_HEADER: "LEASE_EXPIRED"}
+    assert engine.get("q.dead", "once", clock.now)["headers"] == {
+        DEAD_REASON_HEADER: "LEASE_EXPIRED", DEAD_PID_HEADER: "once"}
 
 
 def test_a_lease_that_ran_out_while_the_broker_was_down_can_still_be_dequeued_late(engine, clock, restart):

@@ -57,7 +57,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.now = START
         self.store = self.make_store()
         self.engine = self.new_engine()
-        self.model = ModelQueues()
+        self.model = ModelQueues(lambda: self.store)
         self.refs: list[Ref] = []  # leases clients were granted (acknowledged at the next commit)
         self.lease_ids: set[int] = set()
         self.snapshot = self._state()

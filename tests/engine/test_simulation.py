@@ -59,7 +59,7 @@ class Simulation:
         self.store = self._open_store()
         self.now = 1_700_000_000.0 + self.rng.random() * 1_000
         self.engine = self._new_engine()
-        self.model = ModelQueues()
+        self.model = ModelQueues(lambda: self.store)
         self.refs: list[Ref] = []
         self.snapshot = (self.model.copy(), list(self.refs))
         self.trace: collections.deque[str] = collections.deque(maxlen=TRACE_LINES)

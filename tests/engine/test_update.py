@@ -6,6 +6,7 @@ import pytest
 
 from kittiwake import errors
 from kittiwake.engine import DEAD_REASON_HEADER, Engine
+from kittiwake.model import DEAD_PID_HEADER
 from kittiwake.model import LeaseRef, Limits, NewTask
 from kittiwake.store.memory import MemoryStore
 
@@ -105,7 +106,7 @@ def test_a_release_in_an_update_carries_its_reason_to_the_dead_letter_queue(engi
     [task] = take(engine, clock.now, "q")
     result = engine.update(release=[ref(task)], reason="bad input", now=clock.now)
     assert [o.dead for o in result["released"]] == [True]
-    assert engine.get("q.dead", "p", clock.now)["headers"] == {DEAD_REASON_HEADER: "bad input"}
+    assert engine.get("q.dead", "p", clock.now)["headers"] == {DEAD_REASON_HEADER: "bad input", DEAD_PID_HEADER: "p"}
 
 
 def test_renew_of_an_expired_lease_refuses_the_update(engine, clock):

@@ -13,7 +13,7 @@ import pytest
 
 from kittiwake import errors
 from kittiwake.engine import Engine
-from kittiwake.model import LeaseRef, LeaseRequest, Limits, NewTask
+from kittiwake.model import DEAD_PID_EXTRA_BYTES, LeaseRef, LeaseRequest, Limits, NewTask
 from kittiwake.store.memory import MemoryStore
 
 NOW = 1_000.0
@@ -136,7 +136,21 @@ def test_the_dead_letter_queue_of_the_longest_queue_name_can_be_leased(engine):
     engine.enqueue([NewTask(name, b"x", pid="p", max_attempts=1)], NOW)
     [task] = engine.lease(LeaseRequest([name]), NOW)
     engine.release([LeaseRef(name, "p", task.lease_id)], None, NOW)
-    assert [t.pid for t in engine.lease(LeaseRequest([name + ".dead"]), NOW)] == ["p"]
+    [dead] = engine.lease(LeaseRequest([name + ".dead"]), NOW)
+    assert dead.pid.startswith("p~")
+
+
+def test_a_dead_letter_of_the_longest_pid_can_be_named_by_every_call(engine):
+    pid = "p" * Limits().max_pid_bytes
+    engine.enqueue([NewTask("q", b"x", pid=pid, max_attempts=1)], NOW)
+    [task] = engine.lease(LeaseRequest(["q"]), NOW)
+    engine.release([LeaseRef("q", pid, task.lease_id)], None, NOW)
+    [dead] = engine.lease(LeaseRequest(["q.dead"]), NOW)
+    assert len(dead.pid.encode()) == Limits().max_pid_bytes + DEAD_PID_EXTRA_BYTES
+    assert engine.get("q.dead", dead.pid, NOW)["pid"] == dead.pid
+    assert engine.peek("q.dead", 1, dead.pid, NOW)[0]["pid"] == dead.pid
+    assert [o.ok for o in engine.dequeue([LeaseRef("q.dead", dead.pid, dead.lease_id)], NOW)] == [True]
+    refused(engine.enqueue, [NewTask("q", b"x", pid=dead.pid)], NOW)  # only dead letters are that long
 
 
 # ------------------------------------------------------------------------- pids

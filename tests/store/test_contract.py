@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 
 from kittiwake.engine import DeleteTask, DropQueue, PutTask, SetLease
+from kittiwake.engine.mutations import SetCounter, SetWaiting
 from kittiwake.model import Task
 from kittiwake.store.memory import MemoryStore
 from kittiwake.store.sqlite import SqliteStore
@@ -338,12 +339,39 @@ def test_recover_summarises_queues_leases_and_high_water_marks(store):
         ("q", 3, "https://x/", "00000000001000005"), ("r", 2, "b", None)]
     assert [(t.queue, t.pid) for t in recovery.leased] == [("q", "00000000001000000")]
     assert sorted((t.queue, t.pid) for t in recovery.expired) == [("q", "https://x/"), ("r", "b")]
-    assert recovery.max_lease_id == 900  # from every row, not only the leased ones
 
 
 def test_recover_of_an_empty_store(store):
     recovery = store.recover(NOW)
-    assert (recovery.queues, recovery.leased, recovery.expired, recovery.max_lease_id) == ([], [], [], 0)
+    assert (recovery.queues, recovery.leased, recovery.expired, recovery.counters) == ([], [], [], {})
+
+
+def test_counters_only_grow_and_roll_back(harness):
+    store = harness.store
+    store.write([SetCounter("lease_id", 50), SetCounter("lease_id", 40), SetCounter("fifo_micros", 7)])
+    store.commit()
+    store.write([SetCounter("lease_id", 90)])
+    store.rollback()
+    assert store.recover(NOW).counters == {"lease_id": 50, "fifo_micros": 7}
+    store.write([SetCounter("lease_id", 60)])
+    store.commit()
+    assert harness.reopen().recover(NOW).counters == {"lease_id": 60, "fifo_micros": 7}
+
+
+def test_recovered_sizes_follow_inserts_replaces_deletes_drops_and_rollbacks(harness):
+    store = harness.store
+    put(store, task("q", "a"), task("q", "b"), task("q", "c"), task("gone", "x"), task("r", "z"))
+    store.write([PutTask(task("q", "b")), DeleteTask("q", "c"), DeleteTask("r", "z"), DropQueue("gone")])
+    put(store, task("gone", "y"))
+    store.write([SetWaiting("q", "b", 2, 0)])
+    store.commit()
+    put(store, task("q", "d"))
+    store.write([DeleteTask("q", "a")])
+    store.rollback()
+    store = harness.reopen()
+    queues = store.recover(NOW).queues
+    assert [(s.queue, s.size, s.blocked) for s in queues] == [("gone", 1, 0), ("q", 2, 1)]
+    assert queues[0].max_pid == "y" and queues[1].max_pid >= "b"  # an upper bound: "c" was there
 
 
 def test_recover_after_reopening_sees_only_committed_state(harness):

@@ -37,8 +37,7 @@ class Dependencies:
             state = self._queues.get(parent_queue)
             parent = self._find(state, parent_pid) if state is not None else None
             if parent is None:
-                dead = self._queues.get(dead_queue_of(parent_queue))
-                if dead is not None and self._find(dead, parent_pid) is not None:
+                if self.dead_letters_of(dead_queue_of(parent_queue), parent_pid):
                     return (parent_queue, parent_pid)
                 continue
             task.waiting_on += 1

@@ -18,11 +18,18 @@ Semantics (TaskMaster §2–§5, Paštas ch. 2–4):
 * renew / release need the current lease id and an unexpired lease
   (LEASE_EXPIRED otherwise; TASK_NOT_LEASED if another lease holds the task).
   dequeue also accepts a lease that ran out if nobody leased the task since
-  (TaskMaster §5.6 late dequeue).
+  (TaskMaster §5.6 late dequeue) — but not a lease its holder gave back:
+  release clears the task's fence, so the old lease id gets TASK_NOT_LEASED
+  and the retry it asked for is never lost to a stray late dequeue.
+* lease ids and FIFO pids come from the clock in microseconds and are
+  strictly increasing; the engine persists a high-water mark for each
+  (`SetCounter`, reserved a minute ahead so it costs one row write a minute),
+  so neither repeats after a restart even if the clock stepped back.
 * release and lease expiry count a failed attempt; at `max_attempts` (task's
-  own or the broker default, 10) the task moves to `<queue>.dead` with the
-  reason in header `kittiwake-dead-reason`. Dead-letter queues do not
-  dead-letter further.
+  own or the broker default, 10) the task moves to `<queue>.dead` as a new
+  dead letter at `<pid>~<death time>`, with the reason in header
+  `kittiwake-dead-reason` and the pid in `kittiwake-dead-pid`: every failure
+  is kept (`dead_letters`). Dead-letter queues do not dead-letter further.
 * update: dequeues, releases, renewals, then enqueues, all or nothing, within
   one consistency group (CROSS_GROUP_UPDATE otherwise). Every item is checked
   before any is applied, so a refused update changes nothing.
@@ -46,8 +53,10 @@ from kittiwake.engine.mutations import (
     DropQueue,
     Mutation,
     PutTask,
+    SetCounter,
     SetLease,
 )
+from kittiwake.engine.dead_letters import DeadLetters
 from kittiwake.engine.dependencies import Dependencies
 from kittiwake.engine.inspection import Inspection
 from kittiwake.engine.queue_state import QueueState
@@ -55,6 +64,8 @@ from kittiwake.engine.rate_limit import TokenBucket
 from kittiwake.engine.rates import ENQUEUE, LEASE, RateWindow
 from kittiwake.engine.storage import TaskStore
 from kittiwake.model import (
+    DEAD_PID_HEADER,
+    DEAD_REASON_HEADER,
     DEAD_SUFFIX,
     FIFO_PID_DIGITS,
     EnqueueOutcome,
@@ -64,6 +75,7 @@ from kittiwake.model import (
     Limits,
     NewTask,
     Task,
+    dead_letter_pid,
     dead_queue_of,
     fifo_pid,
     group_of,
@@ -74,17 +86,20 @@ from kittiwake.model import (
     validate_queue,
 )
 
-DEAD_REASON_HEADER = "kittiwake-dead-reason"
 MAX_QUEUES_PER_LEASE = 1000
 EXPIRY_COMPACT_MIN = 1024  # expiry heap entries before renewals' stale entries are compacted away
 PRUNE_EVERY_SECS = 60.0  # scanning every queue for idle empties is O(queues)
+LEASE_ID_COUNTER = "lease_id"
+FIFO_COUNTER = "fifo_micros"
+COUNTER_RESERVE = 60_000_000  # a minute of clock-based ids per persisted high-water mark
 
 _DEQUEUE, _RENEW, _RELEASE = "dequeue", "renew", "release"
 
 
-class Engine(Dependencies, Inspection):
+class Engine(Dependencies, DeadLetters, Inspection):
     """All queue state of one broker. Not thread-safe: one caller at a time.
-    Dependencies and cancel live in `dependencies`, read-only views in `inspection`."""
+    Dependencies and cancel live in `dependencies`, requeue and purge of dead
+    letters in `dead_letters`, read-only views in `inspection`."""
 
     def __init__(
         self,
@@ -108,6 +123,7 @@ class Engine(Dependencies, Inspection):
         self._throttled: dict[str, float] = {}  # rate-limited queues → when their next token is due  # queues that gained available tasks
         self._last_fifo_micros = 0
         self._last_lease_id = 0
+        self._reserved: dict[str, int] = {LEASE_ID_COUNTER: 0, FIFO_COUNTER: 0}  # persisted high-water marks
         self.refills = 0
         self._next_prune_at = 0.0
 
@@ -128,6 +144,10 @@ class Engine(Dependencies, Inspection):
             if len(pid) == FIFO_PID_DIGITS and pid.isascii() and pid.isdigit():
                 self._last_fifo_micros = max(self._last_fifo_micros, int(pid))
         self._names.update(self._queues)  # one sort, not 100K bisected inserts
+        for name, value in recovery.counters.items():
+            if name in self._reserved:
+                self._reserved[name] = max(self._reserved[name], value)
+        self._last_fifo_micros = max(self._last_fifo_micros, self._reserved[FIFO_COUNTER])
         for task in (*recovery.leased, *recovery.expired):
             queue = self._queues.get(task.queue)
             if queue is None:
@@ -135,7 +155,7 @@ class Engine(Dependencies, Inspection):
             queue.leased[task.pid] = task
             assert task.lease_expires_at is not None
             heapq.heappush(self._expiry, (task.lease_expires_at, task.lease_id, task.queue, task.pid))
-        self._last_lease_id = max(self._last_lease_id, recovery.max_lease_id)
+        self._last_lease_id = max(self._last_lease_id, self._reserved[LEASE_ID_COUNTER])
 
     # --------------------------------------------------------------- helpers
 
@@ -169,10 +189,24 @@ class Engine(Dependencies, Inspection):
             self._touch(queue)  # so _enforce_cache can evict this head
         self._ready.add(queue.name)
 
-    def _next_fifo_pid(self, now: float) -> str:
+    def _next_fifo_pid(self, now: float, mutations: list[Mutation]) -> str:
         micros = max(int(now * 1_000_000), self._last_fifo_micros + 1)
         self._last_fifo_micros = micros
+        self._reserve(FIFO_COUNTER, micros, mutations)
         return fifo_pid(micros)
+
+    def _next_lease_id(self, now: float, mutations: list[Mutation]) -> int:
+        lease_id = max(self._last_lease_id + 1, int(now * 1_000_000))
+        self._last_lease_id = lease_id
+        self._reserve(LEASE_ID_COUNTER, lease_id, mutations)
+        return lease_id
+
+    def _reserve(self, counter: str, value: int, mutations: list[Mutation]) -> None:
+        """Persist a high-water mark a minute ahead of `value` once `value` passes
+        the last one: restarts resume above it, whatever the clock says then."""
+        if value > self._reserved[counter]:
+            self._reserved[counter] = value + COUNTER_RESERVE
+            mutations.append(SetCounter(counter, value + COUNTER_RESERVE))
 
     def _refill(self, queue: QueueState, now: float) -> None:
         """Load the next slice of the queue above the horizon (TaskMaster §5.4.2)."""
@@ -261,11 +295,11 @@ class Engine(Dependencies, Inspection):
         queue = self._queue(new.queue)
         self._touch(queue)
         if new.pid is None:
-            pid = self._next_fifo_pid(now)
+            pid = self._next_fifo_pid(now, mutations)
             # an explicit pid may sit where the clock now is (a delayed task at
             # pid_at(t)): step past it rather than overwrite it
             while pid <= queue.max_fifo_pid and self._exists(queue, pid):
-                pid = self._next_fifo_pid(now)
+                pid = self._next_fifo_pid(now, mutations)
         else:
             pid = new.pid
             if self._exists(queue, pid):
@@ -368,10 +402,7 @@ class Engine(Dependencies, Inspection):
             assert task is not None
             budget -= len(task.data)
             self.memory_bytes -= task.size_bytes()
-            # time-based and strictly increasing: ids stay unique across
-            # restarts without persisting a counter
-            self._last_lease_id = max(self._last_lease_id + 1, int(now * 1_000_000))
-            task.lease_id = self._last_lease_id
+            task.lease_id = self._next_lease_id(now, mutations)
             task.lease_owner = request.worker
             task.lease_peer = request.peer
             task.leased_at = now
@@ -485,30 +516,23 @@ class Engine(Dependencies, Inspection):
         return False
 
     def _bury(self, task: Task, reason: str, now: float, mutations: list[Mutation]) -> None:
-        """Move a task to its queue's dead-letter queue, replacing a dead task at the same pid."""
+        """Move a task to its queue's dead-letter queue as a new dead letter: at
+        `<pid>~<death time>`, so a pid that dies twice keeps both failures."""
         dead = self._queue(dead_queue_of(task.queue))
-        old = dead.leased.pop(task.pid, None)
-        if old is None:
-            old = dead.remove_available(task.pid)
-            if old is not None:
-                self.memory_bytes -= old.size_bytes()
-        if old is not None:
-            dead.size -= 1
-        elif not dead.covers(task.pid) and self.store.load_task(dead.name, task.pid) is not None:
-            dead.size -= 1
         headers = dict(task.headers or {})
         headers[DEAD_REASON_HEADER] = reason[: self.limits.max_header_value_bytes]
+        headers[DEAD_PID_HEADER] = task.pid
         buried = Task(
             queue=dead.name,
-            pid=task.pid,
+            pid=dead_letter_pid(task.pid, self._next_fifo_pid(now, mutations)),
             data=task.data,
             enqueued_at=now,
             sender=task.sender,
             receiver=task.receiver,
             headers=headers,
+            max_attempts=task.max_attempts,
             attempts=task.attempts,
             deliveries=task.deliveries,
-            lease_id=task.lease_id,
         )
         dead.size += 1
         dead.note_pid(buried.pid)
@@ -524,7 +548,7 @@ class Engine(Dependencies, Inspection):
             raise errors.BadRequest(f"more than {limits.max_batch} leases in one request")
         for ref in refs:
             validate_queue(ref.queue, limits)
-            validate_pid(ref.pid, limits)
+            validate_pid(ref.pid, limits, "pid", ref.queue)
             if isinstance(ref.lease_id, bool) or not isinstance(ref.lease_id, int) or ref.lease_id < 1:
                 raise errors.BadRequest("lease_id must be a positive integer")
 
@@ -589,6 +613,7 @@ class Engine(Dependencies, Inspection):
         self, queue: QueueState, task: Task, reason: str | None, now: float, mutations: list[Mutation], bury: bool = False
     ) -> bool:
         del queue.leased[task.pid]
+        task.lease_id = 0  # the holder gave it back: its lease id fences nothing any more
         return self._fail_attempt(queue, task, reason or "RELEASED", now, mutations, bury)
 
     def _batch(self, refs: Sequence[LeaseRef], op: str, now: float, apply: Any) -> list[ItemOutcome]:

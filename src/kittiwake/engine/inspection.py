@@ -15,6 +15,7 @@ from kittiwake import errors
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import DEQUEUE, ENQUEUE, LEASE, LEASE_SECS_SUM, RateWindow
 from kittiwake.model import (
+    DEAD_SUFFIX,
     LeaseSample,
     QueueInfo,
     QueueStats,
@@ -59,7 +60,7 @@ class Inspection:
         validate_queue(queue, self.limits)
         validate_count(n, "n", 1, self.limits.max_batch)
         if from_pid is not None:
-            validate_pid(from_pid, self.limits, "from_pid")
+            validate_pid(from_pid, self.limits, "from_pid", queue)
         if queue not in self._queues:
             return []
         return self._views(self.store.scan(queue, from_pid, n), now)
@@ -76,10 +77,15 @@ class Inspection:
         return views
 
     def get(self, queue: str, pid: str, now: float) -> dict[str, Any]:
+        """The task at (queue, pid). In a dead-letter queue the original pid
+        also finds its newest dead letter (dead letters live at `<pid>~<time>`)."""
         validate_queue(queue, self.limits)
-        validate_pid(pid, self.limits)
+        validate_pid(pid, self.limits, "pid", queue)
         state = self._queues.get(queue)
         task = self._find(state, pid) if state is not None else None
+        if task is None and state is not None and queue.endswith(DEAD_SUFFIX):
+            letters = self.dead_letters_of(queue, pid)
+            task = letters[-1] if letters else None
         if task is None:
             raise errors.TaskNotFound(f"no task {pid!r} in {queue!r}")
         return self.view(task, now)

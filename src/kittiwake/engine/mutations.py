@@ -15,6 +15,9 @@ out (group commit: one fsync for many requests).
   and the parent → child edges read back when a parent finishes or fails.
 * `DropQueue`: forget every row of a queue in constant time by bumping its
   generation; the store reaps the old rows lazily (TaskMaster §5.2).
+* `SetCounter`: raise a broker-wide high-water mark (the last lease id, the
+  FIFO clock) so ids issued after a restart never repeat one issued before,
+  even when the clock stepped back and the rows that carried them are gone.
 """
 
 from __future__ import annotations
@@ -99,4 +102,12 @@ class DropQueue:
     queue: str
 
 
-Mutation = PutTask | SetLease | SetWaiting | PutEdge | DeleteEdges | DeleteTask | DropQueue
+@dataclass(frozen=True, slots=True)
+class SetCounter:
+    """Persist `value` as the high-water mark named `name` (it only grows)."""
+
+    name: str
+    value: int
+
+
+Mutation = PutTask | SetLease | SetWaiting | PutEdge | DeleteEdges | DeleteTask | DropQueue | SetCounter

@@ -16,8 +16,10 @@ Contract:
 * `recover(now)` summarises what is on disk so a new engine can start:
   per-queue size, largest pid and largest FIFO-shaped pid, every task whose lease is still running,
   every task whose lease ran out while no engine was watching (its failed
-  attempt is not counted yet), and the largest lease id held by any row
-  (ids must never repeat, even when the clock stepped back over a restart).
+  attempt is not counted yet), and the high-water marks written with
+  `SetCounter` (ids must never repeat, even when the clock stepped back over a
+  restart). It costs O(live queues + running leases + blocked tasks), never a
+  read of every task row: a broker with 10M tasks on disk restarts in seconds.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class Recovery:
     queues: list[QueueSummary] = field(default_factory=list)
     leased: list[Task] = field(default_factory=list)  # lease still running at `now`
     expired: list[Task] = field(default_factory=list)  # lease ran out, attempt not yet counted
-    max_lease_id: int = 0
+    counters: dict[str, int] = field(default_factory=dict)  # high-water marks (SetCounter)
 
 
 class TaskStore(Protocol):

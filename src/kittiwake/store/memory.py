@@ -21,6 +21,7 @@ from kittiwake.engine.mutations import (
     Mutation,
     PutEdge,
     PutTask,
+    SetCounter,
     SetLease,
     SetWaiting,
 )
@@ -50,6 +51,7 @@ class MemoryStore:
         self._queues: dict[str, SortedDict] = {}
         self._edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
         self._journal: list[tuple[str, Any, Any]] = []
+        self._counters: dict[str, int] = {}
         self.commits = 0
         self.writes: list[Mutation] = []  # every mutation ever written, for tests
 
@@ -97,6 +99,10 @@ class MemoryStore:
                 rows = self._queues.get(mutation.queue)
                 if rows is not None and mutation.pid in rows:
                     self._journal.append(("row", (mutation.queue, mutation.pid), rows.pop(mutation.pid)))
+            elif isinstance(mutation, SetCounter):
+                old = self._counters.get(mutation.name)
+                self._journal.append(("counter", mutation.name, old))
+                self._counters[mutation.name] = max(old or 0, mutation.value)
             elif isinstance(mutation, DropQueue):
                 rows = self._queues.pop(mutation.queue, None)
                 if rows is not None:
@@ -122,6 +128,11 @@ class MemoryStore:
                     self._edges[key] = old
                 else:
                     self._edges.pop(key, None)
+            elif kind == "counter":
+                if old is None:
+                    self._counters.pop(key, None)
+                else:
+                    self._counters[key] = old
             elif kind == "new-queue":
                 self._queues.pop(key, None)
         self._journal.clear()
@@ -188,11 +199,11 @@ class MemoryStore:
             blocked = sum(1 for row in rows.values() if row.waiting_on > 0)
             recovery.queues.append(QueueSummary(name, len(rows), rows.keys()[-1], max(fifo, default=None), blocked))
             for row in rows.values():
-                recovery.max_lease_id = max(recovery.max_lease_id, row.lease_id)
                 if row.lease_expires_at is None:
                     continue
                 held = recovery.leased if row.lease_expires_at > now else recovery.expired
                 held.append(_copy(row))
+        recovery.counters = dict(self._counters)
         return recovery
 
     def reap(self, limit: int) -> int:

@@ -38,6 +38,7 @@ from kittiwake.engine.mutations import (
     Mutation,
     PutEdge,
     PutTask,
+    SetCounter,
     SetLease,
     SetWaiting,
 )
@@ -49,6 +50,7 @@ _STATEMENTS = {
     PutTask: sql.INSERT_TASK,
     SetLease: sql.SET_LEASE,
     SetWaiting: sql.SET_WAITING,
+    SetCounter: sql.SET_COUNTER,
     PutEdge: sql.PUT_EDGE,
     DeleteEdges: sql.DELETE_EDGES,
     DeleteTask: sql.DELETE_TASK,
@@ -57,6 +59,18 @@ _STATEMENTS = {
 DURABILITY_LEVELS = ("fsync", "os")
 _encode_headers = msgspec.msgpack.Encoder().encode
 _decode_headers = msgspec.msgpack.Decoder(dict[str, str]).decode
+
+
+def _statements(script: str) -> list[str]:
+    """Split a script of CREATE statements (triggers included) into single statements."""
+    statements: list[str] = []
+    current = ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    return [statement for statement in statements if statement]
 
 
 def _row_to_task(row: tuple) -> Task:
@@ -109,11 +123,33 @@ class SqliteStore:
         db.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")
         db.execute("PRAGMA temp_store=MEMORY")
         db.execute("PRAGMA wal_autocheckpoint=4000")
-        db.executescript(sql.SCHEMA)
+        db.execute("PRAGMA recursive_triggers=ON")  # count the delete half of INSERT OR REPLACE
+        self._migrate()
         self._gens: dict[str, int] = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())
         self._pending: list[Mutation] = []
         self._in_transaction = False
         self.commits = 0
+
+    def _migrate(self) -> None:
+        """Create or upgrade the schema to `SCHEMA_VERSION` in one transaction."""
+        db = self._db
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > sql.SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path} has schema version {version}; this Kittiwake knows up to {sql.SCHEMA_VERSION}")
+        if version == sql.SCHEMA_VERSION:
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(sql.SCHEMA + sql.SCHEMA_V1):
+                db.execute(statement)
+            if version == 0:
+                db.execute(sql.BACKFILL_QUEUE_SIZES)
+                db.execute(sql.BACKFILL_LEASE_COUNTER)
+            db.execute(f"PRAGMA user_version={sql.SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     # -------------------------------------------------------------- writes
 
@@ -168,6 +204,8 @@ class SqliteStore:
             elif kind is SetWaiting:
                 m = mutation
                 run.append((m.waiting_on, m.children, m.queue, gens.get(m.queue, 0), m.pid))
+            elif kind is SetCounter:
+                run.append((mutation.name, mutation.value))
             elif kind is PutEdge:
                 m = mutation
                 run.append((m.queue, m.pid, m.child_queue, m.child_pid))
@@ -178,6 +216,7 @@ class SqliteStore:
                 gen = gens.get(mutation.queue, 0) + 1
                 gens[mutation.queue] = gen
                 db.execute(sql.SET_GENERATION, (mutation.queue, gen))
+                db.execute(sql.DROP_QUEUE_SIZES, (mutation.queue, gen))
                 run_kind = None
         flush_run()
 
@@ -242,16 +281,18 @@ class SqliteStore:
         self._flush()
         gens = self._gens
         recovery = Recovery()
-        for queue, gen, count, max_pid, max_fifo_pid, max_lease_id, blocked in self._db.execute(sql.QUEUE_SUMMARIES):
-            recovery.max_lease_id = max(recovery.max_lease_id, max_lease_id)
-            if gen == gens.get(queue, 0):
-                recovery.queues.append(QueueSummary(queue, count, max_pid, max_fifo_pid, blocked or 0))
-        for row in self._db.execute(sql.HELD_LEASES):
+        db = self._db
+        blocked = {(queue, gen): count for queue, gen, count in db.execute(sql.BLOCKED_COUNTS)}
+        for queue, gen, size, max_pid, max_fifo_pid in db.execute(sql.QUEUE_SUMMARIES):
+            if gen == gens.get(queue, 0) and size > 0:
+                recovery.queues.append(QueueSummary(queue, size, max_pid, max_fifo_pid, blocked.get((queue, gen), 0)))
+        recovery.queues.sort(key=lambda summary: summary.queue)
+        for row in db.execute(sql.HELD_LEASES):
             if row[0] == gens.get(row[1], 0):
                 task = _row_to_task(row[1:])
                 assert task.lease_expires_at is not None
                 (recovery.leased if task.lease_expires_at > now else recovery.expired).append(task)
-                recovery.max_lease_id = max(recovery.max_lease_id, task.lease_id)
+        recovery.counters = dict(db.execute(sql.LOAD_COUNTERS).fetchall())
         return recovery
 
     # ---------------------------------------------------------- upkeep

@@ -3,9 +3,19 @@
 The schema keeps one row per task keyed by (queue, gen, pid); `gen` is the
 queue's generation, bumped by delete_queue so a drop is one row write and the
 old rows are reaped later in small chunks. Partial indexes cover the Paštas
-look-ups (by sender, by receiver) and running leases, and cost nothing for
-tasks that have no sender, receiver or lease.
+look-ups (by sender, by receiver), running leases and blocked tasks, and cost
+nothing for tasks that have no sender, receiver, lease or parent.
+
+Recovery reads no task row it does not need: `queue_sizes` holds each live
+queue's size and pid high-water marks, kept exact by triggers on `tasks` in
+the same transaction as the rows (with `recursive_triggers` on, so the
+delete half of an INSERT OR REPLACE is counted too); `counters` holds the
+engine's broker-wide high-water marks (`SetCounter`). `PRAGMA user_version`
+is the schema version: a database of version 0 gets the tables and one
+backfill scan when it is first opened by this version.
 """
+
+SCHEMA_VERSION = 1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -46,6 +56,56 @@ CREATE TABLE IF NOT EXISTS generations (
     gen INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
+
+# version 1: recovery in O(live queues) instead of a scan of every row
+SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS queue_sizes (
+    queue TEXT NOT NULL,
+    gen INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    max_pid TEXT NOT NULL,
+    max_fifo_pid TEXT,
+    PRIMARY KEY (queue, gen)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tasks_blocked ON tasks (queue, gen) WHERE waiting_on > 0;
+CREATE TRIGGER IF NOT EXISTS tasks_counted_in AFTER INSERT ON tasks BEGIN
+    INSERT INTO queue_sizes (queue, gen, size, max_pid, max_fifo_pid)
+    VALUES (NEW.queue, NEW.gen, 1, NEW.pid,
+            CASE WHEN length(NEW.pid) = 17 AND NEW.pid NOT GLOB '*[^0-9]*' THEN NEW.pid END)
+    ON CONFLICT (queue, gen) DO UPDATE SET
+        size = size + 1,
+        max_pid = max(max_pid, excluded.max_pid),
+        max_fifo_pid = coalesce(max(max_fifo_pid, excluded.max_fifo_pid), max_fifo_pid, excluded.max_fifo_pid);
+END;
+CREATE TRIGGER IF NOT EXISTS tasks_counted_out AFTER DELETE ON tasks BEGIN
+    UPDATE queue_sizes SET size = size - 1 WHERE queue = OLD.queue AND gen = OLD.gen;
+    DELETE FROM queue_sizes WHERE queue = OLD.queue AND gen = OLD.gen AND size <= 0;
+END;
+"""
+
+BACKFILL_QUEUE_SIZES = (
+    "INSERT OR REPLACE INTO queue_sizes (queue, gen, size, max_pid, max_fifo_pid) "
+    "SELECT queue, gen, count(*), max(pid), "
+    "max(CASE WHEN length(pid) = 17 AND pid NOT GLOB '*[^0-9]*' THEN pid END) FROM tasks GROUP BY queue, gen"
+)
+
+# before version 1 the largest lease id on any row was the lease-id high-water mark
+BACKFILL_LEASE_COUNTER = (
+    "INSERT OR REPLACE INTO counters (name, value) SELECT 'lease_id', max(lease_id) FROM tasks HAVING max(lease_id) > 0"
+)
+
+SET_COUNTER = (
+    "INSERT INTO counters (name, value) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)"
+)
+
+LOAD_COUNTERS = "SELECT name, value FROM counters"
+
+DROP_QUEUE_SIZES = "DELETE FROM queue_sizes WHERE queue = ? AND gen < ?"
 
 TASK_COLUMNS = (
     "queue, pid, data, enqueued_at, sender, receiver, headers, max_attempts, attempts, deliveries, "
@@ -96,13 +156,10 @@ FIND_BY_SENDER_IN_QUEUE = (
 
 QUEUES_FOR_RECEIVER = "SELECT DISTINCT queue, gen FROM tasks WHERE receiver = ?"
 
-# one scan at start-up: sizes, the FIFO high-water mark and the lease-id high-water mark
-QUEUE_SUMMARIES = (
-    "SELECT queue, gen, count(*), max(pid), "
-    "max(CASE WHEN length(pid) = 17 AND pid NOT GLOB '*[^0-9]*' THEN pid END), max(lease_id), "
-    "sum(waiting_on > 0) "
-    "FROM tasks GROUP BY queue, gen"
-)
+# start-up reads: one row per live queue, then only blocked and leased tasks (partial indexes)
+QUEUE_SUMMARIES = "SELECT queue, gen, size, max_pid, max_fifo_pid FROM queue_sizes"
+
+BLOCKED_COUNTS = "SELECT queue, gen, count(*) FROM tasks WHERE waiting_on > 0 GROUP BY queue, gen"
 
 # running leases and leases that ran out while no engine was watching
 HELD_LEASES = "SELECT gen, " + TASK_COLUMNS + " FROM tasks WHERE lease_expires_at IS NOT NULL"
