@@ -137,7 +137,8 @@ def test_release_counts_attempts_and_dead_letters_at_max_attempts(client: Any) -
     assert outcome.ok and outcome.dead
     assert client.peek("work") == []
     [dead] = client.peek("work.dead")
-    assert (dead.pid, dead.data, dead.attempts) == ("t1", b"flaky", 2)
+    assert (dead.headers["kittiwake-dead-pid"], dead.data, dead.attempts) == ("t1", b"flaky", 2)
+    assert dead.pid.startswith("t1~")
     assert dead.headers[DEAD_REASON_HEADER] == "boom 2"
     assert client.stats("work")[0].dead == 1
 

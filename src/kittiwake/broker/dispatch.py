@@ -21,6 +21,7 @@ Results on the wire (msgspec encodes the engine's dataclasses as maps):
 | delete_queue | number of tasks dropped |
 | stats | list of `QueueStats` |
 | cancel | list of `ItemOutcome` per (queue, pid) |
+| requeue_dead, purge_dead | `{"outcomes": [ItemOutcome per dead letter], "next_pid": cursor or None}` |
 
 A long-poll lease (`wait_secs > 0`) that finds nothing is parked by the
 server, not here: `execute` answers every call right away.
@@ -149,6 +150,14 @@ def _stats(engine: Engine, request: m.Stats, peer: str | None, now: float) -> An
     return engine.stats(request.queues, request.pattern, request.sample, now)
 
 
+def _requeue_dead(engine: Engine, request: m.RequeueDead, peer: str | None, now: float) -> Any:
+    return engine.requeue_dead(request.queue, request.pids, now, after_pid=request.after_pid, limit=request.limit)
+
+
+def _purge_dead(engine: Engine, request: m.PurgeDead, peer: str | None, now: float) -> Any:
+    return engine.purge_dead(request.queue, request.pids, now, after_pid=request.after_pid, limit=request.limit)
+
+
 Handler = Callable[[Engine, Any, "str | None", float], Any]
 
 HANDLERS: dict[type[m.Request], Handler] = {
@@ -167,6 +176,8 @@ HANDLERS: dict[type[m.Request], Handler] = {
     m.DeleteQueue: _delete_queue,
     m.Stats: _stats,
     m.Cancel: _cancel,
+    m.RequeueDead: _requeue_dead,
+    m.PurgeDead: _purge_dead,
 }
 
 def execute(engine: Engine, request: m.Request, peer: str | None, now: float) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import click
 
 from kittiwake import __version__
-from kittiwake.cli import queue_commands, task_commands
+from kittiwake.cli import dead_commands, queue_commands, task_commands
 from kittiwake.cli.context import CliContext
 from kittiwake.cli.group import KittiwakeGroup
 from kittiwake.client.url import URL_ENV
@@ -43,7 +43,7 @@ def cli(ctx: click.Context, url: str | None, as_json: bool, connect_timeout: flo
     ctx.obj = CliContext(url=url, json=as_json, connect_timeout_secs=connect_timeout)
 
 
-for _command in (*task_commands.COMMANDS, *queue_commands.COMMANDS):
+for _command in (*task_commands.COMMANDS, *queue_commands.COMMANDS, *dead_commands.COMMANDS):
     cli.add_command(_command)
 
 

@@ -28,6 +28,7 @@ from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS, next_delay_se
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
 from kittiwake.client.pool import MAX_CONNECT_ATTEMPT_SECS, MAX_UNSENT_RETRIES
 from kittiwake.client.results import (
+    DeadLetterPage,
     EnqueueOutcome,
     ItemOutcome,
     LeasedTask,
@@ -343,6 +344,30 @@ class AsyncClient:
     async def delete_queue(self, queue: str, *, timeout: float | None = None) -> int:
         """Drop a queue and its tasks; returns how many it held."""
         return await self._run(calls.delete_queue(queue), timeout)
+
+    async def requeue_dead(
+        self,
+        queue: str,
+        pids: Iterable[str] | None = None,
+        *,
+        after_pid: str | None = None,
+        limit: int = 1000,
+        timeout: float | None = None,
+    ) -> DeadLetterPage:
+        """Move dead letters back into their queue; see `Client.requeue_dead`."""
+        return await self._run(calls.dead_letters("requeue_dead", queue, pids, after_pid, limit), timeout)
+
+    async def purge_dead(
+        self,
+        queue: str,
+        pids: Iterable[str] | None = None,
+        *,
+        after_pid: str | None = None,
+        limit: int = 1000,
+        timeout: float | None = None,
+    ) -> DeadLetterPage:
+        """Delete dead letters; see `Client.purge_dead`."""
+        return await self._run(calls.dead_letters("purge_dead", queue, pids, after_pid, limit), timeout)
 
     async def stats(
         self,

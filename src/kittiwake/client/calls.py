@@ -28,6 +28,7 @@ import msgspec
 
 from kittiwake import errors
 from kittiwake.client.results import (
+    DeadLetterPage,
     EnqueueOutcome,
     ItemOutcome,
     LeasedTask,
@@ -72,6 +73,7 @@ _decode_names: Callable[[bytes], list[str]] = msgspec.msgpack.Decoder(list[str])
 _decode_queue_infos: Callable[[bytes], list[QueueInfo]] = msgspec.msgpack.Decoder(list[QueueInfo]).decode
 _decode_stats: Callable[[bytes], list[QueueStats]] = msgspec.msgpack.Decoder(list[QueueStats]).decode
 _decode_int: Callable[[bytes], int] = msgspec.msgpack.Decoder(int).decode
+_decode_dead_page: Callable[[bytes], DeadLetterPage] = msgspec.msgpack.Decoder(DeadLetterPage).decode
 _decode_any: Callable[[bytes], Any] = msgspec.msgpack.Decoder().decode
 
 
@@ -423,6 +425,16 @@ def list_queues(pattern: str | None = None, min_tasks: int = 0, limit: int = 100
 
 def delete_queue(queue: str) -> Call[int]:
     return Call("delete_queue", {"queue": _string(queue, "queue")}, _decode_int)
+
+
+def dead_letters(op: str, queue: str, pids: Iterable[str] | None, after_pid: str | None, limit: int) -> Call[DeadLetterPage]:
+    """`requeue_dead` or `purge_dead`: the named dead letters, or a page of them after a cursor."""
+    fields: dict[str, Any] = {"queue": _string(queue, "queue"), "limit": _integer(limit, "limit")}
+    if pids is not None:
+        fields["pids"] = _names(pids, "pids")
+    if after_pid is not None:
+        fields["after_pid"] = _string(after_pid, "after_pid")
+    return Call(op, fields, _decode_dead_page)
 
 
 def stats(

@@ -68,6 +68,14 @@ class TaskView(msgspec.Struct, kw_only=True):
     note: str | None = None
 
 
+class DeadLetterPage(msgspec.Struct, kw_only=True):
+    """What `requeue_dead` / `purge_dead` did to each dead letter; `next_pid` is the cursor
+    of the next page when walking a whole dead-letter queue (None: done)."""
+
+    outcomes: list[ItemOutcome] = []
+    next_pid: str | None = None
+
+
 class UpdateResult(msgspec.Struct, kw_only=True):
     """What one atomic update did, item by item (every item succeeded, or the update raised)."""
 
@@ -78,6 +86,7 @@ class UpdateResult(msgspec.Struct, kw_only=True):
 
 
 __all__ = [
+    "DeadLetterPage",
     "EnqueueOutcome",
     "ItemOutcome",
     "LeaseRef",

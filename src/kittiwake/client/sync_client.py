@@ -27,6 +27,7 @@ from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
 from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
 from kittiwake.client.results import (
+    DeadLetterPage,
     EnqueueOutcome,
     ItemOutcome,
     LeasedTask,
@@ -302,6 +303,35 @@ class Client:
     def delete_queue(self, queue: str, *, timeout: float | None = None) -> int:
         """Drop a queue and all its tasks; returns how many tasks it held."""
         return self._run(calls.delete_queue(queue), timeout)
+
+    def requeue_dead(
+        self,
+        queue: str,
+        pids: Iterable[str] | None = None,
+        *,
+        after_pid: str | None = None,
+        limit: int = 1000,
+        timeout: float | None = None,
+    ) -> DeadLetterPage:
+        """Move dead letters of `queue` back into it under their original pids, attempts
+        from zero. `pids` names dead letters by their own pid or by the original pid (all
+        of its dead letters); without `pids`, a page of `limit` dead letters after the
+        cursor `after_pid` (the page's `next_pid` is the next cursor). A dead letter whose
+        pid exists again in the queue stays (`TASK_EXISTS`); a held one too (`TASK_LEASED`)."""
+        return self._run(calls.dead_letters("requeue_dead", queue, pids, after_pid, limit), timeout)
+
+    def purge_dead(
+        self,
+        queue: str,
+        pids: Iterable[str] | None = None,
+        *,
+        after_pid: str | None = None,
+        limit: int = 1000,
+        timeout: float | None = None,
+    ) -> DeadLetterPage:
+        """Delete dead letters of `queue`, chosen as for `requeue_dead`; `delete_queue("<queue>.dead")`
+        drops them all at once."""
+        return self._run(calls.dead_letters("purge_dead", queue, pids, after_pid, limit), timeout)
 
     def stats(
         self,

@@ -130,6 +130,25 @@ class DeleteQueue(Request):
     queue: str
 
 
+class RequeueDead(Request):
+    """Move dead letters of `queue` back: `pids` (dead-letter or original pids), or a page of
+    `limit` dead letters after the cursor `after_pid` when `pids` is absent."""
+
+    queue: str
+    pids: list[str] | None = None
+    after_pid: str | None = None
+    limit: int = 1000
+
+
+class PurgeDead(Request):
+    """Delete dead letters of `queue`, chosen as for `requeue_dead`."""
+
+    queue: str
+    pids: list[str] | None = None
+    after_pid: str | None = None
+    limit: int = 1000
+
+
 class CancelWait(Request):
     """Withdraw this connection's parked long-poll `request_id`: it is answered
     with an empty list at once, so no task is leased to a reply nobody reads."""
@@ -160,6 +179,8 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "stats": Stats,
     "cancel_wait": CancelWait,
     "cancel": Cancel,
+    "requeue_dead": RequeueDead,
+    "purge_dead": PurgeDead,
 }
 
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)
