@@ -149,9 +149,10 @@ class LazyFilesystem:
         file.handles += 1
         return handle
 
-    def _forget_if_idle(self, path: str | None, file: OpenFile) -> None:
+    def _forget_if_idle(self, file: OpenFile) -> None:
+        """Close a file nobody has open and that holds nothing unsynced, under whatever name it has now."""
         if file.handles == 0 and not file.unsynced.dirty:
-            if path is not None and self.files.get(path) is file:
+            for path in [path for path, known in self.files.items() if known is file]:
                 del self.files[path]
             os.close(file.fd)
 
@@ -236,7 +237,7 @@ class LazyFilesystem:
             file = self._file(path)
             file.unsynced.truncate(length)
             self.counters.truncates += 1
-            self._forget_if_idle(path, file)
+            self._forget_if_idle(file)
             return 0
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
@@ -256,7 +257,7 @@ class LazyFilesystem:
         with self.mutex:
             file = self.handles.pop(fh)
             file.handles -= 1
-            self._forget_if_idle(path, file)
+            self._forget_if_idle(file)
             return 0
 
     # ------------------------------------------------------------- names

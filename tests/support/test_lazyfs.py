@@ -101,6 +101,19 @@ def test_unsynced_unlink_and_rename_are_undone_by_a_cut(mount: LazyMount) -> Non
     }
 
 
+def test_unsynced_data_follows_its_file_through_a_rename_and_a_close(mount: LazyMount) -> None:
+    write_file(mount.path / "old", b"written before the rename")  # not synced; closed
+    os.rename(mount.path / "old", mount.path / "new")
+    assert (mount.path / "new").read_bytes() == b"written before the rename"
+    fd = os.open(mount.path / "new", os.O_RDONLY)
+    os.fsync(fd)  # any handle syncs what the file holds
+    os.close(fd)
+    sync_directory(mount.path)
+    power_cycle(mount)
+    assert os.listdir(mount.path) == ["new"]
+    assert (mount.path / "new").read_bytes() == b"written before the rename"
+
+
 def test_synced_unlink_and_rename_last(mount: LazyMount) -> None:
     write_file(mount.path / "a", b"a", sync="fsync")
     write_file(mount.path / "b", b"b", sync="fsync")
