@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from kittiwake.client import Client
 from support.broker_process import BrokerProcess
 from support.checker import History, Result, check
 from support.lazy_mount import LazyMount, require_fuse
@@ -154,6 +155,28 @@ def test_power_cuts_lose_acknowledged_tasks_with_os_durability(tmp_path: Path) -
     run = run_power_loss_loop(tmp_path, "os", SUITE_CUTS_OS, crash_seed())
     assert run.result.acknowledged > 0, run.report
     assert run.result.lost, f"nothing acknowledged was lost without fsync: the test cannot see a cut\n{run.report}"
+
+
+@pytest.mark.timeout(60)
+def test_a_data_directory_the_broker_creates_survives_a_power_cut(tmp_path: Path) -> None:
+    """The broker makes its data directory itself; the new name must be synced in its parent, or a cut
+    takes the whole directory with every acknowledged task in it."""
+    require_fuse()
+    tasks = 20
+    with LazyMount(tmp_path / "disk", tmp_path / "mnt") as mount:
+        broker = BrokerProcess(mount.path / "queues")  # its logs go beside it, in the mount's root
+        try:
+            with Client(broker.url, timeout=10.0) as client:
+                client.enqueue_many([{"queue": "q", "pid": f"p{n:02d}", "data": b"x"} for n in range(tasks)])
+            broker.kill()
+            report = mount.cut()
+            mount.mount()
+            broker.restart()
+            with Client(broker.url, timeout=10.0) as client:
+                present = [view.pid for view in client.peek("q", tasks + 1)]
+        finally:
+            broker.kill()
+    assert present == [f"p{n:02d}" for n in range(tasks)], f"after the cut: {present}; the cut: {report}"
 
 
 @pytest.mark.soak
