@@ -8,9 +8,24 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test setup clean
+.PHONY: demo test setup fuse-deps clean
 
-setup: $(STAMP)
+setup: fuse-deps $(STAMP)
+
+# The power-loss tests mount a FUSE filesystem, which needs fusermount3 and libfuse3 from the
+# system's packages. Nothing to do when both are there; installed when missing and this is root
+# with apt-get (a failed install stops make); otherwise a notice, and those tests say why they skip.
+fuse-deps:
+	@if command -v fusermount3 >/dev/null 2>&1 && \
+		$(PYTHON) -c "import ctypes.util, sys; sys.exit(not ctypes.util.find_library('fuse3'))"; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "fuse-deps: installing fuse3 and libfuse3-3 with apt-get"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fuse3 libfuse3-3 >/dev/null; \
+	else \
+		echo "fuse-deps: fuse3 is missing and cannot be installed here (needs root and apt-get);" \
+			"the power-loss tests will skip"; \
+	fi
 
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +36,7 @@ $(STAMP): pyproject.toml requirements.lock
 demo: $(STAMP)
 	$(PY) -m kittiwake demo
 
-test: $(STAMP)
+test: fuse-deps $(STAMP)
 	$(PY) -m pytest
 
 clean:

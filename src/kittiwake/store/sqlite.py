@@ -45,6 +45,7 @@ from kittiwake.engine.mutations import (
 from kittiwake.engine.storage import QueueSummary, Recovery
 from kittiwake.model import Task
 from kittiwake.store import statements as sql
+from kittiwake.store.durable_directory import make_durable_directory
 
 _STATEMENTS = {
     PutTask: sql.INSERT_TASK,
@@ -113,7 +114,7 @@ class SqliteStore:
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {DURABILITY_LEVELS}")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_durable_directory(self.directory)  # acknowledged tasks must not vanish with their directory's name
         self.path = self.directory / "kittiwake.db"
         self.durability = durability
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
