@@ -1,6 +1,6 @@
 """Plain data shared by every layer: tasks, lease references, limits and name rules.
 
-Owns the vocabulary of DESIGN.md (task, queue name, consistency group, pid,
+Owns the vocabulary of the README's model (task, queue name, consistency group, pid,
 lease) as frozen or slotted dataclasses, the published hard limits, and the
 validation of names and pids. Nothing here does I/O.
 

@@ -1,4 +1,4 @@
-"""Bad input to the binary port (TESTING.md, "Bad input to try"), each a regression test.
+"""Bad input to the binary port (docs/testing.md, "Bad input to try"), each a regression test.
 
 Every test ends by checking that a well-behaved client on another connection
 is still served: one bad client must never affect the others. The shapes

@@ -98,7 +98,7 @@ def test_an_expired_lease_makes_the_task_available_and_counts_an_attempt(engine,
 
 
 def test_lease_fencing_a_stale_worker_cannot_touch_a_task_leased_again(engine, clock):
-    """TESTING.md: a worker stalls past its lease, another takes the task, the first wakes and acks."""
+    """docs/testing.md: a worker stalls past its lease, another takes the task, the first wakes and acks."""
     put(engine, clock.now, "q", "p")
     [stale] = take(engine, clock.now, "q", lease_secs=10, worker="w1")
     clock.advance(30)

@@ -1,4 +1,4 @@
-"""The engine is sans-IO (STYLE.md 2): no clock, sockets, disk, threads or randomness in
+"""The engine is sans-IO (docs/style.md, 2): no clock, sockets, disk, threads or randomness in
 `kittiwake.engine` — time comes in as `now`, the store is injected. Checked on the source itself."""
 
 from __future__ import annotations

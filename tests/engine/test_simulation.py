@@ -1,7 +1,7 @@
 """Deterministic simulation: one seed drives engine + store through random operations, commits,
 crashes, restarts and clock jumps, and every invariant is checked after every step.
 
-In the manner of FoundationDB's and TigerBeetle's simulators (STYLE.md): all randomness comes from
+In the manner of FoundationDB's and TigerBeetle's simulators (docs/style.md): all randomness comes from
 one `random.Random(seed)`, the clock is a number the simulation moves (forwards in small ticks and
 big jumps, and sometimes backwards, as NTP does), and a failure prints its seed and the last steps.
 Replay one seed with

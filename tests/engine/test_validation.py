@@ -1,6 +1,6 @@
 """Every argument the engine refuses with BAD_REQUEST, before it changes or writes anything.
 
-TESTING.md's bad input at the engine's door: empty, long and badly spelled names, NUL and control
+docs/testing.md's bad input at the engine's door: empty, long and badly spelled names, NUL and control
 characters and invalid UTF-8 (lone surrogates) in pids, oversized data, bad headers, lease times
 that are zero, negative, NaN, infinite or too long, and requests with too many items.
 """

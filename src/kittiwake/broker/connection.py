@@ -4,7 +4,7 @@ An `asyncio.Protocol` rather than streams: `data_received` cuts frames and
 decodes requests synchronously, with no task or future per request, which is
 most of the cost at small request sizes.
 
-What a connection guarantees about memory and fairness (TESTING.md, bad input):
+What a connection guarantees about memory and fairness (docs/testing.md, bad input):
 
 * a frame's length prefix above the max frame (also what the first bytes of an
   HTTP request or a TLS ClientHello decode to) gets one `FRAME_TOO_LARGE`
