@@ -21,6 +21,7 @@ Results on the wire (msgspec encodes the engine's dataclasses as maps):
 | delete_queue | number of tasks dropped |
 | stats | list of `QueueStats` |
 | cancel | list of `ItemOutcome` per (queue, pid) |
+| auth | `{"user": None}`: only reached when the broker has no auth file |
 
 A long-poll lease (`wait_secs > 0`) that finds nothing is parked by the
 server, not here: `execute` answers every call right away.
@@ -32,6 +33,7 @@ import math
 from typing import Any, Callable
 
 from kittiwake import errors
+from kittiwake.broker import access
 from kittiwake.engine import Engine
 from kittiwake.model import LeaseRef, LeaseRequest, Limits, NewTask
 from kittiwake.protocol import messages as m
@@ -149,6 +151,11 @@ def _stats(engine: Engine, request: m.Stats, peer: str | None, now: float) -> An
     return engine.stats(request.queues, request.pattern, request.sample, now)
 
 
+def _auth(engine: Engine, request: m.Auth, peer: str | None, now: float) -> Any:
+    # reached only without an auth file: every client is let in, credentials or not
+    return {"user": None}
+
+
 Handler = Callable[[Engine, Any, "str | None", float], Any]
 
 HANDLERS: dict[type[m.Request], Handler] = {
@@ -167,7 +174,10 @@ HANDLERS: dict[type[m.Request], Handler] = {
     m.DeleteQueue: _delete_queue,
     m.Stats: _stats,
     m.Cancel: _cancel,
+    m.Auth: _auth,
 }
+HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without rights on every queue
+
 
 def execute(engine: Engine, request: m.Request, peer: str | None, now: float) -> Any:
     """Run one request against the engine; raises `KittiwakeError` for a refused request."""
