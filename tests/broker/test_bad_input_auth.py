@@ -121,6 +121,19 @@ def test_requests_after_a_refused_auth_are_not_run(secured: BrokerProcess) -> No
         assert conn.call("list_queues") == []
 
 
+def test_a_connection_that_never_authenticates_is_closed(tmp_path: Path) -> None:
+    users = standard_auth_file(tmp_path / "users.json")
+    with BrokerProcess(tmp_path / "data", auth_file=users, extra_args=["--auth-timeout-secs", "0.5"]) as broker:
+        with broker.connect() as silent, broker.connect() as halfway:
+            frame = RawConnection.frame("auth", 1, user="alice", token="alice-token-0123456789abcdef")
+            halfway.send_raw(frame[:7])  # a frame begun and never finished
+            for conn in (silent, halfway):
+                codes = closing_codes(conn)
+                assert codes == [(0, "UNAUTHORIZED")], codes
+        with broker.connect() as conn:
+            assert conn.auth(*ALICE).ok
+
+
 def test_a_half_frame_before_auth_then_close(secured: BrokerProcess) -> None:
     with secured.connect() as conn:
         frame = RawConnection.frame("auth", 1, user="alice", token="alice-token-0123456789abcdef")

@@ -17,6 +17,7 @@ from support.broker_process import BrokerProcess
         ({"plaintext": False}, "only be closed when TLS is on"),
         ({"tls_port": 70000}, "tls_port"),
         ({"auth_file": ""}, "non-empty path"),
+        ({"auth_timeout_secs": 0}, "auth_timeout_secs"),
     ],
 )
 def test_bad_settings_are_refused(fields: dict, reason: str) -> None:

@@ -18,6 +18,7 @@ import ipaddress
 from dataclasses import dataclass
 
 DEFAULT_TLS_PORT = 7371
+DEFAULT_AUTH_TIMEOUT_SECS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,7 @@ class SecurityConfig:
     tls_key: str | None = None
     tls_port: int = DEFAULT_TLS_PORT  # 0 picks a free port
     plaintext: bool = True  # False: only the TLS port is open
+    auth_timeout_secs: float = DEFAULT_AUTH_TIMEOUT_SECS  # a connection not authenticated by then is closed
 
     def __post_init__(self) -> None:
         for name in ("auth_file", "tls_cert", "tls_key"):
@@ -39,6 +41,9 @@ class SecurityConfig:
             raise ValueError("tls_cert and tls_key go together: give both or neither")
         if isinstance(self.tls_port, bool) or not isinstance(self.tls_port, int) or not 0 <= self.tls_port <= 65535:
             raise ValueError(f"tls_port must be in [0, 65535], got {self.tls_port!r}")
+        timeout = self.auth_timeout_secs
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
+            raise ValueError(f"auth_timeout_secs must be in (0, 3600], got {timeout!r}")
         if not self.plaintext and not self.tls:
             raise ValueError("the plaintext port can only be closed when TLS is on (tls_cert and tls_key)")
 

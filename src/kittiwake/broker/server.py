@@ -169,7 +169,7 @@ class Broker:
     def open_session(self, connection: Connection) -> Session | None:
         if self.authenticator is None:
             return None
-        return Session(self.authenticator, connection)
+        return Session(self.authenticator, connection, self.config.security.auth_timeout_secs)
 
     def forget(self, connection: Connection) -> None:
         self.connections.discard(connection)

@@ -20,9 +20,10 @@ to submit, or None when the session kept it or closed the connection:
 
 The `auth` reply is written straight to the socket: nothing else of the
 connection has been submitted yet, so it cannot overtake another reply. A
-connection that has not authenticated within `AUTH_DEADLINE_SECS` of
-connecting is closed with `UNAUTHORIZED`: unauthenticated connections hold
-slots of `--max-connections`, so they must not linger.
+connection that has not authenticated within `deadline_secs` of connecting
+(`--auth-timeout-secs`, 10 s) is closed with `UNAUTHORIZED`:
+unauthenticated connections hold slots of `--max-connections`, so they must
+not linger.
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ from kittiwake.broker.access import Principal
 from kittiwake.broker.auth import Authenticator
 from kittiwake.protocol import encode_error, encode_frame, encode_ok
 from kittiwake.protocol import messages as m
-
-AUTH_DEADLINE_SECS = 10.0
 
 Item = m.Request | bytes
 
@@ -78,13 +77,15 @@ class Session:
 
     __slots__ = ("authenticator", "connection", "state", "principal", "_held", "_deadline")
 
-    def __init__(self, authenticator: Authenticator, connection: SessionConnection) -> None:
+    def __init__(self, authenticator: Authenticator, connection: SessionConnection, deadline_secs: float) -> None:
         self.authenticator = authenticator
         self.connection = connection
         self.state = SessionState.AWAITING
         self.principal: Principal | None = None
         self._held: list[Item] = []
-        self._deadline: asyncio.TimerHandle | None = authenticator.loop.call_later(AUTH_DEADLINE_SECS, self._too_late)
+        self._deadline: asyncio.TimerHandle | None = authenticator.loop.call_later(
+            deadline_secs, self._too_late, deadline_secs
+        )
 
     @property
     def user(self) -> str | None:
@@ -146,10 +147,10 @@ class Session:
         self._cancel_deadline()
         self.connection.fail(error, request_id)
 
-    def _too_late(self) -> None:
+    def _too_late(self, deadline_secs: float) -> None:
         self._deadline = None
         if self.state in (SessionState.AWAITING, SessionState.CHECKING) and not self.connection.closed:
-            self._refuse(errors.Unauthorized(f"no credentials within {AUTH_DEADLINE_SECS:.0f} s of connecting"), 0)
+            self._refuse(errors.Unauthorized(f"no credentials within {deadline_secs:g} s of connecting"), 0)
 
     def _cancel_deadline(self) -> None:
         if self._deadline is not None:

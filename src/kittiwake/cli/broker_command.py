@@ -14,7 +14,7 @@ import sys
 import click
 
 from kittiwake.broker.config import DEFAULT_DATA_DIR, DEFAULT_PORT, BrokerConfig
-from kittiwake.broker.security import DEFAULT_TLS_PORT, SecurityConfig
+from kittiwake.broker.security import DEFAULT_AUTH_TIMEOUT_SECS, DEFAULT_TLS_PORT, SecurityConfig
 from kittiwake.protocol import DEFAULT_MAX_FRAME
 
 
@@ -41,6 +41,9 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
 @click.option("--auth-file", type=click.Path(dir_okay=False), envvar="KITTIWAKE_AUTH_FILE", show_envvar=True,
               help="Users, hashed tokens and rights (written by `kittiwake auth add-user`). Clients must then "
               "authenticate: kw://USER:TOKEN@HOST:PORT. Re-read when it changes.")
+@click.option("--auth-timeout-secs", default=DEFAULT_AUTH_TIMEOUT_SECS, show_default=True,
+              type=click.FloatRange(0, 3600, min_open=True),
+              help="With --auth-file: a connection that has not authenticated this long after connecting is closed.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False),
               help="PEM certificate chain: also listen for TLS (kws://) on --tls-port. Needs --tls-key.")
 @click.option("--tls-key", type=click.Path(dir_okay=False), help="PEM private key of --tls-cert.")
@@ -59,6 +62,7 @@ def broker(
     head_tasks: int,
     sqlite_cache_mb: int,
     auth_file: str | None,
+    auth_timeout_secs: float,
     tls_cert: str | None,
     tls_key: str | None,
     tls_port: int,
@@ -79,7 +83,7 @@ def broker(
             head_tasks=head_tasks,
             sqlite_cache_mb=sqlite_cache_mb,
             security=SecurityConfig(
-                auth_file=auth_file, tls_cert=tls_cert, tls_key=tls_key, tls_port=tls_port, plaintext=plaintext
+                auth_file=auth_file, auth_timeout_secs=auth_timeout_secs, tls_cert=tls_cert, tls_key=tls_key, tls_port=tls_port, plaintext=plaintext
             ),
         )
     except ValueError as exc:
