@@ -38,7 +38,7 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               help="Tasks per queue loaded into memory ahead of leases.")
 @click.option("--sqlite-cache-mb", default=64, show_default=True, type=click.IntRange(1, 1 << 20),
               help="SQLite page cache, in MiB.")
-@click.option("--auth-file", type=click.Path(dir_okay=False), envvar="KITTIWAKE_AUTH_FILE", show_envvar=True,
+@click.option("--auth-file", type=click.Path(dir_okay=False),
               help="Users, hashed tokens and rights (written by `kittiwake auth add-user`). Clients must then "
               "authenticate: kw://USER:TOKEN@HOST:PORT. Re-read when it changes.")
 @click.option("--auth-timeout-secs", default=DEFAULT_AUTH_TIMEOUT_SECS, show_default=True,
