@@ -57,3 +57,11 @@ def spark_session() -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """A test CA and a server certificate for localhost / 127.0.0.1, made with openssl (skips without it)."""
+    from support.tls_certificates import make_certificates
+
+    return make_certificates(tmp_path_factory.mktemp("tls"))

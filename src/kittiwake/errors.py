@@ -113,13 +113,15 @@ class TooManyConnections(KittiwakeError):
 
 
 class Unauthorized(KittiwakeError):
-    """The caller did not authenticate. Code UNAUTHORIZED."""
+    """Missing or wrong credentials on a broker run with an auth file; the broker closes the
+    connection after this reply. Code UNAUTHORIZED."""
 
     code = "UNAUTHORIZED"
 
 
 class Forbidden(KittiwakeError):
-    """The caller may not do this. Code FORBIDDEN."""
+    """The authenticated user lacks the permission this request needs on a queue it names;
+    nothing of the request was applied. Code FORBIDDEN."""
 
     code = "FORBIDDEN"
 

@@ -10,6 +10,12 @@ the log in assertion messages.
 `RawConnection` speaks the wire protocol with `kittiwake.protocol` over a
 blocking socket, with no client library in between, so broker tests can send
 exactly the bytes they mean, pipeline, and match replies by id.
+
+Security: `auth_file=` starts the broker with `--auth-file`; `tls=`
+(`support.tls_certificates.Certificates`) adds the TLS port (`tls_port`, a
+free one unless given) and `plaintext=False` closes the plaintext port.
+`url(user, token, tls=)` builds client URLs; `connect(tls=True)` opens a raw
+TLS connection and `RawConnection.auth(user, token)` authenticates it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -27,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 from kittiwake.protocol import FrameReader, Reply, decode_reply, encode_frame, encode_request
 
-LISTENING = re.compile(r"^kittiwake broker listening on (\S+):(\d+) ")
+LISTENING = re.compile(r"^kittiwake broker listening on (\S+):(\d+) (?:tls_port=(\d+) )?")
 START_TIMEOUT_SECS = 30.0
 
 
@@ -42,8 +49,16 @@ class BrokerProcess:
         *,
         host: str = "127.0.0.1",
         preexec_fn: Any = None,
+        auth_file: str | os.PathLike[str] | None = None,
+        tls: Any = None,
+        tls_port: int = 0,
+        plaintext: bool = True,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.auth_file = auth_file
+        self.tls = tls
+        self.tls_port: int | None = tls_port if tls is not None else None
+        self.plaintext = plaintext
         self.host = host
         self.port = port
         self.extra_args = tuple(extra_args)
@@ -58,6 +73,25 @@ class BrokerProcess:
     def url(self) -> str:
         return f"kw://{self.host}:{self.port}"
 
+    def client_url(self, user: str | None = None, token: str | None = None, *, tls: bool = False) -> str:
+        """A client URL: `kw://` to the plaintext port or `kws://` to the TLS port (CA from `tls.ca`)."""
+        credentials = f"{user}:{token}@" if user is not None else ""
+        if tls:
+            assert self.tls is not None and self.tls_port is not None
+            return f"kws://{credentials}{self.host}:{self.tls_port}?ca={self.tls.ca}"
+        return f"kw://{credentials}{self.host}:{self.port}"
+
+    def _security_args(self) -> list[str]:
+        args: list[str] = []
+        if self.auth_file is not None:
+            args += ["--auth-file", str(self.auth_file)]
+        if self.tls is not None:
+            args += ["--tls-cert", str(self.tls.cert), "--tls-key", str(self.tls.key),
+                     "--tls-port", str(self.tls_port or 0)]
+        if not self.plaintext:
+            args.append("--no-plaintext")
+        return args
+
     @property
     def pid(self) -> int:
         assert self.proc is not None
@@ -68,7 +102,8 @@ class BrokerProcess:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         command = [
             sys.executable, "-m", "kittiwake.broker",
-            "--data", str(self.data_dir), "--host", self.host, "--port", str(port), *self.extra_args,
+            "--data", str(self.data_dir), "--host", self.host, "--port", str(port),
+            *self._security_args(), *self.extra_args,
         ]
         with open(self.stdout_path, "wb") as stdout, open(self.log_path, "ab") as log:
             log.write(f"--- start {self.starts}: {' '.join(command)}\n".encode())
@@ -82,6 +117,8 @@ class BrokerProcess:
             match = LISTENING.match(self.stdout_path.read_text(errors="replace"))
             if match:
                 self.port = int(match.group(2))
+                if match.group(3):
+                    self.tls_port = int(match.group(3))
                 return True
             if self.proc.poll() is not None:
                 return False
@@ -129,7 +166,11 @@ class BrokerProcess:
             return "(no broker log)"
         return "\n".join(text.splitlines()[-lines:])
 
-    def connect(self, timeout: float = 10.0) -> RawConnection:
+    def connect(self, timeout: float = 10.0, *, tls: bool = False) -> RawConnection:
+        if tls:
+            assert self.tls is not None and self.tls_port is not None
+            context = ssl.create_default_context(cafile=str(self.tls.ca))
+            return RawConnection(self.host, self.tls_port, timeout=timeout, tls=context)
         return RawConnection(self.host, self.port, timeout=timeout)
 
     def __enter__(self) -> BrokerProcess:
@@ -142,9 +183,11 @@ class BrokerProcess:
 class RawConnection:
     """A blocking socket that sends requests and reads replies as `kittiwake.protocol` frames."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+    def __init__(self, host: str, port: int, timeout: float = 10.0, tls: ssl.SSLContext | None = None) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.reader = FrameReader(max_frame=1 << 30)
         self._ids = itertools.count(1)
         self._frames: list[bytes] = []
@@ -229,6 +272,10 @@ class RawConnection:
         return reply.result
 
     # conveniences for the common ops
+
+    def auth(self, user: str, token: str) -> Reply:
+        """Send credentials; the reply (ok with {"user"}, or the refusal before the broker closes)."""
+        return self.request("auth", user=user, token=token)
 
     def enqueue(self, queue: str, data: bytes, **task: Any) -> dict[str, Any]:
         return self.call("enqueue", tasks=[{"queue": queue, "data": data, **task}])[0]

@@ -16,11 +16,15 @@ task bundling), so submitting N tasks costs N / chunk round trips.
 
 Each `App` instance has an id (random, or `app_id=` to keep results across
 restarts of the submitter); `close()` stops the collector and, for a random
-id, deletes the app's reply queues.
+id, deletes the app's reply queues. The reply queues are named
+`<group>#<reply_prefix><app id>`; `reply_prefix` (default `_replies.`) lets a
+broker user whose rights cover only its own prefix (`alice.*`) receive
+results (`reply_prefix="alice.replies."`).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -34,6 +38,7 @@ from kittiwake.app.definitions import (
     make_options,
 )
 from kittiwake.app.envelope import (
+    REPLIES_PREFIX,
     REPLY_TO_HEADER,
     SUBMITTED_AT_HEADER,
     TASK_ID_HEADER,
@@ -51,6 +56,7 @@ from kittiwake.client import Client
 from kittiwake.model import Limits, validate_pid
 
 MAX_BATCH = Limits().max_batch
+_REPLY_PREFIX_RE = re.compile(r"[A-Za-z0-9_.:@/\-]{1,200}")  # used with fullmatch: queue-name characters, no '#'
 
 
 def task_key(parent: Any) -> tuple[str, str]:
@@ -74,7 +80,11 @@ class App:
         app_id: str | None = None,
         connect_timeout: float = 10.0,
         clock: Callable[[], float] = time.time,
+        reply_prefix: str = REPLIES_PREFIX,
     ) -> None:
+        if not isinstance(reply_prefix, str) or not _REPLY_PREFIX_RE.fullmatch(reply_prefix):
+            raise ValueError(f"reply_prefix {reply_prefix!r} must be 1..200 characters of [A-Za-z0-9_.:@/-]")
+        self.reply_prefix = reply_prefix
         self._url = url
         self.serializer = Serializer(serializer)
         self._fixed_id = app_id is not None
@@ -246,7 +256,7 @@ class App:
         headers = {TASK_ID_HEADER: task_id, SUBMITTED_AT_HEADER: f"{now:.6f}"}
         slot = reply_queue = None
         if not options.ignore_result:
-            reply_queue = reply_queue_for(options.queue, self.id)
+            reply_queue = reply_queue_for(options.queue, self.id, self.reply_prefix)
             headers[REPLY_TO_HEADER] = reply_queue
             slot = self.collector.slot(task_id)
             self.collector.watch(reply_queue)

@@ -66,10 +66,10 @@ def dead_queue_of(queue: str) -> str:
     return queue + DEAD_SUFFIX
 
 
-def reply_queue_for(queue: str, app_id: str) -> str:
-    """The reply queue of app `app_id` in the consistency group of `queue`."""
+def reply_queue_for(queue: str, app_id: str, prefix: str = REPLIES_PREFIX) -> str:
+    """The reply queue of app `app_id` in the consistency group of `queue` (`prefix`: see `App`)."""
     group = group_of(queue)
-    return f"{group}#{REPLIES_PREFIX}{app_id}" if group else f"{REPLIES_PREFIX}{app_id}"
+    return f"{group}#{prefix}{app_id}" if group else f"{prefix}{app_id}"
 
 
 def delayed_pid(due_epoch_secs: float, task_id: str) -> str:

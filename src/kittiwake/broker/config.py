@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kittiwake.broker.security import SecurityConfig
 from kittiwake.model import Limits
 from kittiwake.protocol import DEFAULT_MAX_FRAME
 from kittiwake.store.sqlite import DURABILITY_LEVELS
@@ -35,6 +36,7 @@ class BrokerConfig:
     head_tasks: int = 1000  # tasks per queue kept in memory ahead of leases
     sqlite_cache_mb: int = 64
     limits: Limits = field(default_factory=Limits)
+    security: SecurityConfig = field(default_factory=SecurityConfig)  # auth file, TLS, listeners
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -49,6 +51,8 @@ class BrokerConfig:
         _check_int("cache_mb", self.cache_mb, 1, 1 << 20)
         _check_int("head_tasks", self.head_tasks, 1, 1_000_000)
         _check_int("sqlite_cache_mb", self.sqlite_cache_mb, 1, 1 << 20)
+        if not isinstance(self.security, SecurityConfig):
+            raise ValueError("security must be a kittiwake.broker.security.SecurityConfig")
         if not isinstance(self.limits, Limits):
             raise ValueError("limits must be a kittiwake.model.Limits")
         wait = self.limits.max_wait_secs

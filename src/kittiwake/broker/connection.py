@@ -24,18 +24,23 @@ What a connection guarantees about memory and fairness (docs/testing.md, bad inp
 * after the client's EOF (half-close) the connection stays open until every
   request already received has been answered, then closes; its parked
   long-polls are answered with an empty list at once and none is parked
-  again, so no task is leased to a client that has stopped listening.
+  again, so no task is leased to a client that has stopped listening;
+* with an auth file, every decoded item passes the connection's `Session`
+  (`kittiwake.broker.session`) first: credentials, then rights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from kittiwake import errors
 from kittiwake.protocol import FrameReader, RequestError, decode_request, encode_error, encode_frame
 from kittiwake.protocol.messages import Request
+
+if TYPE_CHECKING:
+    from kittiwake.broker.session import Session
 
 log = logging.getLogger("kittiwake.broker")
 
@@ -63,6 +68,9 @@ class ConnectionHost(Protocol):
     def end_waits(self, connection: Connection) -> None:
         """The client sent EOF: answer its parked long-polls with nothing, now."""
 
+    def open_session(self, connection: Connection) -> Session | None:
+        """The connection's credentials checker, or None when the broker has no auth file."""
+
 
 def error_frame(request_id: int, error: errors.KittiwakeError) -> bytes:
     return encode_frame(encode_error(request_id, error))
@@ -84,6 +92,7 @@ class Connection(asyncio.Protocol):
         self.reader = FrameReader(host.max_frame)
         self.transport: asyncio.Transport | None = None
         self.peer: str | None = None
+        self.tls = False
         self.closed = False  # no reply can be written any more
         self.admitted = False
         self.unanswered = 0
@@ -92,7 +101,9 @@ class Connection(asyncio.Protocol):
         self._paused_for_writes = False
         self._paused_for_backlog = False
         self._paused_by_broker = False
+        self._paused_for_auth = False
         self._reading = True
+        self.session: Session | None = None
 
     # ------------------------------------------------------------- asyncio
 
@@ -100,11 +111,13 @@ class Connection(asyncio.Protocol):
         # uvloop's transports implement the interface without subclassing it
         self.transport = cast(asyncio.Transport, transport)
         self.peer = format_peer(transport.get_extra_info("peername"))
+        self.tls = transport.get_extra_info("sslcontext") is not None
         if not self.host.admit(self):
             self.fail(errors.TooManyConnections("the broker is at its connection limit"))
             return
         self.admitted = True
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+        self.session = self.host.open_session(self)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -125,6 +138,13 @@ class Connection(asyncio.Protocol):
             except Exception:  # the decoder must never take the broker down
                 log.exception("request decoder failed on a %d-byte frame from %s", len(body), self.peer)
                 item = error_frame(0, errors.MalformedFrame("the request could not be decoded"))
+            if self.session is not None:
+                screened = self.session.screen(item)
+                if screened is None:
+                    if self.closed:
+                        return
+                    continue
+                item = screened
             self.unanswered += 1
             host.submit(self, item)
         if self.reader.rejected is not None:
@@ -146,7 +166,8 @@ class Connection(asyncio.Protocol):
         # otherwise be handed tasks that nobody reads, leased until expiry.
         self.host.end_waits(self)
         # keep the write half open until every request received is answered
-        return self.unanswered > 0
+        # (TLS has no half-close: its transport closes after close_notify whatever we say)
+        return self.unanswered > 0 and not self.tls
 
     @property
     def ended(self) -> bool:
@@ -155,6 +176,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.session is not None:
+            self.session.close()
         if self.admitted:
             self.host.forget(self)
 
@@ -201,12 +224,35 @@ class Connection(asyncio.Protocol):
             items, self.deferred = self.deferred, []
             self.host.resubmit(self, items)
 
-    def fail(self, error: errors.KittiwakeError) -> None:
-        """Send one error frame with id 0 and close after it is flushed."""
+    def fail(self, error: errors.KittiwakeError, request_id: int = 0) -> None:
+        """Send one error frame (id 0 unless given) and close after it is flushed."""
         transport = self.transport
         if transport is not None and not transport.is_closing():
-            transport.write(error_frame(0, error))
+            transport.write(error_frame(request_id, error))
         self.close()
+
+    # ------------------------------------------------------------- session
+
+    @property
+    def source(self) -> str:
+        """The client's address without its port: what failed authentications are counted by."""
+        address = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return str(address[0]) if isinstance(address, tuple) and address else (self.peer or "-")
+
+    def accept(self, item: Request | bytes) -> None:
+        """Submit an item the session held while it checked credentials."""
+        if not self.closed:
+            self.unanswered += 1
+            self.host.submit(self, item)
+
+    def send_now(self, frame: bytes) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frame)
+
+    def hold_reading(self, hold: bool) -> None:
+        self._paused_for_auth = hold
+        self._update_reading()
 
     def close(self) -> None:
         self.closed = True
@@ -222,7 +268,7 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        want = not (self._paused_for_writes or self._paused_for_backlog or self._paused_by_broker)
+        want = not (self._paused_for_writes or self._paused_for_backlog or self._paused_by_broker or self._paused_for_auth)
         if want == self._reading:
             return
         self._reading = want

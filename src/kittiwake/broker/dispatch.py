@@ -22,6 +22,7 @@ Results on the wire (msgspec encodes the engine's dataclasses as maps):
 | stats | list of `QueueStats` |
 | cancel | list of `ItemOutcome` per (queue, pid) |
 | requeue_dead, purge_dead | `{"outcomes": [ItemOutcome per dead letter], "next_pid": cursor or None}` |
+| auth | `{"user": None}`: only reached when the broker has no auth file |
 
 A long-poll lease (`wait_secs > 0`) that finds nothing is parked by the
 server, not here: `execute` answers every call right away.
@@ -33,6 +34,7 @@ import math
 from typing import Any, Callable
 
 from kittiwake import errors
+from kittiwake.broker import access
 from kittiwake.engine import Engine
 from kittiwake.model import LeaseRef, LeaseRequest, Limits, NewTask
 from kittiwake.protocol import messages as m
@@ -158,6 +160,11 @@ def _purge_dead(engine: Engine, request: m.PurgeDead, peer: str | None, now: flo
     return engine.purge_dead(request.queue, request.pids, now, after_pid=request.after_pid, limit=request.limit)
 
 
+def _auth(engine: Engine, request: m.Auth, peer: str | None, now: float) -> Any:
+    # reached only without an auth file: every client is let in, credentials or not
+    return {"user": None}
+
+
 Handler = Callable[[Engine, Any, "str | None", float], Any]
 
 HANDLERS: dict[type[m.Request], Handler] = {
@@ -178,7 +185,10 @@ HANDLERS: dict[type[m.Request], Handler] = {
     m.Cancel: _cancel,
     m.RequeueDead: _requeue_dead,
     m.PurgeDead: _purge_dead,
+    m.Auth: _auth,
 }
+HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without rights on every queue
+
 
 def execute(engine: Engine, request: m.Request, peer: str | None, now: float) -> Any:
     """Run one request against the engine; raises `KittiwakeError` for a refused request."""

@@ -12,6 +12,11 @@ deadline; every `MAINTENANCE_SECS` one that also runs `Engine.maintain` and
 reaps rows of dropped queues. A tick only asks: the pass itself runs in the
 same group commit as requests, so there is one place that commits and replies.
 
+Listeners: the plaintext port (`port`) unless `security.plaintext` is off,
+and the TLS port (`tls_port`) when a certificate is given; both lead to the
+same connections. With an auth file every connection gets a `Session`
+(`session.py`) that checks its credentials and then its rights.
+
 Stopping: stop accepting, stop reading, serve and commit what was already
 received, answer every parked long-poll with an empty list, let the replies
 flush, close the store.
@@ -27,8 +32,12 @@ import sys
 import time
 from pathlib import Path
 
+from kittiwake.broker.auth import Authenticator
 from kittiwake.broker.config import BrokerConfig
 from kittiwake.broker.connection import Connection
+from kittiwake.broker.security import exposure_note, exposure_warnings
+from kittiwake.broker.session import Session
+from kittiwake.broker.tls import HANDSHAKE_TIMEOUT_SECS, server_context
 from kittiwake.broker.group_commit import GroupCommit
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.protocol.messages import Request
@@ -53,6 +62,9 @@ class Broker:
         self.group: GroupCommit | None = None
         self.connections: set[Connection] = set()
         self._server: asyncio.AbstractServer | None = None
+        self._tls_server: asyncio.AbstractServer | None = None
+        self.authenticator: Authenticator | None = None
+        self.tls_port: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._ticks = 0
         self._stopping = False
@@ -66,6 +78,8 @@ class Broker:
 
     @property
     def url(self) -> str:
+        if self._server is None and self.tls_port is not None:
+            return f"kws://{self.host}:{self.tls_port}"
         return f"kw://{self.host}:{self.port}"
 
     # -------------------------------------------------------------- start
@@ -74,6 +88,10 @@ class Broker:
         """Open the store, recover the engine and start listening; `port` is then the real port."""
         loop = asyncio.get_running_loop()
         config = self.config
+        security = config.security
+        # a bad auth file or certificate stops the start before the store is touched
+        authenticator = Authenticator(security.auth_file, loop) if security.auth_file else None
+        tls_context = server_context(security.tls_cert, security.tls_key) if security.tls_cert and security.tls_key else None
         store = self._given_store
         if store is None:
             store = SqliteStore(config.data_dir, durability=config.durability, cache_mb=config.sqlite_cache_mb)
@@ -85,18 +103,38 @@ class Broker:
         group = GroupCommit(loop, store, make_engine, config.max_frame)
         try:
             group.start(time.time())
-            self._server = await loop.create_server(
-                lambda: Connection(self), config.host, config.port, backlog=LISTEN_BACKLOG
-            )
+            if security.plaintext:
+                self._server = await loop.create_server(
+                    lambda: Connection(self), config.host, config.port, backlog=LISTEN_BACKLOG
+                )
+            if tls_context is not None:
+                self._tls_server = await loop.create_server(
+                    lambda: Connection(self), config.host, security.tls_port, backlog=LISTEN_BACKLOG,
+                    ssl=tls_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECS,
+                )
         except BaseException:
+            for server in (self._server, self._tls_server):
+                if server is not None:
+                    server.close()
             store.close()
+            if authenticator is not None:
+                authenticator.close()
             raise
         self.group = group
-        sockets = self._server.sockets
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        self.authenticator = authenticator
+        if self._tls_server is not None and self._tls_server.sockets:
+            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
+        if self._server is not None and self._server.sockets:
+            self.port = self._server.sockets[0].getsockname()[1]
+        elif self.tls_port is not None:
+            self.port = self.tls_port
         self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
-        log.info("broker started on %s:%d, data in %s", self.host, self.port, self.data_dir)
+        tls = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
+        plaintext = "" if self._server is not None else " (TLS only)"
+        log.info("broker started on %s:%d%s%s (%s), data in %s",
+                 self.host, self.port, plaintext, tls, exposure_note(self.host, security), self.data_dir)
+        for warning in exposure_warnings(self.host, security):
+            log.warning("%s", warning)
 
     def _tick(self) -> None:
         group = self.group
@@ -128,6 +166,11 @@ class Broker:
         if self.group is not None:
             self.group.end_waits(connection)
 
+    def open_session(self, connection: Connection) -> Session | None:
+        if self.authenticator is None:
+            return None
+        return Session(self.authenticator, connection, self.config.security.auth_timeout_secs)
+
     def forget(self, connection: Connection) -> None:
         self.connections.discard(connection)
         if self.group is not None:
@@ -144,8 +187,9 @@ class Broker:
         try:
             if self._tick_handle is not None:
                 self._tick_handle.cancel()
-            if self._server is not None:
-                self._server.close()
+            for server in (self._server, self._tls_server):
+                if server is not None:
+                    server.close()
             for connection in list(self.connections):
                 connection.stop_reading()
             if self.group is not None:
@@ -161,8 +205,11 @@ class Broker:
             for connection in list(self.connections):
                 if connection.transport is not None:
                     connection.transport.abort()
-            if self._server is not None:
-                await self._server.wait_closed()
+            for server in (self._server, self._tls_server):
+                if server is not None:
+                    await server.wait_closed()
+            if self.authenticator is not None:
+                self.authenticator.close()
             log.info("broker stopped")
         finally:
             self._stopped.set()
@@ -185,8 +232,12 @@ def raise_open_files_limit() -> int:
 
 def listening_line(broker: Broker) -> str:
     config = broker.config
+    security = config.security
+    tls = f"tls_port={broker.tls_port} " if broker.tls_port is not None else ""
+    plaintext = "" if security.plaintext else "plaintext=off "
+    auth = "auth=on " if security.auth_file else "auth=off "
     return (
-        f"kittiwake broker listening on {broker.host}:{broker.port} "
+        f"kittiwake broker listening on {broker.host}:{broker.port} {tls}{plaintext}{auth}"
         f"data={broker.data_dir} durability={config.durability}"
     )
 

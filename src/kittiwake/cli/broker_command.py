@@ -1,7 +1,9 @@
 """`kittiwake broker`: run a broker on the embedded SQLite store until SIGTERM or SIGINT.
 
 Prints one line to stdout once it listens — `kittiwake broker listening on
-HOST:PORT data=DIR durability=MODE` — and logs to stderr.
+HOST:PORT [tls_port=N] [plaintext=off] auth=on|off data=DIR durability=MODE` —
+and logs to stderr. HOST:PORT is the plaintext port, or the TLS port when
+the plaintext port is off.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 import click
 
 from kittiwake.broker.config import DEFAULT_DATA_DIR, DEFAULT_PORT, BrokerConfig
+from kittiwake.broker.security import DEFAULT_AUTH_TIMEOUT_SECS, DEFAULT_TLS_PORT, SecurityConfig
 from kittiwake.protocol import DEFAULT_MAX_FRAME
 
 
@@ -19,7 +22,8 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
 @click.option("--data", "data_dir", default=DEFAULT_DATA_DIR, show_default=True, type=click.Path(file_okay=False),
               help="Directory of the SQLite store; created if missing.")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (0.0.0.0 for every interface).")
+              help="Address to listen on: this machine only by default; 0.0.0.0 for every interface "
+              "(then use --auth-file).")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="TCP port; 0 picks a free one (the listening line says which).")
 @click.option("--durability", default="fsync", show_default=True, type=click.Choice(["fsync", "os"]),
@@ -34,6 +38,19 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               help="Tasks per queue loaded into memory ahead of leases.")
 @click.option("--sqlite-cache-mb", default=64, show_default=True, type=click.IntRange(1, 1 << 20),
               help="SQLite page cache, in MiB.")
+@click.option("--auth-file", type=click.Path(dir_okay=False),
+              help="Users, hashed tokens and rights (written by `kittiwake auth add-user`). Clients must then "
+              "authenticate: kw://USER:TOKEN@HOST:PORT. Re-read when it changes.")
+@click.option("--auth-timeout-secs", default=DEFAULT_AUTH_TIMEOUT_SECS, show_default=True,
+              type=click.FloatRange(0, 3600, min_open=True),
+              help="With --auth-file: a connection that has not authenticated this long after connecting is closed.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False),
+              help="PEM certificate chain: also listen for TLS (kws://) on --tls-port. Needs --tls-key.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="PEM private key of --tls-cert.")
+@click.option("--tls-port", default=DEFAULT_TLS_PORT, show_default=True, type=click.IntRange(0, 65535),
+              help="TLS port; 0 picks a free one (the listening line says which).")
+@click.option("--plaintext/--no-plaintext", default=True, show_default=True,
+              help="Whether the plaintext port (--port) is open; --no-plaintext needs TLS.")
 def broker(
     data_dir: str,
     host: str,
@@ -44,6 +61,12 @@ def broker(
     cache_mb: int,
     head_tasks: int,
     sqlite_cache_mb: int,
+    auth_file: str | None,
+    auth_timeout_secs: float,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_port: int,
+    plaintext: bool,
 ) -> None:
     """Run a broker on the embedded store until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
@@ -59,12 +82,15 @@ def broker(
             cache_mb=cache_mb,
             head_tasks=head_tasks,
             sqlite_cache_mb=sqlite_cache_mb,
+            security=SecurityConfig(
+                auth_file=auth_file, auth_timeout_secs=auth_timeout_secs, tls_cert=tls_cert, tls_key=tls_key, tls_port=tls_port, plaintext=plaintext
+            ),
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     try:
         status = run_broker(config)
-    except (OSError, sqlite3.Error) as exc:  # the port is taken, the data directory cannot be opened, ...
+    except (OSError, sqlite3.Error, ValueError) as exc:  # the port is taken, a bad auth file or certificate, ...
         click.echo(f"kittiwake broker: cannot start: {exc}", err=True)
         sys.exit(1)
     sys.exit(status)

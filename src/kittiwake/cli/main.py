@@ -24,12 +24,14 @@ LAZY_COMMANDS = {
     "worker": "kittiwake.cli.worker_command:worker",
     "submit": "kittiwake.cli.submit_command:submit",
     "workers": "kittiwake.cli.workers_command:workers",
+    "auth": "kittiwake.cli.auth_command:auth",
 }
 
 
 @click.group("kittiwake", cls=KittiwakeGroup, lazy_commands=LAZY_COMMANDS)
-@click.option("--url", envvar=URL_ENV, show_envvar=True, metavar="kw://HOST:PORT",
-              help="Broker to talk to. Default: kw://127.0.0.1:7370.")
+@click.option("--url", envvar=URL_ENV, show_envvar=True, metavar="kw[s]://[USER:TOKEN@]HOST:PORT",
+              help="Broker to talk to. Default: kw://127.0.0.1:7370. Put credentials in $KITTIWAKE_URL rather "
+              "than here: a command line is visible to other local users.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON for programs instead of tables.")
 @click.option("--connect-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to keep retrying to reach the broker before giving up.")

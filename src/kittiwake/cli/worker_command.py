@@ -54,6 +54,9 @@ def split_queues(ctx: click.Context, param: click.Parameter, values: tuple[str, 
               type=click.FloatRange(0.01, 60), help="How often due delayed tasks are looked for.")
 @click.option("--registry-secs", default=DEFAULT_REGISTRY_EVERY_SECS, show_default=True,
               type=click.FloatRange(0.1, 3600), help="How often a process renews its record in the worker registry.")
+@click.option("--registry-queue", default="_workers", show_default=True, envvar="KITTIWAKE_REGISTRY_QUEUE",
+              show_envvar=True, help="Queue of the worker registry (one record per process); a broker user "
+              "with rights on its own prefix only names one there, e.g. alice.workers.")
 @click.option("--name", help="Prefix of worker ids. Default: the host name.")
 @click.option("--node", help="This machine's node name: also serve the local queues <queue>@NODE of tasks "
               "submitted with node=NODE.")
@@ -84,6 +87,7 @@ def worker(
     wait_secs: float,
     delayed_poll_secs: float,
     registry_secs: float,
+    registry_queue: str,
     name: str | None,
     node: str | None,
     steal_after_secs: float,
@@ -111,6 +115,7 @@ def worker(
         app=app, url=cli.url, queues=queues, processes=processes, concurrency=concurrency, prefetch=prefetch,
         max_tasks_per_child=max_tasks_per_child, max_memory_mb=max_memory_mb, shutdown_secs=shutdown_secs,
         wait_secs=wait_secs, delayed_poll_secs=delayed_poll_secs, registry_every_secs=registry_secs, beat=beat,
+        registry_queue=registry_queue,
         name=name, node=node, steal_after_secs=steal_after_secs, autoscale=scale, scale_cmd=scale_cmd,
         scale_window_secs=scale_window_secs, scale_idle_secs=scale_idle_secs, sys_path=[os.getcwd()],
     )

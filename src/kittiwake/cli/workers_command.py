@@ -36,17 +36,19 @@ def _row(record: Any) -> dict[str, Any]:
 @click.command("workers")
 @click.option("--all", "show_all", is_flag=True, help="Also list records of workers that stopped renewing them.")
 @click.option("--prune", is_flag=True, help="Remove the records of dead workers first.")
+@click.option("--registry-queue", default="_workers", show_default=True, envvar="KITTIWAKE_REGISTRY_QUEUE",
+              show_envvar=True, help="Queue of the worker registry (as given to `kittiwake worker`).")
 @pass_cli
-def workers(cli: CliContext, show_all: bool, prune: bool) -> None:
+def workers(cli: CliContext, show_all: bool, prune: bool, registry_queue: str) -> None:
     """List live workers: id, host, pid, running tasks, utilisation."""
     from kittiwake.worker.registry import all_workers, prune_dead
 
     client = cli.client()
     if prune:
-        removed = prune_dead(client)
+        removed = prune_dead(client, registry_queue)
         if not cli.json:
             say(f"pruned {removed} dead worker records")
-    records = [record for record in all_workers(client) if show_all or record.alive]
+    records = [record for record in all_workers(client, queue=registry_queue) if show_all or record.alive]
     rows = [_row(record) for record in records]
     if cli.json:
         print_json(rows)

@@ -8,6 +8,10 @@ to requests sent after it. When the stream ends or breaks, every request
 still waiting fails with `ConnectionLost` (its outcome is unknown) and the
 connection is marked closed; `send` on a closed connection raises `NotSent`
 so the client can reconnect and retry a request that never left.
+
+Opening one also does what `handshake` says: TLS for `kws://`, then the
+`auth` request when the address carries credentials, before any other
+request can be sent.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import select
 import socket
+import ssl
 from contextlib import suppress
 
 from kittiwake import errors
+from kittiwake.client.handshake import AUTH_REQUEST_ID, HandshakeRetry, auth_frame, auth_outcome, tls_context, tls_failure
 from kittiwake.client.url import BrokerAddress
 from kittiwake.client.wire import NotSent, ReplyEnvelope, decode_envelope, error_of
 from kittiwake.protocol import FrameReader
@@ -47,15 +53,40 @@ class AsyncConnection:
 
     @classmethod
     async def open(cls, address: BrokerAddress, timeout_secs: float, max_reply_bytes: int) -> AsyncConnection:
-        """One connection attempt; raises OSError (or TimeoutError) when it fails."""
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(address.host, address.port, limit=READ_CHUNK_BYTES), timeout_secs
-        )
+        """One connection attempt, handshake included; raises OSError (or TimeoutError) when it
+        may be retried, `BrokerUnreachable` (TLS cannot work) or `Unauthorized` when it may not."""
+        context = tls_context(address)
+        tls = {} if context is None else {"ssl": context, "server_hostname": address.host}
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(address.host, address.port, limit=READ_CHUNK_BYTES, **tls), timeout_secs
+            )
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            raise  # cut in the middle (a broker restarting?): retried
+        except ssl.SSLError as exc:
+            raise tls_failure(address, exc) from None
         sock = writer.get_extra_info("socket")
         if sock is not None:
             # requests are small frames: Nagle would only add latency
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(address, reader, writer, max_reply_bytes)
+        connection = cls(address, reader, writer, max_reply_bytes)
+        frame = auth_frame(address)
+        if frame is not None:
+            try:
+                await connection._authenticate(frame, timeout_secs)
+            except BaseException:
+                await connection.close()
+                raise
+        return connection
+
+    async def _authenticate(self, frame: bytes, timeout_secs: float) -> None:
+        try:
+            reply = await asyncio.wait_for(self.send(AUTH_REQUEST_ID, frame), timeout_secs)
+        except (NotSent, errors.ConnectionLost, asyncio.TimeoutError) as exc:
+            raise HandshakeRetry(f"authenticating to {self.address}: {exc!r}") from None
+        finally:
+            self.forget(AUTH_REQUEST_ID)
+        auth_outcome(self.address, reply)
 
     @property
     def in_flight(self) -> int:

@@ -19,16 +19,22 @@ What a failure means for the request, which is what callers must know:
   long-poll still parked for it at once instead of leasing a task to it.
 
 After any failure the connection is closed and must not be reused.
+
+Opening one also does what `handshake` says: TLS for `kws://` (a
+certificate the client cannot verify fails at once, with no retry), then the
+`auth` request when the address carries credentials.
 """
 
 from __future__ import annotations
 
 import select
 import socket
+import ssl
 import struct
 import time
 
 from kittiwake import errors
+from kittiwake.client.handshake import AUTH_REQUEST_ID, HandshakeRetry, auth_frame, auth_outcome, tls_context, tls_failure
 from kittiwake.client.url import BrokerAddress
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, NotSent, ReplyEnvelope, decode_envelope, error_of
 from kittiwake.protocol import FrameReader
@@ -41,7 +47,7 @@ class BlockingConnection:
 
     __slots__ = ("address", "_sock", "_frames", "closed")
 
-    def __init__(self, address: BrokerAddress, sock: socket.socket, max_reply_bytes: int) -> None:
+    def __init__(self, address: BrokerAddress, sock: socket.socket | ssl.SSLSocket, max_reply_bytes: int) -> None:
         self.address = address
         self._sock = sock
         self._frames = FrameReader(max_reply_bytes)
@@ -51,11 +57,35 @@ class BlockingConnection:
     def open(
         cls, address: BrokerAddress, timeout_secs: float, max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
     ) -> BlockingConnection:
-        """One connection attempt; raises OSError when it fails."""
-        sock = socket.create_connection((address.host, address.port), timeout=timeout_secs)
-        # requests are small frames answered one by one: Nagle would only add latency
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(address, sock, max_reply_bytes)
+        """One connection attempt, handshake included; raises OSError when it may be retried,
+        `BrokerUnreachable` (TLS cannot work) or `Unauthorized` when it may not."""
+        context = tls_context(address)
+        sock: socket.socket | ssl.SSLSocket = socket.create_connection((address.host, address.port), timeout=timeout_secs)
+        try:
+            # requests are small frames answered one by one: Nagle would only add latency
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if context is not None:
+                try:
+                    sock = context.wrap_socket(sock, server_hostname=address.host)
+                except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+                    raise  # cut in the middle (a broker restarting?): retried
+                except ssl.SSLError as exc:
+                    raise tls_failure(address, exc) from None
+            connection = cls(address, sock, max_reply_bytes)
+            frame = auth_frame(address)
+            if frame is not None:
+                connection._authenticate(frame, timeout_secs)
+        except BaseException:
+            sock.close()
+            raise
+        return connection
+
+    def _authenticate(self, frame: bytes, timeout_secs: float) -> None:
+        try:
+            reply = self.exchange(frame, AUTH_REQUEST_ID, timeout_secs)
+        except (NotSent, errors.ConnectionLost, errors.RequestTimeout) as exc:
+            raise HandshakeRetry(f"authenticating to {self.address}: {exc}") from None
+        auth_outcome(self.address, reply)
 
     def close(self) -> None:
         if not self.closed:

@@ -1,38 +1,63 @@
-"""Broker addresses: parsing `kw://host:port` URLs.
+"""Broker addresses: parsing `kw://` and `kws://` URLs, with optional credentials.
 
-A broker is named by a URL of the form `kw://host:port`. The host may be a
-name, an IPv4 address or a bracketed IPv6 address (`kw://[::1]:7370`); the
-port may be left out (7370). When no URL is given, the environment variable
-`KITTIWAKE_URL` is used, then `kw://127.0.0.1:7370`. Anything else — another
-scheme, a path, a query, credentials, a port outside 1..65535 — is refused with
-`BadRequest` saying what is wrong, before any connection is attempted.
+A broker is named by a URL:
+
+    kw://host:port                      plaintext, no credentials
+    kw://user:token@host:port           plaintext, authenticated
+    kws://user:token@host:port          TLS, the broker's certificate verified
+    kws://host:port?ca=/path/ca.pem     TLS, verified against this CA file
+
+The host may be a name, an IPv4 address or a bracketed IPv6 address
+(`kw://[::1]:7370`); the port may be left out (7370 for `kw`, 7371 for
+`kws`). User and token are percent-decoded (a token with `@`, `:` or `/`
+must be percent-encoded; generated tokens never need it). With `kws`, the
+certificate is checked against `?ca=PATH`, else the file named by
+`$KITTIWAKE_CA`, else the system's trusted CAs, and must name the host.
+When no URL is given, `$KITTIWAKE_URL` is used, then `kw://127.0.0.1:7370`.
+Anything else — another scheme, a path, another query parameter, a user
+without a token, a port outside 1..65535 — is refused with `BadRequest`
+saying what is wrong, before any connection is attempted.
+
+The token never appears in `str(address)`, `address.url` or error messages.
+Prefer `$KITTIWAKE_URL` to `--url` on a shared machine: a command line is
+visible to every local user, the environment is not.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from kittiwake.errors import BadRequest
 
 SCHEME = "kw"
+TLS_SCHEME = "kws"
 DEFAULT_PORT = 7370
+DEFAULT_TLS_PORT = 7371
 DEFAULT_URL = f"{SCHEME}://127.0.0.1:{DEFAULT_PORT}"
 URL_ENV = "KITTIWAKE_URL"
+CA_ENV = "KITTIWAKE_CA"
 
 
 @dataclass(frozen=True, slots=True)
 class BrokerAddress:
-    """Where one broker listens for the binary protocol."""
+    """Where one broker listens, how to reach it, and who we are to it."""
 
     host: str
     port: int
+    user: str | None = None
+    token: str | None = field(default=None, repr=False)
+    tls: bool = False
+    ca_file: str | None = None  # with tls: the CA to verify the broker's certificate with; None: the system's
 
     @property
     def url(self) -> str:
+        """The URL without the token (safe to print)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{SCHEME}://{host}:{self.port}"
+        user = f"{quote(self.user, safe='')}@" if self.user is not None else ""
+        query = f"?ca={quote(self.ca_file)}" if self.tls and self.ca_file is not None else ""
+        return f"{TLS_SCHEME if self.tls else SCHEME}://{user}{host}:{self.port}{query}"
 
     def __str__(self) -> str:
         return self.url
@@ -53,21 +78,53 @@ def parse_url(url: str | BrokerAddress | None = None) -> BrokerAddress:
         raise BadRequest(f"broker URL must be a string, got {type(url).__name__}")
     text = resolve_url(url).strip()
     if "://" not in text:
-        raise BadRequest(f"broker URL {text!r} must look like {SCHEME}://host:port")
+        raise BadRequest(f"broker URL {_shown(text)!r} must look like {SCHEME}://host:port")
     try:
         parts = urlsplit(text)
         port = parts.port  # raises ValueError for a non-numeric or out-of-range port
     except ValueError as exc:
-        raise BadRequest(f"broker URL {text!r} is malformed: {exc}") from None
-    if parts.scheme != SCHEME:
-        raise BadRequest(f"broker URL {text!r} has scheme {parts.scheme!r}; expected {SCHEME}://host:port")
-    if parts.username is not None or parts.password is not None:
-        raise BadRequest(f"broker URL {text!r} must not carry credentials")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise BadRequest(f"broker URL {text!r} must not have a path, query or fragment")
+        raise BadRequest(f"broker URL {_shown(text)!r} is malformed: {exc}") from None
+    shown = _shown(text)
+    if parts.scheme not in (SCHEME, TLS_SCHEME):
+        raise BadRequest(f"broker URL {shown!r} has scheme {parts.scheme!r}; expected {SCHEME}:// or {TLS_SCHEME}://")
+    tls = parts.scheme == TLS_SCHEME
+    if parts.path not in ("", "/") or parts.fragment:
+        raise BadRequest(f"broker URL {shown!r} must not have a path or fragment")
+    ca_file = _ca_file(parts.query, tls, shown)
+    user = unquote(parts.username) if parts.username is not None else None
+    token = unquote(parts.password) if parts.password is not None else None
+    if (user is None) != (token is None) or user == "" or token == "":
+        raise BadRequest(f"broker URL {shown!r}: credentials are user:token, both non-empty")
     host = parts.hostname
     if not host:
-        raise BadRequest(f"broker URL {text!r} has no host")
+        raise BadRequest(f"broker URL {shown!r} has no host")
     if port == 0:
-        raise BadRequest(f"broker URL {text!r} has port 0; expected 1..65535")
-    return BrokerAddress(host, DEFAULT_PORT if port is None else port)
+        raise BadRequest(f"broker URL {shown!r} has port 0; expected 1..65535")
+    if port is None:
+        port = DEFAULT_TLS_PORT if tls else DEFAULT_PORT
+    return BrokerAddress(host, port, user=user, token=token, tls=tls, ca_file=ca_file)
+
+
+def _ca_file(query: str, tls: bool, shown: str) -> str | None:
+    if not query:
+        return (os.environ.get(CA_ENV) or None) if tls else None
+    try:
+        fields = parse_qs(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise BadRequest(f"broker URL {shown!r} has a malformed query") from None
+    if set(fields) != {"ca"} or len(fields["ca"]) != 1 or not fields["ca"][0]:
+        raise BadRequest(f"broker URL {shown!r}: the only query parameter is ca=PATH")
+    if not tls:
+        raise BadRequest(f"broker URL {shown!r}: ca= needs {TLS_SCHEME}://")
+    return fields["ca"][0]
+
+
+def _shown(text: str) -> str:
+    """A URL as it may appear in a message: the token replaced by `***`."""
+    scheme, sep, rest = text.partition("://")
+    authority, slash, tail = rest.partition("/")
+    userinfo, at, hostport = authority.rpartition("@")
+    if not at:
+        return text
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}{sep}{user}{':***' if colon else ''}@{hostport}{slash}{tail}"

@@ -156,6 +156,15 @@ class CancelWait(Request):
     request_id: int
 
 
+class Auth(Request):
+    """Credentials: the first request on a connection to a broker run with an
+    auth file (anything else first closes it with UNAUTHORIZED). Answered with
+    `{"user"}`; a broker without an auth file answers `{"user": None}`."""
+
+    user: str
+    token: str
+
+
 class Stats(Request):
     queues: list[str] | None = None
     pattern: str | None = None
@@ -181,6 +190,7 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "cancel": Cancel,
     "requeue_dead": RequeueDead,
     "purge_dead": PurgeDead,
+    "auth": Auth,
 }
 
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)

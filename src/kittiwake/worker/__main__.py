@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from kittiwake.worker.config import WorkerConfig, load_app
+from kittiwake.worker.config import WORKER_URL_ENV, WorkerConfig, load_app
 from kittiwake.worker.loop import WorkerLoop
 
 PR_SET_PDEATHSIG = 1
@@ -36,6 +36,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m kittiwake.worker CONFIG_JSON (started by `kittiwake worker`)", file=sys.stderr)
         return 2
     config = WorkerConfig.from_json(argv[1])
+    url = os.environ.pop(WORKER_URL_ENV, None)  # not passed on to the tasks' child processes
+    if url:
+        config.url = url
     parent = os.getppid()
     ask_for_signal_on_parent_death(signal.SIGTERM)
     if os.getppid() != parent:  # the supervisor died before we asked

@@ -14,12 +14,17 @@ from typing import Any
 
 import msgspec
 
+from kittiwake.app.envelope import WORKERS_QUEUE
+
 DEFAULT_WAIT_SECS = 1.0
 DEFAULT_SHUTDOWN_SECS = 30.0
 DEFAULT_REGISTRY_EVERY_SECS = 2.0
 DEFAULT_DELAYED_POLL_SECS = 0.5
 DEFAULT_PREFETCH_PER_SLOT = 4
 DEFAULT_STEAL_AFTER_SECS = 2.0
+# The supervisor hands the broker URL to its processes here, not in the JSON on their
+# command line: a URL may carry a token, and command lines are visible to every local user.
+WORKER_URL_ENV = "KITTIWAKE_WORKER_URL"
 
 
 class WorkerConfig(msgspec.Struct, kw_only=True):
@@ -37,6 +42,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     wait_secs: float = DEFAULT_WAIT_SECS  # long-poll; also the most a due delayed task waits
     delayed_poll_secs: float = DEFAULT_DELAYED_POLL_SECS
     registry_every_secs: float = DEFAULT_REGISTRY_EVERY_SECS
+    registry_queue: str = WORKERS_QUEUE  # where each process keeps its record (`registry`)
     beat: bool = False  # run the periodic scheduler (in the supervisor)
     name: str | None = None  # prefix of worker ids; default: the host name
     node: str | None = None  # data locality: also serve the local queues `<queue>@<node>`

@@ -152,7 +152,7 @@ class WorkerLoop:
             app, self.client, self.keeper, app_reference=app_reference or config.app,
             sys_path=config.sys_path, rng=rng, worker_id=self.id,
         )
-        self.registry = WorkerRegistry(self.client, self.id, config.registry_every_secs)
+        self.registry = WorkerRegistry(self.client, self.id, config.registry_every_secs, config.registry_queue)
         self._ready: queue.SimpleQueue[Held | None] = queue.SimpleQueue()
         self._outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._stop_leasing = threading.Event()

@@ -1,6 +1,8 @@
 """The worker registry: which workers are alive and what they are doing (CloudKon's monitoring).
 
-Each worker process keeps one record in the queue ``_workers``: pid = worker
+Each worker process keeps one record in the registry queue (``_workers``, or
+``--registry-queue``: a broker user whose rights cover only its own prefix
+names one there, e.g. ``alice.workers``): pid = worker
 id, data = what does not change (host, process id, queues, slots, start
 time), directed at the worker itself (receiver = worker id) so that only it
 leases its record. It holds the record under a lease of `ttl` seconds and
@@ -53,8 +55,9 @@ class WorkerRecord:
 class WorkerRegistry:
     """This process's record in ``_workers``, renewed by a thread."""
 
-    def __init__(self, client: Client, worker_id: str, every_secs: float = 2.0) -> None:
+    def __init__(self, client: Client, worker_id: str, every_secs: float = 2.0, queue: str = WORKERS_QUEUE) -> None:
         self.client = client
+        self.queue = queue
         self.worker_id = worker_id
         self.every_secs = every_secs
         self.ttl_secs = every_secs * TTL_BEATS
@@ -67,7 +70,7 @@ class WorkerRegistry:
     def start(self, info: dict[str, Any], status: Callable[[], dict[str, Any]]) -> None:
         self._info, self._status = info, status
         try:
-            prune_dead(self.client)
+            prune_dead(self.client, self.queue)
         except errors.KittiwakeError as error:
             log.warning("pruning dead workers' records: %s", error)
         self._thread = threading.Thread(target=self._run, name="kittiwake-registry", daemon=True)
@@ -102,10 +105,10 @@ class WorkerRegistry:
             except (errors.LeaseExpired, errors.TaskNotLeased, errors.TaskNotFound):
                 self._record = None  # we stalled past the lease: take the record again
         self.client.enqueue(
-            WORKERS_QUEUE, json.dumps(self._info), pid=self.worker_id, receiver=self.worker_id,
+            self.queue, json.dumps(self._info), pid=self.worker_id, receiver=self.worker_id,
             max_attempts=1_000_000,
         )
-        leased = self.client.lease(WORKERS_QUEUE, receiver=self.worker_id, lease_secs=self.ttl_secs,
+        leased = self.client.lease(self.queue, receiver=self.worker_id, lease_secs=self.ttl_secs,
                                    worker=self.worker_id, max_tasks=10)
         for task in leased:
             if task.pid == self.worker_id:
@@ -128,24 +131,24 @@ def _record_of(view: Any) -> WorkerRecord:
     return WorkerRecord(view.pid, view.state == "leased", info, status, view.lease_expires_at)
 
 
-def all_workers(client: Client, limit: int = 1000) -> list[WorkerRecord]:
+def all_workers(client: Client, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
     """Every record in the registry, alive or not, by worker id."""
-    return [_record_of(view) for view in client.peek(WORKERS_QUEUE, min(limit, 10_000))]
+    return [_record_of(view) for view in client.peek(queue, min(limit, 10_000))]
 
 
-def live_workers(client: Client, limit: int = 1000) -> list[WorkerRecord]:
+def live_workers(client: Client, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
     """Workers whose record is held: they renewed it within its time to live."""
-    return [record for record in all_workers(client, limit) if record.alive]
+    return [record for record in all_workers(client, limit, queue) if record.alive]
 
 
-def prune_dead(client: Client) -> int:
+def prune_dead(client: Client, queue: str = WORKERS_QUEUE) -> int:
     """Remove the records of workers that stopped renewing them; returns how many."""
     removed = 0
-    for record in all_workers(client):
+    for record in all_workers(client, queue=queue):
         if record.alive:
             continue
         try:
-            for task in client.lease(WORKERS_QUEUE, receiver=record.id, lease_secs=5.0, max_tasks=10):
+            for task in client.lease(queue, receiver=record.id, lease_secs=5.0, max_tasks=10):
                 if task.pid == record.id:
                     client.dequeue(task)
                     removed += 1

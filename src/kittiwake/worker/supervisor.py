@@ -34,9 +34,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from kittiwake import errors
 from kittiwake.worker import autoscale
-from kittiwake.worker.config import WorkerConfig, load_app
+from kittiwake.worker.config import WORKER_URL_ENV, WorkerConfig, load_app
 
 log = logging.getLogger("kittiwake.worker.supervisor")
 
@@ -73,10 +75,17 @@ class Supervisor:
         self._scale_at = 0.0
 
     def _command(self) -> list[str]:
-        return [sys.executable, "-m", "kittiwake.worker", self.config.to_json()]
+        return [sys.executable, "-m", "kittiwake.worker", msgspec.structs.replace(self.config, url=None).to_json()]
+
+    def _child_environment(self) -> dict[str, str] | None:
+        if self.config.url is None:
+            return self.environment
+        environment = dict(os.environ if self.environment is None else self.environment)
+        environment[WORKER_URL_ENV] = self.config.url
+        return environment
 
     def _spawn(self, slot: int, crashes: int = 0) -> None:
-        process = subprocess.Popen(self._command(), env=self.environment, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(self._command(), env=self._child_environment(), stdin=subprocess.DEVNULL)
         self.children[slot] = Child(slot, process, time.monotonic(), crashes)
         log.info("worker process %d started (pid %d)", slot, process.pid)
 
@@ -172,7 +181,7 @@ class Supervisor:
         from kittiwake.worker.registry import live_workers
 
         try:
-            idle = {record.info.get("pid") for record in live_workers(self._client)
+            idle = {record.info.get("pid") for record in live_workers(self._client, queue=self.config.registry_queue)
                     if not record.status.get("held") and not record.running}
         except errors.KittiwakeError as error:
             log.warning("autoscaling: %s", error)

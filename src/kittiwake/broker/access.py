@@ -1,0 +1,304 @@
+"""Authorisation: which user may do what to which queue, checked per request before it runs.
+
+A user holds grants: a queue pattern (`kittiwake.queue_patterns`, globs
+matched in linear time) and a set of permissions on the queues it matches.
+Every queue a request names is checked — the tasks' queues, the leases'
+queues, the `after` and `unless` references, a dead-letter queue named
+directly (`jobs.dead` is a queue like any other: `jobs.*` covers it, `jobs`
+alone does not). A request naming one queue the user may not use is refused
+whole with `FORBIDDEN`, before anything of it runs.
+
+What each op needs (the README's table comes from this one):
+
+| op | needs |
+| --- | --- |
+| ping, cancel_wait, auth | nothing beyond being authenticated |
+| enqueue | produce on each task's queue; any permission on the queue of each `after` / `unless` task |
+| lease, renew, dequeue, release | consume on each queue |
+| update | produce on its enqueues' queues (and `after` / `unless` as enqueue), consume on the queues of its dequeues, renewals and releases |
+| peek | consume |
+| get | consume or produce (a producer may look up a task it can name) |
+| cancel, delete_queue | admin on each queue |
+| requeue_dead, purge_dead | admin on the queue and on its dead-letter queue |
+| stats of named queues, find_by_sender in one queue | admin on each queue |
+| list_queues, stats by pattern, find_by_sender in all queues, queues_for_receiver | answered with the queues the user has admin on only |
+
+The broker itself moves tasks where no request names them — a task released
+for the last time into `<queue>.dead`, children of a failed parent into their
+dead-letter queues — and those moves follow the permission on the named queue.
+An op with no rule here (one added without one) is allowed only to a user
+holding all three permissions on `*`: new ops are closed until they are given
+a rule.
+
+The cross-queue reads are answered in the engine pass, not here: `scoped`
+turns such a request into its `Scoped…` twin carrying the principal, and
+`SCOPED_HANDLERS` (merged into `dispatch.HANDLERS`) filters what the engine
+returns. Pure: no sockets, no clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import msgspec
+
+from kittiwake import errors
+from kittiwake.engine import Engine
+from kittiwake.model import DEAD_SUFFIX, dead_queue_of, validate_count
+from kittiwake.protocol import messages as m
+from kittiwake.queue_patterns import QueuePattern
+
+LIST_ALL = 1_000_000  # the engine's largest list_queues limit: filtering needs everything it has
+MAX_STATS_NAMES = 10_000  # the engine's stats takes at most this many names at once
+DECISION_CACHE_ENTRIES = 4096
+
+
+class Permission(str, enum.Enum):
+    """What a grant allows on the queues its pattern matches."""
+
+    PRODUCE = "produce"  # enqueue (and the enqueues of an update); get
+    CONSUME = "consume"  # lease, renew, dequeue, release (and in an update); peek, get
+    ADMIN = "admin"  # cancel, delete_queue, stats, and seeing the queue in cross-queue reads
+
+
+ALL_PERMISSIONS = frozenset(Permission)
+_VERBS = {Permission.PRODUCE: "produce into", Permission.CONSUME: "consume from", Permission.ADMIN: "administer"}
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Permissions on every queue whose name matches `pattern`."""
+
+    pattern: QueuePattern
+    permissions: frozenset[Permission]
+
+
+@dataclass(slots=True, eq=False)
+class Principal:
+    """An authenticated user and its grants, shared by all its connections (one event loop thread)."""
+
+    user: str
+    grants: tuple[Grant, ...]
+    unrestricted: bool = field(init=False)
+    _decisions: dict[tuple[Permission, str], bool] = field(init=False, repr=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.unrestricted = any(
+            grant.pattern.is_everything and grant.permissions == ALL_PERMISSIONS for grant in self.grants
+        )
+
+    def may(self, permission: Permission, queue: str) -> bool:
+        """Whether some grant gives `permission` on `queue`."""
+        if self.unrestricted:
+            return True
+        key = (permission, queue)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = any(permission in grant.permissions and grant.pattern.matches(queue) for grant in self.grants)
+            if len(self._decisions) >= DECISION_CACHE_ENTRIES:
+                self._decisions.clear()  # a bound, not an LRU: decisions are cheap to redo
+            self._decisions[key] = decision
+        return decision
+
+    def require(self, permission: Permission, queue: str) -> None:
+        if not self.may(permission, queue):
+            raise errors.Forbidden(f"user {self.user!r} may not {_VERBS[permission]} queue {queue[:255]!r}")
+
+    def require_any(self, permissions: tuple[Permission, ...], queue: str) -> None:
+        if not any(self.may(permission, queue) for permission in permissions):
+            wanted = " or ".join(permission.value for permission in permissions)
+            raise errors.Forbidden(f"user {self.user!r} has no {wanted} permission on queue {queue[:255]!r}")
+
+
+ANY = (Permission.PRODUCE, Permission.CONSUME, Permission.ADMIN)
+READ_ONE = (Permission.CONSUME, Permission.PRODUCE)
+
+
+# --------------------------------------------------------------- the rules
+
+
+def _tasks(principal: Principal, tasks: Iterable[m.TaskIn]) -> None:
+    for task in tasks:
+        principal.require(Permission.PRODUCE, task.queue)
+        for key in task.after or ():
+            principal.require_any(ANY, key[0])
+        for key in task.unless or ():
+            principal.require_any(ANY, key[0])
+
+
+def _leases(principal: Principal, refs: Iterable[m.LeaseRefIn]) -> None:
+    for ref in refs:
+        principal.require(Permission.CONSUME, ref.queue)
+
+
+def _check_enqueue(principal: Principal, request: m.Enqueue) -> None:
+    _tasks(principal, request.tasks)
+
+
+def _check_lease(principal: Principal, request: m.Lease) -> None:
+    for queue in request.queues:
+        principal.require(Permission.CONSUME, queue)
+
+
+def _check_lease_refs(principal: Principal, request: m.Renew | m.Dequeue | m.Release) -> None:
+    _leases(principal, request.leases)
+
+
+def _check_update(principal: Principal, request: m.Update) -> None:
+    _tasks(principal, request.enqueue)
+    _leases(principal, request.dequeue)
+    _leases(principal, request.renew)
+    _leases(principal, request.release)
+
+
+def _check_peek(principal: Principal, request: m.Peek) -> None:
+    principal.require(Permission.CONSUME, request.queue)
+
+
+def _check_get(principal: Principal, request: m.Get) -> None:
+    principal.require_any(READ_ONE, request.queue)
+
+
+def _check_cancel(principal: Principal, request: m.Cancel) -> None:
+    for key in request.tasks:
+        principal.require(Permission.ADMIN, key[0])
+
+
+def _check_delete_queue(principal: Principal, request: m.DeleteQueue) -> None:
+    principal.require(Permission.ADMIN, request.queue)
+
+
+def _check_dead_letters(principal: Principal, request: m.RequeueDead | m.PurgeDead) -> None:
+    """Admin on the queue and on its dead-letter queue: requeue moves tasks from one to the other."""
+    queue = request.queue
+    original = queue[: -len(DEAD_SUFFIX)] if queue.endswith(DEAD_SUFFIX) else queue
+    principal.require(Permission.ADMIN, original)
+    principal.require(Permission.ADMIN, dead_queue_of(original))
+
+
+def _check_stats(principal: Principal, request: m.Stats) -> None:
+    for queue in request.queues or ():
+        principal.require(Permission.ADMIN, queue)
+
+
+def _check_find_by_sender(principal: Principal, request: m.FindBySender) -> None:
+    if request.queue is not None:
+        principal.require(Permission.ADMIN, request.queue)
+
+
+def _nothing(principal: Principal, request: m.Request) -> None:
+    return None
+
+
+Rule = Callable[[Principal, Any], None]
+
+RULES: dict[type[m.Request], Rule] = {
+    m.Ping: _nothing,
+    m.CancelWait: _nothing,  # touches only this connection's own long-polls
+    m.Auth: _nothing,
+    m.Enqueue: _check_enqueue,
+    m.Lease: _check_lease,
+    m.Renew: _check_lease_refs,
+    m.Dequeue: _check_lease_refs,
+    m.Release: _check_lease_refs,
+    m.Update: _check_update,
+    m.Peek: _check_peek,
+    m.Get: _check_get,
+    m.Cancel: _check_cancel,
+    m.DeleteQueue: _check_delete_queue,
+    m.RequeueDead: _check_dead_letters,
+    m.PurgeDead: _check_dead_letters,
+    m.Stats: _check_stats,
+    m.FindBySender: _check_find_by_sender,
+    m.ListQueues: _nothing,  # scoped: sees only queues with admin
+    m.QueuesForReceiver: _nothing,  # scoped
+}
+
+
+def authorise(principal: Principal, request: m.Request) -> m.Request:
+    """The request to run for this principal (maybe its scoped twin); raises `Forbidden`."""
+    if principal.unrestricted:
+        return request
+    rule = RULES.get(type(request))
+    if rule is None:
+        raise errors.Forbidden(f"op {request.op!r} needs produce, consume and admin on '*'")
+    rule(principal, request)
+    return scoped(principal, request)
+
+
+# --------------------------------------------------- cross-queue reads
+
+
+class ScopedListQueues(m.ListQueues):
+    principal: Any = None
+
+
+class ScopedStats(m.Stats):
+    principal: Any = None
+
+
+class ScopedFindBySender(m.FindBySender):
+    principal: Any = None
+
+
+class ScopedQueuesForReceiver(m.QueuesForReceiver):
+    principal: Any = None
+
+
+_SCOPED: dict[type[m.Request], type[m.Request]] = {
+    m.ListQueues: ScopedListQueues,
+    m.QueuesForReceiver: ScopedQueuesForReceiver,
+}
+
+
+def scoped(principal: Principal, request: m.Request) -> m.Request:
+    """A cross-queue read made to see only what `principal` administers; other requests as they are."""
+    kind = type(request)
+    twin = _SCOPED.get(kind)
+    if twin is None:
+        if kind is m.Stats and request.queues is None:  # type: ignore[attr-defined]
+            twin = ScopedStats
+        elif kind is m.FindBySender and request.queue is None:  # type: ignore[attr-defined]
+            twin = ScopedFindBySender
+        else:
+            return request
+    return twin(**msgspec.structs.asdict(request), principal=principal)  # type: ignore[call-arg]
+
+
+def _visible(request: Any, queue: str) -> bool:
+    principal: Principal = request.principal
+    return principal.may(Permission.ADMIN, queue)
+
+
+def _list_queues(engine: Engine, request: ScopedListQueues, peer: str | None, now: float) -> Any:
+    validate_count(request.limit, "limit", 1, LIST_ALL)
+    rows = engine.list_queues(request.pattern, request.min_tasks, LIST_ALL)
+    return [row for row in rows if _visible(request, row.queue)][: request.limit]
+
+
+def _stats(engine: Engine, request: ScopedStats, peer: str | None, now: float) -> Any:
+    names = [row.queue for row in engine.list_queues(request.pattern, 1, LIST_ALL) if _visible(request, row.queue)]
+    result = engine.stats(names[:MAX_STATS_NAMES], None, request.sample, now)
+    for start in range(MAX_STATS_NAMES, len(names), MAX_STATS_NAMES):
+        result += engine.stats(names[start : start + MAX_STATS_NAMES], None, request.sample, now)
+    return result
+
+
+def _find_by_sender(engine: Engine, request: ScopedFindBySender, peer: str | None, now: float) -> Any:
+    validate_count(request.limit, "limit", 1, engine.limits.max_batch)
+    views = engine.find_by_sender(request.sender, None, engine.limits.max_batch, now)
+    return [view for view in views if _visible(request, view["queue"])][: request.limit]
+
+
+def _queues_for_receiver(engine: Engine, request: ScopedQueuesForReceiver, peer: str | None, now: float) -> Any:
+    return [queue for queue in engine.queues_for_receiver(request.receiver) if _visible(request, queue)]
+
+
+SCOPED_HANDLERS: dict[type[m.Request], Callable[[Engine, Any, "str | None", float], Any]] = {
+    ScopedListQueues: _list_queues,
+    ScopedStats: _stats,
+    ScopedFindBySender: _find_by_sender,
+    ScopedQueuesForReceiver: _queues_for_receiver,
+}

@@ -1,0 +1,215 @@
+"""Checking credentials: the broker's users, their tokens, and what a check may cost.
+
+`Authenticator.authenticate(user, token, source, done)` calls `done` with the
+user's `Principal` (`kittiwake.broker.access`) or the error to answer with —
+at once when the answer is cheap, later when the token must be hashed.
+
+What each try costs, cheapest first, and why a brute force costs nothing
+noticeable:
+
+1. malformed credentials (too long, wrong characters) and unknown users are
+   refused at once, with no key derivation (user names are not secret; the
+   reply does not say which of the two was wrong);
+2. a token already verified since the broker started is accepted from a
+   cache keyed by (user, keyed SHA-256 of the token), so reconnects,
+   restarts of workers and pools of connections stay cheap; the cache holds
+   the stored hash it was checked against, so a changed token invalidates it;
+3. a source address over its failure budget (`auth_failures`) is refused
+   without a check until its window closes;
+4. anything else runs scrypt (~50 ms) in a pool of `KDF_THREADS` threads,
+   never on the event loop. At most `MAX_PENDING_CHECKS` checks wait, and at
+   most `MAX_PENDING_PER_SOURCE` from one address; beyond that a try gets
+   `UNAVAILABLE` (clients retry with backoff). Identical credentials arriving
+   while their check runs wait for that check instead of starting another,
+   so a hundred workers starting at once with a new token cost one check.
+
+Failures are logged once per source address, then summarised (see
+`auth_failures`). Every comparison of hashes is constant-time
+(`hmac.compare_digest`). The file is re-read when it changes (looked at
+most once a second, on the next try): new users and tokens work at once;
+connections already open keep the rights they had.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from kittiwake import errors
+from kittiwake.broker.access import Principal
+from kittiwake.broker.auth_failures import WINDOW_SECS, AuthFailures
+from kittiwake.broker.users import (
+    MAX_TOKEN_CHARS,
+    MAX_USER_CHARS,
+    TokenHash,
+    UserFileError,
+    UserRecord,
+    load_users,
+)
+
+log = logging.getLogger("kittiwake.broker.auth")
+
+KDF_THREADS = 2
+MAX_PENDING_CHECKS = 16
+MAX_PENDING_PER_SOURCE = 2
+CACHE_ENTRIES = 10_000
+RELOAD_CHECK_SECS = 1.0
+
+Outcome = Principal | errors.KittiwakeError
+Done = Callable[[Outcome], None]
+CacheKey = tuple[str, bytes]
+
+WRONG = "wrong user or token"
+
+
+class Authenticator:
+    """The users of one auth file and the machinery to check their tokens on one event loop."""
+
+    def __init__(self, path: str, loop: asyncio.AbstractEventLoop, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.loop = loop
+        self.clock = clock
+        self.failures = AuthFailures()
+        self.checks = 0  # key derivations run, for tests and logs
+        self._users: dict[str, UserRecord] = {}
+        self._principals: dict[str, Principal] = {}
+        self._file_stamp: tuple[int, int] | None = None
+        self._checked_file_at = clock()
+        self._cache: dict[CacheKey, TokenHash] = {}
+        self._cache_secret = secrets.token_bytes(32)  # the cache never holds a plain hash of a token
+        self._pending: dict[CacheKey, list[Done]] = {}
+        self._pending_by_source: dict[str, int] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._summary_timer: asyncio.TimerHandle | None = None
+        self._load()  # raises UserFileError: a broker with a bad auth file does not start
+
+    @property
+    def user_count(self) -> int:
+        return len(self._users)
+
+    # ---------------------------------------------------------------- file
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            status = os.stat(self.path)
+        except OSError:
+            return None
+        return (status.st_mtime_ns, status.st_size)
+
+    def _load(self) -> None:
+        stamp = self._stamp()
+        users = load_users(self.path)
+        self._users = users
+        self._principals = {name: Principal(name, record.grants) for name, record in users.items()}
+        self._cache.clear()
+        self._file_stamp = stamp
+
+    def _maybe_reload(self, now: float) -> None:
+        if now - self._checked_file_at < RELOAD_CHECK_SECS:
+            return
+        self._checked_file_at = now
+        stamp = self._stamp()
+        if stamp == self._file_stamp:
+            return
+        try:
+            self._load()
+        except UserFileError as exc:
+            self._file_stamp = stamp  # say it once per change of the file
+            log.error("the auth file changed but cannot be used, keeping the users loaded before: %s", exc)
+            return
+        log.info("auth file %s reloaded: %d users", self.path, len(self._users))
+
+    # --------------------------------------------------------------- check
+
+    def authenticate(self, user: object, token: object, source: str, done: Done) -> None:
+        """Check credentials; `done(principal or error)` runs now or later on the event loop."""
+        now = self.clock()
+        self._maybe_reload(now)
+        if not (isinstance(user, str) and isinstance(token, str)) or len(user) > MAX_USER_CHARS or len(token) > MAX_TOKEN_CHARS:
+            self._fail(source, str(user)[:MAX_USER_CHARS], "malformed credentials", done,
+                       errors.Unauthorized(f"credentials too long or not strings (user ≤ {MAX_USER_CHARS}, "
+                                           f"token ≤ {MAX_TOKEN_CHARS} characters)"))
+            return
+        record = self._users.get(user)
+        if record is None:
+            self._fail(source, user, "unknown user", done)
+            return
+        key = (user, hmac.digest(self._cache_secret, token.encode("utf-8", "surrogatepass"), hashlib.sha256))
+        if self._cache.get(key) is record.token_hash:
+            done(self._principals[user])
+            return
+        if self.failures.limited(source, now):
+            self._fail(source, user, "source over its failure budget", done, errors.Unauthorized(
+                f"too many failed authentications from this address; try again in up to {WINDOW_SECS:.0f} s"
+            ), refused=True)
+            return
+        waiting = self._pending.get(key)
+        if waiting is not None:
+            waiting.append(done)  # the same credentials are being checked: share that check
+            return
+        if len(self._pending) >= MAX_PENDING_CHECKS or self._pending_by_source.get(source, 0) >= MAX_PENDING_PER_SOURCE:
+            done(errors.Unavailable("the broker is busy checking other credentials; try again"))
+            return
+        self._pending[key] = [done]
+        self._pending_by_source[source] = self._pending_by_source.get(source, 0) + 1
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=KDF_THREADS, thread_name_prefix="kittiwake-auth")
+        self.checks += 1
+        check = self.loop.run_in_executor(self._executor, record.token_hash.verify, token)
+        check.add_done_callback(lambda future: self._checked(key, record, source, future))
+
+    def _checked(self, key: CacheKey, record: UserRecord, source: str, future: asyncio.Future[bool]) -> None:
+        waiting = self._pending.pop(key, [])
+        left = self._pending_by_source.get(source, 1) - 1
+        if left > 0:
+            self._pending_by_source[source] = left
+        else:
+            self._pending_by_source.pop(source, None)
+        try:
+            ok = future.result()
+        except Exception:
+            log.exception("checking a token of user %r failed", record.name)
+            ok = False
+        current = self._users.get(record.name)
+        if ok and current is not None and current.token_hash is record.token_hash:
+            if len(self._cache) >= CACHE_ENTRIES:
+                self._cache.pop(next(iter(self._cache)))  # the oldest: a bound, not an LRU
+            self._cache[key] = record.token_hash
+            principal = self._principals[record.name]
+            for done in waiting:
+                done(principal)
+            return
+        for done in waiting:
+            self._fail(source, record.name, "wrong token", done)
+
+    def _fail(self, source: str, user: str, reason: str, done: Done,
+              error: errors.KittiwakeError | None = None, *, refused: bool = False) -> None:
+        for line in self.failures.record(source, user, reason, self.clock(), refused=refused):
+            log.warning("%s", line)
+        if self._summary_timer is None:
+            self._summary_timer = self.loop.call_later(WINDOW_SECS, self._summarise)
+        done(error or errors.Unauthorized(WRONG))
+
+    def _summarise(self) -> None:
+        self._summary_timer = None
+        for line in self.failures.summaries(self.clock()):
+            log.warning("%s", line)
+        if len(self.failures):
+            self._summary_timer = self.loop.call_later(WINDOW_SECS / 4, self._summarise)
+
+    def close(self) -> None:
+        if self._summary_timer is not None:
+            self._summary_timer.cancel()
+            self._summary_timer = None
+        for line in self.failures.summaries(float("inf")):
+            log.warning("%s", line)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None

@@ -1,0 +1,86 @@
+"""What a client does on a new connection before its first request: TLS, then credentials.
+
+Shared by both connection classes, so they cannot disagree. Sans-IO except
+for reading the CA file when a TLS context is made:
+
+* `tls_context(address)`: for `kws://`, a client `ssl.SSLContext` (TLS 1.2
+  at least, the broker's certificate verified against the address's CA file
+  or the system's CAs, the host name checked); None for `kw://`. Contexts are
+  cached per CA file: loading one costs milliseconds, reconnects should not.
+* `auth_frame(address)`: the framed `auth` request (id `AUTH_REQUEST_ID`)
+  for an address with credentials; None without.
+* `auth_outcome(reply)`: nothing when the broker accepted the credentials;
+  otherwise the error to raise. `UNAUTHORIZED` is final (a wrong token stays
+  wrong: no retry); `UNAVAILABLE` means the broker was busy checking other
+  credentials and the connection is retried like one that failed to open.
+
+Every reconnect runs this again, so a connection that the broker dropped
+comes back authenticated or not at all.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+
+from kittiwake import errors
+from kittiwake.client.url import BrokerAddress
+from kittiwake.client.wire import ReplyEnvelope, error_of
+from kittiwake.protocol import encode_frame, encode_request
+
+AUTH_REQUEST_ID = 0  # the first request on its connection; an id-0 error before its reply is about it too
+
+
+class HandshakeRetry(ConnectionError):
+    """The broker could not take the credentials now (busy, or the connection broke): try a new connection."""
+
+
+_contexts: dict[str | None, ssl.SSLContext] = {}
+_contexts_lock = threading.Lock()
+
+
+def tls_context(address: BrokerAddress) -> ssl.SSLContext | None:
+    """The client TLS context for `address`, or None for plaintext."""
+    if not address.tls:
+        return None
+    with _contexts_lock:
+        context = _contexts.get(address.ca_file)
+        if context is None:
+            try:
+                context = ssl.create_default_context(cafile=address.ca_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise errors.BadRequest(f"cannot load the CA file {address.ca_file!r}: {exc}") from None
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            _contexts[address.ca_file] = context
+        return context
+
+
+def tls_failure(address: BrokerAddress, exc: ssl.SSLError) -> errors.KittiwakeError:
+    """A TLS handshake that failed for a reason retrying cannot fix (a bad certificate, not TLS at all)."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return errors.BrokerUnreachable(
+            f"TLS handshake with {address} failed: certificate verify failed: {exc.verify_message} "
+            f"(the CA: {address.ca_file or 'the system store'}; ?ca=PATH or $KITTIWAKE_CA names another)"
+        )
+    hint = ""
+    if "WRONG_VERSION_NUMBER" in str(exc) or "wrong version number" in str(exc):
+        hint = " (is this the broker's plaintext port? kws:// needs its TLS port)"
+    return errors.BrokerUnreachable(f"TLS handshake with {address} failed: {exc.reason or exc}{hint}")
+
+
+def auth_frame(address: BrokerAddress) -> bytes | None:
+    if address.user is None or address.token is None:
+        return None
+    return encode_frame(encode_request("auth", AUTH_REQUEST_ID, {"user": address.user, "token": address.token}))
+
+
+def auth_outcome(address: BrokerAddress, reply: ReplyEnvelope) -> None:
+    """Raise what a refused `auth` means; return when it was accepted."""
+    if reply.ok:
+        return
+    error = error_of(reply)
+    if isinstance(error, errors.Unavailable):
+        raise HandshakeRetry(f"{address}: {error.message}")
+    if isinstance(error, errors.Unauthorized):
+        raise errors.Unauthorized(f"{address} refused the credentials of user {address.user!r}: {error.message}")
+    raise error

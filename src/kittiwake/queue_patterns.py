@@ -1,0 +1,110 @@
+"""Glob patterns over queue names, matched in time linear in the name, never by backtracking.
+
+A pattern is a queue name that may also hold `*` (any run of characters,
+`#` and `.` included, possibly empty) and `?` (exactly one character). There
+are no character classes and no escapes: `*` and `?` cannot occur in a queue
+name, so every other character stands for itself. The whole name must match:
+`alice.*` matches `alice.jobs` and `alice.jobs.dead`, not `xalice.jobs`.
+
+How it is matched, and why it cannot stall: most patterns are a literal
+(`billing#invoices`) or a literal prefix then one `*` (`alice.*`), which are a
+string comparison and a `startswith`. Anything else runs the pattern as a
+non-deterministic automaton, all of its states at once, with one bit per
+state in a Python int (the shift-and algorithm): state i means "the first i
+non-star tokens are matched", a token moves i to i + 1 when it accepts the
+character, and a `*` after token i lets state i stay. One step per character
+of the name and no backtracking, so a pattern like `*a*a*a*a*b` costs the
+same on `aaaa…` as on anything else — unlike a backtracking regex, whose
+worst case is exponential.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MAX_PATTERN_CHARS = 512
+WILDCARDS = "*?"
+# the characters of queue names (see `kittiwake.model`), `#`, and the two wildcards
+_PATTERN_RE = re.compile(r"[A-Za-z0-9_.:@/\-#*?]+")  # used with fullmatch; no repetition inside, so linear
+
+
+class PatternError(ValueError):
+    """A pattern that is empty, too long or holds characters no queue name has."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePattern:
+    """One compiled glob; `matches(name)` says whether the whole name matches."""
+
+    text: str
+    _literal: str | None = field(init=False, repr=False, compare=False)
+    _prefix: str | None = field(init=False, repr=False, compare=False)
+    _masks: dict[str, int] = field(init=False, repr=False, compare=False)
+    _any_mask: int = field(init=False, repr=False, compare=False)
+    _star_mask: int = field(init=False, repr=False, compare=False)
+    _final: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        text = self.text
+        if not isinstance(text, str) or not text:
+            raise PatternError("a queue pattern must be a non-empty string")
+        if len(text) > MAX_PATTERN_CHARS:
+            raise PatternError(f"a queue pattern is at most {MAX_PATTERN_CHARS} characters")
+        if not _PATTERN_RE.fullmatch(text):
+            raise PatternError(
+                f"queue pattern {text[:64]!r} may hold only the characters of queue names "
+                "([A-Za-z0-9_.:@/-] and '#') and the wildcards '*' and '?'"
+            )
+        star = text.find("*")
+        literal = text if not any(c in text for c in WILDCARDS) else None
+        prefix = text[:-1] if star == len(text) - 1 and "?" not in text else None
+        # the automaton, for every other shape (built for all: it is small)
+        masks: dict[str, int] = {}
+        any_mask = 0
+        star_mask = 0
+        position = 0  # non-star tokens seen so far
+        for char in text:
+            if char == "*":
+                star_mask |= 1 << position
+                continue
+            position += 1
+            bit = 1 << position
+            if char == "?":
+                any_mask |= bit
+            else:
+                masks[char] = masks.get(char, 0) | bit
+        # a '?' accepts every character, so each literal's mask includes the '?' positions
+        masks = {char: mask | any_mask for char, mask in masks.items()}
+        object.__setattr__(self, "_literal", literal)
+        object.__setattr__(self, "_prefix", prefix)
+        object.__setattr__(self, "_masks", masks)
+        object.__setattr__(self, "_any_mask", any_mask)
+        object.__setattr__(self, "_star_mask", star_mask)
+        object.__setattr__(self, "_final", 1 << position)
+
+    @property
+    def is_everything(self) -> bool:
+        """Whether the pattern matches every queue name (`*`, `**`, …)."""
+        return self._prefix == "" or (set(self.text) == {"*"})
+
+    def matches(self, name: str) -> bool:
+        if self._literal is not None:
+            return name == self._literal
+        if self._prefix is not None:
+            return name.startswith(self._prefix)
+        states = 1  # state 0: nothing matched yet
+        masks, any_mask, star_mask = self._masks, self._any_mask, self._star_mask
+        for char in name:
+            states = ((states << 1) & masks.get(char, any_mask)) | (states & star_mask)
+            if not states:
+                return False
+        return bool(states & self._final)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def compile_pattern(text: str) -> QueuePattern:
+    """A compiled pattern, or `PatternError` saying what is wrong with it."""
+    return QueuePattern(text)

@@ -1,0 +1,193 @@
+"""Authorisation: the permission each op needs on each queue it names, and cross-queue reads scoped.
+
+The rules are checked first on decoded requests (pure, no broker), then
+over a real broker with users whose rights cover their own prefixes only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import msgspec
+import pytest
+
+from kittiwake import Client, errors
+from kittiwake.broker.access import ALL_PERMISSIONS, RULES, Grant, Permission, Principal, authorise
+from kittiwake.protocol import REQUEST_TYPES, decode_request
+from kittiwake.queue_patterns import QueuePattern
+from support.auth_users import write_auth_file
+from support.broker_process import BrokerProcess
+
+P, C, A = Permission.PRODUCE, Permission.CONSUME, Permission.ADMIN
+
+
+def principal(**rights: set[Permission]) -> Principal:
+    """`principal(**{"alice.*": {P, C}})`: one grant per pattern."""
+    return Principal("tester", tuple(Grant(QueuePattern(pattern), frozenset(perms)) for pattern, perms in rights.items()))
+
+
+def request(op: str, **fields: Any) -> Any:
+    return decode_request(msgspec.msgpack.encode({"id": 1, "op": op, **fields}))
+
+
+def task(queue: str, **more: Any) -> dict[str, Any]:
+    return {"queue": queue, "data": b"x", **more}
+
+
+def ref(queue: str) -> dict[str, Any]:
+    return {"queue": queue, "pid": "p", "lease_id": 1}
+
+
+def test_every_op_has_a_rule() -> None:
+    assert set(REQUEST_TYPES.values()) <= set(RULES), set(REQUEST_TYPES.values()) - set(RULES)
+
+
+# (op, fields, what the user must hold on queue "q" for it to pass; None: nothing)
+CASES: list[tuple[str, dict[str, Any], set[frozenset[Permission]] | None]] = [
+    ("ping", {}, None),
+    ("cancel_wait", {"request_id": 3}, None),
+    ("enqueue", {"tasks": [task("q")]}, {frozenset({P})}),
+    ("lease", {"queues": ["q"]}, {frozenset({C})}),
+    ("renew", {"leases": [ref("q")]}, {frozenset({C})}),
+    ("dequeue", {"leases": [ref("q")]}, {frozenset({C})}),
+    ("release", {"leases": [ref("q")], "bury": True}, {frozenset({C})}),
+    ("update", {"enqueue": [task("q")]}, {frozenset({P})}),
+    ("update", {"dequeue": [ref("q")]}, {frozenset({C})}),
+    ("update", {"renew": [ref("q")]}, {frozenset({C})}),
+    ("update", {"release": [ref("q")]}, {frozenset({C})}),
+    ("peek", {"queue": "q"}, {frozenset({C})}),
+    ("get", {"queue": "q", "pid": "p"}, {frozenset({C}), frozenset({P})}),
+    ("cancel", {"tasks": [["q", "p"]]}, {frozenset({A})}),
+    ("delete_queue", {"queue": "q"}, {frozenset({A})}),
+    ("stats", {"queues": ["q"]}, {frozenset({A})}),
+    ("find_by_sender", {"sender": "s", "queue": "q"}, {frozenset({A})}),
+]
+
+
+@pytest.mark.parametrize("op, fields, needs", CASES, ids=[f"{case[0]}-{n}" for n, case in enumerate(CASES)])
+def test_what_each_op_needs_on_the_queue_it_names(op: str, fields: dict[str, Any], needs: set | None) -> None:
+    for held in [frozenset({P}), frozenset({C}), frozenset({A}), frozenset()]:
+        user = principal(q=set(held), **{"other.*": set(ALL_PERMISSIONS)})
+        allowed = needs is None or any(need <= held for need in needs)
+        if allowed:
+            authorise(user, request(op, **fields))
+        else:
+            with pytest.raises(errors.Forbidden, match="'q'"):
+                authorise(user, request(op, **fields))
+
+
+@pytest.mark.parametrize("key", ["after", "unless"])
+def test_after_and_unless_need_a_permission_on_the_queues_they_name(key: str) -> None:
+    enqueue = request("enqueue", tasks=[task("mine.jobs", **{key: [["theirs.jobs", "p"]]})])
+    with pytest.raises(errors.Forbidden, match="theirs.jobs"):
+        authorise(principal(**{"mine.*": {P}}), enqueue)
+    for held in (P, C, A):
+        authorise(principal(**{"mine.*": {P}, "theirs.*": {held}}), enqueue)
+    update = request("update", enqueue=[task("mine.jobs", **{key: [["theirs.jobs", "p"]]})])
+    with pytest.raises(errors.Forbidden):
+        authorise(principal(**{"mine.*": {P}}), update)
+
+
+def test_one_forbidden_queue_refuses_the_whole_request() -> None:
+    user = principal(**{"mine.*": {P, C}})
+    with pytest.raises(errors.Forbidden, match="theirs"):
+        authorise(user, request("enqueue", tasks=[task("mine.a"), task("theirs"), task("mine.b")]))
+    with pytest.raises(errors.Forbidden, match="theirs"):
+        authorise(user, request("lease", queues=["mine.a", "theirs"]))
+    with pytest.raises(errors.Forbidden, match="theirs"):
+        authorise(user, request("update", enqueue=[task("mine.a")], dequeue=[ref("theirs")]))
+
+
+def test_a_dead_letter_queue_is_a_queue_like_any_other() -> None:
+    exact = principal(**{"jobs": {C}})
+    authorise(exact, request("lease", queues=["jobs"]))
+    with pytest.raises(errors.Forbidden):
+        authorise(exact, request("peek", queue="jobs.dead"))
+    authorise(principal(**{"jobs*": {C}}), request("peek", queue="jobs.dead"))
+
+
+def test_an_op_without_a_rule_is_closed_to_all_but_the_unrestricted(monkeypatch: pytest.MonkeyPatch) -> None:
+    ping = request("ping")
+    monkeypatch.delitem(RULES, type(ping))
+    with pytest.raises(errors.Forbidden, match="needs produce, consume and admin on"):
+        authorise(principal(**{"*": {P, C}}), ping)
+    authorise(principal(**{"*": set(ALL_PERMISSIONS)}), ping)
+
+
+def test_cross_queue_reads_become_scoped_and_named_ones_do_not() -> None:
+    user = principal(**{"mine.*": {A}})
+    for op, fields in [("list_queues", {}), ("stats", {}), ("find_by_sender", {"sender": "s"}),
+                       ("queues_for_receiver", {"receiver": "r"})]:
+        scoped = authorise(user, request(op, **fields))
+        assert type(scoped).__name__.startswith("Scoped") and scoped.principal is user and scoped.id == 1
+    named = request("stats", queues=["mine.a"])
+    assert authorise(user, named) is named
+    unrestricted = principal(**{"*": set(ALL_PERMISSIONS)})
+    listing = request("list_queues")
+    assert authorise(unrestricted, listing) is listing  # nothing to filter
+
+
+# ------------------------------------------------------------ over a broker
+
+ALICE = ("alice", "alice-token-0123456789abcdef")
+PRODUCER = ("producer", "producer-token-0123456789ab")
+ROOT = ("root", "root-token-0123456789abcdef")
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[BrokerProcess]:
+    users = write_auth_file(tmp_path / "users.json", {
+        "root": (ROOT[1], {"*": ["all"]}),
+        "alice": (ALICE[1], {"alice.*": ["all"], "shared.inbox": ["produce"]}),
+        "producer": (PRODUCER[1], {"alice.jobs": ["produce"]}),
+    })
+    process = BrokerProcess(tmp_path / "data", auth_file=users)
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def test_forbidden_over_the_wire_and_nothing_of_the_request_ran(secured: BrokerProcess) -> None:
+    with Client(secured.client_url(*ALICE)) as alice, Client(secured.client_url(*ROOT)) as root:
+        root.enqueue("bob.jobs", b"bob's", pid="b1", sender="s1", receiver="r1")
+        with pytest.raises(errors.Forbidden, match="user 'alice' may not produce into queue 'bob.jobs'"):
+            alice.enqueue_many([{"queue": "alice.jobs", "data": b"1"}, {"queue": "bob.jobs", "data": b"2"}])
+        assert alice.peek("alice.jobs") == []
+        alice.enqueue("shared.inbox", b"hello")  # produce only
+        with pytest.raises(errors.Forbidden):
+            alice.peek("shared.inbox")
+        for call in (lambda: alice.lease("bob.jobs"), lambda: alice.get("bob.jobs", "b1"),
+                     lambda: alice.cancel(("bob.jobs", "b1")), lambda: alice.delete_queue("bob.jobs"),
+                     lambda: alice.stats("bob.jobs"), lambda: alice.find_by_sender("s1", "bob.jobs")):
+            with pytest.raises(errors.Forbidden):
+                call()
+        assert [task.pid for task in root.peek("bob.jobs")] == ["b1"]
+
+
+def test_cross_queue_reads_show_only_the_users_queues(secured: BrokerProcess) -> None:
+    with Client(secured.client_url(*ALICE)) as alice, Client(secured.client_url(*ROOT)) as root:
+        for queue in ("alice.a", "alice.b", "bob.a", "shared.inbox"):
+            root.enqueue(queue, b"x", sender="s1", receiver="r1")
+        assert [info.queue for info in alice.list_queues()] == ["alice.a", "alice.b"]
+        assert [info.queue for info in alice.list_queues("a$", limit=1)] == ["alice.a"]
+        assert [stats.queue for stats in alice.stats()] == ["alice.a", "alice.b"]
+        assert [stats.queue for stats in alice.stats(pattern="b")] == ["alice.b"]
+        assert sorted(view.queue for view in alice.find_by_sender("s1")) == ["alice.a", "alice.b"]
+        assert alice.queues_for_receiver("r1") == ["alice.a", "alice.b"]
+        assert len(root.list_queues()) == 4
+
+
+def test_a_producer_may_enqueue_and_look_up_its_task_but_not_take_it(secured: BrokerProcess) -> None:
+    with Client(secured.client_url(*PRODUCER)) as producer, Client(secured.client_url(*ALICE)) as alice:
+        producer.enqueue("alice.jobs", b"work", pid="w1")
+        assert producer.get("alice.jobs", "w1").data == b"work"
+        with pytest.raises(errors.Forbidden):
+            producer.lease("alice.jobs")
+        with pytest.raises(errors.Forbidden):
+            producer.peek("alice.jobs")
+        assert producer.list_queues("jobs") == []  # no admin: it sees no queue
+        [task] = alice.lease("alice.jobs")
+        alice.release(task, bury=True)  # the broker moves it into alice.jobs.dead: alice's rights cover it
+        assert [view.pid for view in alice.peek("alice.jobs.dead")] == ["w1"]

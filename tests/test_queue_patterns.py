@@ -1,0 +1,72 @@
+"""Queue-name globs: what they match, and that no pattern can make matching slow."""
+
+from __future__ import annotations
+
+import fnmatch
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kittiwake.queue_patterns import PatternError, QueuePattern, compile_pattern
+
+
+@pytest.mark.parametrize(
+    "pattern, name, expected",
+    [
+        ("alice.jobs", "alice.jobs", True),
+        ("alice.jobs", "alice.jobs.dead", False),
+        ("alice.*", "alice.jobs", True),
+        ("alice.*", "alice.", True),
+        ("alice.*", "alice.jobs.dead", True),
+        ("alice.*", "xalice.jobs", False),
+        ("alice.*", "alice", False),
+        ("*", "anything#at.all", True),
+        ("*.dead", "a.b.dead", True),
+        ("*.dead", "a.b.deadx", False),
+        ("billing#*", "billing#invoices", True),
+        ("billing#*", "billing", False),
+        ("*#_replies.*", "shop#_replies.abc", True),
+        ("q?", "q1", True),
+        ("q?", "q", False),
+        ("q?", "q12", False),
+        ("a*b*c", "aXbYc", True),
+        ("a*b*c", "aXcYb", False),
+        ("a*?", "a", False),
+        ("a*?", "ab", True),
+        ("**", "", True),
+    ],
+)
+def test_matches_whole_names(pattern: str, name: str, expected: bool) -> None:
+    assert compile_pattern(pattern).matches(name) is expected
+
+
+@pytest.mark.parametrize("bad", ["", "a b", "a[bc]", "x" * 513, "é*", "a\x00"])
+def test_bad_patterns_are_refused(bad: str) -> None:
+    with pytest.raises(PatternError):
+        QueuePattern(bad)
+
+
+def test_everything() -> None:
+    assert compile_pattern("*").is_everything and compile_pattern("***").is_everything
+    assert not compile_pattern("a*").is_everything
+
+
+ALPHABET = "ab.#"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(ALPHABET + "*?", min_size=1, max_size=12), st.text(ALPHABET, max_size=16))
+def test_agrees_with_fnmatch(pattern: str, name: str) -> None:
+    # fnmatch has no other special characters in this alphabet
+    assert compile_pattern(pattern).matches(name) == fnmatch.fnmatchcase(name, pattern)
+
+
+@pytest.mark.timeout(60)  # a guard against a hang, not a measurement
+def test_a_pattern_that_backtracks_in_a_regex_is_one_pass() -> None:
+    # `(.*a){25}b` as a backtracking regex tries ~C(250, 25) splits of this name before
+    # failing; the automaton takes one step per character, whatever the pattern.
+    pattern = compile_pattern("*a" * 25 + "b")
+    name = "a" * 250
+    assert not pattern.matches(name)
+    assert pattern.matches(name + "b")
