@@ -190,4 +190,4 @@ def test_a_producer_may_enqueue_and_look_up_its_task_but_not_take_it(secured: Br
         assert producer.list_queues("jobs") == []  # no admin: it sees no queue
         [task] = alice.lease("alice.jobs")
         alice.release(task, bury=True)  # the broker moves it into alice.jobs.dead: alice's rights cover it
-        assert [view.pid for view in alice.peek("alice.jobs.dead")] == ["w1"]
+        assert [view.headers["kittiwake-dead-pid"] for view in alice.peek("alice.jobs.dead")] == ["w1"]
