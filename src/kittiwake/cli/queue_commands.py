@@ -20,7 +20,8 @@ from kittiwake.client.results import QueueStats
 
 
 @click.command("queues")
-@click.option("--pattern", help="Only queues whose name matches this regular expression (searched, not anchored).")
+@click.option("--pattern", help="Only queues whose name matches this regular expression (searched, not anchored; "
+                   "RE2 syntax: no backreferences or lookaround).")
 @click.option("--min-tasks", default=0, show_default=True, type=click.IntRange(min=0),
               help="Only queues holding at least this many tasks.")
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(min=1),
