@@ -30,6 +30,8 @@ from pathlib import Path
 from kittiwake.broker.config import BrokerConfig
 from kittiwake.broker.connection import Connection
 from kittiwake.broker.group_commit import GroupCommit
+from kittiwake.broker.read_budget import ReadBudget
+from kittiwake.broker.timeouts import ConnectionTimeouts
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.protocol.messages import Request
 from kittiwake.store.sqlite import SqliteStore
@@ -52,6 +54,10 @@ class Broker:
         self.store: TaskStore | None = None
         self.group: GroupCommit | None = None
         self.connections: set[Connection] = set()
+        self.budget = ReadBudget(config.max_buffered_bytes, config.max_frame)
+        self.timeouts = ConnectionTimeouts(
+            lambda: self.connections, self.budget, config.frame_timeout_secs, config.idle_timeout_secs
+        )
         self._server: asyncio.AbstractServer | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._ticks = 0
@@ -96,6 +102,7 @@ class Broker:
         if sockets:
             self.port = sockets[0].getsockname()[1]
         self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
+        self.timeouts.start(loop)
         log.info("broker started on %s:%d, data in %s", self.host, self.port, self.data_dir)
 
     def _tick(self) -> None:
@@ -130,6 +137,7 @@ class Broker:
 
     def forget(self, connection: Connection) -> None:
         self.connections.discard(connection)
+        self.budget.forget(connection)
         if self.group is not None:
             self.group.drop_connection(connection)
 
@@ -144,6 +152,7 @@ class Broker:
         try:
             if self._tick_handle is not None:
                 self._tick_handle.cancel()
+            self.timeouts.stop()
             if self._server is not None:
                 self._server.close()
             for connection in list(self.connections):

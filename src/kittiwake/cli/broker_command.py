@@ -11,7 +11,14 @@ import sys
 
 import click
 
-from kittiwake.broker.config import DEFAULT_DATA_DIR, DEFAULT_PORT, BrokerConfig
+from kittiwake.broker.config import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_FRAME_TIMEOUT_SECS,
+    DEFAULT_IDLE_TIMEOUT_SECS,
+    DEFAULT_MAX_BUFFERED_MB,
+    DEFAULT_PORT,
+    BrokerConfig,
+)
 from kittiwake.protocol import DEFAULT_MAX_FRAME
 
 
@@ -34,6 +41,14 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               help="Tasks per queue loaded into memory ahead of leases.")
 @click.option("--sqlite-cache-mb", default=64, show_default=True, type=click.IntRange(1, 1 << 20),
               help="SQLite page cache, in MiB.")
+@click.option("--frame-timeout", "frame_timeout_secs", default=DEFAULT_FRAME_TIMEOUT_SECS, show_default=True,
+              type=float, help="Seconds a frame may take to arrive whole once started; then FRAME_TIMEOUT and close.")
+@click.option("--idle-timeout", "idle_timeout_secs", default=DEFAULT_IDLE_TIMEOUT_SECS, show_default=True,
+              type=float, help="Seconds a connection may have nothing in flight (a parked long-poll is in flight); "
+                               "then IDLE_TIMEOUT and close. 0: never.")
+@click.option("--max-buffered-mb", default=DEFAULT_MAX_BUFFERED_MB, show_default=True, type=int,
+              help="MiB of unfinished frames held across all connections; beyond it the broker stops reading "
+                   "from connections in the middle of a frame until frames complete (at least one max frame).")
 def broker(
     data_dir: str,
     host: str,
@@ -44,6 +59,9 @@ def broker(
     cache_mb: int,
     head_tasks: int,
     sqlite_cache_mb: int,
+    frame_timeout_secs: float,
+    idle_timeout_secs: float,
+    max_buffered_mb: int,
 ) -> None:
     """Run a broker on the embedded store until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
@@ -59,6 +77,9 @@ def broker(
             cache_mb=cache_mb,
             head_tasks=head_tasks,
             sqlite_cache_mb=sqlite_cache_mb,
+            frame_timeout_secs=frame_timeout_secs,
+            idle_timeout_secs=idle_timeout_secs,
+            max_buffered_mb=max_buffered_mb,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
