@@ -9,6 +9,7 @@ many connections send big partial frames, the broker holds at most
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import threading
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kittiwake.client import Client
+from kittiwake.client import AsyncClient, Client
 from kittiwake.protocol import DEFAULT_MAX_FRAME
 from support.broker_process import BrokerProcess, RawConnection
 
@@ -67,9 +68,9 @@ def test_frames_that_keep_completing_are_never_cut(tmp_path: Path) -> None:
 def test_an_idle_connection_is_closed_but_not_one_with_a_parked_long_poll(tmp_path: Path) -> None:
     with BrokerProcess(tmp_path / "data", extra_args=["--idle-timeout", "1"]) as broker:
         with broker.connect() as idle, broker.connect() as polling, broker.connect() as busy:
-            request_id = polling.send("lease", queues=["nothing-yet"], wait_secs=3)
+            request_id = polling.send("lease", queues=["nothing-yet"], wait_secs=2.5)
             started = time.monotonic()
-            while time.monotonic() - started < 2.0:  # a request every 0.3 s is never idle
+            while time.monotonic() - started < 1.5:  # a request every 0.3 s is never idle
                 assert busy.call("ping")
                 time.sleep(0.3)
             assert_cut_with(idle, "IDLE_TIMEOUT", within_secs=10)
@@ -79,8 +80,19 @@ def test_an_idle_connection_is_closed_but_not_one_with_a_parked_long_poll(tmp_pa
             assert_cut_with(polling, "IDLE_TIMEOUT", within_secs=10)
         with Client(broker.url) as client:  # a client's pooled connection closed while idle is replaced
             assert client.ping()
-            time.sleep(2.0)
+            time.sleep(1.5)
             assert client.ping()
+
+        async def ping_across_an_idle_close() -> None:
+            client = AsyncClient(broker.url)
+            try:
+                assert await client.ping()
+                await asyncio.sleep(1.5)
+                assert await client.ping()
+            finally:
+                await client.close()
+
+        asyncio.run(ping_across_an_idle_close())
 
 
 def send_partial_frame(broker: BrokerProcess, announced: int, sent: int, done: threading.Event,
