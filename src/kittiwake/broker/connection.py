@@ -135,6 +135,7 @@ class Connection(asyncio.BufferedProtocol):
         self.data_received(_READ_BUFFER[:nbytes])
 
     def data_received(self, data: bytes | memoryview) -> None:
+        # `data` may be a view of the shared read buffer, valid during this call only: copy what is kept
         if self.closed:
             return
         try:
