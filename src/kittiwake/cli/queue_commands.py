@@ -67,7 +67,8 @@ def print_stats(stats: QueueStats) -> None:
 
 @click.command("stats")
 @click.argument("queue_names", metavar="[QUEUE]...", nargs=-1)
-@click.option("--pattern", help="Queues whose name matches this regular expression (when no QUEUE is given).")
+@click.option("--pattern", help="Queues whose name matches this regular expression (when no QUEUE is given; "
+                                "RE2 syntax: no backreferences or lookaround).")
 @click.option("--sample", default=10, show_default=True, type=click.IntRange(0, 1000),
               help="Show up to this many leased tasks per queue, with worker and peer address.")
 @pass_cli
