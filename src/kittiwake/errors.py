@@ -112,6 +112,20 @@ class TooManyConnections(KittiwakeError):
     code = "TOO_MANY_CONNECTIONS"
 
 
+class FrameTimeout(KittiwakeError):
+    """A frame was started and not finished within the broker's frame timeout; the connection
+    is closed after this error. Code FRAME_TIMEOUT."""
+
+    code = "FRAME_TIMEOUT"
+
+
+class IdleTimeout(KittiwakeError):
+    """The connection had nothing in flight for the broker's idle timeout and is closed
+    after this error; no request was lost (connect again). Code IDLE_TIMEOUT."""
+
+    code = "IDLE_TIMEOUT"
+
+
 class Unauthorized(KittiwakeError):
     """Missing or wrong credentials on a broker run with an auth file; the broker closes the
     connection after this reply. Code UNAUTHORIZED."""

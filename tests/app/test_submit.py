@@ -97,3 +97,23 @@ def test_a_pickle_app_passes_any_picklable_object(broker: BrokerProcess, tmp_pat
 def test_coroutine_functions_run_as_tasks(broker: BrokerProcess, app, tmp_path: Path) -> None:
     with workers(broker.url, tmp_path):
         assert apps.waits.submit(4).result(timeout=20) == 40
+
+
+def test_a_key_submitted_again_after_its_run_finished_gets_the_new_run_result(
+    broker: BrokerProcess, app, tmp_path: Path
+) -> None:
+    """Each handle gets the result of the run it submitted, even while an older handle of the key is alive;
+    a submit collapsed into a live task shares that task's result."""
+    runs = tmp_path / "runs"
+    with workers(broker.url, tmp_path):
+        first = apps.record.submit(str(runs), "one", key="report-7")
+        assert first.result(timeout=20) == "one"
+        second = apps.record.submit(str(runs), "two", 1.0, key="report-7")  # runs for a second
+        third = apps.record.submit(str(runs), "three", key="report-7")  # collapses into the second
+        assert second.result(timeout=20) == "two"
+        assert third.result(timeout=20) == "two"
+        assert first.result(timeout=0) == "one"
+        fourth = apps.record.submit(str(runs), "four", key="report-7")
+        assert fourth.result(timeout=20) == "four"
+        assert [first.status().state, second.status().state, fourth.status().state] == ["done"] * 3
+    assert [line.split()[1] for line in runs.read_text().splitlines() if line.startswith("end")] == ["one", "two", "four"]

@@ -354,3 +354,38 @@ def test_good_frames_before_an_oversized_length_are_answered(broker) -> None:
     other = broker.connect()
     assert [t["pid"] for t in other.call("peek", queue="before-bad")] == ["p"]
     other.close()
+
+
+# ------------------------------------------------------------ patterns
+
+
+def test_a_catastrophic_pattern_neither_hangs_its_caller_nor_stalls_other_clients(broker: BrokerProcess) -> None:
+    """`(a+)+$` against `x#aaa…a-` takes a backtracking matcher 2^n steps (minutes at 30 a's);
+    the broker must answer it promptly, and serve other clients while it does."""
+    with broker.connect() as setup:
+        setup.enqueue("x#" + "a" * 30 + "-", b"bait")
+        setup.enqueue("work", b"held")
+        [held] = setup.lease("work", lease_secs=60)
+    bound_secs = 5.0  # generous: a backtracking matcher needs minutes here
+    with broker.connect(timeout=bound_secs) as evil, broker.connect(timeout=bound_secs) as other:
+        request_id = evil.send("list_queues", pattern="(a+)+$")
+        time.sleep(0.2)  # let the broker start on the pattern before the other client speaks
+        assert other.call("ping")
+        [renewed] = other.call("renew", leases=[{"queue": "work", "pid": held["pid"], "lease_id": held["lease_id"]}],
+                               lease_secs=60)
+        assert renewed["ok"]
+        reply = evil.read_reply()
+        assert (reply.id, reply.ok, reply.result) == (request_id, True, [])
+    assert_still_serves(broker)
+
+
+@pytest.mark.parametrize("pattern", [r"(a)\1", "a(?=b)", "(?<!x)a", "(", "a" * 1025])
+def test_patterns_beyond_the_linear_time_syntax_are_bad_requests(broker: BrokerProcess, pattern: str) -> None:
+    with broker.connect() as conn:
+        conn.enqueue("a#b", b"x")
+        for op in ("list_queues", "stats"):
+            reply = conn.request(op, pattern=pattern)
+            assert not reply.ok and reply.error["code"] == "BAD_REQUEST", (op, reply)
+            assert "pattern" in reply.error["message"] and len(reply.error["message"]) < 300
+        assert [row["queue"] for row in conn.call("list_queues", pattern=r"^a#\w$")] == ["a#b"]
+    assert_still_serves(broker)

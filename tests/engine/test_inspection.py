@@ -115,7 +115,7 @@ def test_queues_exist_only_while_they_hold_tasks(engine, clock):
     assert "q" not in engine._queues
 
 
-@pytest.mark.parametrize("pattern", ["(", "a" * 2000, 42])
+@pytest.mark.parametrize("pattern", ["(", "a" * 2000, 42, r"(a)\1", "a(?=b)"])
 def test_a_bad_pattern_is_a_bad_request(engine, pattern):
     with pytest.raises(errors.BadRequest):
         engine.list_queues(pattern, 0, 10)

@@ -10,7 +10,10 @@ Submitting (CloudKon §3.2): a task is one broker task in its definition's
 queue with pid = task id (see `envelope` for every queue and header name),
 data = the call encoded by the app's `Serializer`, and ``max_attempts`` =
 the definition's (one more for at-most-once tasks, see `TaskOptions`). Its
-result comes back through this app's reply queue to the `ReplyCollector`.
+result comes back through this app's reply queue to the `ReplyCollector`,
+named after the submission (`envelope.SUBMISSION_HEADER`): a handle gets
+the result of the run it started, or of the live run its key collapsed
+into (`collapse`).
 `map` and `Job.submit` bundle many tasks per `enqueue` request (CloudKon's
 task bundling), so submitting N tasks costs N / chunk round trips.
 
@@ -31,6 +34,7 @@ import uuid
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
+from kittiwake.app.collapse import follow_collapsed
 from kittiwake.app.definitions import (
     DEFAULT_MAP_CHUNK,
     PeriodicDefinition,
@@ -40,6 +44,7 @@ from kittiwake.app.definitions import (
 from kittiwake.app.envelope import (
     REPLIES_PREFIX,
     REPLY_TO_HEADER,
+    SUBMISSION_HEADER,
     SUBMITTED_AT_HEADER,
     TASK_ID_HEADER,
     delayed_pid,
@@ -254,11 +259,13 @@ class App:
             if key is not None:
                 task["unless"] = [(options.queue, key)]
         headers = {TASK_ID_HEADER: task_id, SUBMITTED_AT_HEADER: f"{now:.6f}"}
-        slot = reply_queue = None
+        slot = reply_queue = submission = None
         if not options.ignore_result:
             reply_queue = reply_queue_for(options.queue, self.id, self.reply_prefix)
+            submission = uuid.uuid4().hex
             headers[REPLY_TO_HEADER] = reply_queue
-            slot = self.collector.slot(task_id)
+            headers[SUBMISSION_HEADER] = submission
+            slot = self.collector.slot(submission)
             self.collector.watch(reply_queue)
         task.update(
             queue=queue,
@@ -269,7 +276,12 @@ class App:
         )
         if after:
             task["after"] = [task_key(parent) for parent in after]
-        return task, Handle(self, task_id, options.name, queue, pid, slot, reply_queue)
+        handle = Handle(self, task_id, options.name, queue, pid, slot, reply_queue, submission)
+        if key is not None and slot is not None:
+            # a key can collapse into a live task: keep its results from now on, in case
+            # that task finishes before the handle learns which run it joined
+            handle.capture = self.collector.capture(task_id)
+        return task, handle
 
     def submit_call(
         self,
@@ -280,14 +292,18 @@ class App:
     ) -> Handle:
         """Submit one call; `options` are those of `prepare` (key, delay, at, after, node)."""
         task, handle = self.prepare(definition, args, kwargs, **options)
-        self.client.enqueue_many([task])
+        self.enqueue_prepared([task], [handle])
         return handle
 
-    def enqueue_prepared(self, tasks: list[dict[str, Any]], chunk: int = DEFAULT_MAP_CHUNK) -> None:
-        """Enqueue prepared tasks in order, `chunk` per request (parents before children stay so)."""
+    def enqueue_prepared(
+        self, tasks: list[dict[str, Any]], handles: list[Handle], chunk: int = DEFAULT_MAP_CHUNK
+    ) -> None:
+        """Enqueue prepared tasks in order, `chunk` per request (parents before children stay so);
+        a handle whose task collapsed into a live one is pointed at that task's run."""
         chunk = max(1, min(chunk, MAX_BATCH))
         for start in range(0, len(tasks), chunk):
-            self.client.enqueue_many(tasks[start : start + chunk])
+            outcomes = self.client.enqueue_many(tasks[start : start + chunk])
+            follow_collapsed(self, tasks[start : start + chunk], handles[start : start + chunk], outcomes)
 
     def map(self, task: TaskDefinition | str, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]:
         """One task per item, called as `task(item)`, submitted `chunk` per request; returns the handles."""
@@ -300,7 +316,7 @@ class App:
             bundle.append(prepared)
             handles.append(handle)
             if len(bundle) >= chunk:
-                self.client.enqueue_many(bundle)
+                self.client.enqueue_many(bundle)  # no keys: nothing collapses
                 bundle = []
         if bundle:
             self.client.enqueue_many(bundle)

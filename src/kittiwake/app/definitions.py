@@ -209,7 +209,9 @@ class TaskDefinition:
         """Send one run to a worker; returns its handle at once.
 
         `key`: an idempotency key — it becomes the task id, and a second submit
-        with the same key while the first task exists collapses into it.
+        with the same key while the first task exists collapses into it (both
+        handles get that run's result). Once the task finished, the same key
+        starts a new run, and only the new handle gets its result.
         `delay` (seconds) or `at` (a datetime, or epoch seconds): do not start
         before then. `after`: handles (or (queue, pid) pairs) of tasks that
         must all finish first; if one of them fails this task fails too.

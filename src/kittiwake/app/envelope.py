@@ -14,14 +14,20 @@ One place for every name the submitter and the worker must agree on
 * results go to the submitter's reply queue ``<group>#_replies.<app id>``
   (``_replies.<app id>`` in the default group), always in the group of the
   task's queue so that the worker finishes a task with one atomic update —
-  dequeue the task, enqueue its result (CloudKon §3.2.1 response queue);
+  dequeue the task, enqueue its result (CloudKon §3.2.1 response queue) —
+  with pid = the task's submission id, so that each run of a task id (a key
+  submitted again after its first run finished) has a result of its own;
 * a periodic run's marker goes to ``<queue>.ticks-done`` once it finished,
   so a scheduler that fires a tick late collapses (``unless``) instead of
   running it twice.
 
 Headers (all strings):
 
-* ``kittiwake-task-id``: the task's identity, the same on every delivery;
+* ``kittiwake-task-id``: the task's identity, the same on every delivery
+  (and on its result, so a submitter can tell whose result it is);
+* ``kittiwake-submission``: this submission's identity (a uuid4 hex), new at
+  every submit, echoed as the pid of the result: it tells two runs of the
+  same key apart;
 * ``kittiwake-reply-to``: the reply queue; absent when nobody wants the result;
 * ``kittiwake-submitted-at``: epoch seconds when submitted (for latency);
 * the broker adds ``kittiwake-dead-reason`` when it dead-letters a task.
@@ -42,6 +48,7 @@ from kittiwake.model import DEAD_SUFFIX, group_of, pid_at
 
 TASK_ID_HEADER = "kittiwake-task-id"
 REPLY_TO_HEADER = "kittiwake-reply-to"
+SUBMISSION_HEADER = "kittiwake-submission"
 SUBMITTED_AT_HEADER = "kittiwake-submitted-at"
 DEAD_REASON_HEADER = "kittiwake-dead-reason"
 
@@ -70,6 +77,12 @@ def reply_queue_for(queue: str, app_id: str, prefix: str = REPLIES_PREFIX) -> st
     """The reply queue of app `app_id` in the consistency group of `queue` (`prefix`: see `App`)."""
     group = group_of(queue)
     return f"{group}#{prefix}{app_id}" if group else f"{prefix}{app_id}"
+
+
+def result_pid(headers: dict[str, str], pid: str) -> str:
+    """The pid of a task's result in its reply queue: its submission id (its task id, or its
+    own pid, for a task submitted without one)."""
+    return headers.get(SUBMISSION_HEADER) or headers.get(TASK_ID_HEADER) or pid
 
 
 def delayed_pid(due_epoch_secs: float, task_id: str) -> str:

@@ -5,6 +5,12 @@ can be passed as `after=` parents) and knows its `.id`. Its result arrives in
 the app's reply queue and is handed over by the `ReplyCollector`; nothing is
 stored anywhere else (CloudKon §3.2.1).
 
+A handle waits for the result of one run: the run its submission started,
+or, when the submission collapsed into a task of the same key that was
+still there, that task's run (`.submission` names the run awaited). A key
+submitted again after its earlier run finished starts a new run, and its
+handle gets that run's result, never the earlier one.
+
 `result(timeout)` returns the task's return value, raises `TaskFailed` with
 the remote error, or `TimeoutError`. It cannot hang on a task that is gone:
 while waiting it looks at the task in the broker from time to time, and a
@@ -40,6 +46,7 @@ from kittiwake.app.serialization import RemoteError
 
 if TYPE_CHECKING:
     from kittiwake.app.app import App
+    from kittiwake.app.replies import ResultCapture
 
 FIRST_CHECK_SECS = 1.0
 MAX_CHECK_SECS = 5.0
@@ -106,11 +113,12 @@ class ResultSlot:
 class Handle:
     """One submitted task. `.id` is its task id; `.queue` and `.pid` name it in the broker."""
 
-    __slots__ = ("app", "id", "name", "queue", "pid", "slot", "wants_result", "reply_queue", "__weakref__")
+    __slots__ = ("app", "id", "name", "queue", "pid", "slot", "wants_result", "reply_queue", "submission",
+                 "capture", "__weakref__")
 
     def __init__(
         self, app: App, task_id: str, name: str, queue: str, pid: str, slot: ResultSlot | None,
-        reply_queue: str | None = None,
+        reply_queue: str | None = None, submission: str | None = None,
     ) -> None:
         self.app = app
         self.id = task_id
@@ -120,6 +128,8 @@ class Handle:
         self.slot = slot
         self.wants_result = slot is not None
         self.reply_queue = reply_queue
+        self.submission = submission  # the run whose result this handle waits for
+        self.capture: ResultCapture | None = None  # this task id's results, kept until the run joined is known
 
     def __repr__(self) -> str:
         return f"<Handle {self.name} id={self.id} queue={self.queue}>"
@@ -173,7 +183,7 @@ class Handle:
         if self.reply_queue is None:
             return False
         try:
-            self.app.client.get(self.reply_queue, self.id)
+            self.app.client.get(self.reply_queue, self.submission or self.id)
             return True
         except errors.TaskNotFound:
             return False

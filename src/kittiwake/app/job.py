@@ -150,5 +150,5 @@ class Job:
             handle.queue, handle.pid = node.queue, node.pid
             tasks.append(task)
             handles[node.index] = handle
-        self.app.enqueue_prepared(tasks, chunk)
+        self.app.enqueue_prepared(tasks, [handles[node.index] for node in ordered], chunk)
         return JobHandles(self.nodes, handles)

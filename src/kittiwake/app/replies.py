@@ -2,10 +2,17 @@
 
 Each `App` instance has an id and one reply queue per consistency group it
 submits into (`envelope.reply_queue_for`). A worker finishing a task
-enqueues the result there with pid = task id, in the same atomic update that
-dequeues the task. One collector thread per app long-polls all of the app's
-reply queues, leases results in batches, hands each to the `ResultSlot` of
-its task id, and dequeues the batch in one request.
+enqueues the result there with pid = the submission id the task carries
+(`envelope.SUBMISSION_HEADER`), in the same atomic update that dequeues the
+task. One collector thread per app long-polls all of the app's reply queues,
+leases results in batches, hands each to the `ResultSlot` of its submission,
+and dequeues the batch in one request.
+
+Slots are keyed by submission, not by task id: an idempotency key names a
+task id that can run again once its first run finished, and each run's
+result must reach the handles of that run only. A `ResultCapture` keeps the
+results of one task id that arrive while a collapsed submission is still
+finding out which run it joined (see `app.collapse`).
 
 Slots are held weakly: a result whose handles were all dropped (a `map` whose
 handles nobody kept) is dequeued and discarded, so the collector's memory is
@@ -20,9 +27,11 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from kittiwake import errors
+from kittiwake.app.envelope import TASK_ID_HEADER
 from kittiwake.app.handles import ResultSlot
 from kittiwake.app.serialization import Serializer
 from kittiwake.client import Client
@@ -33,6 +42,26 @@ WAIT_SECS = 1.0  # long-poll; also how long a newly watched reply queue may wait
 BATCH_RESULTS = 1000
 LEASE_SECS = 5.0  # a batch is handed over in milliseconds; a lost lease reply costs this long
 RETRY_PAUSE_SECS = 0.5
+MAX_CAPTURED_TASK_IDS = 1024  # beyond this many, forget task ids whose captures were dropped
+
+
+@dataclass(slots=True, weakref_slot=True, eq=False)  # eq=False: hashed by identity, for the WeakSet
+class ResultCapture:
+    """Results of one task id collected while a submission of it works out which run it joined.
+
+    `results` holds (enqueued_at, submission, ok, value) of each result seen;
+    once `follower` is set, the next result seen goes to it instead.
+    """
+
+    task_id: str
+    results: list[tuple[float, str, bool, Any]] = field(default_factory=list)
+    follower: ResultSlot | None = None
+
+    def offer(self, enqueued_at: float, submission: str, ok: bool, value: Any) -> None:
+        if self.follower is not None:
+            self.follower.set(ok, value)
+        else:
+            self.results.append((enqueued_at, submission, ok, value))
 
 
 class ReplyCollector:
@@ -43,6 +72,7 @@ class ReplyCollector:
         self._serializer = serializer
         self._app_id = app_id
         self._slots: weakref.WeakValueDictionary[str, ResultSlot] = weakref.WeakValueDictionary()
+        self._captures: dict[str, weakref.WeakSet[ResultCapture]] = {}
         self._queues: dict[str, None] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -55,14 +85,33 @@ class ReplyCollector:
         with self._lock:
             return list(self._queues)
 
-    def slot(self, task_id: str) -> ResultSlot:
-        """The slot for a task id (shared by every handle of it); hold it to keep the result."""
+    def slot(self, submission: str) -> ResultSlot:
+        """The slot for a submission id (shared by every handle of that run); hold it to keep the result."""
         with self._lock:
-            slot = self._slots.get(task_id)
+            slot = self._slots.get(submission)
             if slot is None:
                 slot = ResultSlot.empty()
-                self._slots[task_id] = slot
+                self._slots[submission] = slot
             return slot
+
+    def capture(self, task_id: str) -> ResultCapture:
+        """Start keeping the results of `task_id` that arrive from now on (held weakly: keep it)."""
+        capture = ResultCapture(task_id)
+        with self._lock:
+            if len(self._captures) >= MAX_CAPTURED_TASK_IDS:  # captures dropped without release
+                for stale in [key for key, captures in self._captures.items() if not captures]:
+                    del self._captures[stale]
+            self._captures.setdefault(task_id, weakref.WeakSet()).add(capture)
+        return capture
+
+    def release(self, capture: ResultCapture) -> None:
+        """Stop feeding `capture`."""
+        with self._lock:
+            captures = self._captures.get(capture.task_id)
+            if captures is not None:
+                captures.discard(capture)
+                if not captures:
+                    del self._captures[capture.task_id]
 
     def watch(self, reply_queue: str) -> None:
         """Collect from this reply queue too; starts the thread on first use."""
@@ -114,10 +163,14 @@ class ReplyCollector:
             return 0
         for task in tasks:
             ok, value = self._serializer.load_result(task.data)
+            task_id = (task.headers or {}).get(TASK_ID_HEADER)
             with self._lock:
                 slot = self._slots.get(task.pid)
+                captures = list(self._captures.get(task_id, ())) if task_id is not None and self._captures else []
             if slot is not None:
                 slot.set(ok, value)
+            for capture in captures:
+                capture.offer(task.enqueued_at, task.pid, ok, value)
         self.received += len(tasks)
         client.dequeue(tasks)
         return len(tasks)

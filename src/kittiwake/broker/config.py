@@ -20,6 +20,10 @@ DEFAULT_PORT = 7370
 DEFAULT_DATA_DIR = "./.kittiwake"
 MIN_FRAME_BYTES = 64 * 1024  # smaller could not carry one task of default size limits
 MAX_FRAME_BYTES = (1 << 32) - 1  # the length prefix is four bytes
+MAX_TIMEOUT_SECS = 7 * 24 * 3600.0
+DEFAULT_FRAME_TIMEOUT_SECS = 30.0
+DEFAULT_IDLE_TIMEOUT_SECS = 600.0  # as Kafka's connections.max.idle.ms
+DEFAULT_MAX_BUFFERED_MB = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,9 @@ class BrokerConfig:
     cache_mb: int = 256  # engine head cache
     head_tasks: int = 1000  # tasks per queue kept in memory ahead of leases
     sqlite_cache_mb: int = 64
+    frame_timeout_secs: float = DEFAULT_FRAME_TIMEOUT_SECS  # a frame started must be whole by then
+    idle_timeout_secs: float = DEFAULT_IDLE_TIMEOUT_SECS  # nothing in flight this long: closed; 0 = never
+    max_buffered_mb: int = DEFAULT_MAX_BUFFERED_MB  # bytes of unfinished frames held across all connections
     limits: Limits = field(default_factory=Limits)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # auth file, TLS, listeners
 
@@ -53,6 +60,14 @@ class BrokerConfig:
         _check_int("sqlite_cache_mb", self.sqlite_cache_mb, 1, 1 << 20)
         if not isinstance(self.security, SecurityConfig):
             raise ValueError("security must be a kittiwake.broker.security.SecurityConfig")
+        _check_secs("frame_timeout_secs", self.frame_timeout_secs, MAX_TIMEOUT_SECS, zero_allowed=False)
+        _check_secs("idle_timeout_secs", self.idle_timeout_secs, MAX_TIMEOUT_SECS, zero_allowed=True)
+        _check_int("max_buffered_mb", self.max_buffered_mb, 1, 1 << 20)
+        if self.max_buffered_bytes < self.max_frame:
+            raise ValueError(
+                f"max_buffered_mb ({self.max_buffered_mb} MiB) must hold at least one frame of max_frame "
+                f"({self.max_frame} bytes)"
+            )
         if not isinstance(self.limits, Limits):
             raise ValueError("limits must be a kittiwake.model.Limits")
         wait = self.limits.max_wait_secs
@@ -62,6 +77,18 @@ class BrokerConfig:
     @property
     def cache_bytes(self) -> int:
         return self.cache_mb * 1024 * 1024
+
+    @property
+    def max_buffered_bytes(self) -> int:
+        return self.max_buffered_mb * 1024 * 1024
+
+
+def _check_secs(name: str, value: object, high: float, *, zero_allowed: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
+    low = "0" if zero_allowed else "above 0"
+    if value < 0 or (value == 0 and not zero_allowed) or value > high:
+        raise ValueError(f"{name} must be {low} and at most {high:g}, got {value:g}")
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> None:

@@ -1,8 +1,11 @@
 """One client connection: bytes in, decoded requests out to the broker, replies back.
 
-An `asyncio.Protocol` rather than streams: `data_received` cuts frames and
+An asyncio protocol rather than streams: `data_received` cuts frames and
 decodes requests synchronously, with no task or future per request, which is
-most of the cost at small request sizes.
+most of the cost at small request sizes. A *buffered* protocol: the
+transport reads into a buffer the connection offers (one shared by all
+connections, as each read is handed over before the next begins), so the
+read budget decides how many bytes one read may bring.
 
 What a connection guarantees about memory and fairness (docs/testing.md, bad input):
 
@@ -27,20 +30,29 @@ What a connection guarantees about memory and fairness (docs/testing.md, bad inp
   again, so no task is leased to a client that has stopped listening;
 * with an auth file, every decoded item passes the connection's `Session`
   (`kittiwake.broker.session`) first: credentials, then rights.
+* the bytes of a frame still arriving are charged to the broker's read budget
+  (`read_budget`), which stops reading from connections in the middle of a
+  frame while all of them together hold too much; a frame not completed
+  within the frame timeout, and a connection idle past the idle timeout, are
+  closed (`timeouts`): the connection keeps when each frame started and when
+  it was last active for that.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Protocol, cast
 
 from kittiwake import errors
+from kittiwake.broker.read_budget import FULL_READ_BYTES
 from kittiwake.protocol import FrameReader, RequestError, decode_request, encode_error, encode_frame
 from kittiwake.protocol.messages import Request
 
 if TYPE_CHECKING:
     from kittiwake.broker.session import Session
+    from kittiwake.broker.read_budget import ReadBudget
 
 log = logging.getLogger("kittiwake.broker")
 
@@ -52,6 +64,7 @@ class ConnectionHost(Protocol):
     """What a connection needs from the broker that owns it."""
 
     max_frame: int
+    budget: ReadBudget
 
     def admit(self, connection: Connection) -> bool:
         """Count a new connection in; False when the broker is full."""
@@ -84,7 +97,10 @@ def format_peer(address: object) -> str | None:
     return None
 
 
-class Connection(asyncio.Protocol):
+_READ_BUFFER = memoryview(bytearray(FULL_READ_BYTES))
+
+
+class Connection(asyncio.BufferedProtocol):
     """Per-connection state; the broker's group-commit pass answers its requests."""
 
     def __init__(self, host: ConnectionHost) -> None:
@@ -102,8 +118,12 @@ class Connection(asyncio.Protocol):
         self._paused_for_backlog = False
         self._paused_by_broker = False
         self._paused_for_auth = False
+        self._paused_for_budget = False
         self._reading = True
         self.session: Session | None = None
+        self.frame_started_at: float | None = None  # monotonic; the frame in progress arrived from then
+        self.active_at = time.monotonic()  # last bytes received or replies sent
+        self._charged = False  # the read budget counts bytes of ours
 
     # ------------------------------------------------------------- asyncio
 
@@ -119,7 +139,14 @@ class Connection(asyncio.Protocol):
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         self.session = self.host.open_session(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _READ_BUFFER[: self.host.budget.read_bytes(self)]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(_READ_BUFFER[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        # `data` may be a view of the shared read buffer, valid during this call only: copy what is kept
         if self.closed:
             return
         try:
@@ -128,6 +155,7 @@ class Connection(asyncio.Protocol):
             log.info("closing %s: %s", self.peer, exc.message)
             self.fail(exc)
             return
+        self._note_received(bool(bodies))
         host = self.host
         for body in bodies:
             item: Request | bytes
@@ -159,6 +187,23 @@ class Connection(asyncio.Protocol):
         if self.unanswered > MAX_UNANSWERED and not self._paused_for_backlog:
             self._paused_for_backlog = True
             self._update_reading()
+
+    def _note_received(self, completed: bool) -> None:
+        """Times for the deadlines, and what the reader holds for the budget."""
+        now = self.active_at = time.monotonic()
+        held = self.reader.buffered_bytes
+        if not held:
+            self.frame_started_at = None
+        elif completed or self.frame_started_at is None:
+            self.frame_started_at = now  # the partial frame began after the last whole one
+        if held or self._charged:
+            self._charged = held > 0
+            self.host.budget.charge(self, held, self.reader.frame_bytes, completed)
+
+    def hold_for_budget(self, held: bool) -> None:
+        """The read budget stops (True) or resumes (False) reading from this connection."""
+        self._paused_for_budget = held
+        self._update_reading()
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -207,6 +252,7 @@ class Connection(asyncio.Protocol):
             return
         transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
         self.unanswered -= len(frames)
+        self.active_at = time.monotonic()
         if self._paused_for_backlog and self.unanswered <= MAX_UNANSWERED // 2:
             self._paused_for_backlog = False
             self._update_reading()
@@ -251,6 +297,7 @@ class Connection(asyncio.Protocol):
             transport.write(frame)
 
     def hold_reading(self, hold: bool) -> None:
+        """The session stops (True) or resumes (False) reading while credentials are checked."""
         self._paused_for_auth = hold
         self._update_reading()
 
@@ -268,7 +315,8 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        want = not (self._paused_for_writes or self._paused_for_backlog or self._paused_by_broker or self._paused_for_auth)
+        want = not (self._paused_for_writes or self._paused_for_backlog or self._paused_by_broker
+                    or self._paused_for_auth or self._paused_for_budget)
         if want == self._reading:
             return
         self._reading = want

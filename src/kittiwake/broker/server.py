@@ -39,6 +39,8 @@ from kittiwake.broker.security import exposure_note, exposure_warnings
 from kittiwake.broker.session import Session
 from kittiwake.broker.tls import HANDSHAKE_TIMEOUT_SECS, server_context
 from kittiwake.broker.group_commit import GroupCommit
+from kittiwake.broker.read_budget import ReadBudget
+from kittiwake.broker.timeouts import ConnectionTimeouts
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.protocol.messages import Request
 from kittiwake.store.sqlite import SqliteStore
@@ -61,6 +63,10 @@ class Broker:
         self.store: TaskStore | None = None
         self.group: GroupCommit | None = None
         self.connections: set[Connection] = set()
+        self.budget = ReadBudget(config.max_buffered_bytes, config.max_frame)
+        self.timeouts = ConnectionTimeouts(
+            lambda: self.connections, self.budget, config.frame_timeout_secs, config.idle_timeout_secs
+        )
         self._server: asyncio.AbstractServer | None = None
         self._tls_server: asyncio.AbstractServer | None = None
         self.authenticator: Authenticator | None = None
@@ -129,6 +135,7 @@ class Broker:
         elif self.tls_port is not None:
             self.port = self.tls_port
         self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
+        self.timeouts.start(loop)
         tls = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
         plaintext = "" if self._server is not None else " (TLS only)"
         log.info("broker started on %s:%d%s%s (%s), data in %s",
@@ -173,6 +180,7 @@ class Broker:
 
     def forget(self, connection: Connection) -> None:
         self.connections.discard(connection)
+        self.budget.forget(connection)
         if self.group is not None:
             self.group.drop_connection(connection)
 
@@ -187,6 +195,7 @@ class Broker:
         try:
             if self._tick_handle is not None:
                 self._tick_handle.cancel()
+            self.timeouts.stop()
             for server in (self._server, self._tls_server):
                 if server is not None:
                     server.close()

@@ -13,8 +13,15 @@ import sys
 
 import click
 
-from kittiwake.broker.config import DEFAULT_DATA_DIR, DEFAULT_PORT, BrokerConfig
 from kittiwake.broker.security import DEFAULT_AUTH_TIMEOUT_SECS, DEFAULT_TLS_PORT, SecurityConfig
+from kittiwake.broker.config import (
+    DEFAULT_DATA_DIR,
+    DEFAULT_FRAME_TIMEOUT_SECS,
+    DEFAULT_IDLE_TIMEOUT_SECS,
+    DEFAULT_MAX_BUFFERED_MB,
+    DEFAULT_PORT,
+    BrokerConfig,
+)
 from kittiwake.protocol import DEFAULT_MAX_FRAME
 
 
@@ -51,6 +58,14 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               help="TLS port; 0 picks a free one (the listening line says which).")
 @click.option("--plaintext/--no-plaintext", default=True, show_default=True,
               help="Whether the plaintext port (--port) is open; --no-plaintext needs TLS.")
+@click.option("--frame-timeout", "frame_timeout_secs", default=DEFAULT_FRAME_TIMEOUT_SECS, show_default=True,
+              type=float, help="Seconds a frame may take to arrive whole once started; then FRAME_TIMEOUT and close.")
+@click.option("--idle-timeout", "idle_timeout_secs", default=DEFAULT_IDLE_TIMEOUT_SECS, show_default=True,
+              type=float, help="Seconds a connection may have nothing in flight (a parked long-poll is in flight); "
+                               "then IDLE_TIMEOUT and close. 0: never.")
+@click.option("--max-buffered-mb", default=DEFAULT_MAX_BUFFERED_MB, show_default=True, type=int,
+              help="MiB of unfinished frames held across all connections; beyond it the broker stops reading "
+                   "from connections in the middle of a frame until frames complete (at least one max frame).")
 def broker(
     data_dir: str,
     host: str,
@@ -67,6 +82,9 @@ def broker(
     tls_key: str | None,
     tls_port: int,
     plaintext: bool,
+    frame_timeout_secs: float,
+    idle_timeout_secs: float,
+    max_buffered_mb: int,
 ) -> None:
     """Run a broker on the embedded store until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
@@ -85,6 +103,9 @@ def broker(
             security=SecurityConfig(
                 auth_file=auth_file, auth_timeout_secs=auth_timeout_secs, tls_cert=tls_cert, tls_key=tls_key, tls_port=tls_port, plaintext=plaintext
             ),
+            frame_timeout_secs=frame_timeout_secs,
+            idle_timeout_secs=idle_timeout_secs,
+            max_buffered_mb=max_buffered_mb,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None

@@ -20,7 +20,8 @@ from kittiwake.client.results import QueueStats
 
 
 @click.command("queues")
-@click.option("--pattern", help="Only queues whose name matches this regular expression (searched, not anchored).")
+@click.option("--pattern", help="Only queues whose name matches this regular expression (searched, not anchored; "
+                   "RE2 syntax: no backreferences or lookaround).")
 @click.option("--min-tasks", default=0, show_default=True, type=click.IntRange(min=0),
               help="Only queues holding at least this many tasks.")
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(min=1),
@@ -66,7 +67,8 @@ def print_stats(stats: QueueStats) -> None:
 
 @click.command("stats")
 @click.argument("queue_names", metavar="[QUEUE]...", nargs=-1)
-@click.option("--pattern", help="Queues whose name matches this regular expression (when no QUEUE is given).")
+@click.option("--pattern", help="Queues whose name matches this regular expression (when no QUEUE is given; "
+                                "RE2 syntax: no backreferences or lookaround).")
 @click.option("--sample", default=10, show_default=True, type=click.IntRange(0, 1000),
               help="Show up to this many leased tasks per queue, with worker and peer address.")
 @pass_cli

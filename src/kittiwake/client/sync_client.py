@@ -297,7 +297,11 @@ class Client:
         self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *, timeout: float | None = None
     ) -> list[QueueInfo]:
         """Queues in name order whose name matches the regex `pattern` (searched,
-        not anchored) and that hold at least `min_tasks` tasks (and at least one)."""
+        not anchored) and that hold at least `min_tasks` tasks (and at least one).
+
+        Patterns run in linear time (RE2): Python's `re` syntax without
+        backreferences or lookaround, at most 1024 characters; others are
+        refused with `BadRequest`."""
         return self._run(calls.list_queues(pattern, min_tasks, limit), timeout)
 
     def delete_queue(self, queue: str, *, timeout: float | None = None) -> int:

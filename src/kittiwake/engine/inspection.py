@@ -8,10 +8,10 @@ counts are exact at `now`). Views stop at the reply data budget.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable, Sequence
 
 from kittiwake import errors
+from kittiwake.engine.queue_patterns import name_matcher
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import DEQUEUE, ENQUEUE, LEASE, LEASE_SECS_SUM, RateWindow
 from kittiwake.model import (
@@ -26,9 +26,6 @@ from kittiwake.model import (
     validate_pid,
     validate_queue,
 )
-
-MAX_PATTERN_CHARS = 1024
-
 
 class Inspection:
     """Read-only operations of the engine."""
@@ -105,13 +102,8 @@ class Inspection:
         if pattern is None:
             names: Iterable[str] = self._names
         else:
-            if not isinstance(pattern, str) or len(pattern) > MAX_PATTERN_CHARS:
-                raise errors.BadRequest(f"pattern must be a regex of at most {MAX_PATTERN_CHARS} characters")
-            try:
-                search = re.compile(pattern).search
-            except re.error as exc:
-                raise errors.BadRequest(f"bad pattern: {exc}") from None
-            names = [name for name in self._names if search(name)]
+            matches = name_matcher(pattern)
+            names = [name for name in self._names if matches(name)]
         queues = self._queues
         return (queues[name] for name in names)
 

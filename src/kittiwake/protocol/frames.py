@@ -39,7 +39,19 @@ class FrameReader:
 
     @property
     def buffered_bytes(self) -> int:
+        """Bytes received of the frame in progress (0 between frames): what the reader holds."""
         return len(self._buffer)
+
+    @property
+    def frame_bytes(self) -> int:
+        """The size, prefix included, of the frame in progress as its prefix announces it (only
+        the prefix's size while the prefix is incomplete; 0 between frames). Nothing is set
+        aside for it: the reader holds only `buffered_bytes`."""
+        buffered = len(self._buffer)
+        if buffered < HEADER_BYTES:
+            return HEADER_BYTES if buffered else 0
+        (length,) = HEADER.unpack_from(self._buffer, 0)
+        return HEADER_BYTES + length
 
     def feed(self, data: bytes) -> list[bytes]:
         if self.rejected is not None:

@@ -2,13 +2,14 @@
 
 The runner decides; this module writes the decision down:
 
-* DONE: one `update` dequeues the task and enqueues its result into the
-  reply queue named in its ``kittiwake-reply-to`` header (and, for a periodic
-  run, the tick's marker into ``<queue>.ticks-done`` while dequeuing markers
-  too old to matter). Results of many tasks in one consistency group go in one
-  update (a worker-side group commit); if such a batch is refused because one
-  task is no longer ours, each task is retried alone, so one lost lease never
-  costs the others their results.
+* DONE: one `update` dequeues the task and enqueues its result, named after
+  its ``kittiwake-submission``, into the reply queue named in its
+  ``kittiwake-reply-to`` header (and, for a periodic run, the tick's marker
+  into ``<queue>.ticks-done`` while dequeuing markers too old to matter).
+  Results of many tasks in one consistency group go in one update (a
+  worker-side group commit); if such a batch is refused because one task is
+  no longer ours, each task is retried alone, so one lost lease never costs
+  the others their results.
 * RETRY: the task stays where it is, under our lease, renewed for the backoff
   with a ``[redeliver N]`` note; when that lease runs out the broker counts
   the failed attempt and offers the task again. Retrying in place keeps the
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.app.envelope import REPLY_TO_HEADER, TASK_ID_HEADER, redeliver_note
+from kittiwake.app.envelope import REPLY_TO_HEADER, TASK_ID_HEADER, redeliver_note, result_pid
 from kittiwake.client import Client, LeasedTask
 from kittiwake.model import Limits, group_of
 from kittiwake.worker.heartbeat import Held
@@ -87,7 +88,8 @@ def result_task(task: LeasedTask, payload: bytes | None) -> dict[str, Any] | Non
     if reply_to is None or payload is None:
         return None
     task_id = headers.get(TASK_ID_HEADER, task.pid)
-    return {"queue": reply_to, "pid": task_id, "data": payload}
+    return {"queue": reply_to, "pid": result_pid(headers, task.pid), "data": payload,
+            "headers": {TASK_ID_HEADER: task_id}}
 
 
 def broker_buries_on_release(task: LeasedTask) -> bool:
