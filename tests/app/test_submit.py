@@ -61,6 +61,16 @@ def test_an_exception_comes_back_as_task_failed(broker: BrokerProcess, app, tmp_
     assert dead.headers["kittiwake-dead-reason"] == "ERROR"
 
 
+def test_an_old_dead_letter_of_a_key_does_not_fail_its_next_run(broker: BrokerProcess, app) -> None:
+    first = apps.explode.submit("boom", key="invoice-7")
+    app.client.cancel(("tests", first.id))  # the first run of the key died: a dead letter remains
+    assert first.status().state == "failed"
+    second = apps.explode.submit("again", key="invoice-7")
+    [task] = app.client.lease("tests")
+    app.client.dequeue(task)  # the run finished; its result is not here yet
+    assert second.status().state == "done"  # not the first run's failure
+
+
 def test_unserialisable_and_oversize_results_are_error_results(broker: BrokerProcess, app, tmp_path: Path) -> None:
     with workers(broker.url, tmp_path):
         unserialisable = apps.unserialisable.submit()

@@ -41,7 +41,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kittiwake import errors
-from kittiwake.app.envelope import DEAD_REASON_HEADER, dead_queue_of, public_note, redelivery_allowed
+from kittiwake.app.envelope import (
+    DEAD_REASON_HEADER,
+    SUBMISSION_HEADER,
+    dead_queue_of,
+    public_note,
+    redelivery_allowed,
+)
 from kittiwake.app.serialization import RemoteError
 
 if TYPE_CHECKING:
@@ -204,10 +210,13 @@ class Handle:
         except errors.TaskNotFound:
             pass
         try:
-            dead = client.get(dead_queue_of(self.queue), self.pid)
+            dead = client.get(dead_queue_of(self.queue), self.pid)  # the newest dead letter of this pid
         except errors.TaskNotFound:
             return None
-        reason = (dead.headers or {}).get(DEAD_REASON_HEADER, "DEAD")
+        headers = dead.headers or {}
+        if self.submission is not None and headers.get(SUBMISSION_HEADER, self.submission) != self.submission:
+            return None  # an earlier run of the same key died; this handle's run is not that one
+        reason = headers.get(DEAD_REASON_HEADER, "DEAD")
         return RemoteError("", "", reason=reason)
 
     # -------------------------------------------------------------- status
