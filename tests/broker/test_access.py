@@ -15,7 +15,7 @@ import pytest
 from kittiwake import Client, errors
 from kittiwake.broker.access import ALL_PERMISSIONS, RULES, Grant, Permission, Principal, authorise
 from kittiwake.protocol import REQUEST_TYPES, decode_request
-from kittiwake.queue_patterns import QueuePattern
+from kittiwake.queue_globs import QueuePattern
 from support.auth_users import write_auth_file
 from support.broker_process import BrokerProcess
 

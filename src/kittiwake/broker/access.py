@@ -1,6 +1,6 @@
 """Authorisation: which user may do what to which queue, checked per request before it runs.
 
-A user holds grants: a queue pattern (`kittiwake.queue_patterns`, globs
+A user holds grants: a queue pattern (`kittiwake.queue_globs`, globs
 matched in linear time) and a set of permissions on the queues it matches.
 Every queue a request names is checked — the tasks' queues, the leases'
 queues, the `after` and `unless` references, a dead-letter queue named
@@ -48,7 +48,7 @@ from kittiwake import errors
 from kittiwake.engine import Engine
 from kittiwake.model import DEAD_SUFFIX, dead_queue_of, validate_count
 from kittiwake.protocol import messages as m
-from kittiwake.queue_patterns import QueuePattern
+from kittiwake.queue_globs import QueuePattern
 
 LIST_ALL = 1_000_000  # the engine's largest list_queues limit: filtering needs everything it has
 MAX_STATS_NAMES = 10_000  # the engine's stats takes at most this many names at once

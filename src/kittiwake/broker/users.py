@@ -21,7 +21,7 @@ random bytes (43 URL-safe characters), far beyond guessing.
 
 User names are 1..64 characters of `[A-Za-z0-9_.@-]`; a given token is 16..256
 printable ASCII characters. Rights map a queue pattern (see
-`kittiwake.queue_patterns`) to a list of permissions (see
+`kittiwake.queue_globs`) to a list of permissions (see
 `kittiwake.broker.access`). Everything is validated on load, so a bad file
 stops the broker at start with a message naming the user and the field.
 """
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from kittiwake.broker.access import Grant, Permission
-from kittiwake.queue_patterns import PatternError, QueuePattern
+from kittiwake.queue_globs import PatternError, QueuePattern
 
 FORMAT_VERSION = 1
 MAX_USER_CHARS = 64

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kittiwake.queue_patterns import PatternError, QueuePattern, compile_pattern
+from kittiwake.queue_globs import PatternError, QueuePattern, compile_pattern
 
 
 @pytest.mark.parametrize(
