@@ -76,7 +76,7 @@ def test_latency_compares_round_trips_with_fabriq_and_fsync(tmp_path: Path) -> N
 @pytest.mark.timeout(180)
 def test_scale_reports_big_queue_many_queues_memory_and_restart(tmp_path: Path) -> None:
     report = run_bench(tmp_path, "scale", "--big", "2000", "--queues", "200", "--spread", "400",
-                       "--samples", "100")
+                       "--samples", "100", "--recovery-tasks", "2000")
     figures = report["scale"]
     for name in ("fill_enqueue", "spread_enqueue"):
         assert_record(figures[name], rate=True)
@@ -89,6 +89,15 @@ def test_scale_reports_big_queue_many_queues_memory_and_restart(tmp_path: Path) 
     assert restart["big_queue_tasks"] == restart["big_queue_tasks_expected"]
     assert restart["spread_queues_found"] == 200
     assert figures["memory"]["rss_mb"] == figures["rss_mb"]
+    cold = figures["cold_restart"]
+    assert RECORD_KEYS <= set(cold)
+    assert cold["stats_match"], cold["stats_mismatches"]
+    assert cold["tasks_on_disk"] == 2000 and cold["tasks_found"] == cold["tasks_expected"] == 1999
+    assert cold["full_scan_tasks"] == 1999  # the first lease was dequeued
+    assert cold["leased_running"] == cold["leased_expired"] == cold["blocked"] == 8  # one of each per queue
+    assert cold["reference"]["full_scan_s"] == cold["full_scan_s"] > 0
+    assert cold["target"] == {"recovery_s_max": 10.0} and isinstance(cold["meets_target"], bool)
+    assert cold["listening_s"] <= cold["recovery_s"]
 
 
 def test_percentiles_are_nearest_rank_in_milliseconds() -> None:

@@ -3,7 +3,8 @@
 Four subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
-queues, memory and restart) and `tasks` (worker processes running null,
+queues, memory, restart, and a cold restart over 10M tasks written straight
+to disk) and `tasks` (worker processes running null,
 sleep and mixed tasks, against CloudKon, Albatross and PySpark). Each prints a table, and with `--json FILE`
 writes the report documented in `kittiwake.bench.report`; a latency CDF plot
 goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
@@ -127,17 +128,19 @@ def latency_command(samples: int, fsync_samples: int | None, durability: str, js
               help="Sequential samples per latency figure.")
 @click.option("--fill-batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
               help="Tasks per enqueue request while filling.")
+@click.option("--recovery-tasks", type=click.IntRange(0), default=10_000_000, show_default=True,
+              help="Tasks written straight to disk for the cold-restart figure; 0 skips it.")
 @_durability_option
 @_output_options
-def scale_command(big: int, queues: int, spread: int, samples: int, fill_batch: int, durability: str,
-                  json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
-    """A big queue and many queues: enqueue rate, head-of-queue latency, listing, RSS, restart."""
+def scale_command(big: int, queues: int, spread: int, samples: int, fill_batch: int, recovery_tasks: int,
+                  durability: str, json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
+    """A big queue and many queues: enqueue rate, head-of-queue latency, listing, RSS, restart, cold restart."""
     from kittiwake.bench.report import print_machine
     from kittiwake.bench.scale import ScaleSettings, run_scale, show
 
     console = _console()
     settings = ScaleSettings(big=big, queues=queues, spread=spread, samples=samples, fill_batch=fill_batch,
-                             durability=durability)
+                             recovery_tasks=recovery_tasks, durability=durability)
     report, measured = run_scale(settings, console, parent_dir=parent_dir)
     show(console, report)
     print_machine(console, report["machine"])
