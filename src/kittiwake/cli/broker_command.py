@@ -65,6 +65,10 @@ def broker(
     try:
         status = run_broker(config)
     except (OSError, sqlite3.Error) as exc:  # the port is taken, the data directory cannot be opened, ...
-        click.echo(f"kittiwake broker: cannot start: {exc}", err=True)
+        from kittiwake.store.faults import diagnose_directory
+
+        fault = diagnose_directory(data_dir)
+        why = f" ({data_dir}: {fault.value})" if fault is not None else ""
+        click.echo(f"kittiwake broker: cannot start: {exc}{why}", err=True)
         sys.exit(1)
     sys.exit(status)
