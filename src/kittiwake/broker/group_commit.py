@@ -30,8 +30,12 @@ Failures, and what each reply then says:
 * the commit, or a store read inside an engine call, fails (disk full,
   read-only, I/O error): the store is rolled back, the engine rebuilt, and
   every request of the pass answered `UNAVAILABLE` (long-polls just served
-  stay parked instead). The broker keeps serving and tries again with the
-  next pass, so service resumes when the fault clears.
+  stay parked instead). The reply names the fault (`kittiwake.store.faults`)
+  and says whether the change was not applied, or, when the commit itself
+  failed with an I/O error, that its outcome is unknown: the fsync may have
+  failed after the whole transaction reached the file. The broker keeps
+  serving and tries again with the next pass, so service resumes when the
+  fault clears.
 
 The server's ticks ask for passes too: `request_sweep` (expired leases go back
 to their queues, which wakes long-polls) and `request_maintenance`
@@ -43,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -56,6 +59,7 @@ from kittiwake.engine import Engine, TaskStore
 from kittiwake.model import LeaseRequest
 from kittiwake.protocol import encode_frame, encode_ok
 from kittiwake.protocol import messages as m
+from kittiwake.store.faults import StorageFault, classify, outcome_known
 
 log = logging.getLogger("kittiwake.broker")
 
@@ -67,8 +71,10 @@ MAX_BUGS_PER_PASS = 3
 REAP_ROWS_PER_TICK = 1000
 REBUILD_RETRY_SECS = 1.0
 
-# Errors a store raises when the disk or database fails, as opposed to a bug.
-STORAGE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
+# How an UNAVAILABLE reply ends: the broker knows the change was not applied,
+# or a commit failed in a way that leaves its outcome unknown.
+NOT_APPLIED = "it was not applied"
+OUTCOME_UNKNOWN = "it may or may not have been applied, as when a connection is lost"
 
 Item = m.Request | bytes  # a decoded request, or an error reply encoded at decode time
 
@@ -114,6 +120,10 @@ class Attempt:
 
 class StorageFailure(Exception):
     """The pass's writes cannot be made durable; the pass is answered UNAVAILABLE."""
+
+    def __init__(self, message: str, fault: StorageFault | None = None) -> None:
+        super().__init__(message)
+        self.fault = fault
 
 
 class EngineBug(Exception):
@@ -206,6 +216,7 @@ class GroupCommit:
         now = time.time()
         poisoned: set[tuple[Any, ...]] = set()
         attempt: Attempt | None = None
+        committing = False
         try:
             while attempt is None:
                 if self.engine is None:
@@ -222,11 +233,16 @@ class GroupCommit:
                     if len(poisoned) >= MAX_BUGS_PER_PASS:
                         raise StorageFailure(f"{len(poisoned)} bugs in one pass") from None
             self._apply(batch, attempt)
+            committing = True
             self.store.commit()
         except Exception as exc:  # StorageFailure, or the commit itself failed
             self.failed_passes += 1
-            log.error("a pass of %d requests was not made durable; answering UNAVAILABLE: %r", len(batch), exc)
-            held = self._fail(batch, attempt, poisoned, now)
+            fault = exc.fault if isinstance(exc, StorageFailure) else classify(exc)
+            log.error(
+                "a pass of %d requests was not made durable (%s); answering UNAVAILABLE: %r",
+                len(batch), (fault or StorageFault.OTHER).value, exc,
+            )
+            held = self._fail(batch, attempt, poisoned, now, unavailable_error(fault, committing))
         else:
             held = attempt.held
             for reply in held:
@@ -469,11 +485,11 @@ class GroupCommit:
         attempt: Attempt | None,
         poisoned: set[tuple[Any, ...]],
         now: float,
+        unavailable: errors.Unavailable,
     ) -> list[HeldReply]:
         """Nothing of the pass is durable: roll back, rebuild, and answer every request UNAVAILABLE."""
         self._rollback()
         self._rebuild(now)
-        unavailable = errors.Unavailable("the change could not be made durable; it was not applied")
         internal = errors.InternalError("the broker hit a bug; the request had no effect")
         if attempt is not None:
             # parked and deferred items were already applied; they keep waiting
@@ -531,6 +547,14 @@ class GroupCommit:
         self.store.close()
 
 
+def unavailable_error(fault: StorageFault | None, committing: bool) -> errors.Unavailable:
+    """The UNAVAILABLE reply of a failed pass: what failed, and whether the change may have been applied."""
+    what = f" ({fault.value})" if fault is not None else ""
+    if committing and not outcome_known(fault):
+        return errors.Unavailable(f"the change could not be confirmed durable{what}; {OUTCOME_UNKNOWN}")
+    return errors.Unavailable(f"the change could not be made durable{what}; {NOT_APPLIED}")
+
+
 class EngineCall:
     """Context of one engine call: turns store failures into StorageFailure and bugs into EngineBug."""
 
@@ -549,8 +573,9 @@ class EngineCall:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: Any) -> bool:
         if exc is None or isinstance(exc, (StorageFailure, EngineBug)):
             return False
-        if isinstance(exc, STORAGE_ERRORS):
-            raise StorageFailure(str(exc)) from exc
+        fault = classify(exc)
+        if fault is not None:
+            raise StorageFailure(str(exc), fault) from exc
         if isinstance(exc, Exception):
             what = f"{self.request.op} request {self.request.id}" if self.request is not None else self.key[0]
             peer = self.connection.peer if self.connection is not None else "-"
