@@ -13,8 +13,9 @@ broker opens the same files, and everything left is drained and judged by the
 queue checker: lost = 0, unexpected = 0, no value the broker refused as "not
 applied" shows up, and every batch and update is all or nothing.
 
-The later tests pin single behaviours: each reply says what failed, and
-whether the change may have been applied.
+The later tests pin single behaviours: a failed rollback never lets the
+failed pass through, and each reply says what failed and whether the change
+may have been applied.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ SCENARIOS = [
     # before the fsync: the broker says "unknown", but nothing reached the disk, so hold it to "not applied"
     Scenario(Stage.COMMIT, Failure.IO_ERROR, known_not_applied=True),
     Scenario(Stage.AFTER_COMMIT, Failure.IO_ERROR),
+    Scenario(Stage.COMMIT, Failure.DISK_FULL, also=(Stage.ROLLBACK,)),
     Scenario(Stage.COMMIT, Failure.IO_ERROR, also=(Stage.RECOVER,), known_not_applied=True),
 ]
 
@@ -159,6 +161,23 @@ def try_enqueue(client: Client, pid: str) -> errors.KittiwakeError | None:
 
 def pids(client: Client) -> list[str]:
     return [task.pid for task in client.peek("single", 100)]
+
+
+def test_a_failed_rollback_never_lets_the_failed_pass_through(run: Run) -> None:
+    """The rollback after a failed commit fails too: the broker must not build its engine from
+    the transaction left open, or the next commit makes durable what was refused."""
+    with Client(run.url, timeout=10.0) as client:
+        client.enqueue("single", b"kept", pid="kept")
+        run.store.arm(Stage.COMMIT, Failure.DISK_FULL, times=1)
+        run.store.arm(Stage.ROLLBACK, Failure.IO_ERROR, times=2)
+        refused = try_enqueue(client, "refused")
+        assert isinstance(refused, errors.Unavailable) and NOT_APPLIED in refused.message, refused
+        wait_until_serving(run.url)
+        client.enqueue("single", b"after", pid="after")
+        assert pids(client) == ["after", "kept"]
+    run.restart()
+    with Client(run.url, timeout=10.0) as client:
+        assert pids(client) == ["after", "kept"]
 
 
 @pytest.mark.parametrize(

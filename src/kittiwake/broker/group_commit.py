@@ -33,9 +33,9 @@ Failures, and what each reply then says:
   stay parked instead). The reply names the fault (`kittiwake.store.faults`)
   and says whether the change was not applied, or, when the commit itself
   failed with an I/O error, that its outcome is unknown: the fsync may have
-  failed after the whole transaction reached the file. The broker keeps
-  serving and tries again with the next pass, so service resumes when the
-  fault clears.
+  failed after the whole transaction reached the file. The engine is rebuilt
+  only after a successful rollback. The broker keeps serving and tries again
+  with the next pass, so service resumes when the fault clears.
 
 The server's ticks ask for passes too: `request_sweep` (expired leases go back
 to their queues, which wakes long-polls) and `request_maintenance`
@@ -463,11 +463,16 @@ class GroupCommit:
             log.exception("rolling back the store failed")
 
     def _rebuild(self, now: float) -> None:
-        """A fresh engine from what is durable; None (retried at most once a second) if the store fails."""
+        """A fresh engine from what is durable; None (retried at most once a second) if the store fails.
+
+        The rollback comes first and must succeed: a transaction left open
+        would hand the failed pass's writes to the new engine, and the next
+        commit would make durable what was answered UNAVAILABLE."""
         self.engine = None
         if time.monotonic() < self._next_rebuild_at:
             return
         try:
+            self.store.rollback()
             engine = self.make_engine()
             engine.recover(now)
         except Exception as exc:
