@@ -14,12 +14,14 @@ queue checker: lost = 0, unexpected = 0, no value the broker refused as "not
 applied" shows up, and every batch and update is all or nothing.
 
 The later tests pin single behaviours: a failed rollback never lets the
-failed pass through, and each reply says what failed and whether the change
-may have been applied.
+failed pass through, an outage rebuilds the engine about once a second and
+logs a few lines, not one per pass, reads are served while writes pause, and
+each reply says what failed.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -40,8 +42,8 @@ from support.in_process_broker import InProcessBroker
 from support.queue_load import QueueLoad, drain, hung_or_cut, wait_until_serving
 
 LOAD_SECS = 1.5
-FAULT_EVERY_SECS = (0.05, 0.15)  # a single fault, then a pause
-PERSISTENT_SECS = 0.3  # one window in each run where every call of the stage fails
+FAULT_EVERY_SECS = (0.05, 0.15)  # a single fault, then a pause: the broker retries at once after a first failure
+PERSISTENT_SECS = 0.3  # one window in each run where every call of the stage fails: writes pause for a second
 ALSO_SHARE = 0.3  # how often a rollback or recovery fault comes with the first one
 MIN_ACKNOWLEDGED = 100
 
@@ -178,6 +180,61 @@ def test_a_failed_rollback_never_lets_the_failed_pass_through(run: Run) -> None:
     run.restart()
     with Client(run.url, timeout=10.0) as client:
         assert pids(client) == ["after", "kept"]
+
+
+def test_an_outage_rebuilds_about_once_a_second_and_logs_a_few_lines(
+    run: Run, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk fails every write for 2 s while a client keeps writing: each failed pass needs
+    a rebuild of the engine from the store, which costs a read of the store's summary; they
+    must not come one per failed pass, nor must the log get a line per pass."""
+    caplog.set_level(logging.INFO, logger="kittiwake.broker")
+    outage_secs = 2.0
+    with Client(run.url, timeout=10.0) as client:
+        client.enqueue("single", b"kept", pid="kept")
+        recoveries_before = run.store.calls[Stage.RECOVER]
+        caplog.clear()
+        run.store.arm(Stage.COMMIT, Failure.DISK_FULL, times=None)
+        refused = 0
+        reads = 0
+        end = time.monotonic() + outage_secs
+        number = 0
+        while time.monotonic() < end:
+            number += 1
+            if try_enqueue(client, f"during-{number:05d}") is not None:
+                refused += 1
+            if number % 10 == 0:
+                assert pids(client) == ["kept"]  # reads are served all along
+                reads += 1
+        rebuilds = run.store.calls[Stage.RECOVER] - recoveries_before
+        errors_logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        run.store.clear()
+        resumed_secs = wait_until_serving(run.url)
+        print(f"\n{number} enqueues ({refused} refused) and {reads} reads in {outage_secs} s of a full disk: "
+              f"{rebuilds} rebuilds, {len(errors_logged)} error lines; serving {resumed_secs:.2f} s after it cleared")
+        assert refused == number
+        assert rebuilds <= outage_secs / 1.0 + 3, f"{rebuilds} rebuilds of the engine in {outage_secs} s"
+        assert len(errors_logged) <= 3, [r.getMessage() for r in errors_logged]
+        assert pids(client)[-1] == "kept"
+    assert any("storage recovered" in r.getMessage() for r in caplog.records)
+
+
+def test_reads_are_served_while_writes_pause(run: Run) -> None:
+    with Client(run.url, timeout=10.0) as client:
+        client.enqueue("single", b"kept", pid="kept")
+        run.store.arm(Stage.COMMIT, Failure.DISK_FULL, times=None)
+        for number in range(3):  # the second failure pauses writes
+            assert try_enqueue(client, f"refused-{number}") is not None
+        paused = try_enqueue(client, "paused")
+        assert isinstance(paused, errors.Unavailable) and "not writing for a moment" in paused.message, paused
+        assert "the disk is full" in paused.message
+        assert client.ping()
+        assert pids(client) == ["kept"]
+        assert [info.queue for info in client.list_queues()] == ["single"]
+        assert client.get("single", "kept").data == b"kept"
+        run.store.clear()
+        wait_until_serving(run.url)
+        assert pids(client) == ["kept"]
 
 
 @pytest.mark.parametrize(

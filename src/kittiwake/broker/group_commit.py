@@ -34,8 +34,10 @@ Failures, and what each reply then says:
   and says whether the change was not applied, or, when the commit itself
   failed with an I/O error, that its outcome is unknown: the fsync may have
   failed after the whole transaction reached the file. The engine is rebuilt
-  only after a successful rollback. The broker keeps serving and tries again
-  with the next pass, so service resumes when the fault clears.
+  only after a successful rollback. The broker keeps serving and tries again,
+  so service resumes by itself when the fault clears; while failures go on,
+  it tries writing about once a second and serves only reads in between
+  (`store_health`).
 
 The server's ticks ask for passes too: `request_sweep` (expired leases go back
 to their queues, which wakes long-polls) and `request_maintenance`
@@ -54,6 +56,7 @@ from typing import Any, Callable
 from kittiwake import errors
 from kittiwake.broker import dispatch
 from kittiwake.broker.connection import WRITE_BUFFER_HIGH, Connection, error_frame
+from kittiwake.broker.store_health import StoreHealth
 from kittiwake.broker.waiters import Waiter, WaiterBook
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.model import LeaseRequest
@@ -69,7 +72,6 @@ MAX_PASS_REQUESTS = 20_000
 MAX_PASS_REPLY_BYTES = 64 * 1024 * 1024
 MAX_BUGS_PER_PASS = 3
 REAP_ROWS_PER_TICK = 1000
-REBUILD_RETRY_SECS = 1.0
 
 # How an UNAVAILABLE reply ends: the broker knows the change was not applied,
 # or a commit failed in a way that leaves its outcome unknown.
@@ -116,6 +118,7 @@ class Attempt:
     defer: list[tuple[Connection, Item]] = field(default_factory=list)
     cancelled: list[Waiter] = field(default_factory=list)  # long-polls withdrawn by cancel_wait
     taken: int = 0  # batch items dealt with; the rest goes back to pending
+    writes: bool = False  # a request that may write ran (its commit proves the disk takes writes)
 
 
 class StorageFailure(Exception):
@@ -153,12 +156,12 @@ class GroupCommit:
         self.passes = 0
         self.failed_passes = 0
         self.bugs = 0
+        self.health = StoreHealth()
         self._pending: list[tuple[Connection, Item]] = []
         self._scheduled: asyncio.Handle | None = None
         self._sweep_due = False
         self._maintenance_due = False
         self._retry_every_waiter = False
-        self._next_rebuild_at = 0.0
 
     # -------------------------------------------------------------- inputs
 
@@ -211,9 +214,13 @@ class GroupCommit:
         del batch[MAX_PASS_REQUESTS:]
         if self._pending:
             self._schedule()
-        housekeeping = (self._sweep_due, self._maintenance_due)
-        self._sweep_due = self._maintenance_due = False
         now = time.time()
+        paused = self.health.writes_paused()
+        if paused:
+            housekeeping = (False, False)  # due still: the first pass that may write does it
+        else:
+            housekeeping = (self._sweep_due, self._maintenance_due)
+            self._sweep_due = self._maintenance_due = False
         poisoned: set[tuple[Any, ...]] = set()
         attempt: Attempt | None = None
         committing = False
@@ -222,9 +229,9 @@ class GroupCommit:
                 if self.engine is None:
                     self._rebuild(now)
                     if self.engine is None:
-                        raise StorageFailure("the store cannot be read")
+                        raise StorageFailure("no engine: the store failed", self.health.fault)
                 try:
-                    attempt = self._attempt(batch, housekeeping, poisoned, now)
+                    attempt = self._attempt(batch, housekeeping, poisoned, paused, now)
                 except EngineBug as bug:
                     self.bugs += 1
                     poisoned.add(bug.key)
@@ -232,18 +239,16 @@ class GroupCommit:
                     self._rebuild(now)
                     if len(poisoned) >= MAX_BUGS_PER_PASS:
                         raise StorageFailure(f"{len(poisoned)} bugs in one pass") from None
-            self._apply(batch, attempt)
+            self._apply(batch, attempt, paused)
             committing = True
             self.store.commit()
         except Exception as exc:  # StorageFailure, or the commit itself failed
             self.failed_passes += 1
             fault = exc.fault if isinstance(exc, StorageFailure) else classify(exc)
-            log.error(
-                "a pass of %d requests was not made durable (%s); answering UNAVAILABLE: %r",
-                len(batch), (fault or StorageFault.OTHER).value, exc,
-            )
+            self.health.pass_failed(exc, fault, len(batch))
             held = self._fail(batch, attempt, poisoned, now, unavailable_error(fault, committing))
         else:
+            self.health.pass_committed(attempt.writes)
             held = attempt.held
             for reply in held:
                 if reply.waiter is not None:
@@ -252,14 +257,23 @@ class GroupCommit:
         self._send(held)
 
     def _attempt(
-        self, batch: list[tuple[Connection, Item]], housekeeping: tuple[bool, bool], poisoned: set[tuple[Any, ...]], now: float
+        self,
+        batch: list[tuple[Connection, Item]],
+        housekeeping: tuple[bool, bool],
+        poisoned: set[tuple[Any, ...]],
+        paused: bool,
+        now: float,
     ) -> Attempt:
-        """The engine work of a pass; raises EngineBug or StorageFailure, changes no broker state."""
+        """The engine work of a pass; raises EngineBug or StorageFailure, changes no broker state.
+
+        While writes are `paused`, only read-only requests run; the others are
+        answered UNAVAILABLE and parked long-polls are not retried."""
         attempt = Attempt()
         if ("housekeeping",) not in poisoned:
             self._housekeeping(housekeeping, now)
-        self._serve(batch, attempt, poisoned, now)
-        self._retry_long_polls(attempt, poisoned, now)
+        self._serve(batch, attempt, poisoned, paused, now)
+        if not paused:
+            self._retry_long_polls(attempt, poisoned, now)
         return attempt
 
     def _housekeeping(self, housekeeping: tuple[bool, bool], now: float) -> None:
@@ -274,7 +288,14 @@ class GroupCommit:
                 if reap is not None:
                     reap(REAP_ROWS_PER_TICK)
 
-    def _serve(self, batch: list[tuple[Connection, Item]], attempt: Attempt, poisoned: set[tuple[Any, ...]], now: float) -> None:
+    def _serve(
+        self,
+        batch: list[tuple[Connection, Item]],
+        attempt: Attempt,
+        poisoned: set[tuple[Any, ...]],
+        paused: bool,
+        now: float,
+    ) -> None:
         reply_bytes = 0
         held_by_connection: dict[Connection, int] = {}
         deferring: set[Connection] = set()
@@ -300,11 +321,20 @@ class GroupCommit:
             elif ("request", index) in poisoned:
                 frame = error_frame(item.id, errors.InternalError("the broker hit a bug; the request had no effect"))
                 attempt.held.append(HeldReply(connection, item.id, frame, ReplyKind.FIXED))
-            elif type(item) is m.Lease:
-                frame = self._lease(connection, item, index, attempt, now)
             elif type(item) is m.CancelWait:
                 frame = self._cancel_wait(connection, item, attempt)
+            elif paused and type(item) not in dispatch.READ_ONLY_REQUESTS:
+                fault = self.health.fault
+                what = f" ({fault.value})" if fault is not None else ""
+                frame = error_frame(item.id, errors.Unavailable(
+                    f"the broker is not writing for a moment after a storage failure{what}; {NOT_APPLIED}"
+                ))
+                attempt.held.append(HeldReply(connection, item.id, frame, ReplyKind.FIXED))
+            elif type(item) is m.Lease:
+                attempt.writes = True
+                frame = self._lease(connection, item, index, attempt, now)
             else:
+                attempt.writes = attempt.writes or type(item) not in dispatch.READ_ONLY_REQUESTS
                 with EngineCall(("request", index), item, connection):
                     frame = self._reply(item.id, lambda: dispatch.execute(self._engine(), item, connection.peer, now))
                 attempt.held.append(HeldReply(connection, item.id, frame, ReplyKind.REQUEST))
@@ -408,9 +438,10 @@ class GroupCommit:
             drained.update(queues)
         return self._reply(request_id, lambda: tasks) if tasks else None
 
-    def _apply(self, batch: list[tuple[Connection, Item]], attempt: Attempt) -> None:
+    def _apply(self, batch: list[tuple[Connection, Item]], attempt: Attempt, paused: bool) -> None:
         """The attempt finished: park its long-polls, defer what it deferred, requeue what it left."""
-        self._retry_every_waiter = False
+        if not paused:  # a paused attempt retried no long-poll
+            self._retry_every_waiter = False
         for waiter in attempt.cancelled:
             self.waiters.remove(waiter)
         for park in attempt.park:
@@ -457,28 +488,29 @@ class GroupCommit:
     # ------------------------------------------------------------ failures
 
     def _rollback(self) -> None:
+        """Close the failed pass's transaction now; `_rebuild` rolls back again and reports a failure."""
         try:
             self.store.rollback()
-        except Exception:
-            log.exception("rolling back the store failed")
+        except Exception as exc:
+            log.debug("rolling back the store failed: %r", exc)
 
     def _rebuild(self, now: float) -> None:
-        """A fresh engine from what is durable; None (retried at most once a second) if the store fails.
+        """A fresh engine from what is durable, or None while the store fails (see `store_health`).
 
         The rollback comes first and must succeed: a transaction left open
         would hand the failed pass's writes to the new engine, and the next
         commit would make durable what was answered UNAVAILABLE."""
         self.engine = None
-        if time.monotonic() < self._next_rebuild_at:
+        if not self.health.may_rebuild():
             return
         try:
             self.store.rollback()
             engine = self.make_engine()
             engine.recover(now)
         except Exception as exc:
-            self._next_rebuild_at = time.monotonic() + REBUILD_RETRY_SECS
-            log.error("rebuilding the engine from the store failed, retrying in %.0f s: %r", REBUILD_RETRY_SECS, exc)
+            self.health.rebuild_failed(exc, classify(exc))
             return
+        self.health.rebuilt()
         self.engine = engine
         # the new engine knows nothing of which queues gained tasks: let every
         # parked long-poll look once
