@@ -44,6 +44,15 @@ def test_a_second_failure_pauses_writes_for_a_while() -> None:
     assert health.failing  # until a write commits
 
 
+def test_a_pass_that_found_no_engine_does_not_pause_writes() -> None:
+    clock = Clock()
+    health = StoreHealth(clock)
+    health.rebuild_failed(sqlite3.OperationalError("disk I/O error"), StorageFault.IO_ERROR)
+    health.pass_failed(FULL, StorageFault.IO_ERROR, 1, tried=False)
+    clock.now += WRITE_RETRY_SECS
+    assert health.may_rebuild() and not health.writes_paused()
+
+
 def test_a_pass_that_only_read_does_not_end_the_outage() -> None:
     clock = Clock()
     health = StoreHealth(clock)

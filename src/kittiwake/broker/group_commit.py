@@ -223,13 +223,14 @@ class GroupCommit:
             self._sweep_due = self._maintenance_due = False
         poisoned: set[tuple[Any, ...]] = set()
         attempt: Attempt | None = None
-        committing = False
+        committing = tried = False
         try:
             while attempt is None:
                 if self.engine is None:
                     self._rebuild(now)
                     if self.engine is None:
                         raise StorageFailure("no engine: the store failed", self.health.fault)
+                tried = True
                 try:
                     attempt = self._attempt(batch, housekeeping, poisoned, paused, now)
                 except EngineBug as bug:
@@ -245,7 +246,7 @@ class GroupCommit:
         except Exception as exc:  # StorageFailure, or the commit itself failed
             self.failed_passes += 1
             fault = exc.fault if isinstance(exc, StorageFailure) else classify(exc)
-            self.health.pass_failed(exc, fault, len(batch))
+            self.health.pass_failed(exc, fault, len(batch), tried)
             held = self._fail(batch, attempt, poisoned, now, unavailable_error(fault, committing))
         else:
             self.health.pass_committed(attempt.writes)

@@ -19,7 +19,8 @@ during an outage:
   about a second of the fault clearing;
 * when the rebuild itself fails (the store cannot be read) there is no
   engine: every request is answered `UNAVAILABLE`, and the rebuild is tried
-  again at most once per `WRITE_RETRY_SECS`;
+  again at most once per `WRITE_RETRY_SECS`; the first pass after a rebuild
+  that succeeds tries writing at once;
 * the first failure is logged with its cause; then one line per
   `LOG_EVERY_SECS` says how long it has lasted and how many passes failed;
   one more line says when it is over.
@@ -85,8 +86,9 @@ class StoreHealth:
                 (fault or StorageFault.OTHER).value, WRITE_RETRY_SECS, error,
             )
 
-    def pass_failed(self, error: BaseException, fault: StorageFault | None, requests: int) -> None:
-        """A pass was answered UNAVAILABLE; unless it starts the outage, writes pause."""
+    def pass_failed(self, error: BaseException, fault: StorageFault | None, requests: int, tried: bool = True) -> None:
+        """A pass was answered UNAVAILABLE; unless it starts the outage, or did not even try (there
+        was no engine), writes pause."""
         now = self.clock()
         first = self._begin(now, fault)
         self.failed_passes += 1
@@ -98,7 +100,8 @@ class StoreHealth:
             )
             self._logged_passes = 1
             return
-        self._writes_paused_until = now + WRITE_RETRY_SECS
+        if tried:
+            self._writes_paused_until = now + WRITE_RETRY_SECS
         if now >= self._next_log_at:
             assert self.failing_since is not None
             log.error(
