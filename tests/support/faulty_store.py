@@ -26,7 +26,8 @@ The stages, in the order a pass meets them:
 * `RECOVER`: rebuilding the engine fails (the store cannot be read).
 
 A fault fires `times` times (None: until `clear()`), each on the next call of
-its stage; `COMMIT` and `AFTER_COMMIT` only on a commit with writes to make
+its stage, and may arm another one as it fires (`then`: a rollback or a
+recovery that fails after the commit that failed); `COMMIT` and `AFTER_COMMIT` only on a commit with writes to make
 durable, since SQLite commits a transaction that wrote nothing without
 touching the disk. The wrapper is shared by the test thread and the broker's loop
 thread; a lock keeps its counters whole.
@@ -76,19 +77,26 @@ class FaultyStore:
     def __init__(self, inner: SqliteStore) -> None:
         self.inner = inner
         self._lock = threading.Lock()
-        self._armed: dict[Stage, tuple[Failure, int | None]] = {}
+        self._armed: dict[Stage, tuple[Failure, int | None, tuple[Stage, int] | None]] = {}
         self.injected: Counter[Stage] = Counter()
         self.calls: Counter[Stage] = Counter()
         self._dirty = False  # written since the last commit or rollback
 
     # ------------------------------------------------------------ control
 
-    def arm(self, stage: Stage, failure: Failure = Failure.IO_ERROR, times: int | None = 1) -> None:
-        """Fail the next `times` calls of `stage` (None: every call until `clear`)."""
+    def arm(
+        self,
+        stage: Stage,
+        failure: Failure = Failure.IO_ERROR,
+        times: int | None = 1,
+        then: tuple[Stage, int] | None = None,
+    ) -> None:
+        """Fail the next `times` calls of `stage` (None: every call until `clear`); when it
+        fires, fail the next `then[1]` calls of stage `then[0]` with an I/O error too."""
         if stage is Stage.AFTER_COMMIT and failure is not Failure.IO_ERROR:
             raise ValueError("only an I/O error (a failed fsync) can follow a write that reached the disk")
         with self._lock:
-            self._armed[stage] = (failure, times)
+            self._armed[stage] = (failure, times, then)
 
     def clear(self, stage: Stage | None = None) -> None:
         with self._lock:
@@ -108,12 +116,14 @@ class FaultyStore:
             armed = self._armed.get(stage)
             if armed is None:
                 return None
-            failure, times = armed
+            failure, times, then = armed
             if times is not None:
                 if times <= 1:
                     del self._armed[stage]
                 else:
-                    self._armed[stage] = (failure, times - 1)
+                    self._armed[stage] = (failure, times - 1, then)
+            if then is not None:
+                self._armed[then[0]] = (Failure.IO_ERROR, then[1], None)
             self.injected[stage] += 1
             return failure.error()
 
