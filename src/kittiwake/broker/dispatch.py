@@ -190,6 +190,13 @@ HANDLERS: dict[type[m.Request], Handler] = {
 HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without rights on every queue
 
 
+# Requests that write nothing to the store: served even while a storage outage
+# pauses writes (`store_health`). Anything not listed counts as a write.
+READ_ONLY_REQUESTS: frozenset[type[m.Request]] = frozenset(
+    {m.Ping, m.Auth, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats}
+)
+
+
 def execute(engine: Engine, request: m.Request, peer: str | None, now: float) -> Any:
     """Run one request against the engine; raises `KittiwakeError` for a refused request."""
     handler = HANDLERS.get(type(request))

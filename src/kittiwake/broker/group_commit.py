@@ -30,8 +30,14 @@ Failures, and what each reply then says:
 * the commit, or a store read inside an engine call, fails (disk full,
   read-only, I/O error): the store is rolled back, the engine rebuilt, and
   every request of the pass answered `UNAVAILABLE` (long-polls just served
-  stay parked instead). The broker keeps serving and tries again with the
-  next pass, so service resumes when the fault clears.
+  stay parked instead). The reply names the fault (`kittiwake.store.faults`)
+  and says whether the change was not applied, or, when the commit itself
+  failed with an I/O error, that its outcome is unknown: the fsync may have
+  failed after the whole transaction reached the file. The engine is rebuilt
+  only after a successful rollback. The broker keeps serving and tries again,
+  so service resumes by itself when the fault clears; while failures go on,
+  it tries writing about once a second and serves only reads in between
+  (`store_health`).
 
 The server's ticks ask for passes too: `request_sweep` (expired leases go back
 to their queues, which wakes long-polls) and `request_maintenance`
@@ -43,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -51,11 +56,13 @@ from typing import Any, Callable
 from kittiwake import errors
 from kittiwake.broker import dispatch
 from kittiwake.broker.connection import WRITE_BUFFER_HIGH, Connection, error_frame
+from kittiwake.broker.store_health import StoreHealth
 from kittiwake.broker.waiters import Waiter, WaiterBook
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.model import LeaseRequest
 from kittiwake.protocol import encode_frame, encode_ok
 from kittiwake.protocol import messages as m
+from kittiwake.store.faults import StorageFault, classify, outcome_known
 
 log = logging.getLogger("kittiwake.broker")
 
@@ -65,10 +72,11 @@ MAX_PASS_REQUESTS = 20_000
 MAX_PASS_REPLY_BYTES = 64 * 1024 * 1024
 MAX_BUGS_PER_PASS = 3
 REAP_ROWS_PER_TICK = 1000
-REBUILD_RETRY_SECS = 1.0
 
-# Errors a store raises when the disk or database fails, as opposed to a bug.
-STORAGE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, OSError)
+# How an UNAVAILABLE reply ends: the broker knows the change was not applied,
+# or a commit failed in a way that leaves its outcome unknown.
+NOT_APPLIED = "it was not applied"
+OUTCOME_UNKNOWN = "it may or may not have been applied, as when a connection is lost"
 
 Item = m.Request | bytes  # a decoded request, or an error reply encoded at decode time
 
@@ -110,10 +118,15 @@ class Attempt:
     defer: list[tuple[Connection, Item]] = field(default_factory=list)
     cancelled: list[Waiter] = field(default_factory=list)  # long-polls withdrawn by cancel_wait
     taken: int = 0  # batch items dealt with; the rest goes back to pending
+    writes: bool = False  # a request that may write ran (its commit proves the disk takes writes)
 
 
 class StorageFailure(Exception):
     """The pass's writes cannot be made durable; the pass is answered UNAVAILABLE."""
+
+    def __init__(self, message: str, fault: StorageFault | None = None) -> None:
+        super().__init__(message)
+        self.fault = fault
 
 
 class EngineBug(Exception):
@@ -143,12 +156,12 @@ class GroupCommit:
         self.passes = 0
         self.failed_passes = 0
         self.bugs = 0
+        self.health = StoreHealth()
         self._pending: list[tuple[Connection, Item]] = []
         self._scheduled: asyncio.Handle | None = None
         self._sweep_due = False
         self._maintenance_due = False
         self._retry_every_waiter = False
-        self._next_rebuild_at = 0.0
 
     # -------------------------------------------------------------- inputs
 
@@ -201,19 +214,25 @@ class GroupCommit:
         del batch[MAX_PASS_REQUESTS:]
         if self._pending:
             self._schedule()
-        housekeeping = (self._sweep_due, self._maintenance_due)
-        self._sweep_due = self._maintenance_due = False
         now = time.time()
+        paused = self.health.writes_paused()
+        if paused:
+            housekeeping = (False, False)  # due still: the first pass that may write does it
+        else:
+            housekeeping = (self._sweep_due, self._maintenance_due)
+            self._sweep_due = self._maintenance_due = False
         poisoned: set[tuple[Any, ...]] = set()
         attempt: Attempt | None = None
+        committing = tried = False
         try:
             while attempt is None:
                 if self.engine is None:
                     self._rebuild(now)
                     if self.engine is None:
-                        raise StorageFailure("the store cannot be read")
+                        raise StorageFailure("no engine: the store failed", self.health.fault)
+                tried = True
                 try:
-                    attempt = self._attempt(batch, housekeeping, poisoned, now)
+                    attempt = self._attempt(batch, housekeeping, poisoned, paused, now)
                 except EngineBug as bug:
                     self.bugs += 1
                     poisoned.add(bug.key)
@@ -221,13 +240,16 @@ class GroupCommit:
                     self._rebuild(now)
                     if len(poisoned) >= MAX_BUGS_PER_PASS:
                         raise StorageFailure(f"{len(poisoned)} bugs in one pass") from None
-            self._apply(batch, attempt)
+            self._apply(batch, attempt, paused)
+            committing = True
             self.store.commit()
         except Exception as exc:  # StorageFailure, or the commit itself failed
             self.failed_passes += 1
-            log.error("a pass of %d requests was not made durable; answering UNAVAILABLE: %r", len(batch), exc)
-            held = self._fail(batch, attempt, poisoned, now)
+            fault = exc.fault if isinstance(exc, StorageFailure) else classify(exc)
+            self.health.pass_failed(exc, fault, len(batch), tried)
+            held = self._fail(batch, attempt, poisoned, now, unavailable_error(fault, committing))
         else:
+            self.health.pass_committed(attempt.writes)
             held = attempt.held
             for reply in held:
                 if reply.waiter is not None:
@@ -236,14 +258,23 @@ class GroupCommit:
         self._send(held)
 
     def _attempt(
-        self, batch: list[tuple[Connection, Item]], housekeeping: tuple[bool, bool], poisoned: set[tuple[Any, ...]], now: float
+        self,
+        batch: list[tuple[Connection, Item]],
+        housekeeping: tuple[bool, bool],
+        poisoned: set[tuple[Any, ...]],
+        paused: bool,
+        now: float,
     ) -> Attempt:
-        """The engine work of a pass; raises EngineBug or StorageFailure, changes no broker state."""
+        """The engine work of a pass; raises EngineBug or StorageFailure, changes no broker state.
+
+        While writes are `paused`, only read-only requests run; the others are
+        answered UNAVAILABLE and parked long-polls are not retried."""
         attempt = Attempt()
         if ("housekeeping",) not in poisoned:
             self._housekeeping(housekeeping, now)
-        self._serve(batch, attempt, poisoned, now)
-        self._retry_long_polls(attempt, poisoned, now)
+        self._serve(batch, attempt, poisoned, paused, now)
+        if not paused:
+            self._retry_long_polls(attempt, poisoned, now)
         return attempt
 
     def _housekeeping(self, housekeeping: tuple[bool, bool], now: float) -> None:
@@ -258,7 +289,14 @@ class GroupCommit:
                 if reap is not None:
                     reap(REAP_ROWS_PER_TICK)
 
-    def _serve(self, batch: list[tuple[Connection, Item]], attempt: Attempt, poisoned: set[tuple[Any, ...]], now: float) -> None:
+    def _serve(
+        self,
+        batch: list[tuple[Connection, Item]],
+        attempt: Attempt,
+        poisoned: set[tuple[Any, ...]],
+        paused: bool,
+        now: float,
+    ) -> None:
         reply_bytes = 0
         held_by_connection: dict[Connection, int] = {}
         deferring: set[Connection] = set()
@@ -284,11 +322,20 @@ class GroupCommit:
             elif ("request", index) in poisoned:
                 frame = error_frame(item.id, errors.InternalError("the broker hit a bug; the request had no effect"))
                 attempt.held.append(HeldReply(connection, item.id, frame, ReplyKind.FIXED))
-            elif type(item) is m.Lease:
-                frame = self._lease(connection, item, index, attempt, now)
             elif type(item) is m.CancelWait:
                 frame = self._cancel_wait(connection, item, attempt)
+            elif paused and type(item) not in dispatch.READ_ONLY_REQUESTS:
+                fault = self.health.fault
+                what = f" ({fault.value})" if fault is not None else ""
+                frame = error_frame(item.id, errors.Unavailable(
+                    f"the broker is not writing for a moment after a storage failure{what}; {NOT_APPLIED}"
+                ))
+                attempt.held.append(HeldReply(connection, item.id, frame, ReplyKind.FIXED))
+            elif type(item) is m.Lease:
+                attempt.writes = True
+                frame = self._lease(connection, item, index, attempt, now)
             else:
+                attempt.writes = attempt.writes or type(item) not in dispatch.READ_ONLY_REQUESTS
                 with EngineCall(("request", index), item, connection):
                     frame = self._reply(item.id, lambda: dispatch.execute(self._engine(), item, connection.peer, now))
                 attempt.held.append(HeldReply(connection, item.id, frame, ReplyKind.REQUEST))
@@ -392,9 +439,10 @@ class GroupCommit:
             drained.update(queues)
         return self._reply(request_id, lambda: tasks) if tasks else None
 
-    def _apply(self, batch: list[tuple[Connection, Item]], attempt: Attempt) -> None:
+    def _apply(self, batch: list[tuple[Connection, Item]], attempt: Attempt, paused: bool) -> None:
         """The attempt finished: park its long-polls, defer what it deferred, requeue what it left."""
-        self._retry_every_waiter = False
+        if not paused:  # a paused attempt retried no long-poll
+            self._retry_every_waiter = False
         for waiter in attempt.cancelled:
             self.waiters.remove(waiter)
         for park in attempt.park:
@@ -441,23 +489,29 @@ class GroupCommit:
     # ------------------------------------------------------------ failures
 
     def _rollback(self) -> None:
+        """Close the failed pass's transaction now; `_rebuild` rolls back again and reports a failure."""
         try:
             self.store.rollback()
-        except Exception:
-            log.exception("rolling back the store failed")
+        except Exception as exc:
+            log.debug("rolling back the store failed: %r", exc)
 
     def _rebuild(self, now: float) -> None:
-        """A fresh engine from what is durable; None (retried at most once a second) if the store fails."""
+        """A fresh engine from what is durable, or None while the store fails (see `store_health`).
+
+        The rollback comes first and must succeed: a transaction left open
+        would hand the failed pass's writes to the new engine, and the next
+        commit would make durable what was answered UNAVAILABLE."""
         self.engine = None
-        if time.monotonic() < self._next_rebuild_at:
+        if not self.health.may_rebuild():
             return
         try:
+            self.store.rollback()
             engine = self.make_engine()
             engine.recover(now)
         except Exception as exc:
-            self._next_rebuild_at = time.monotonic() + REBUILD_RETRY_SECS
-            log.error("rebuilding the engine from the store failed, retrying in %.0f s: %r", REBUILD_RETRY_SECS, exc)
+            self.health.rebuild_failed(exc, classify(exc))
             return
+        self.health.rebuilt()
         self.engine = engine
         # the new engine knows nothing of which queues gained tasks: let every
         # parked long-poll look once
@@ -469,11 +523,11 @@ class GroupCommit:
         attempt: Attempt | None,
         poisoned: set[tuple[Any, ...]],
         now: float,
+        unavailable: errors.Unavailable,
     ) -> list[HeldReply]:
         """Nothing of the pass is durable: roll back, rebuild, and answer every request UNAVAILABLE."""
         self._rollback()
         self._rebuild(now)
-        unavailable = errors.Unavailable("the change could not be made durable; it was not applied")
         internal = errors.InternalError("the broker hit a bug; the request had no effect")
         if attempt is not None:
             # parked and deferred items were already applied; they keep waiting
@@ -531,6 +585,14 @@ class GroupCommit:
         self.store.close()
 
 
+def unavailable_error(fault: StorageFault | None, committing: bool) -> errors.Unavailable:
+    """The UNAVAILABLE reply of a failed pass: what failed, and whether the change may have been applied."""
+    what = f" ({fault.value})" if fault is not None else ""
+    if committing and not outcome_known(fault):
+        return errors.Unavailable(f"the change could not be confirmed durable{what}; {OUTCOME_UNKNOWN}")
+    return errors.Unavailable(f"the change could not be made durable{what}; {NOT_APPLIED}")
+
+
 class EngineCall:
     """Context of one engine call: turns store failures into StorageFailure and bugs into EngineBug."""
 
@@ -549,8 +611,9 @@ class EngineCall:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: Any) -> bool:
         if exc is None or isinstance(exc, (StorageFailure, EngineBug)):
             return False
-        if isinstance(exc, STORAGE_ERRORS):
-            raise StorageFailure(str(exc)) from exc
+        fault = classify(exc)
+        if fault is not None:
+            raise StorageFailure(str(exc), fault) from exc
         if isinstance(exc, Exception):
             what = f"{self.request.op} request {self.request.id}" if self.request is not None else self.key[0]
             peer = self.connection.peer if self.connection is not None else "-"

@@ -111,7 +111,11 @@ def broker(
         raise click.BadParameter(str(exc)) from None
     try:
         status = run_broker(config)
-    except (OSError, sqlite3.Error, ValueError) as exc:  # the port is taken, a bad auth file or certificate, ...
-        click.echo(f"kittiwake broker: cannot start: {exc}", err=True)
+    except (OSError, sqlite3.Error, ValueError) as exc:  # the port is taken, a bad auth file or data directory, ...
+        from kittiwake.store.faults import diagnose_directory
+
+        fault = diagnose_directory(data_dir)
+        why = f" ({data_dir}: {fault.value})" if fault is not None else ""
+        click.echo(f"kittiwake broker: cannot start: {exc}{why}", err=True)
         sys.exit(1)
     sys.exit(status)
