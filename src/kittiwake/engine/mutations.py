@@ -5,7 +5,9 @@ and hands them to the store (`TaskStore.write`). The store applies them in
 order; the broker calls `commit()` before any reply that depends on them goes
 out (group commit: one fsync for many requests).
 
-* `PutTask`: insert or replace the whole task row (enqueue, dead-letter move).
+* `PutTask`: insert a new task row (enqueue, dead-letter move). The engine
+  never puts a pid that exists (it collapses instead, and dead letters get
+  pids of their own), so a store may count each put as one task more.
 * `SetLease`: overwrite the lease and attempt columns of an existing row
   (lease, renew, release, expiry) — TaskMaster §5.2 persists the leased state
   so a restart does not hand out leased tasks twice.

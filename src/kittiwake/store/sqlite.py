@@ -43,7 +43,7 @@ from kittiwake.engine.mutations import (
     SetWaiting,
 )
 from kittiwake.engine.storage import QueueSummary, Recovery
-from kittiwake.model import Task
+from kittiwake.model import FIFO_PID_DIGITS, Task
 from kittiwake.store import statements as sql
 from kittiwake.store.durable_directory import make_durable_directory
 
@@ -60,6 +60,10 @@ _STATEMENTS = {
 DURABILITY_LEVELS = ("fsync", "os")
 _encode_headers = msgspec.msgpack.Encoder().encode
 _decode_headers = msgspec.msgpack.Decoder(dict[str, str]).decode
+
+
+def _is_fifo(pid: str) -> bool:
+    return len(pid) == FIFO_PID_DIGITS and pid.isascii() and pid.isdigit()
 
 
 def _statements(script: str) -> list[str]:
@@ -124,7 +128,6 @@ class SqliteStore:
         db.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")
         db.execute("PRAGMA temp_store=MEMORY")
         db.execute("PRAGMA wal_autocheckpoint=4000")
-        db.execute("PRAGMA recursive_triggers=ON")  # count the delete half of INSERT OR REPLACE
         self._migrate()
         self._gens: dict[str, int] = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())
         self._pending: list[Mutation] = []
@@ -175,10 +178,25 @@ class SqliteStore:
         run_kind: type | None = None
         run: list[tuple] = []
 
+        sizes: dict[tuple[str, int], list] = {}  # (queue, gen) → [tasks added, max pid, max FIFO pid]
+
         def flush_run() -> None:
             if not run:
                 return
-            db.executemany(_STATEMENTS[run_kind], run)
+            if run_kind is DeleteTask:
+                # count only rows that were there: one executemany per queue, read its rowcount
+                by_queue: dict[tuple[str, int], list[tuple]] = {}
+                for row in run:
+                    by_queue.setdefault((row[0], row[1]), []).append(row)
+                for key, rows in by_queue.items():
+                    deleted = db.executemany(sql.DELETE_TASK, rows).rowcount
+                    if deleted:
+                        size = sizes.get(key)
+                        if size is None:
+                            size = sizes[key] = [0, "", None]
+                        size[0] -= deleted
+            else:
+                db.executemany(_STATEMENTS[run_kind], run)
             run.clear()
 
         for mutation in pending:
@@ -188,6 +206,15 @@ class SqliteStore:
                 run_kind = kind
             if kind is PutTask:
                 t = mutation.task
+                gen = gens.get(t.queue, 0)
+                size = sizes.get((t.queue, gen))
+                if size is None:
+                    size = sizes[(t.queue, gen)] = [0, t.pid, None]
+                size[0] += 1
+                if t.pid > size[1]:
+                    size[1] = t.pid
+                if _is_fifo(t.pid) and (size[2] is None or t.pid > size[2]):
+                    size[2] = t.pid
                 run.append((
                     gens.get(t.queue, 0), t.queue, t.pid, t.data, t.enqueued_at, t.sender, t.receiver,
                     _encode_headers(t.headers) if t.headers else None, t.max_attempts, t.attempts,
@@ -218,8 +245,21 @@ class SqliteStore:
                 gens[mutation.queue] = gen
                 db.execute(sql.SET_GENERATION, (mutation.queue, gen))
                 db.execute(sql.DROP_QUEUE_SIZES, (mutation.queue, gen))
+                for key in [key for key in sizes if key[0] == mutation.queue and key[1] < gen]:
+                    del sizes[key]  # counted for a generation that is gone
                 run_kind = None
         flush_run()
+        self._write_sizes(sizes)
+
+    def _write_sizes(self, sizes: dict[tuple[str, int], list]) -> None:
+        """One upsert per queue of what this flush added to and took from it."""
+        if not sizes:
+            return
+        db = self._db
+        db.executemany(sql.ADD_QUEUE_SIZE, [(queue, gen, *change) for (queue, gen), change in sizes.items()])
+        shrunk = [key for key, change in sizes.items() if change[0] < 0]
+        if shrunk:
+            db.executemany(sql.FORGET_EMPTY_QUEUE_SIZE, shrunk)
 
     def commit(self) -> None:
         try:

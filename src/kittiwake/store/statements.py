@@ -7,9 +7,10 @@ look-ups (by sender, by receiver), running leases and blocked tasks, and cost
 nothing for tasks that have no sender, receiver, lease or parent.
 
 Recovery reads no task row it does not need: `queue_sizes` holds each live
-queue's size and pid high-water marks, kept exact by triggers on `tasks` in
-the same transaction as the rows (with `recursive_triggers` on, so the
-delete half of an INSERT OR REPLACE is counted too); `counters` holds the
+queue's size and pid high-water marks, kept by the store in the same
+transaction as the rows — one upsert per queue per flush, from the task rows
+the flush put and deleted (the engine puts only new pids, so a put is one
+task more); `counters` holds the
 engine's broker-wide high-water marks (`SetCounter`). `PRAGMA user_version`
 is the schema version: a database of version 0 gets the tables and one
 backfill scan when it is first opened by this version.
@@ -72,19 +73,6 @@ CREATE TABLE IF NOT EXISTS counters (
     value INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tasks_blocked ON tasks (queue, gen) WHERE waiting_on > 0;
-CREATE TRIGGER IF NOT EXISTS tasks_counted_in AFTER INSERT ON tasks BEGIN
-    INSERT INTO queue_sizes (queue, gen, size, max_pid, max_fifo_pid)
-    VALUES (NEW.queue, NEW.gen, 1, NEW.pid,
-            CASE WHEN length(NEW.pid) = 17 AND NEW.pid NOT GLOB '*[^0-9]*' THEN NEW.pid END)
-    ON CONFLICT (queue, gen) DO UPDATE SET
-        size = size + 1,
-        max_pid = max(max_pid, excluded.max_pid),
-        max_fifo_pid = coalesce(max(max_fifo_pid, excluded.max_fifo_pid), max_fifo_pid, excluded.max_fifo_pid);
-END;
-CREATE TRIGGER IF NOT EXISTS tasks_counted_out AFTER DELETE ON tasks BEGIN
-    UPDATE queue_sizes SET size = size - 1 WHERE queue = OLD.queue AND gen = OLD.gen;
-    DELETE FROM queue_sizes WHERE queue = OLD.queue AND gen = OLD.gen AND size <= 0;
-END;
 """
 
 BACKFILL_QUEUE_SIZES = (
@@ -106,6 +94,15 @@ SET_COUNTER = (
 LOAD_COUNTERS = "SELECT name, value FROM counters"
 
 DROP_QUEUE_SIZES = "DELETE FROM queue_sizes WHERE queue = ? AND gen < ?"
+
+ADD_QUEUE_SIZE = (
+    "INSERT INTO queue_sizes (queue, gen, size, max_pid, max_fifo_pid) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (queue, gen) DO UPDATE SET size = size + excluded.size, "
+    "max_pid = max(max_pid, excluded.max_pid), "
+    "max_fifo_pid = coalesce(max(max_fifo_pid, excluded.max_fifo_pid), max_fifo_pid, excluded.max_fifo_pid)"
+)
+
+FORGET_EMPTY_QUEUE_SIZE = "DELETE FROM queue_sizes WHERE queue = ? AND gen = ? AND size <= 0"
 
 TASK_COLUMNS = (
     "queue, pid, data, enqueued_at, sender, receiver, headers, max_attempts, attempts, deliveries, "
