@@ -177,3 +177,18 @@ def where(path: str, tag: str, sleep_secs: float) -> str:
     node = os.environ.get("KITTIWAKE_NODE", "-")
     note(path, tag, node, current_task().queue)
     return node
+
+
+def note_run(path: str, event: str, tag: str) -> None:
+    """A line of the kill tests' run log (`worker/run_log.py`)."""
+    note(path, event, tag, os.getpid(), time.time())
+
+
+@app.task(queue="kills#dag", lease_secs=2.0, max_attempts=1000)
+def dag_step(path: str, tag: str, sleep_secs: float) -> str:
+    """A DAG node that takes a while, so that kills land in its runs; attempts enough for any kill schedule."""
+    note_run(path, "start", tag)
+    time.sleep(sleep_secs)
+    note_run(path, "end", tag)
+    return tag
+
