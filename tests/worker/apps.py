@@ -192,3 +192,27 @@ def dag_step(path: str, tag: str, sleep_secs: float) -> str:
     note_run(path, "end", tag)
     return tag
 
+
+def run_rank(path: str, tag: str, sleep_secs: float) -> str:
+    """A gang rank that logs its run as ``<tag>/<gang id>/<rank>``; rank 0's return value is `tag`."""
+    from kittiwake.worker.gang import gang_info
+
+    info = gang_info()
+    assert info is not None
+    rank_tag = f"{tag}/{info['gang']}/{info['rank']}"
+    note_run(path, "start", rank_tag)
+    time.sleep(sleep_secs)
+    note_run(path, "end", rank_tag)
+    return tag
+
+
+@app.task(queue="kills#gang", needs=3, gang_timeout=1.0, lease_secs=2.0, max_attempts=1000)
+def gang_step(path: str, tag: str, sleep_secs: float) -> str:
+    """A gang of three that gives up assembling after a second."""
+    return run_rank(path, tag, sleep_secs)
+
+
+@app.task(queue="kills#gang", needs=3, gang_timeout=10.0, lease_secs=2.0, max_attempts=1000)
+def gang_step_patient(path: str, tag: str, sleep_secs: float) -> str:
+    """A gang of three that waits ten seconds for its slots."""
+    return run_rank(path, tag, sleep_secs)
