@@ -16,8 +16,8 @@ left stuck.
 * A member or the leader killed while the gang runs: the attempt fails as a
   lost worker and the whole gang runs again.
 * Random kills (a worker process, a supervisor, a whole command) while
-  gangs assemble and run; ``--soak`` runs 40 gangs through 100 kills
-  (KITTIWAKE_GANG_KILLS sets another count).
+  gangs assemble and run; ``--soak`` runs rounds of twelve gangs, ten kills
+  each, through 100 kills (KITTIWAKE_GANG_KILLS sets another count).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,12 +114,14 @@ def mailboxes(app) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def leftovers(app) -> str:  # type: ignore[no-untyped-def]
-    """What kills left behind in the broker: messages in mailboxes nobody will read, dead joins."""
-    infos = [info for info in app.client.list_queues(pattern="^" + JOIN_QUEUE.replace(".", r"\.") + r"\.")
-             if not info.queue.endswith(".dead")]
-    left = sum(info.size for info in infos)
+    """What kills left behind in the broker: messages in mailboxes nobody will read, by kind
+    (``join``, ``rank``, ``abort``, ``done``: see `kittiwake.worker.gang`), and dead joins."""
+    kinds: Counter[str] = Counter()
+    boxes = mailboxes(app)
+    for box in boxes:
+        kinds.update(view.pid.split("-", 1)[0] for view in app.client.peek(box, 100))
     dead = sum(stats.size for stats in app.client.stats([f"{JOIN_QUEUE}.dead"]))
-    return f"left behind: {left} messages in {len(infos)} mailboxes, {dead} dead-lettered joins"
+    return f"left behind: {dict(kinds) or 'nothing'} in {len(boxes)} mailboxes; {dead} dead-lettered joins"
 
 
 def assert_slots_free(runs: Path) -> None:
@@ -201,9 +204,10 @@ def test_a_rank_killed_while_the_gang_runs_makes_the_whole_gang_run_again(
         assert_slots_free(runs)
 
 
-def run_gangs_under_kills(broker: BrokerProcess, app, tmp_path: Path, gangs: int, kills: int) -> None:  # type: ignore[no-untyped-def]
-    seed = kill_seed()
+def run_gangs_under_kills(broker: BrokerProcess, app, tmp_path: Path, gangs: int, kills: int, seed: int) -> int:  # type: ignore[no-untyped-def]
+    """`gangs` gang tasks under up to `kills` kills (fewer if they finish first); returns the kills."""
     print(f"\n{gangs} gangs, {kills} kills, seed={seed} (replay with KITTIWAKE_KILL_SEED={seed})")
+    tmp_path.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     runs = tmp_path / "runs"
     started = time.monotonic()
@@ -217,14 +221,22 @@ def run_gangs_under_kills(broker: BrokerProcess, app, tmp_path: Path, gangs: int
         summary = check_gangs(runs, tags, fleet.killed_pids)
         assert_slots_free(runs)
         print(f"  kills: {dict(fleet.kills)}; {summary}; {time.monotonic() - started:.1f} s\n  {leftovers(app)}")
+        return sum(fleet.kills.values())
 
 
 @pytest.mark.timeout(120)
 def test_gangs_assemble_and_run_whole_while_workers_are_killed(broker: BrokerProcess, app, tmp_path: Path) -> None:
-    run_gangs_under_kills(broker, app, tmp_path, 6, 6)
+    run_gangs_under_kills(broker, app, tmp_path, 6, 6, kill_seed())
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(3600)
-def test_forty_gangs_through_a_hundred_kills(broker: BrokerProcess, app, tmp_path: Path) -> None:
-    run_gangs_under_kills(broker, app, tmp_path, 40, int(os.environ.get("KITTIWAKE_GANG_KILLS", "100")))
+def test_gangs_through_a_hundred_kills(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    """Rounds of twelve gangs, ten kills each, until the kills are done."""
+    wanted = int(os.environ.get("KITTIWAKE_GANG_KILLS", "100"))
+    killed = rounds = 0
+    while killed < wanted:
+        killed += run_gangs_under_kills(broker, app, tmp_path / f"round{rounds}", 12, min(10, wanted - killed),
+                                        kill_seed() + rounds)
+        rounds += 1
+    print(f"{rounds} rounds of 12 gangs, {killed} kills")

@@ -47,9 +47,10 @@ Theory of operation, by the messages in a gang's mailbox (all directed):
     abort-<n>         leader → member   "stand down"      dequeued by the member on receipt
     done-<join pid>   member → leader   "my rank ended"   dequeued by the leader on receipt
 
-A clean gang leaves its mailbox empty. What a kill leaves: a leader killed
-while members wait leaves their addresses (a member that gives up withdraws
-its own), and one killed while members run leaves their done messages.
+A clean gang leaves its mailbox empty. What a kill can leave: a leader killed
+after it took the members' addresses leaves them (leased to it; a member that
+gives up withdraws its own only if the leader never took it), and a leader
+killed just before its members finish may get a done nobody reads.
 """
 
 from __future__ import annotations
@@ -168,8 +169,10 @@ def lead(runner: TaskRunner, held: Held, needs: int, gang_timeout: float) -> Gan
         client.cancel(unclaimed, "GANG_TIMEOUT")  # a join leased but not yet posted: its post is refused
     except errors.KittiwakeError:
         pass  # claimed joins are gone already
+    # members whose join is no longer leased died while waiting: nobody would read their abort
     stand_down = [{"queue": mailbox, "pid": f"abort-{n}", "receiver": member, "data": serializer.dumps({"abort": True})}
-                  for n, member in enumerate(members.values())]
+                  for n, (join_pid, member) in enumerate(members.items())
+                  if _holds_join(client, gang_queue_of(base_queue), join_pid)]
     if posts:
         client.update(dequeue=posts, enqueue=stand_down)
     return None
@@ -252,6 +255,9 @@ def run_member(runner: TaskRunner, held: Held, args: list[Any]) -> Gang | None:
             if message.get("abort"):
                 return None
             return Gang(int(message["rank"]), int(message["size"]), list(message["peers"]), gang_id, mailbox)
+        if held.lost:  # the leader gave up and cancelled our join before it saw our address
+            log.info("gang %s: join %s was withdrawn; standing down", gang_id, task.pid)
+            break
         if time.monotonic() >= check_at:
             check_at = time.monotonic() + MEMBER_CHECK_SECS
             if not _leader_alive(client, leader_task):
@@ -275,8 +281,17 @@ def _leader_alive(client: Any, leader_task: tuple[str, str, str] | None) -> bool
     return view.state == "leased" and view.lease_owner == worker
 
 
-def done_message(runner: TaskRunner, held: Held, gang: Gang, leader: str, error: BaseException | None) -> dict[str, Any]:
-    """The member's done, enqueued in the update that dequeues its join."""
+def done_message(runner: TaskRunner, held: Held, gang: Gang, args: list[Any], error: BaseException | None) -> dict[str, Any] | None:
+    """The member's done, enqueued in the update that dequeues its join; None when the leader no
+    longer holds the gang task (it died: nobody would read it, and the task runs again anyway)."""
+    leader = args[1]
+    leader_task = (args[6], args[7], args[8]) if len(args) > 8 else None
+    try:
+        if not _leader_alive(runner.client, leader_task):
+            log.info("gang %s: leader %s is gone; no done to send", gang.info["gang"], leader)
+            return None
+    except errors.KittiwakeError:
+        pass  # send it: a done nobody reads costs less than a gang run again
     report: dict[str, Any] = {"rank": gang.info["rank"], "ok": error is None}
     if error is not None:
         report["error"] = f"{type(error).__name__}: {error}"[:1000]

@@ -297,7 +297,8 @@ class TaskRunner:
         except Exception as error:
             log.exception("gang member %s/%s", held.task.queue, held.task.pid)
             failure = error
-        return Outcome(held, Kind.DONE, enqueue=[gang.done_message(self, held, assembled, join_args[1], failure)])
+        done = gang.done_message(self, held, assembled, join_args, failure)
+        return Outcome(held, Kind.DONE, enqueue=[done] if done is not None else [])
 
     def _may_redeliver(self, held: Held) -> bool:
         try:
