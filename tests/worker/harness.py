@@ -178,10 +178,10 @@ class WorkerFleet:
         return "".join(command.log() for command in self.retired + self.commands)
 
     def close(self) -> None:
-        """Kill everything still running, graceful stops of killed supervisors included."""
+        """Kill everything still running: whole process groups (a killed supervisor's processes
+        still stopping, or one still starting, are in its group), then any worker process left."""
         for command in self.commands + self.retired:
-            if command.alive():
-                command.kill()
+            command.kill()
             for pid in command.worker_pids():
                 if process_alive(pid):
                     os.kill(pid, signal.SIGKILL)

@@ -19,7 +19,10 @@ process holding threads and sockets), and
 
 Worker processes ask the kernel for SIGTERM when the supervisor dies
 (Linux ``PR_SET_PDEATHSIG``), so a killed supervisor leaves no orphan
-worker behind: each stops gracefully on its own.
+worker behind: each stops gracefully on its own. The kernel only signals
+children that asked before the parent died, so each is also told its
+supervisor's pid (`SUPERVISOR_PID_VARIABLE`) and exits at once if, once it
+asked, its parent is another process.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from kittiwake.worker.config import WorkerConfig, load_app
 
 log = logging.getLogger("kittiwake.worker.supervisor")
 
+SUPERVISOR_PID_VARIABLE = "KITTIWAKE_SUPERVISOR_PID"
 POLL_SECS = 0.1
 QUICK_CRASH_SECS = 2.0
 MAX_RESPAWN_DELAY_SECS = 10.0
@@ -76,7 +80,9 @@ class Supervisor:
         return [sys.executable, "-m", "kittiwake.worker", self.config.to_json()]
 
     def _spawn(self, slot: int, crashes: int = 0) -> None:
-        process = subprocess.Popen(self._command(), env=self.environment, stdin=subprocess.DEVNULL)
+        environment = dict(os.environ if self.environment is None else self.environment)
+        environment[SUPERVISOR_PID_VARIABLE] = str(os.getpid())
+        process = subprocess.Popen(self._command(), env=environment, stdin=subprocess.DEVNULL)
         self.children[slot] = Child(slot, process, time.monotonic(), crashes)
         log.info("worker process %d started (pid %d)", slot, process.pid)
 
