@@ -177,3 +177,42 @@ def where(path: str, tag: str, sleep_secs: float) -> str:
     node = os.environ.get("KITTIWAKE_NODE", "-")
     note(path, tag, node, current_task().queue)
     return node
+
+
+def note_run(path: str, event: str, tag: str) -> None:
+    """A line of the kill tests' run log (`worker/run_log.py`)."""
+    note(path, event, tag, os.getpid(), time.time())
+
+
+@app.task(queue="kills#dag", lease_secs=2.0, max_attempts=1000)
+def dag_step(path: str, tag: str, sleep_secs: float) -> str:
+    """A DAG node that takes a while, so that kills land in its runs; attempts enough for any kill schedule."""
+    note_run(path, "start", tag)
+    time.sleep(sleep_secs)
+    note_run(path, "end", tag)
+    return tag
+
+
+def run_rank(path: str, tag: str, sleep_secs: float) -> str:
+    """A gang rank that logs its run as ``<tag>/<gang id>/<rank>``; rank 0's return value is `tag`."""
+    from kittiwake.worker.gang import gang_info
+
+    info = gang_info()
+    assert info is not None
+    rank_tag = f"{tag}/{info['gang']}/{info['rank']}"
+    note_run(path, "start", rank_tag)
+    time.sleep(sleep_secs)
+    note_run(path, "end", rank_tag)
+    return tag
+
+
+@app.task(queue="kills#gang", needs=3, gang_timeout=1.0, lease_secs=2.0, max_attempts=1000)
+def gang_step(path: str, tag: str, sleep_secs: float) -> str:
+    """A gang of three that gives up assembling after a second."""
+    return run_rank(path, tag, sleep_secs)
+
+
+@app.task(queue="kills#gang", needs=3, gang_timeout=10.0, lease_secs=2.0, max_attempts=1000)
+def gang_step_patient(path: str, tag: str, sleep_secs: float) -> str:
+    """A gang of three that waits ten seconds for its slots."""
+    return run_rank(path, tag, sleep_secs)

@@ -6,6 +6,11 @@ supervisor and its processes, like a machine dying), with its output in a log
 file beside the broker's; `wait_ready` waits for every worker process's
 ready line, `worker_pids` reads their process ids from it.
 
+`WorkerFleet` runs several such commands and SIGKILLs them at random for the
+kill tests: one worker process (its supervisor starts another), the
+supervisor alone (its processes stop gracefully on their own), or the whole
+command like a machine dying (a new command replaces it).
+
 `connected_app` points the test app (`worker.apps.app`) at the test's broker
 and closes it afterwards, so each test has a fresh app id and reply queue.
 """
@@ -13,11 +18,13 @@ and closes it afterwards, so each test has a fresh app id and reply queue.
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -104,6 +111,88 @@ class WorkerProcess:
             self.kill()
 
 
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, killed but not yet reaped by its parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+# what `WorkerFleet.kill` does, by name
+KILL_PROCESS = "process"  # SIGKILL one worker process; the supervisor respawns it
+KILL_SUPERVISOR = "supervisor"  # SIGKILL the supervisor; its processes stop gracefully; a new command starts
+KILL_MACHINE = "machine"  # SIGKILL the supervisor and its processes at once; a new command starts
+KILL_KINDS = (KILL_PROCESS, KILL_SUPERVISOR, KILL_MACHINE)
+
+
+class WorkerFleet:
+    """`count` worker commands with the same arguments, killed at random and replaced (see the docstring)."""
+
+    def __init__(self, url: str, tmp_path: Path, *args: str, count: int = 1, processes: int = 1,
+                 env: dict[str, str] | None = None) -> None:
+        self.url = url
+        self.tmp_path = tmp_path
+        self.args = args
+        self.processes = processes
+        self.env = env
+        self.commands: list[WorkerProcess] = []
+        self.retired: list[WorkerProcess] = []
+        self.killed_pids: set[int] = set()
+        self.kills: Counter[str] = Counter()
+        for _ in range(count):
+            self.commands.append(self._start(wait=True))
+
+    def _start(self, *, wait: bool) -> WorkerProcess:
+        started = len(self.commands) + len(self.retired)
+        return WorkerProcess(self.url, self.tmp_path / f"worker-{started}.log", *self.args, processes=self.processes,
+                             env=self.env, wait=wait)
+
+    def live_worker_pids(self) -> list[int]:
+        return [pid for command in self.commands for pid in command.worker_pids() if process_alive(pid)]
+
+    def kill(self, rng: random.Random, kind: str | None = None) -> str:
+        """SIGKILL something (`kind`, or one of `KILL_KINDS` at random); returns what was killed."""
+        kind = kind or rng.choice(KILL_KINDS)
+        pids = self.live_worker_pids()
+        if kind == KILL_PROCESS and pids:
+            pid = rng.choice(pids)
+            self.killed_pids.add(pid)
+            os.kill(pid, signal.SIGKILL)
+        else:
+            kind = KILL_MACHINE if kind == KILL_PROCESS else kind
+            command = self.commands.pop(rng.randrange(len(self.commands)))
+            if kind == KILL_MACHINE:
+                self.killed_pids.update(pid for pid in command.worker_pids() if process_alive(pid))
+                command.kill()
+            else:
+                os.kill(command.proc.pid, signal.SIGKILL)
+                command.proc.wait(timeout=30)
+            self.retired.append(command)
+            self.commands.append(self._start(wait=False))
+        self.kills[kind] += 1
+        return kind
+
+    def logs(self) -> str:
+        return "".join(command.log() for command in self.retired + self.commands)
+
+    def close(self) -> None:
+        """Kill everything still running: whole process groups (a killed supervisor's processes
+        still stopping, or one still starting, are in its group), then any worker process left."""
+        for command in self.commands + self.retired:
+            command.kill()
+            for pid in command.worker_pids():
+                if process_alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+
+    def __enter__(self) -> WorkerFleet:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
 def workers(url: str, tmp_path: Path, *args: str, **options: object) -> WorkerProcess:
     return WorkerProcess(url, tmp_path / "worker.log", *args, **options)  # type: ignore[arg-type]
 
@@ -139,4 +228,6 @@ def connected_app(url: str, app: object = None) -> Iterator[object]:
         app.close()  # type: ignore[attr-defined]
 
 
-__all__: Sequence[str] = ["WorkerProcess", "connected_app", "read_lines", "wait_for", "workers"]
+__all__: Sequence[str] = [
+    "KILL_KINDS", "WorkerFleet", "WorkerProcess", "connected_app", "process_alive", "read_lines", "wait_for", "workers",
+]

@@ -69,3 +69,36 @@ def test_worker_processes_stop_when_their_supervisor_is_killed(broker: BrokerPro
         children = worker.worker_pids()
         os.kill(worker.proc.pid, signal.SIGKILL)  # the supervisor only
         wait_for(lambda: not any(alive(pid) for pid in children), timeout=15, message="orphans to stop")
+
+
+def test_a_worker_process_whose_supervisor_died_while_it_started_does_not_run_on(
+    broker: BrokerProcess, app, tmp_path: Path
+) -> None:
+    """The kernel signals a parent's death only to children that asked before it died: a worker
+    process still starting when its supervisor is killed must notice by itself and exit."""
+    import os
+    import subprocess
+    import sys
+
+    from kittiwake.worker.config import WorkerConfig
+    from kittiwake.worker.supervisor import SUPERVISOR_PID_VARIABLE
+    from worker.harness import TESTS_DIR, process_alive
+
+    config = WorkerConfig(app="worker.apps:app", url=broker.url, queues=["tests"], sys_path=[str(TESTS_DIR)])
+    # a stand-in supervisor: starts one worker process the way `Supervisor` does, and dies at once
+    launcher = (
+        "import os, subprocess, sys\n"
+        f"env = dict(os.environ, {SUPERVISOR_PID_VARIABLE}=str(os.getpid()))\n"
+        "child = subprocess.Popen([sys.executable, '-m', 'kittiwake.worker', sys.argv[1]], env=env,"
+        " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print(child.pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", launcher, config.to_json()], capture_output=True, check=True,
+                         cwd=str(TESTS_DIR), env=dict(os.environ, PYTHONPATH=str(TESTS_DIR)))
+    pid = int(out.stdout)
+    try:
+        wait_for(lambda: not process_alive(pid), timeout=15, message="the orphaned worker process to exit")
+    finally:
+        if process_alive(pid):
+            os.kill(pid, 9)

@@ -34,7 +34,7 @@ worker treats it:
 * ``bind``: the function gets the `TaskContext` as its first argument;
 * ``needs``: worker slots the task runs on at once (a gang, see
   `kittiwake.worker.gang`); ``gang_timeout``: seconds the slots have to
-  assemble before the task is put back to try again later.
+  assemble before the leader frees them and tries again a little later.
 """
 
 from __future__ import annotations

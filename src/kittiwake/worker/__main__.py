@@ -16,6 +16,7 @@ import sys
 
 from kittiwake.worker.config import WORKER_URL_ENV, WorkerConfig, load_app
 from kittiwake.worker.loop import WorkerLoop
+from kittiwake.worker.supervisor import SUPERVISOR_PID_VARIABLE
 
 PR_SET_PDEATHSIG = 1
 
@@ -39,7 +40,10 @@ def main(argv: list[str]) -> int:
     url = os.environ.pop(WORKER_URL_ENV, None)  # not passed on to the tasks' child processes
     if url:
         config.url = url
-    parent = os.getppid()
+    # the supervisor's pid, not our parent's now: if it died while this interpreter started,
+    # our parent is already someone else and the kernel will never send the signal
+    supervisor = os.environ.pop(SUPERVISOR_PID_VARIABLE, None)
+    parent = int(supervisor) if supervisor else os.getppid()
     ask_for_signal_on_parent_death(signal.SIGTERM)
     if os.getppid() != parent:  # the supervisor died before we asked
         return 0

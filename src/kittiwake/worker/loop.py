@@ -9,7 +9,8 @@ Threads of a worker process and what each owns:
   leased and run straight from there once due). A rate-limited queue is
   leased with ``rate_per_sec``: the broker's token bucket spans every worker.
 * slots (`concurrency` threads): run one task at a time (`TaskRunner`) and
-  pass the outcome to the settler.
+  pass the outcome to the settler — except a gang task that did not assemble,
+  which is parked: it keeps its lease and takes a slot again after a pause.
 * settler: takes every outcome waiting and applies them together
   (`Settler`: one update per consistency group for finished tasks).
 * heartbeat (`LeaseKeeper`): renews held leases, carries progress.
@@ -95,20 +96,38 @@ def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
 
 
 class Capacity:
-    """Slots for held tasks (running + waiting); leasers take what is free."""
+    """Slots for held tasks (running + waiting); leasers take what is free, after parked tasks
+    waiting to come back (`claim`), which go first."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.free = total
+        self._claims = 0
         self._condition = threading.Condition()
 
     def take(self, most: int, timeout: float) -> int:
         with self._condition:
-            if self.free <= 0:
+            if self.free - self._claims <= 0:
                 self._condition.wait(timeout)
-            taken = min(most, self.free)
-            self.free -= taken
+            taken = min(most, self.free - self._claims)
+            self.free -= max(0, taken)
             return max(0, taken)
+
+    def claim(self, timeout: float) -> bool:
+        """One unit for a task already held, ahead of the leasers; False after `timeout`."""
+        deadline = time.monotonic() + timeout
+        with self._condition:
+            self._claims += 1
+            try:
+                while self.free <= 0:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._condition.wait(remaining)
+                self.free -= 1
+                return True
+            finally:
+                self._claims -= 1
 
     def give(self, count: int) -> None:
         if count:
@@ -384,10 +403,35 @@ class WorkerLoop:
             with self._busy_lock:
                 self._busy_secs += time.monotonic() - started
                 held.ended = True  # counted: the status must not count it again while it settles
+            if outcome.kind is Kind.PARK:
+                self._park(held, outcome.backoff_secs)
+                continue
             if outcome.kind is Kind.DONE and held.definition is not None and held.definition.name in self.app.periodics:
                 self._mark_tick(outcome)
             self._check_recycle()  # before the settler frees this task's capacity for another lease
             self._outcomes.put(outcome)
+
+    def _park(self, held: Held, pause_secs: float) -> None:
+        """Keep the task's lease (the heartbeat renews it), free its slot and its capacity, and put
+        it back in line for a slot after `pause_secs`, once it got a unit of capacity back (a gang
+        that did not assemble: see `gang`). Taking capacity first keeps ``--prefetch 0`` true: the
+        process never holds a join it cannot run while it leads. Stopping hands the task back like
+        any task not started."""
+        held.started_at = None
+        held.ended = False
+        self.capacity.give(1)
+        timer = threading.Timer(pause_secs, self._unpark, args=(held,))
+        timer.daemon = True
+        timer.start()
+
+    def _unpark(self, held: Held) -> None:
+        while not self._stop_leasing.is_set():
+            if held.lost:  # cancelled while parked: nothing to run, nothing to settle
+                self.keeper.drop(held)
+                return
+            if self.capacity.claim(timeout=self.config.wait_secs):
+                self._ready.put(held)  # its settling gives the unit back
+                return
 
     def _check_recycle(self) -> None:
         limit = self.config.max_tasks_per_child

@@ -26,6 +26,9 @@ The runner decides; this module writes the decision down:
 * RETURN: handed back unstarted at shutdown: noted ``[redeliver N]`` so an
   at-most-once task may still run, then released.
 * DROP: nothing to do (the lease was lost; another worker has the task).
+* PARK: a gang that did not assemble keeps its lease and runs again after
+  `backoff_secs` on the same worker; the worker loop handles it, the settler
+  never sees it.
 
 A request whose outcome is unknown (the connection broke) is repeated: an
 update that had been applied is then refused because its task is gone, which
@@ -64,6 +67,7 @@ class Kind(enum.Enum):
     FAIL = "fail"  # dead-letter + error result
     RETURN = "return"  # unstarted at shutdown: give back
     DROP = "drop"  # not ours any more
+    PARK = "park"  # keep the lease, free the slot, run again after backoff_secs (a gang not yet assembled)
 
 
 @dataclass(slots=True)
@@ -72,7 +76,7 @@ class Outcome:
     kind: Kind
     payload: bytes | None = None  # DONE: the result; FAIL: the error result
     reason: str | None = None  # FAIL: dead-letter reason; RETRY: the note
-    backoff_secs: float = 0.0
+    backoff_secs: float = 0.0  # RETRY: the lease is kept this long; PARK: the pause before running again
     enqueue: list[dict[str, Any]] = field(default_factory=list)  # more tasks for the DONE update
     dequeue: list[LeasedTask] = field(default_factory=list)  # more leases for the DONE update
 

@@ -245,30 +245,48 @@ class TaskRunner:
     def _run_leader(
         self, held: Held, definition: TaskDefinition, fields: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
     ) -> Outcome:
-        """A gang task: assemble the gang as rank 0, then run (see `kittiwake.worker.gang`)."""
+        """A gang task: assemble the gang as rank 0, run, and wait for every member's rank to end
+        (see `kittiwake.worker.gang`). A gang that did not assemble is parked, not failed."""
+        options = definition.options
         try:
-            assembled = gang.lead(self, held, definition.options.needs, definition.options.gang_timeout)
+            assembled = gang.lead(self, held, options.needs, options.gang_timeout)
         except errors.KittiwakeError as error:
             return self._failed_run(held, definition, remote_error(error, "GANG_ERROR"), None)
-        if isinstance(assembled, list):  # did not assemble: put back, not a failed attempt
-            return Outcome(held, Kind.DONE, payload=None, enqueue=assembled)
+        if assembled is None:
+            return Outcome(held, Kind.PARK, backoff_secs=self.rng.uniform(*gang.PARK_SECS))
         context = task_context.TaskContext(reporter=lambda f, n: self.keeper.report(held, f, n), **fields)
+        failure: tuple[RemoteError, BaseException] | None = None
         try:
             with assembled:
                 value = call_function(definition, context, args, kwargs)
         except Exception as error:
-            return self._failed_run(held, definition, remote_error(error), error)
-        payload = None if definition.options.ignore_result else self.serializer.dump_result(value)
+            failure = (remote_error(error), error)
+        try:
+            lost = gang.await_members(self, assembled)
+        except errors.KittiwakeError as error:
+            return self._failed_run(held, definition, remote_error(error, "GANG_ERROR"), None)
+        if failure is not None:
+            return self._failed_run(held, definition, *failure)
+        if lost:
+            message = f"gang {assembled.info['gang']} lost {', '.join(lost)} before its rank ended"
+            return self._failed_run(held, definition, RemoteError("WorkerLost", message, reason="WORKER_LOST"), None)
+        payload = None if options.ignore_result else self.serializer.dump_result(value)
         return Outcome(held, Kind.DONE, payload=payload)
 
     def _run_member(self, held: Held, join_args: list[Any]) -> Outcome:
-        """A gang join: take a rank in the gang and run the gang's function with it. The join
-        is finished when the address is posted; only the leader's run posts a result."""
+        """A gang join: take a rank in the gang and run the gang's function with it. The join stays
+        leased until the rank ended, then goes with a done message to the leader in one update;
+        only the leader's run posts a result."""
         held.started_at = time.monotonic()
         try:
             assembled = gang.run_member(self, held, join_args)
-            if assembled is None:
-                return Outcome(held, Kind.DROP)
+        except errors.KittiwakeError as error:  # the join was cancelled: its gang gave up
+            log.info("gang join %s/%s: %s", held.task.queue, held.task.pid, error)
+            return Outcome(held, Kind.DROP)
+        if assembled is None:
+            return Outcome(held, Kind.DONE)  # finish the join: no gang to run in
+        failure: BaseException | None = None
+        try:
             name, args, kwargs = self.serializer.load_call(join_args[4])
             definition = self.app.tasks[name]
             fields = {"id": f"{join_args[0]}-rank-{assembled.info['rank']}", "name": name, "queue": held.task.queue,
@@ -276,9 +294,11 @@ class TaskRunner:
             context = task_context.TaskContext(**fields)
             with assembled:
                 call_function(definition, context, args, kwargs)
-        except Exception:
+        except Exception as error:
             log.exception("gang member %s/%s", held.task.queue, held.task.pid)
-        return Outcome(held, Kind.DROP)
+            failure = error
+        done = gang.done_message(self, held, assembled, join_args, failure)
+        return Outcome(held, Kind.DONE, enqueue=[done] if done is not None else [])
 
     def _may_redeliver(self, held: Held) -> bool:
         try:

@@ -19,7 +19,10 @@ process holding threads and sockets), and
 
 Worker processes ask the kernel for SIGTERM when the supervisor dies
 (Linux ``PR_SET_PDEATHSIG``), so a killed supervisor leaves no orphan
-worker behind: each stops gracefully on its own.
+worker behind: each stops gracefully on its own. The kernel only signals
+children that asked before the parent died, so each is also told its
+supervisor's pid (`SUPERVISOR_PID_VARIABLE`) and exits at once if, once it
+asked, its parent is another process.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from kittiwake.worker.config import WORKER_URL_ENV, WorkerConfig, load_app
 
 log = logging.getLogger("kittiwake.worker.supervisor")
 
+SUPERVISOR_PID_VARIABLE = "KITTIWAKE_SUPERVISOR_PID"
 POLL_SECS = 0.1
 QUICK_CRASH_SECS = 2.0
 MAX_RESPAWN_DELAY_SECS = 10.0
@@ -77,11 +81,12 @@ class Supervisor:
     def _command(self) -> list[str]:
         return [sys.executable, "-m", "kittiwake.worker", msgspec.structs.replace(self.config, url=None).to_json()]
 
-    def _child_environment(self) -> dict[str, str] | None:
-        if self.config.url is None:
-            return self.environment
+    def _child_environment(self) -> dict[str, str]:
+        """The URL (it may hold a token: not on the command line) and this supervisor's pid."""
         environment = dict(os.environ if self.environment is None else self.environment)
-        environment[WORKER_URL_ENV] = self.config.url
+        if self.config.url is not None:
+            environment[WORKER_URL_ENV] = self.config.url
+        environment[SUPERVISOR_PID_VARIABLE] = str(os.getpid())
         return environment
 
     def _spawn(self, slot: int, crashes: int = 0) -> None:
