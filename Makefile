@@ -2,13 +2,16 @@
 #   make demo   starts a broker on the embedded store and runs a real pipeline end to end
 #   make test   runs the whole test suite
 # Both create .venv/ and install the pinned dependencies (requirements.lock) first.
+#   make fuzz   runs each fuzz target for FUZZ_SECS seconds (tests/fuzz/campaign.py)
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+FUZZ_SECS ?= 60
+FUZZ_TARGETS ?= frames,requests,request-path,engine-ops
 
-.PHONY: demo test setup fuse-deps clean
+.PHONY: demo test fuzz setup fuse-deps clean
 
 setup: fuse-deps $(STAMP)
 
@@ -38,6 +41,9 @@ demo: $(STAMP)
 
 test: fuse-deps $(STAMP)
 	$(PY) -m pytest
+
+fuzz: $(STAMP)
+	$(PY) tests/fuzz/campaign.py --secs $(FUZZ_SECS) --targets $(FUZZ_TARGETS)
 
 clean:
 	rm -rf $(VENV) .kittiwake .pytest_cache .hypothesis

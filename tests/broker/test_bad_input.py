@@ -76,6 +76,24 @@ def test_garbage_inside_a_frame_is_a_malformed_request(broker: BrokerProcess) ->
     assert_still_serves(broker)
 
 
+def test_deep_nesting_and_odd_keys_get_error_replies_not_tracebacks(broker: BrokerProcess) -> None:
+    """Found by fuzzing decode_request: 5,000 nested arrays made msgspec raise RecursionError,
+    which reached the connection's last-resort handler (a traceback logged per frame); a key
+    that is not a string cost the reply its id."""
+    ping = b"\x83\xa2id\x07\xa2op\xa4ping"  # a map of 3 entries: "id": 7, "op": "ping", then one more
+    with broker.connect() as conn:
+        conn.send_raw(encode_frame(ping + b"\xa3foo" + b"\x91" * 5000 + b"\x01"))
+        reply = conn.read_reply()
+        assert (reply.ok, reply.error["code"]) == (False, "MALFORMED_FRAME"), reply
+        assert "nested too deeply" in reply.error["message"]
+        conn.send_raw(encode_frame(ping + b"\xcb" + bytes(8) + b"\xc0"))  # the key 0.0
+        reply = conn.read_reply()
+        assert (reply.id, reply.ok, reply.error["code"]) == (7, False, "MALFORMED_FRAME"), reply
+        assert conn.call("ping")
+    assert "Traceback" not in broker.log_tail(400), broker.log_tail()
+    assert_still_serves(broker)
+
+
 def test_truncated_frame_then_close(broker: BrokerProcess) -> None:
     with broker.connect() as conn:
         frame = RawConnection.frame("enqueue", 1, tasks=[{"queue": "cut", "data": b"x" * 100}])

@@ -12,7 +12,8 @@ What a connection guarantees about memory and fairness (docs/testing.md, bad inp
 * a frame's length prefix above the max frame (also what the first bytes of an
   HTTP request or a TLS ClientHello decode to) gets one `FRAME_TOO_LARGE`
   error frame with id 0 and the connection is closed: the stream is out of
-  step and cannot be trusted further;
+  step and cannot be trusted further. Every request read before the bad
+  length is answered first, whichever reads brought it;
 * a request that decodes badly gets an error reply carrying its id (or 0) and
   the connection stays open;
 * output is bounded: above `WRITE_BUFFER_HIGH` bytes of unsent replies the
@@ -151,10 +152,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         try:
             bodies = self.reader.feed(data)
-        except errors.FrameTooLarge as exc:
-            log.info("closing %s: %s", self.peer, exc.message)
-            self.fail(exc)
-            return
+        except errors.FrameTooLarge:
+            bodies = []  # the bad length came first in this read; `reader.rejected` holds it
         self._note_received(bool(bodies))
         host = self.host
         for body in bodies:
@@ -176,12 +175,16 @@ class Connection(asyncio.BufferedProtocol):
             self.unanswered += 1
             host.submit(self, item)
         if self.reader.rejected is not None:
-            # answer the good frames in front of the bad length, then close
+            # As at the client's EOF: answer every request read before the bad
+            # length, in this read or an earlier one (parked long-polls with an
+            # empty list), then close with the error. Where the reads happened
+            # to split the stream must not decide which requests get replies.
             log.info("closing %s after its replies: %s", self.peer, self.reader.rejected.message)
             self._eof = True
             self._paused_by_broker = True
             self._update_reading()
-            if self.unanswered <= 0:
+            self.host.end_waits(self)
+            if not self.closed and self.unanswered <= 0:
                 self.fail(self.reader.rejected)
             return
         if self.unanswered > MAX_UNANSWERED and not self._paused_for_backlog:

@@ -198,6 +198,9 @@ _decoders = {op: msgspec.msgpack.Decoder(kind) for op, kind in REQUEST_TYPES.ite
 _encoder = msgspec.msgpack.Encoder()
 
 
+TOO_DEEP = "the request is nested too deeply"
+
+
 class RequestError(Exception):
     """A request body that cannot be served; carries the id when it was readable."""
 
@@ -207,15 +210,31 @@ class RequestError(Exception):
         self.error = error
 
 
+def _plain_id(body: bytes) -> int:
+    """The integer `id` of a map the envelope could not read (a key that is not a
+    string, say), so its error reply still reaches the request; else 0."""
+    try:
+        value = msgspec.msgpack.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return 0
+    request_id = value.get("id") if isinstance(value, dict) else None
+    return request_id if type(request_id) is int else 0
+
+
 def decode_request(body: bytes) -> Request:
     """Decode a request body or raise `RequestError` with the best id known."""
     try:
         envelope = _envelope_decoder.decode(body)
     except msgspec.DecodeError as exc:
-        raise RequestError(0, MalformedFrame(f"not a request map with integer id and op: {exc}")) from None
+        error = MalformedFrame(f"not a request map with integer id and op: {exc}")
+        raise RequestError(_plain_id(body), error) from None
     except UnicodeDecodeError:
         # msgspec raises this, not DecodeError, for a str that is not UTF-8
         raise RequestError(0, MalformedFrame("op is not valid UTF-8")) from None
+    except RecursionError:
+        # and this for nesting deeper than the interpreter's recursion limit,
+        # even inside a field the envelope only skips
+        raise RequestError(0, MalformedFrame(TOO_DEEP)) from None
     decoder = _decoders.get(envelope.op)
     if decoder is None:
         raise RequestError(envelope.id, UnknownOperation(f"unknown op {envelope.op[:64]!r}"))
@@ -227,6 +246,8 @@ def decode_request(body: bytes) -> Request:
         raise RequestError(envelope.id, MalformedFrame(str(exc))) from None
     except UnicodeDecodeError as exc:
         raise RequestError(envelope.id, BadRequest(f"a string field is not valid UTF-8: {exc.reason}")) from None
+    except RecursionError:
+        raise RequestError(envelope.id, MalformedFrame(TOO_DEEP)) from None
 
 
 def encode_request(op: str, request_id: int, fields: dict[str, Any]) -> bytes:
