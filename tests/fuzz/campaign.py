@@ -8,9 +8,9 @@ For each target, one after the other (libFuzzer takes a core):
    scratch directory, a crash, hang (`-timeout`) or memory blow-up
    (`-rss_limit_mb`) stops the target and leaves its input in
    `tests/fuzz/crashers/<target>/`, which the suite replays from then on;
-2. merge the committed corpus and the new inputs into the smallest set that
-   keeps every feature reached (`-merge=1`), at most `MAX_CORPUS_FILES` of the
-   smallest files, and write it back to `tests/fuzz/corpus/<target>/`
+2. merge the committed corpus and the new inputs into a small set that keeps
+   every feature reached (`-set_cover_merge=1`), at most `MAX_CORPUS_FILES` of
+   the smallest files, and write it back to `tests/fuzz/corpus/<target>/`
    (`--keep-corpus` leaves the committed corpus alone);
 3. replay that corpus under a line tracer for the lines it executes in the
    modules the target is about.
@@ -41,7 +41,7 @@ from fuzz.targets import TARGETS, Target  # noqa: E402
 
 RUN_TARGET = Path(__file__).resolve().parent / "run_target.py"
 KITTIWAKE = Path(__file__).resolve().parents[2] / "src" / "kittiwake"
-MAX_CORPUS_FILES = 300
+MAX_CORPUS_FILES = 400
 TIMEOUT_SECS = 10  # one input running longer than this is a hang
 RSS_LIMIT_MB = 1024
 STATUS = re.compile(r"^#(\d+)\s+(\w+)\s+cov: (\d+) ft: (\d+)(?:.*?exec/s: (\d+))?")
@@ -70,6 +70,27 @@ def fuzz_flags(target: Target, secs: int) -> list[str]:
     return flags + [f"-max_total_time={secs}", "-print_final_stats=1"] + list(target.flags)
 
 
+def read_line(target: Target, line: str, result: Result, failure: list[str]) -> None:
+    """Take the figures from one line of libFuzzer's output; echo its status lines."""
+    status = STATUS.match(line)
+    if status:
+        result.executions, result.cov, result.ft = int(status[1]), int(status[3]), int(status[4])
+        if status[5]:
+            result.exec_per_sec = int(status[5])
+        if status[2] in ("INITED", "DONE", "pulse"):
+            print(f"  {target.name}: {line.rstrip()}", flush=True)
+    stat = STAT.match(line)
+    if stat and stat[1] == "number_of_executed_units":
+        result.executions = int(stat[2])
+    elif stat and stat[1] == "average_exec_per_sec":
+        result.exec_per_sec = int(stat[2])
+    written = WRITTEN.search(line)
+    if written:
+        result.artifact = written[1]
+    if "ERROR: libFuzzer" in line or "Uncaught Python exception" in line:
+        failure.append(line.strip())
+
+
 def fuzz(target: Target, secs: int, scratch: Path, log: Path) -> Result:
     """Fuzz one target for `secs` seconds; its status lines are echoed as they come."""
     result = Result(target.name, secs)
@@ -79,28 +100,14 @@ def fuzz(target: Target, secs: int, scratch: Path, log: Path) -> Result:
         sys.executable, str(RUN_TARGET), target.name, str(scratch), str(target.corpus),
         *fuzz_flags(target, secs), f"-artifact_prefix={target.crashers}/",
     ]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        returncode = process.wait()
     failure: list[str] = []
-    for line in log.read_text(errors="replace").splitlines():
-        status = STATUS.match(line)
-        if status:
-            result.executions, result.cov, result.ft = int(status[1]), int(status[3]), int(status[4])
-            if status[5]:
-                result.exec_per_sec = int(status[5])
-            if status[2] in ("INITED", "DONE", "pulse"):
-                print(f"  {target.name}: {line}", flush=True)
-        stat = STAT.match(line)
-        if stat and stat[1] == "number_of_executed_units":
-            result.executions = int(stat[2])
-        elif stat and stat[1] == "average_exec_per_sec":
-            result.exec_per_sec = int(stat[2])
-        written = WRITTEN.search(line)
-        if written:
-            result.artifact = written[1]
-        if "ERROR: libFuzzer" in line or "Uncaught Python exception" in line:
-            failure.append(line.strip())
+    with log.open("w") as out:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert process.stdout is not None
+        for line in process.stdout:
+            out.write(line)
+            read_line(target, line, result, failure)
+        returncode = process.wait()
     if returncode != 0 or failure:
         kind = "timeout" if any("timeout" in line for line in failure) else (
             "out-of-memory" if any("out-of-memory" in line for line in failure) else "crash")
@@ -114,14 +121,18 @@ def merge(target: Target, scratch: Path, work: Path) -> None:
     """Replace the committed corpus by the minimal set covering it and the new inputs."""
     merged = work / f"{target.name}-merged"
     merged.mkdir()
-    command = [sys.executable, str(RUN_TARGET), target.name, "-merge=1", f"-max_len={target.max_len}",
+    command = [sys.executable, str(RUN_TARGET), target.name, "-set_cover_merge=1", f"-max_len={target.max_len}",
                f"-timeout={TIMEOUT_SECS}", f"-rss_limit_mb={RSS_LIMIT_MB}", *target.flags,
                str(merged), str(target.corpus), str(scratch)]
     done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         print(f"  {target.name}: merge failed (exit {done.returncode}), corpus left as it was\n{done.stderr[-2000:]}")
         return
-    files = sorted(merged.iterdir(), key=lambda path: (path.stat().st_size, path.name))[:MAX_CORPUS_FILES]
+    files = sorted(merged.iterdir(), key=lambda path: (path.stat().st_size, path.name))
+    if len(files) > MAX_CORPUS_FILES:
+        print(f"  {target.name}: the merged corpus has {len(files)} files; keeping the {MAX_CORPUS_FILES} smallest")
+        files = files[:MAX_CORPUS_FILES]
+    print(f"  {target.name}: corpus of {len(files)} files, {sum(path.stat().st_size for path in files):,} bytes", flush=True)
     shutil.rmtree(target.corpus)
     target.corpus.mkdir(parents=True)
     for path in files:

@@ -74,13 +74,17 @@ def request_body(source: FuzzInput, vocabulary: Vocabulary, request_id: int) -> 
     if kind is not None:
         info = types.type_info(kind)
         assert isinstance(info, types.StructType)
-        pairs += _fields(source, vocabulary, info, depth=0)[2:]  # id and op are set above
+        pairs += _fields(source, vocabulary, info, depth=0, skip=("id", "op"))  # both set above
     return _shuffle(source, vocabulary, pairs, depth=0)
 
 
-def _fields(source: FuzzInput, vocabulary: Vocabulary, info: types.StructType, depth: int) -> list[tuple[bytes, bytes]]:
+def _fields(
+    source: FuzzInput, vocabulary: Vocabulary, info: types.StructType, depth: int, skip: tuple[str, ...] = ()
+) -> list[tuple[bytes, bytes]]:
     pairs = []
     for each in info.fields:
+        if each.name in skip:
+            continue
         # optional fields are sent half the time; a required one is left out one time in 32
         if not each.required and source.boolean():
             continue

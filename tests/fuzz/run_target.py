@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, as conft
 
 import atheris  # noqa: E402
 
+from fuzz.allocation import keep_tracing  # noqa: E402
 from fuzz.targets import TARGETS  # noqa: E402
 
 
@@ -26,6 +27,7 @@ def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in TARGETS:
         sys.exit(f"usage: {sys.argv[0]} {{{','.join(TARGETS)}}} [libFuzzer arguments]")
     target = TARGETS[sys.argv[1]]
+    keep_tracing()  # a fuzzing process runs millions of inputs
     with atheris.instrument_imports(include=["kittiwake", "fuzz"]):
         check = target.load()
     # libFuzzer's -merge and -fork run argv[0] again through the shell: make it the whole command
