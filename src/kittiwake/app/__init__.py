@@ -12,10 +12,12 @@
 
 Workers run it: ``kittiwake worker module:app``. Module map: `app` (App),
 `definitions` (task options), `handles` (Handle, TaskFailed), `replies`
-(the reply-queue collector), `job` (DAGs), `schedule` (periodic ticks),
-`serialization` (msgpack / pickle payloads), `envelope` (queue and header
-names shared with workers), `context` (the running task), `shell` (shell
-commands as tasks).
+(the reply-queue collector), `collapse` (which run an idempotency key
+joined), `job` (DAGs), `schedule` (periodic ticks), `serialization`
+(msgpack / pickle payloads), `envelope` (how tasks travel: queue and header
+names shared with workers, declared in `kittiwake.constants`), `locality`
+(node-local queues), `context` (the running task), `shell` (shell commands
+as tasks).
 """
 
 from kittiwake.app.app import App

@@ -41,37 +41,25 @@ from kittiwake.app.definitions import (
     TaskDefinition,
     make_options,
 )
-from kittiwake.app.envelope import (
+from kittiwake.app.envelope import delayed_pid, delayed_queue_of, gang_queue_of, reply_queue_for
+from kittiwake.app.handles import Handle
+from kittiwake.app.locality import local_queue_of
+from kittiwake.app.replies import ReplyCollector
+from kittiwake.app.schedule import make_schedule
+from kittiwake.app.serialization import Serializer
+from kittiwake.app.shell import SHELL_TASK, run_shell
+from kittiwake.client import Client
+from kittiwake.constants import (
     REPLIES_PREFIX,
     REPLY_TO_HEADER,
     SUBMISSION_HEADER,
     SUBMITTED_AT_HEADER,
     TASK_ID_HEADER,
-    delayed_pid,
-    delayed_queue_of,
-    reply_queue_for,
 )
-from kittiwake.app.handles import Handle
-from kittiwake.app.replies import ReplyCollector
-from kittiwake.app.schedule import make_schedule
-from kittiwake.app.serialization import Serializer
-from kittiwake.app.shell import SHELL_TASK, run_shell
-from kittiwake.app.locality import local_queue_of
-from kittiwake.client import Client
-from kittiwake.model import Limits, validate_pid
+from kittiwake.model import Limits, task_key, validate_pid
 
 MAX_BATCH = Limits().max_batch
 _REPLY_PREFIX_RE = re.compile(r"[A-Za-z0-9_.:@/\-]{1,200}")  # used with fullmatch: queue-name characters, no '#'
-
-
-def task_key(parent: Any) -> tuple[str, str]:
-    """(queue, pid) of a parent given as a handle, a job node, a leased task or a pair."""
-    if isinstance(parent, (tuple, list)) and len(parent) == 2:
-        return (str(parent[0]), str(parent[1]))
-    queue, pid = getattr(parent, "queue", None), getattr(parent, "pid", None)
-    if not isinstance(queue, str) or not isinstance(pid, str):
-        raise TypeError(f"after= takes handles or (queue, pid) pairs, not {type(parent).__name__}")
-    return (queue, pid)
 
 
 class App:
@@ -209,7 +197,7 @@ class App:
     def queues(self) -> list[str]:
         """Every queue the app's tasks are defined on (and ``<queue>.gang`` for gang tasks), in name order."""
         queues = {definition.queue for definition in self.tasks.values()}
-        queues |= {definition.queue + ".gang" for definition in self.tasks.values() if definition.options.needs > 1}
+        queues |= {gang_queue_of(definition.queue) for definition in self.tasks.values() if definition.options.needs > 1}
         return sorted(queues)
 
     # ------------------------------------------------------------ submitting
@@ -275,7 +263,7 @@ class App:
             max_attempts=options.broker_max_attempts,
         )
         if after:
-            task["after"] = [task_key(parent) for parent in after]
+            task["after"] = [task_key(parent, "after") for parent in after]
         handle = Handle(self, task_id, options.name, queue, pid, slot, reply_queue, submission)
         if key is not None and slot is not None:
             # a key can collapse into a live task: keep its results from now on, in case

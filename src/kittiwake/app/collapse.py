@@ -31,8 +31,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from kittiwake import errors
-from kittiwake.app.envelope import REPLY_TO_HEADER, result_pid
+from kittiwake.app.envelope import result_pid
 from kittiwake.app.handles import Handle
+from kittiwake.constants import REPLY_TO_HEADER
+
 from kittiwake.client import EnqueueOutcome
 
 if TYPE_CHECKING:

@@ -47,7 +47,13 @@ from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from kittiwake.app.envelope import DEFAULT_QUEUE
+from kittiwake.constants import (
+    DEFAULT_LEASE_SECS,
+    DEFAULT_QUEUE,
+    GROUP_SEPARATOR,
+    RESERVED_PREFIX,
+    RESERVED_SUFFIXES,
+)
 from kittiwake.model import Limits, validate_queue
 
 if TYPE_CHECKING:
@@ -55,7 +61,6 @@ if TYPE_CHECKING:
     from kittiwake.app.handles import Handle
     from kittiwake.app.schedule import Schedule
 
-DEFAULT_LEASE_SECS = 30.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_RETRY_BACKOFF_SECS = 1.0
 DEFAULT_RETRY_BACKOFF_MAX_SECS = 300.0
@@ -109,8 +114,12 @@ class TaskOptions:
 
     def __post_init__(self) -> None:
         validate_queue(self.queue, Limits())
-        if self.queue.endswith((".delayed", ".dead", ".ticks-done")) or "#_" in self.queue or self.queue.startswith("_"):
-            raise ValueError(f"queue {self.queue!r} is a name Kittiwake keeps for itself (a leading '_', or '.delayed', '.dead', '.ticks-done' at the end)")
+        reserved_start = self.queue.startswith(RESERVED_PREFIX) or GROUP_SEPARATOR + RESERVED_PREFIX in self.queue
+        if reserved_start or self.queue.endswith(RESERVED_SUFFIXES):
+            raise ValueError(
+                f"queue {self.queue!r} is a name Kittiwake keeps for itself (a leading {RESERVED_PREFIX!r}, "
+                f"or {', '.join(map(repr, RESERVED_SUFFIXES))} at the end)"
+            )
         if not 0 < self.lease_secs <= Limits().max_lease_secs:
             raise ValueError(f"lease_secs must be in (0, {Limits().max_lease_secs}]")
         if self.max_attempts < 1:

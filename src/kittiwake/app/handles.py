@@ -41,14 +41,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kittiwake import errors
-from kittiwake.app.envelope import (
-    DEAD_REASON_HEADER,
-    SUBMISSION_HEADER,
-    dead_queue_of,
-    public_note,
-    redelivery_allowed,
-)
+from kittiwake.app.envelope import public_note, redelivery_allowed
 from kittiwake.app.serialization import RemoteError
+from kittiwake.constants import CANCELLED_REASON, DEAD_REASON_HEADER, SUBMISSION_HEADER
+from kittiwake.model import dead_queue_of
 
 if TYPE_CHECKING:
     from kittiwake.app.app import App
@@ -251,5 +247,5 @@ class Handle:
         except errors.TaskNotFound:
             return False
         if self.slot is not None:
-            self.slot.set(False, RemoteError("Cancelled", reason or "cancelled", reason="CANCELLED"))
+            self.slot.set(False, RemoteError("Cancelled", reason or "cancelled", reason=CANCELLED_REASON))
         return True

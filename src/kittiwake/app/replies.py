@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.app.envelope import TASK_ID_HEADER
 from kittiwake.app.handles import ResultSlot
 from kittiwake.app.serialization import Serializer
 from kittiwake.client import Client
+from kittiwake.constants import TASK_ID_HEADER
 
 log = logging.getLogger("kittiwake.app.replies")
 

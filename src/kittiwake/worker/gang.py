@@ -63,7 +63,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kittiwake import errors
-from kittiwake.app.envelope import DELAYED_SUFFIX, TASK_ID_HEADER
+from kittiwake.app.envelope import gang_queue_of, undelayed_queue_of
+from kittiwake.constants import GANG_SUFFIX, TASK_ID_HEADER
 
 if TYPE_CHECKING:
     from kittiwake.client import LeasedTask
@@ -73,7 +74,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kittiwake.worker.gang")
 
 GANG_JOIN = "kittiwake.gang_join"
-GANG_SUFFIX = ".gang"
 MAILBOX_LEASE_SECS = 60.0
 MEMBER_GRACE_SECS = 5.0  # a member waits for its rank this long beyond the gang's assembly time
 STALE_JOIN_SLACK_SECS = 1.0  # clocks of different hosts may differ a little
@@ -81,10 +81,6 @@ MEMBER_CHECK_SECS = 1.0  # how often a leader waiting for done messages looks at
 PARK_SECS = (0.2, 1.0)  # a parked gang leads again after a pause in this range
 
 _local = threading.local()
-
-
-def gang_queue_of(queue: str) -> str:
-    return queue + GANG_SUFFIX
 
 
 def mailbox_of(queue: str, gang_id: str) -> str:
@@ -137,7 +133,7 @@ def lead(runner: TaskRunner, held: Held, needs: int, gang_timeout: float) -> Gan
     task_id = headers.get(TASK_ID_HEADER, task.pid)
     # a queue-name-safe id, new for every assembly (a task id may be any printable idempotency key)
     gang_id = f"{hashlib.sha1(task_id.encode()).hexdigest()[:16]}-{time.time_ns() % 10**12}"
-    base_queue = task.queue[: -len(DELAYED_SUFFIX)] if task.queue.endswith(DELAYED_SUFFIX) else task.queue
+    base_queue = undelayed_queue_of(task.queue)
     mailbox = mailbox_of(base_queue, gang_id)
     assemble_by = time.time() + gang_timeout
     joins = [

@@ -39,15 +39,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from kittiwake import errors
-from kittiwake.app.definitions import DEFAULT_LEASE_SECS, TaskDefinition
-from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
+from kittiwake.app.definitions import TaskDefinition
 from kittiwake.app.envelope import (
-    DELAYED_SUFFIX,
     delayed_queue_of,
+    gang_queue_of,
     marker_pid_of_tick_pid,
     ticks_done_queue_of,
 )
+from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
 from kittiwake.client import Client, LeasedTask
+from kittiwake.constants import DEFAULT_LEASE_SECS, DELAYED_SUFFIX, GANG_SUFFIX, NODE_SEPARATOR
 from kittiwake.model import pid_at
 from kittiwake.worker.config import WorkerConfig
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
@@ -84,7 +85,7 @@ def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
     for name in queues:
         base = base_queue_of(name)
         definitions: list[TaskDefinition] = [
-            d for d in app.tasks.values() if d.queue == base or (d.options.needs > 1 and f"{d.queue}.gang" == base)
+            d for d in app.tasks.values() if d.queue == base or (d.options.needs > 1 and gang_queue_of(d.queue) == base)
         ]
         lease_secs = max((d.options.lease_secs for d in definitions), default=DEFAULT_LEASE_SECS)
         rates = [d.options.rate_per_sec for d in definitions if d.options.rate_per_sec is not None]
@@ -162,7 +163,7 @@ class WorkerLoop:
         self.queues = list(config.queues or app.queues())
         if config.node is not None:  # data locality: this node's local queues too, served with the shared ones
             os.environ["KITTIWAKE_NODE"] = config.node
-            self.queues += [local_queue_of(name, config.node) for name in self.queues if "@" not in name]
+            self.queues += [local_queue_of(name, config.node) for name in self.queues if NODE_SEPARATOR not in name]
         self.classes = lease_classes(app, self.queues)
         self.capacity = Capacity(config.concurrency + config.prefetch_tasks)
         self.keeper = LeaseKeeper(self.client)
@@ -349,7 +350,7 @@ class WorkerLoop:
         mine = set(lease_class.queues)
         remote: list[str] = []
         for name in lease_class.queues:
-            if "@" in name or name.endswith(".gang"):
+            if NODE_SEPARATOR in name or name.endswith(GANG_SUFFIX):
                 continue
             remote += [info.queue for info in self.client.list_queues(remote_queue_pattern(name))
                        if info.queue not in mine and info.size > info.leased]

@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.app.envelope import REPLY_TO_HEADER, TASK_ID_HEADER, redeliver_note, result_pid
+from kittiwake.app.envelope import redeliver_note, result_pid
 from kittiwake.client import Client, LeasedTask
+from kittiwake.constants import REPLY_TO_HEADER, TASK_ID_HEADER
 from kittiwake.model import Limits, group_of
 from kittiwake.worker.heartbeat import Held
 

@@ -43,9 +43,10 @@ from typing import Any, Callable
 from kittiwake import errors
 from kittiwake.app import context as task_context
 from kittiwake.app.definitions import Delivery, TaskDefinition
-from kittiwake.app.envelope import TASK_ID_HEADER, redeliver_note, redelivery_allowed
+from kittiwake.app.envelope import redeliver_note, redelivery_allowed
 from kittiwake.app.serialization import PayloadError, RemoteError, Serializer
 from kittiwake.client import Client
+from kittiwake.constants import TASK_ID_HEADER
 from kittiwake.worker import gang
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
 from kittiwake.worker.outcomes import Kind, Outcome
