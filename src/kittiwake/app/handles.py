@@ -44,6 +44,7 @@ from kittiwake import errors
 from kittiwake.app.envelope import public_note, redelivery_allowed
 from kittiwake.app.serialization import RemoteError
 from kittiwake.constants import CANCELLED_REASON, DEAD_REASON_HEADER, SUBMISSION_HEADER
+from kittiwake.errors import ResultUnavailable, TaskFailed
 from kittiwake.model import dead_queue_of
 
 if TYPE_CHECKING:
@@ -53,36 +54,6 @@ if TYPE_CHECKING:
 FIRST_CHECK_SECS = 1.0
 MAX_CHECK_SECS = 5.0
 RESULT_GRACE_SECS = 10.0  # a finished task's result may still be on its way to the collector
-TRANSIENT = (errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.Unavailable)
-
-
-class TaskFailed(errors.KittiwakeError):
-    """The task failed on the worker, or never ran (dead-lettered, cancelled, parent failed). Code TASK_FAILED.
-
-    `reason` says why: ERROR (an exception), TIMEOUT, WORKER_LOST,
-    RESULT_UNSERIALISABLE, RESULT_TOO_LARGE, UNKNOWN_TASK, BAD_PAYLOAD,
-    CANCELLED, LEASE_EXPIRED, or PARENT_FAILED <queue>/<pid>. `type`,
-    `remote_message` and `traceback` describe the remote exception when there was one.
-    """
-
-    code = "TASK_FAILED"
-
-    def __init__(self, task_id: str, error: RemoteError) -> None:
-        text = f"task {task_id} failed ({error.reason})"
-        if error.type or error.message:
-            text += f": {error.type}: {error.message}"
-        super().__init__(text)
-        self.task_id = task_id
-        self.reason = error.reason
-        self.type = error.type
-        self.remote_message = error.message
-        self.traceback = error.traceback
-
-
-class ResultUnavailable(errors.KittiwakeError):
-    """The task finished but its result does not come to this app. Code RESULT_UNAVAILABLE."""
-
-    code = "RESULT_UNAVAILABLE"
 
 
 class TaskStatus(NamedTuple):
@@ -160,12 +131,12 @@ class Handle:
                 time.sleep(wait)
             try:
                 state = self._broker_state()
-            except TRANSIENT:
+            except errors.Transient:
                 continue  # the broker is away for a moment (restarting?): keep waiting
             if isinstance(state, RemoteError):
                 if self.slot is not None and self.slot.event.is_set():
                     return self._outcome()  # an error result beat the check
-                raise TaskFailed(self.id, state)
+                raise TaskFailed.for_task(self.id, state)
             if state is None:
                 if not self.wants_result:
                     return None  # finished; nobody asked for its result
@@ -189,14 +160,14 @@ class Handle:
             return True
         except errors.TaskNotFound:
             return False
-        except TRANSIENT:
+        except errors.Transient:
             return True
 
     def _outcome(self) -> Any:
         assert self.slot is not None
         if self.slot.ok:
             return self.slot.value
-        raise TaskFailed(self.id, self.slot.value)
+        raise TaskFailed.for_task(self.id, self.slot.value)
 
     def _broker_state(self) -> Any:
         """The task's view if it still waits or runs; a RemoteError if dead-lettered; None if gone."""

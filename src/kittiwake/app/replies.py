@@ -141,7 +141,7 @@ class ReplyCollector:
                 continue
             try:
                 self.collect_once(queues, WAIT_SECS)
-            except (errors.BrokerUnreachable, errors.ConnectionLost, errors.RequestTimeout, errors.Unavailable) as error:
+            except errors.Transient as error:
                 if self._stop.is_set():
                     return
                 log.warning("collecting results: %s; retrying", error)

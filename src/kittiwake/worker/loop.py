@@ -61,7 +61,6 @@ log = logging.getLogger("kittiwake.worker")
 MARKER_RETENTION_SECS = 3600.0  # a tick's marker outlives any scheduler's lateness (beat.TICK_GRACE_SECS)
 MARKER_MAX_ATTEMPTS = 1_000_000
 MARKERS_PRUNED_PER_RUN = 100
-TRANSIENT = (errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.Unavailable)
 
 
 @dataclass(slots=True)
@@ -323,7 +322,7 @@ class WorkerLoop:
                 elif self.config.node is not None and time.monotonic() - worked_at >= self.config.steal_after_secs:
                     tasks = self._steal(lease_class)
                     worked_at = time.monotonic()  # the next steal waits for another idle spell
-            except TRANSIENT as error:
+            except errors.Transient as error:
                 log.warning("leasing: %s; retrying", error)
                 self._stop_leasing.wait(0.5)
             except errors.KittiwakeError as error:

@@ -55,8 +55,6 @@ log = logging.getLogger("kittiwake.worker.outcomes")
 MAX_BATCH_ITEMS = 2000
 RETRY_PAUSE_SECS = 0.2
 RETRY_FOR_SECS = 60.0
-_GONE = {"TASK_NOT_FOUND", "TASK_NOT_LEASED", "LEASE_EXPIRED"}
-_TRANSIENT = (errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.Unavailable)
 DEFAULT_BROKER_MAX_ATTEMPTS = Limits().default_max_attempts
 
 
@@ -171,13 +169,13 @@ class Settler:
             try:
                 self.client.update(**items)
                 return
-            except _TRANSIENT as error:
+            except errors.Transient as error:
                 if self.clock() > deadline:
                     raise
                 uncertain = uncertain or not isinstance(error, errors.BrokerUnreachable)
                 time.sleep(RETRY_PAUSE_SECS)
             except errors.KittiwakeError as error:
-                if uncertain and error.code in _GONE:
+                if uncertain and error.code in errors.LEASE_LOST_CODES:
                     return
                 raise
 
