@@ -12,13 +12,14 @@
 
 Workers run it: ``kittiwake worker module:app``. Module map: `app` (App),
 `definitions` (task options), `handles` (Handle), `replies` (the
-reply-queue collector), `collapse` (which run an idempotency key joined),
-`job` (DAGs), `schedule` (periodic ticks), `serialization` (msgpack /
-pickle payloads), `envelope` (how tasks travel: queue and header names
-shared with workers, declared in `kittiwake.constants`), `locality`
-(node-local queues), `context` (the running task), `shell` (shell commands
-as tasks). `TaskFailed` and `ResultUnavailable` belong to the error tree
-(`kittiwake.errors`) and are importable from here too.
+reply-queue collector), `result_slots` (where results wait for handles),
+`collapse` (which run an idempotency key joined), `job` (DAGs), `schedule`
+(periodic ticks), `serialization` (msgpack / pickle payloads), `envelope`
+(how tasks travel: queue and header names shared with workers, declared in
+`kittiwake.constants`), `locality` (node-local queues), `context` (the
+running task), `shell` (shell commands as tasks). `TaskFailed` and
+`ResultUnavailable` belong to the error tree (`kittiwake.errors`) and are
+importable from here too.
 """
 
 from kittiwake.app.app import App

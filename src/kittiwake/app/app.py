@@ -42,7 +42,8 @@ from kittiwake.app.definitions import (
     make_options,
 )
 from kittiwake.app.envelope import delayed_pid, delayed_queue_of, gang_queue_of, reply_queue_for
-from kittiwake.app.handles import Handle
+from kittiwake.app.handles import Handle, results_of
+from kittiwake.app.job import Job
 from kittiwake.app.locality import local_queue_of
 from kittiwake.app.replies import ReplyCollector
 from kittiwake.app.schedule import make_schedule
@@ -202,7 +203,8 @@ class App:
 
     # ------------------------------------------------------------ submitting
 
-    def _definition(self, task: TaskDefinition | str) -> TaskDefinition:
+    def definition_of(self, task: TaskDefinition | str) -> TaskDefinition:
+        """The definition of `task`, given as a definition or a registered name (KeyError if unknown)."""
         if isinstance(task, TaskDefinition):
             return task
         definition = self.tasks.get(task)
@@ -212,7 +214,7 @@ class App:
 
     def submit(self, task: TaskDefinition | str, *args: Any, **kwargs: Any) -> Handle:
         """`task.submit(*args, **kwargs)` for a definition or a task name."""
-        return self._definition(task).submit(*args, **kwargs)
+        return self.definition_of(task).submit(*args, **kwargs)
 
     def prepare(
         self,
@@ -295,7 +297,7 @@ class App:
 
     def map(self, task: TaskDefinition | str, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]:
         """One task per item, called as `task(item)`, submitted `chunk` per request; returns the handles."""
-        definition = self._definition(task)
+        definition = self.definition_of(task)
         chunk = max(1, min(chunk, MAX_BATCH))
         handles: list[Handle] = []
         bundle: list[dict[str, Any]] = []
@@ -310,17 +312,10 @@ class App:
             self.client.enqueue_many(bundle)
         return handles
 
-    def job(self) -> Any:
+    def job(self) -> Job:
         """A `Job`: build a graph of tasks with `add`, then submit it in bundles."""
-        from kittiwake.app.job import Job
-
         return Job(self)
 
     def results(self, handles: Iterable[Handle], timeout: float | None = None) -> list[Any]:
         """The results of many handles in order; raises the first failure (or TimeoutError)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        values = []
-        for handle in handles:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            values.append(handle.result(remaining))
-        return values
+        return results_of(handles, timeout)

@@ -45,7 +45,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from kittiwake.constants import (
     DEFAULT_LEASE_SECS,
@@ -57,7 +57,6 @@ from kittiwake.constants import (
 from kittiwake.model import Limits, validate_queue
 
 if TYPE_CHECKING:
-    from kittiwake.app.app import App
     from kittiwake.app.handles import Handle
     from kittiwake.app.schedule import Schedule
 
@@ -180,10 +179,20 @@ def make_options(function: Callable[..., Any], **options: Any) -> TaskOptions:
     return TaskOptions(name=name, **options)
 
 
+class Submitter(Protocol):
+    """What a task definition needs of its `App`: a way to submit its calls."""
+
+    def submit_call(
+        self, definition: TaskDefinition, args: tuple[Any, ...], kwargs: dict[str, Any], **options: Any
+    ) -> Handle: ...
+
+    def map(self, task: TaskDefinition, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]: ...
+
+
 class TaskDefinition:
     """A function registered as a task of an app. Call it to run it here; `submit` to run it on a worker."""
 
-    def __init__(self, app: App, function: Callable[..., Any], options: TaskOptions) -> None:
+    def __init__(self, app: Submitter, function: Callable[..., Any], options: TaskOptions) -> None:
         self.app = app
         self.function = function
         self.options = options

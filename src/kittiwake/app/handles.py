@@ -35,25 +35,30 @@ waiting (a restart) are waited out.
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Protocol
 
 from kittiwake import errors
 from kittiwake.app.envelope import public_note, redelivery_allowed
+from kittiwake.app.result_slots import ResultCapture, ResultSlot
 from kittiwake.app.serialization import RemoteError
 from kittiwake.constants import CANCELLED_REASON, DEAD_REASON_HEADER, SUBMISSION_HEADER
 from kittiwake.errors import ResultUnavailable, TaskFailed
 from kittiwake.model import dead_queue_of
 
 if TYPE_CHECKING:
-    from kittiwake.app.app import App
-    from kittiwake.app.replies import ResultCapture
+    from kittiwake.client import Client
 
 FIRST_CHECK_SECS = 1.0
 MAX_CHECK_SECS = 5.0
 RESULT_GRACE_SECS = 10.0  # a finished task's result may still be on its way to the collector
+
+
+class BrokerAccess(Protocol):
+    """What a handle needs of its `App`: the client that reaches the task's broker."""
+
+    @property
+    def client(self) -> Client: ...
 
 
 class TaskStatus(NamedTuple):
@@ -64,25 +69,6 @@ class TaskStatus(NamedTuple):
     note: str | None = None
 
 
-@dataclass(slots=True, weakref_slot=True)
-class ResultSlot:
-    """Where the collector puts a task's result; shared by every handle of the same task id."""
-
-    event: threading.Event
-    ok: bool = False
-    value: Any = None
-
-    @classmethod
-    def empty(cls) -> ResultSlot:
-        return cls(threading.Event())
-
-    def set(self, ok: bool, value: Any) -> None:
-        if self.event.is_set():
-            return  # the first outcome wins (a duplicate run's result is ignored)
-        self.ok, self.value = ok, value
-        self.event.set()
-
-
 class Handle:
     """One submitted task. `.id` is its task id; `.queue` and `.pid` name it in the broker."""
 
@@ -90,7 +76,7 @@ class Handle:
                  "capture", "__weakref__")
 
     def __init__(
-        self, app: App, task_id: str, name: str, queue: str, pid: str, slot: ResultSlot | None,
+        self, app: BrokerAccess, task_id: str, name: str, queue: str, pid: str, slot: ResultSlot | None,
         reply_queue: str | None = None, submission: str | None = None,
     ) -> None:
         self.app = app
@@ -220,3 +206,14 @@ class Handle:
         if self.slot is not None:
             self.slot.set(False, RemoteError("Cancelled", reason or "cancelled", reason=CANCELLED_REASON))
         return True
+
+
+def results_of(handles: Iterable[Handle], timeout: float | None = None) -> list[Any]:
+    """The results of many handles in order; raises the first failure (or TimeoutError once
+    `timeout` seconds passed in all)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    values = []
+    for handle in handles:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        values.append(handle.result(remaining))
+    return values
