@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from kittiwake import errors
 from kittiwake.app.definitions import TaskDefinition
@@ -99,8 +99,9 @@ class Capacity:
     """Slots for held tasks (running + waiting); leasers take what is free, after parked tasks
     waiting to come back (`claim`), which go first."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.total = total
+        self.clock = clock
         self.free = total
         self._claims = 0
         self._condition = threading.Condition()
@@ -115,12 +116,12 @@ class Capacity:
 
     def claim(self, timeout: float) -> bool:
         """One unit for a task already held, ahead of the leasers; False after `timeout`."""
-        deadline = time.monotonic() + timeout
+        deadline = self.clock() + timeout
         with self._condition:
             self._claims += 1
             try:
                 while self.free <= 0:
-                    remaining = deadline - time.monotonic()
+                    remaining = deadline - self.clock()
                     if remaining <= 0:
                         return False
                     self._condition.wait(remaining)
@@ -141,7 +142,14 @@ def default_worker_id(name: str | None = None) -> str:
 
 
 class WorkerLoop:
-    """The pull loop of one worker process; see the module docstring."""
+    """The pull loop of one worker process; see the module docstring.
+
+    Its clocks are passed in, like the settler's and the heartbeat's: `clock`
+    (seconds, monotonic) times runs, renewals, polls and pauses, and is shared
+    with the heartbeat, the settler and the runner; `wall_clock` (epoch
+    seconds) says which delayed tasks are due and which tick markers are old,
+    so it must agree with the submitters' clocks.
+    """
 
     def __init__(
         self,
@@ -152,8 +160,12 @@ class WorkerLoop:
         worker_id: str | None = None,
         app_reference: str | None = None,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
+        self.clock = clock
+        self.wall_clock = wall_clock
         self.config = config
         self.id = worker_id or default_worker_id(config.name)
         self.client = client or Client(config.url or app.url, worker=self.id)
@@ -164,12 +176,12 @@ class WorkerLoop:
             os.environ["KITTIWAKE_NODE"] = config.node
             self.queues += [local_queue_of(name, config.node) for name in self.queues if NODE_SEPARATOR not in name]
         self.classes = lease_classes(app, self.queues)
-        self.capacity = Capacity(config.concurrency + config.prefetch_tasks)
-        self.keeper = LeaseKeeper(self.client)
-        self.settler = Settler(self.client)
+        self.capacity = Capacity(config.concurrency + config.prefetch_tasks, clock)
+        self.keeper = LeaseKeeper(self.client, clock)
+        self.settler = Settler(self.client, clock)
         self.runner = TaskRunner(
             app, self.client, self.keeper, app_reference=app_reference or config.app,
-            sys_path=config.sys_path, rng=rng, worker_id=self.id,
+            sys_path=config.sys_path, rng=rng, worker_id=self.id, clock=clock,
         )
         self.registry = WorkerRegistry(self.client, self.id, config.registry_every_secs, config.registry_queue)
         self._ready: queue.SimpleQueue[Held | None] = queue.SimpleQueue()
@@ -183,7 +195,7 @@ class WorkerLoop:
         self.finished = 0
         self._busy_secs = 0.0
         self._busy_lock = threading.Lock()
-        self._status_at = time.monotonic()
+        self._status_at = self.clock()
         self._status_busy = 0.0
         self.exit_reason = "stopped"
 
@@ -207,7 +219,7 @@ class WorkerLoop:
         return self._stop_leasing.is_set()
 
     def _busy_total_secs(self, held: list[Held]) -> float:
-        now = time.monotonic()
+        now = self.clock()
         with self._busy_lock:
             return self._busy_secs + sum(
                 now - h.started_at for h in held if h.started_at is not None and not h.ended
@@ -216,7 +228,7 @@ class WorkerLoop:
     def status(self) -> dict[str, Any]:
         """What the registry shows: tasks held and running, and how busy the slots were since the last call."""
         held = self.keeper.held()
-        now = time.monotonic()
+        now = self.clock()
         busy = self._busy_total_secs(held)
         elapsed = max(1e-6, now - self._status_at)
         utilisation = min(1.0, max(0.0, (busy - self._status_busy) / (elapsed * self.config.concurrency)))
@@ -237,7 +249,7 @@ class WorkerLoop:
         self.keeper.start()
         self.registry.start(
             {"host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-             "concurrency": self.config.concurrency, "started_at": time.time()},
+             "concurrency": self.config.concurrency, "started_at": self.wall_clock()},
             self.status,
         )
         self._settler_thread = self._spawn(self._settle_loop, "kittiwake-settler")
@@ -272,9 +284,9 @@ class WorkerLoop:
         tasks `shutdown_secs`, release what still runs, and wait for the settler."""
         for _ in slots:
             self._ready.put(None)
-        deadline = time.monotonic() + self.config.shutdown_secs
+        deadline = self.clock() + self.config.shutdown_secs
         for thread in slots:
-            thread.join(max(0.0, deadline - time.monotonic()) if self._returning.is_set() else None)
+            thread.join(max(0.0, deadline - self.clock()) if self._returning.is_set() else None)
         self._outcomes.put(None)  # the settler finishes what the slots decided, then stops
         self._settler_thread.join(60.0)
         stuck = [held for held in self.keeper.held() if not held.finishing]
@@ -297,7 +309,7 @@ class WorkerLoop:
         delayed_due_at = 0.0
         share = max(1, self.capacity.total // max(1, len(self.classes)))
         busy = len(self.classes) == 1
-        worked_at = time.monotonic()
+        worked_at = self.clock()
         while not self._stop_leasing.is_set():
             # a class whose last lease came back empty asks for its share only, so that
             # idle queues do not hold the capacity a busy one could use during their long-poll
@@ -310,18 +322,18 @@ class WorkerLoop:
                 break
             tasks: list[LeasedTask] = []
             try:
-                if time.monotonic() >= delayed_due_at:
-                    delayed_due_at = time.monotonic() + self.config.delayed_poll_secs
+                if self.clock() >= delayed_due_at:
+                    delayed_due_at = self.clock() + self.config.delayed_poll_secs
                     tasks = self._lease(lease_class, lease_class.delayed_queues, want, wait_secs=0,
-                                        max_pid=pid_at(time.time()))
+                                        max_pid=pid_at(self.wall_clock()))
                 if not tasks:
-                    wait = min(self.config.wait_secs, max(0.0, delayed_due_at - time.monotonic()) + 0.05)
+                    wait = min(self.config.wait_secs, max(0.0, delayed_due_at - self.clock()) + 0.05)
                     tasks = self._lease(lease_class, lease_class.queues, want, wait_secs=wait)
                 if tasks:
-                    worked_at = time.monotonic()
-                elif self.config.node is not None and time.monotonic() - worked_at >= self.config.steal_after_secs:
+                    worked_at = self.clock()
+                elif self.config.node is not None and self.clock() - worked_at >= self.config.steal_after_secs:
                     tasks = self._steal(lease_class)
-                    worked_at = time.monotonic()  # the next steal waits for another idle spell
+                    worked_at = self.clock()  # the next steal waits for another idle spell
             except errors.Transient as error:
                 log.warning("leasing: %s; retrying", error)
                 self._stop_leasing.wait(0.5)
@@ -335,7 +347,7 @@ class WorkerLoop:
                 # let another class's leaser, woken by the capacity just given back, take it:
                 # with one free slot this leaser would otherwise win it back every time
                 self._stop_leasing.wait(0.01)
-            now = time.monotonic()
+            now = self.clock()
             with self._budget_lock:
                 self.leased += len(tasks)
             for task in tasks:
@@ -394,14 +406,14 @@ class WorkerLoop:
                 self._outcomes.put(Outcome(held, Kind.DROP if held.lost else Kind.RETURN))
                 continue
             self.started += 1
-            started = time.monotonic()
+            started = self.clock()
             try:
                 outcome = self.runner.run(held)
             except BaseException as error:  # a bug here must not lose the task: let it come back
                 log.exception("running %s/%s", held.task.queue, held.task.pid)
                 outcome = Outcome(held, Kind.DROP, reason=str(error))
             with self._busy_lock:
-                self._busy_secs += time.monotonic() - started
+                self._busy_secs += self.clock() - started
                 held.ended = True  # counted: the status must not count it again while it settles
             if outcome.kind is Kind.PARK:
                 self._park(held, outcome.backoff_secs)
@@ -451,7 +463,7 @@ class WorkerLoop:
         markers = ticks_done_queue_of(task.queue)
         outcome.enqueue.append({"queue": markers, "pid": marker_pid_of_tick_pid(task.pid), "data": b"",
                                 "max_attempts": MARKER_MAX_ATTEMPTS})
-        cutoff = time.gmtime(time.time() - MARKER_RETENTION_SECS)
+        cutoff = time.gmtime(self.wall_clock() - MARKER_RETENTION_SECS)
         try:
             outcome.dequeue.extend(self.client.lease(
                 markers, max_tasks=MARKERS_PRUNED_PER_RUN, lease_secs=60.0,
