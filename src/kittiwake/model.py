@@ -106,11 +106,11 @@ def task_key(item: object, what: str = "after") -> tuple[str, str]:
         queue, pid = item
     else:
         queue, pid = getattr(item, "queue", None), getattr(item, "pid", None)
-    if not isinstance(queue, str) or not isinstance(pid, str):
-        raise BadRequest(
-            f"each entry of {what} names a task: a (queue, pid) pair or an object with queue and pid, "
-            f"not {type(item).__name__}"
-        )
+    if queue is None or pid is None:
+        raise BadRequest(f"each entry of {what} names a task: (queue, pid) or an object with queue and pid")
+    for value, part in ((queue, "queue"), (pid, "pid")):
+        if not isinstance(value, str):
+            raise BadRequest(f"{what} {part} must be a string, got {type(value).__name__}")
     return (queue, pid)
 
 
