@@ -50,6 +50,7 @@ from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_p
 from kittiwake.client import Client, LeasedTask
 from kittiwake.constants import DEFAULT_LEASE_SECS, DELAYED_SUFFIX, GANG_SUFFIX, NODE_SEPARATOR
 from kittiwake.model import pid_at
+from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.config import WorkerConfig
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
 from kittiwake.worker.outcomes import Kind, Outcome, Settler
@@ -93,48 +94,6 @@ def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
     for name, key in per_queue.items():
         classes.setdefault(key, LeaseClass(key[0], key[1], [])).queues.append(name)
     return list(classes.values())
-
-
-class Capacity:
-    """Slots for held tasks (running + waiting); leasers take what is free, after parked tasks
-    waiting to come back (`claim`), which go first."""
-
-    def __init__(self, total: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.total = total
-        self.clock = clock
-        self.free = total
-        self._claims = 0
-        self._condition = threading.Condition()
-
-    def take(self, most: int, timeout: float) -> int:
-        with self._condition:
-            if self.free - self._claims <= 0:
-                self._condition.wait(timeout)
-            taken = min(most, self.free - self._claims)
-            self.free -= max(0, taken)
-            return max(0, taken)
-
-    def claim(self, timeout: float) -> bool:
-        """One unit for a task already held, ahead of the leasers; False after `timeout`."""
-        deadline = self.clock() + timeout
-        with self._condition:
-            self._claims += 1
-            try:
-                while self.free <= 0:
-                    remaining = deadline - self.clock()
-                    if remaining <= 0:
-                        return False
-                    self._condition.wait(remaining)
-                self.free -= 1
-                return True
-            finally:
-                self._claims -= 1
-
-    def give(self, count: int) -> None:
-        if count:
-            with self._condition:
-                self.free += count
-                self._condition.notify_all()
 
 
 def default_worker_id(name: str | None = None) -> str:
