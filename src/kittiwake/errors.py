@@ -1,14 +1,24 @@
 """The one error tree of Kittiwake and the stable codes that cross the wire.
 
-Every error a broker, client or worker raises is a `KittiwakeError` carrying a
-stable string `code`. The code, not the class or the message, is the contract:
-clients in any language match on it. `error_for_code` maps a code received on
-the wire back to its class.
+Every error a broker, client, app or worker raises is a `KittiwakeError`
+carrying a stable string `code`. The code, not the class or the message, is the
+contract: clients in any language match on it. `error_for_code` maps a code
+received on the wire back to its class.
+
+`Transient` is the parent of the errors that passing time can fix: the broker
+could not take or answer the request now (`Unavailable`, `TooManyConnections`,
+`IdleTimeout`) or could not be reached or heard (`ConnectionLost`,
+`BrokerUnreachable`, `RequestTimeout`). Retrying later may succeed, so
+`except errors.Transient:` is how a loop waits out a broker restart. Some of
+them leave the outcome unknown (`ConnectionLost`, `RequestTimeout`, and
+`Unavailable` when its message says so): the request may have been applied, so
+repeat only what is idempotent. Every other error says something about the
+request itself, and the same request would fail again.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 
 class KittiwakeError(Exception):
@@ -100,13 +110,18 @@ class CrossGroupUpdate(KittiwakeError):
     code = "CROSS_GROUP_UPDATE"
 
 
-class Unavailable(KittiwakeError):
+class Transient(KittiwakeError):
+    """Parent of the errors that passing time can fix, so a later retry may succeed (see the module
+    docstring); never raised itself."""
+
+
+class Unavailable(Transient):
     """The broker cannot make the change durable now (disk full, read-only, shutting down). Code UNAVAILABLE."""
 
     code = "UNAVAILABLE"
 
 
-class TooManyConnections(KittiwakeError):
+class TooManyConnections(Transient):
     """The broker is at its connection limit. Code TOO_MANY_CONNECTIONS."""
 
     code = "TOO_MANY_CONNECTIONS"
@@ -119,7 +134,7 @@ class FrameTimeout(KittiwakeError):
     code = "FRAME_TIMEOUT"
 
 
-class IdleTimeout(KittiwakeError):
+class IdleTimeout(Transient):
     """The connection had nothing in flight for the broker's idle timeout and is closed
     after this error; no request was lost (connect again). Code IDLE_TIMEOUT."""
 
@@ -140,30 +155,92 @@ class Forbidden(KittiwakeError):
     code = "FORBIDDEN"
 
 
-class ConnectionLost(KittiwakeError):
+class ConnectionLost(Transient):
     """Client side: the connection broke before the request was answered; its outcome is unknown. Code CONNECTION_LOST."""
 
     code = "CONNECTION_LOST"
 
 
-class BrokerUnreachable(KittiwakeError):
+class BrokerUnreachable(Transient):
     """Client side: no connection to the broker could be made within the retry budget. Code BROKER_UNREACHABLE."""
 
     code = "BROKER_UNREACHABLE"
 
 
-class RequestTimeout(KittiwakeError):
+class RequestTimeout(Transient):
     """Client side: no reply within the request timeout; the outcome is unknown unless the
     message says the request could not be sent (then it had no effect). Code TIMEOUT."""
 
     code = "TIMEOUT"
 
 
+class RemoteFailure(Protocol):
+    """An error as it comes back from a worker (`app.serialization.RemoteError`)."""
+
+    type: str
+    message: str
+    traceback: str
+    reason: str
+
+
+class TaskFailed(KittiwakeError):
+    """App side: a submitted task failed on its worker, or never ran (dead-lettered, cancelled,
+    a parent failed). Code TASK_FAILED.
+
+    `reason` says why: ERROR (an exception), TIMEOUT, WORKER_LOST,
+    RESULT_UNSERIALISABLE, RESULT_TOO_LARGE, UNKNOWN_TASK, BAD_PAYLOAD,
+    CANCELLED, LEASE_EXPIRED, or PARENT_FAILED <queue>/<pid>. `type`,
+    `remote_message` and `traceback` describe the remote exception when there
+    was one; `task_id` names the task.
+    """
+
+    code = "TASK_FAILED"
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        task_id: str = "",
+        reason: str = "ERROR",
+        type: str = "",
+        remote_message: str = "",
+        traceback: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.reason = reason
+        self.type = type
+        self.remote_message = remote_message
+        self.traceback = traceback
+
+    @classmethod
+    def for_task(cls, task_id: str, failure: RemoteFailure) -> TaskFailed:
+        """The error for task `task_id` that failed with `failure`."""
+        text = f"task {task_id} failed ({failure.reason})"
+        if failure.type or failure.message:
+            text += f": {failure.type}: {failure.message}"
+        return cls(
+            text, task_id=task_id, reason=failure.reason, type=failure.type,
+            remote_message=failure.message, traceback=failure.traceback,
+        )
+
+
+class ResultUnavailable(KittiwakeError):
+    """App side: the task finished but its result does not come to this app (an identical key
+    submitted by another app got it). Code RESULT_UNAVAILABLE."""
+
+    code = "RESULT_UNAVAILABLE"
+
+
+LEASE_LOST_CODES = frozenset({TaskNotFound.code, TaskNotLeased.code, LeaseExpired.code})
+"""Codes that refuse a renew, release or dequeue because the lease is no longer the caller's."""
+
+_ABSTRACT = (KittiwakeError, Transient)  # parents that are never raised, so never decoded
+
 _BY_CODE: dict[str, type[KittiwakeError]] = {}
 for _cls in list(globals().values()):
-    if isinstance(_cls, type) and issubclass(_cls, KittiwakeError):
+    if isinstance(_cls, type) and issubclass(_cls, KittiwakeError) and _cls not in _ABSTRACT:
         _BY_CODE.setdefault(_cls.code, _cls)
-_BY_CODE["INTERNAL"] = InternalError
 
 
 def error_for_code(code: str, message: str = "") -> KittiwakeError:

@@ -19,21 +19,22 @@ Names and limits (documented in the README):
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kittiwake.constants import (  # re-exported: the broker's layers import them from here
+    DEAD_PID_EXTRA_BYTES,
+    DEAD_PID_HEADER,
+    DEAD_PID_SEPARATOR,
+    DEAD_REASON_HEADER,
+    DEAD_SUFFIX,
+    DEFAULT_GROUP,
+    DEFAULT_LEASE_SECS,
+    FIFO_PID_DIGITS,
+    GROUP_SEPARATOR,
+)
 from kittiwake.errors import BadRequest
-
-DEFAULT_GROUP = ""
-DEAD_SUFFIX = ".dead"
-FIFO_PID_DIGITS = 17
-# Every dead letter is kept: it sits in `<queue>.dead` at `<pid>~<death time>`
-# (a FIFO pid from the broker's clock, so a pid's dead letters are adjacent and
-# in the order they died), with the reason and the original pid in headers.
-DEAD_REASON_HEADER = "kittiwake-dead-reason"
-DEAD_PID_HEADER = "kittiwake-dead-pid"
-DEAD_PID_SEPARATOR = "~"
-DEAD_PID_EXTRA_BYTES = len(DEAD_PID_SEPARATOR) + FIFO_PID_DIGITS
 
 _QUEUE_RE = re.compile(r"(?:[A-Za-z0-9_.:@/\-]+#)?[A-Za-z0-9_.:@/\-]+")  # used with fullmatch
 _HEADER_KEY_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # used with fullmatch
@@ -52,7 +53,7 @@ class Limits:
     max_batch: int = 10_000  # items in one request
     max_reply_data_bytes: int = 8 << 20  # task data in one lease/peek reply (at least one task is always returned)
     max_lease_secs: float = 12 * 3600.0
-    default_lease_secs: float = 30.0
+    default_lease_secs: float = DEFAULT_LEASE_SECS
     max_wait_secs: float = 300.0
     default_max_attempts: int = 10
     max_attempts_ceiling: int = 1_000_000
@@ -68,13 +69,13 @@ class TaskState(str, Enum):
 
 def split_queue(queue: str) -> tuple[str, str]:
     """(group, name) of a queue name; the default group is ``""``."""
-    group, sep, name = queue.rpartition("#")
+    group, sep, name = queue.rpartition(GROUP_SEPARATOR)
     return (group, name) if sep else (DEFAULT_GROUP, queue)
 
 
 def group_of(queue: str) -> str:
     """The consistency group of a queue name."""
-    index = queue.rfind("#")
+    index = queue.rfind(GROUP_SEPARATOR)
     return queue[:index] if index >= 0 else DEFAULT_GROUP
 
 
@@ -83,6 +84,9 @@ def dead_queue_of(queue: str) -> str:
     return queue + DEAD_SUFFIX
 
 
+# Every dead letter is kept: it sits in `<queue>.dead` at `<pid>~<death time>`
+# (a FIFO pid from the broker's clock, so a pid's dead letters are adjacent and
+# in the order they died), with the reason and the original pid in headers.
 def dead_letter_pid(pid: str, death_pid: str) -> str:
     """The pid of a dead letter of `pid`, given a FIFO pid of its death."""
     return pid + DEAD_PID_SEPARATOR + death_pid
@@ -91,6 +95,23 @@ def dead_letter_pid(pid: str, death_pid: str) -> str:
 def dead_letter_prefix(pid: str) -> str:
     """Every dead letter of `pid` has a pid that starts with this (others may too: check DEAD_PID_HEADER)."""
     return pid + DEAD_PID_SEPARATOR
+
+
+def task_key(item: object, what: str = "after") -> tuple[str, str]:
+    """(queue, pid) of a task named by a pair, a map with "queue" and "pid", or anything with
+    `.queue` and `.pid` (a handle, a job node, a leased task); BAD_REQUEST otherwise."""
+    if isinstance(item, Mapping):
+        queue, pid = item.get("queue"), item.get("pid")
+    elif isinstance(item, (tuple, list)) and len(item) == 2:
+        queue, pid = item
+    else:
+        queue, pid = getattr(item, "queue", None), getattr(item, "pid", None)
+    if queue is None or pid is None:
+        raise BadRequest(f"each entry of {what} names a task: (queue, pid) or an object with queue and pid")
+    for value, part in ((queue, "queue"), (pid, "pid")):
+        if not isinstance(value, str):
+            raise BadRequest(f"{what} {part} must be a string, got {type(value).__name__}")
+    return (queue, pid)
 
 
 def fifo_pid(micros: int) -> str:
@@ -298,7 +319,7 @@ class LeaseRequest:
 
     queues: list[str]
     max_tasks: int = 1
-    lease_secs: float = 30.0
+    lease_secs: float = DEFAULT_LEASE_SECS
     max_pid: str | None = None
     receiver: str | None = None
     worker: str | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from kittiwake.worker.loop import Capacity
+from kittiwake.worker.capacity import Capacity
 
 
 def test_leasers_take_what_is_free_and_give_it_back() -> None:

@@ -11,18 +11,23 @@
     print(handle.result(timeout=30))
 
 Workers run it: ``kittiwake worker module:app``. Module map: `app` (App),
-`definitions` (task options), `handles` (Handle, TaskFailed), `replies`
-(the reply-queue collector), `job` (DAGs), `schedule` (periodic ticks),
-`serialization` (msgpack / pickle payloads), `envelope` (queue and header
-names shared with workers), `context` (the running task), `shell` (shell
-commands as tasks).
+`definitions` (task options), `handles` (Handle), `replies` (the
+reply-queue collector), `result_slots` (where results wait for handles),
+`collapse` (which run an idempotency key joined), `job` (DAGs), `schedule`
+(periodic ticks), `serialization` (msgpack / pickle payloads), `envelope`
+(how tasks travel: queue and header names shared with workers, declared in
+`kittiwake.constants`), `locality` (node-local queues), `context` (the
+running task), `shell` (shell commands as tasks). `TaskFailed` and
+`ResultUnavailable` belong to the error tree (`kittiwake.errors`) and are
+importable from here too.
 """
 
 from kittiwake.app.app import App
 from kittiwake.app.context import TaskContext, current_task
 from kittiwake.app.definitions import Delivery, TaskDefinition, TaskOptions
-from kittiwake.app.handles import Handle, ResultUnavailable, TaskFailed, TaskStatus
+from kittiwake.app.handles import Handle, TaskStatus
 from kittiwake.app.job import Job, JobHandles, Node
+from kittiwake.errors import ResultUnavailable, TaskFailed
 
 __all__ = [
     "App",

@@ -41,37 +41,26 @@ from kittiwake.app.definitions import (
     TaskDefinition,
     make_options,
 )
-from kittiwake.app.envelope import (
+from kittiwake.app.envelope import delayed_pid, delayed_queue_of, gang_queue_of, reply_queue_for
+from kittiwake.app.handles import Handle, results_of
+from kittiwake.app.job import Job
+from kittiwake.app.locality import local_queue_of
+from kittiwake.app.replies import ReplyCollector
+from kittiwake.app.schedule import make_schedule
+from kittiwake.app.serialization import Serializer
+from kittiwake.app.shell import SHELL_TASK, run_shell
+from kittiwake.client import Client
+from kittiwake.constants import (
     REPLIES_PREFIX,
     REPLY_TO_HEADER,
     SUBMISSION_HEADER,
     SUBMITTED_AT_HEADER,
     TASK_ID_HEADER,
-    delayed_pid,
-    delayed_queue_of,
-    reply_queue_for,
 )
-from kittiwake.app.handles import Handle
-from kittiwake.app.replies import ReplyCollector
-from kittiwake.app.schedule import make_schedule
-from kittiwake.app.serialization import Serializer
-from kittiwake.app.shell import SHELL_TASK, run_shell
-from kittiwake.app.locality import local_queue_of
-from kittiwake.client import Client
-from kittiwake.model import Limits, validate_pid
+from kittiwake.model import Limits, task_key, validate_pid
 
 MAX_BATCH = Limits().max_batch
 _REPLY_PREFIX_RE = re.compile(r"[A-Za-z0-9_.:@/\-]{1,200}")  # used with fullmatch: queue-name characters, no '#'
-
-
-def task_key(parent: Any) -> tuple[str, str]:
-    """(queue, pid) of a parent given as a handle, a job node, a leased task or a pair."""
-    if isinstance(parent, (tuple, list)) and len(parent) == 2:
-        return (str(parent[0]), str(parent[1]))
-    queue, pid = getattr(parent, "queue", None), getattr(parent, "pid", None)
-    if not isinstance(queue, str) or not isinstance(pid, str):
-        raise TypeError(f"after= takes handles or (queue, pid) pairs, not {type(parent).__name__}")
-    return (queue, pid)
 
 
 class App:
@@ -209,12 +198,13 @@ class App:
     def queues(self) -> list[str]:
         """Every queue the app's tasks are defined on (and ``<queue>.gang`` for gang tasks), in name order."""
         queues = {definition.queue for definition in self.tasks.values()}
-        queues |= {definition.queue + ".gang" for definition in self.tasks.values() if definition.options.needs > 1}
+        queues |= {gang_queue_of(definition.queue) for definition in self.tasks.values() if definition.options.needs > 1}
         return sorted(queues)
 
     # ------------------------------------------------------------ submitting
 
-    def _definition(self, task: TaskDefinition | str) -> TaskDefinition:
+    def definition_of(self, task: TaskDefinition | str) -> TaskDefinition:
+        """The definition of `task`, given as a definition or a registered name (KeyError if unknown)."""
         if isinstance(task, TaskDefinition):
             return task
         definition = self.tasks.get(task)
@@ -224,7 +214,7 @@ class App:
 
     def submit(self, task: TaskDefinition | str, *args: Any, **kwargs: Any) -> Handle:
         """`task.submit(*args, **kwargs)` for a definition or a task name."""
-        return self._definition(task).submit(*args, **kwargs)
+        return self.definition_of(task).submit(*args, **kwargs)
 
     def prepare(
         self,
@@ -275,7 +265,7 @@ class App:
             max_attempts=options.broker_max_attempts,
         )
         if after:
-            task["after"] = [task_key(parent) for parent in after]
+            task["after"] = [task_key(parent, "after") for parent in after]
         handle = Handle(self, task_id, options.name, queue, pid, slot, reply_queue, submission)
         if key is not None and slot is not None:
             # a key can collapse into a live task: keep its results from now on, in case
@@ -307,7 +297,7 @@ class App:
 
     def map(self, task: TaskDefinition | str, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]:
         """One task per item, called as `task(item)`, submitted `chunk` per request; returns the handles."""
-        definition = self._definition(task)
+        definition = self.definition_of(task)
         chunk = max(1, min(chunk, MAX_BATCH))
         handles: list[Handle] = []
         bundle: list[dict[str, Any]] = []
@@ -322,17 +312,10 @@ class App:
             self.client.enqueue_many(bundle)
         return handles
 
-    def job(self) -> Any:
+    def job(self) -> Job:
         """A `Job`: build a graph of tasks with `add`, then submit it in bundles."""
-        from kittiwake.app.job import Job
-
         return Job(self)
 
     def results(self, handles: Iterable[Handle], timeout: float | None = None) -> list[Any]:
         """The results of many handles in order; raises the first failure (or TimeoutError)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        values = []
-        for handle in handles:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            values.append(handle.result(remaining))
-        return values
+        return results_of(handles, timeout)

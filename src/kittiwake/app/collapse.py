@@ -28,19 +28,30 @@ run of the same key was created and finished within the same round trip.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from kittiwake import errors
-from kittiwake.app.envelope import REPLY_TO_HEADER, result_pid
+from kittiwake.app.envelope import result_pid
 from kittiwake.app.handles import Handle
-from kittiwake.client import EnqueueOutcome
+from kittiwake.constants import REPLY_TO_HEADER
 
 if TYPE_CHECKING:
-    from kittiwake.app.app import App
+    from kittiwake.app.replies import ReplyCollector
+    from kittiwake.client import Client, EnqueueOutcome
+
+
+class Collecting(Protocol):
+    """What following a collapsed submission needs of the `App`: its client and its collector."""
+
+    @property
+    def client(self) -> Client: ...
+
+    @property
+    def collector(self) -> ReplyCollector: ...
 
 
 def follow_collapsed(
-    app: App, tasks: Sequence[dict[str, Any]], handles: Sequence[Handle], outcomes: Sequence[EnqueueOutcome]
+    app: Collecting, tasks: Sequence[dict[str, Any]], handles: Sequence[Handle], outcomes: Sequence[EnqueueOutcome]
 ) -> None:
     """Point each handle whose enqueue collapsed at the run it joined; stop capturing for the others."""
     for task, handle, outcome in zip(tasks, handles, outcomes):
@@ -56,7 +67,7 @@ def follow_collapsed(
                 app.collector.release(capture)
 
 
-def _join_live_run(app: App, task: dict[str, Any], handle: Handle, outcome: EnqueueOutcome) -> None:
+def _join_live_run(app: Collecting, task: dict[str, Any], handle: Handle, outcome: EnqueueOutcome) -> None:
     places = [(outcome.queue, outcome.pid), *(tuple(key) for key in task.get("unless", ()))]
     for queue, pid in places:
         try:
@@ -71,7 +82,7 @@ def _join_live_run(app: App, task: dict[str, Any], handle: Handle, outcome: Enqu
     _take_latest_captured(handle)
 
 
-def _follow(app: App, handle: Handle, submission: str) -> None:
+def _follow(app: Collecting, handle: Handle, submission: str) -> None:
     """Wait for the result of `submission` (perhaps already captured)."""
     handle.submission = submission
     handle.slot = app.collector.slot(submission)

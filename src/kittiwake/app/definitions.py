@@ -45,17 +45,21 @@ import sys
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
-from kittiwake.app.envelope import DEFAULT_QUEUE
+from kittiwake.constants import (
+    DEFAULT_LEASE_SECS,
+    DEFAULT_QUEUE,
+    GROUP_SEPARATOR,
+    RESERVED_PREFIX,
+    RESERVED_SUFFIXES,
+)
 from kittiwake.model import Limits, validate_queue
 
 if TYPE_CHECKING:
-    from kittiwake.app.app import App
     from kittiwake.app.handles import Handle
     from kittiwake.app.schedule import Schedule
 
-DEFAULT_LEASE_SECS = 30.0
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_RETRY_BACKOFF_SECS = 1.0
 DEFAULT_RETRY_BACKOFF_MAX_SECS = 300.0
@@ -109,8 +113,12 @@ class TaskOptions:
 
     def __post_init__(self) -> None:
         validate_queue(self.queue, Limits())
-        if self.queue.endswith((".delayed", ".dead", ".ticks-done")) or "#_" in self.queue or self.queue.startswith("_"):
-            raise ValueError(f"queue {self.queue!r} is a name Kittiwake keeps for itself (a leading '_', or '.delayed', '.dead', '.ticks-done' at the end)")
+        reserved_start = self.queue.startswith(RESERVED_PREFIX) or GROUP_SEPARATOR + RESERVED_PREFIX in self.queue
+        if reserved_start or self.queue.endswith(RESERVED_SUFFIXES):
+            raise ValueError(
+                f"queue {self.queue!r} is a name Kittiwake keeps for itself (a leading {RESERVED_PREFIX!r}, "
+                f"or {', '.join(map(repr, RESERVED_SUFFIXES))} at the end)"
+            )
         if not 0 < self.lease_secs <= Limits().max_lease_secs:
             raise ValueError(f"lease_secs must be in (0, {Limits().max_lease_secs}]")
         if self.max_attempts < 1:
@@ -171,10 +179,20 @@ def make_options(function: Callable[..., Any], **options: Any) -> TaskOptions:
     return TaskOptions(name=name, **options)
 
 
+class Submitter(Protocol):
+    """What a task definition needs of its `App`: a way to submit its calls."""
+
+    def submit_call(
+        self, definition: TaskDefinition, args: tuple[Any, ...], kwargs: dict[str, Any], **options: Any
+    ) -> Handle: ...
+
+    def map(self, task: TaskDefinition, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]: ...
+
+
 class TaskDefinition:
     """A function registered as a task of an app. Call it to run it here; `submit` to run it on a worker."""
 
-    def __init__(self, app: App, function: Callable[..., Any], options: TaskOptions) -> None:
+    def __init__(self, app: Submitter, function: Callable[..., Any], options: TaskOptions) -> None:
         self.app = app
         self.function = function
         self.options = options

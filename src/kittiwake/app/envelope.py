@@ -1,7 +1,7 @@
 """How an app task travels through the broker: the queues it uses and the headers it carries.
 
-One place for every name the submitter and the worker must agree on
-(arq's `constants.py`):
+What the submitter and the worker must agree on; the names themselves are
+declared in `kittiwake.constants`:
 
 * a task defined with ``queue="emails"`` is enqueued into ``emails`` with
   pid = its task id (a uuid4 hex, or the idempotency key given to
@@ -19,7 +19,9 @@ One place for every name the submitter and the worker must agree on
   submitted again after its first run finished) has a result of its own;
 * a periodic run's marker goes to ``<queue>.ticks-done`` once it finished,
   so a scheduler that fires a tick late collapses (``unless``) instead of
-  running it twice.
+  running it twice;
+* the joins of a gang task (``needs=N``) wait in ``<queue>.gang``
+  (`kittiwake.worker.gang`).
 
 Headers (all strings):
 
@@ -44,19 +46,16 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
-from kittiwake.model import DEAD_SUFFIX, group_of, pid_at
-
-TASK_ID_HEADER = "kittiwake-task-id"
-REPLY_TO_HEADER = "kittiwake-reply-to"
-SUBMISSION_HEADER = "kittiwake-submission"
-SUBMITTED_AT_HEADER = "kittiwake-submitted-at"
-DEAD_REASON_HEADER = "kittiwake-dead-reason"
-
-DELAYED_SUFFIX = ".delayed"
-TICKS_DONE_SUFFIX = ".ticks-done"
-REPLIES_PREFIX = "_replies."
-WORKERS_QUEUE = "_workers"
-DEFAULT_QUEUE = "default"
+from kittiwake.constants import (
+    DELAYED_SUFFIX,
+    GANG_SUFFIX,
+    GROUP_SEPARATOR,
+    REPLIES_PREFIX,
+    SUBMISSION_HEADER,
+    TASK_ID_HEADER,
+    TICKS_DONE_SUFFIX,
+)
+from kittiwake.model import group_of, pid_at
 
 REDELIVER_NOTE = re.compile(r"^\[redeliver (\d+)\] ?")
 
@@ -69,14 +68,20 @@ def ticks_done_queue_of(queue: str) -> str:
     return queue + TICKS_DONE_SUFFIX
 
 
-def dead_queue_of(queue: str) -> str:
-    return queue + DEAD_SUFFIX
+def gang_queue_of(queue: str) -> str:
+    """Where the join tasks of gang tasks defined on `queue` wait (`worker.gang`)."""
+    return queue + GANG_SUFFIX
+
+
+def undelayed_queue_of(queue: str) -> str:
+    """`<queue>.delayed` → `<queue>` (the inverse of `delayed_queue_of`); other names unchanged."""
+    return queue.removesuffix(DELAYED_SUFFIX)
 
 
 def reply_queue_for(queue: str, app_id: str, prefix: str = REPLIES_PREFIX) -> str:
     """The reply queue of app `app_id` in the consistency group of `queue` (`prefix`: see `App`)."""
     group = group_of(queue)
-    return f"{group}#{prefix}{app_id}" if group else f"{prefix}{app_id}"
+    return f"{group}{GROUP_SEPARATOR}{prefix}{app_id}" if group else f"{prefix}{app_id}"
 
 
 def result_pid(headers: dict[str, str], pid: str) -> str:

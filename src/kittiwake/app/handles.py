@@ -35,58 +35,30 @@ waiting (a restart) are waited out.
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Protocol
 
 from kittiwake import errors
-from kittiwake.app.envelope import (
-    DEAD_REASON_HEADER,
-    SUBMISSION_HEADER,
-    dead_queue_of,
-    public_note,
-    redelivery_allowed,
-)
+from kittiwake.app.envelope import public_note, redelivery_allowed
+from kittiwake.app.result_slots import ResultCapture, ResultSlot
 from kittiwake.app.serialization import RemoteError
+from kittiwake.constants import CANCELLED_REASON, DEAD_REASON_HEADER, SUBMISSION_HEADER
+from kittiwake.errors import ResultUnavailable, TaskFailed
+from kittiwake.model import dead_queue_of
 
 if TYPE_CHECKING:
-    from kittiwake.app.app import App
-    from kittiwake.app.replies import ResultCapture
+    from kittiwake.client import Client
 
 FIRST_CHECK_SECS = 1.0
 MAX_CHECK_SECS = 5.0
 RESULT_GRACE_SECS = 10.0  # a finished task's result may still be on its way to the collector
-TRANSIENT = (errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.Unavailable)
 
 
-class TaskFailed(errors.KittiwakeError):
-    """The task failed on the worker, or never ran (dead-lettered, cancelled, parent failed). Code TASK_FAILED.
+class BrokerAccess(Protocol):
+    """What a handle needs of its `App`: the client that reaches the task's broker."""
 
-    `reason` says why: ERROR (an exception), TIMEOUT, WORKER_LOST,
-    RESULT_UNSERIALISABLE, RESULT_TOO_LARGE, UNKNOWN_TASK, BAD_PAYLOAD,
-    CANCELLED, LEASE_EXPIRED, or PARENT_FAILED <queue>/<pid>. `type`,
-    `remote_message` and `traceback` describe the remote exception when there was one.
-    """
-
-    code = "TASK_FAILED"
-
-    def __init__(self, task_id: str, error: RemoteError) -> None:
-        text = f"task {task_id} failed ({error.reason})"
-        if error.type or error.message:
-            text += f": {error.type}: {error.message}"
-        super().__init__(text)
-        self.task_id = task_id
-        self.reason = error.reason
-        self.type = error.type
-        self.remote_message = error.message
-        self.traceback = error.traceback
-
-
-class ResultUnavailable(errors.KittiwakeError):
-    """The task finished but its result does not come to this app. Code RESULT_UNAVAILABLE."""
-
-    code = "RESULT_UNAVAILABLE"
+    @property
+    def client(self) -> Client: ...
 
 
 class TaskStatus(NamedTuple):
@@ -97,25 +69,6 @@ class TaskStatus(NamedTuple):
     note: str | None = None
 
 
-@dataclass(slots=True, weakref_slot=True)
-class ResultSlot:
-    """Where the collector puts a task's result; shared by every handle of the same task id."""
-
-    event: threading.Event
-    ok: bool = False
-    value: Any = None
-
-    @classmethod
-    def empty(cls) -> ResultSlot:
-        return cls(threading.Event())
-
-    def set(self, ok: bool, value: Any) -> None:
-        if self.event.is_set():
-            return  # the first outcome wins (a duplicate run's result is ignored)
-        self.ok, self.value = ok, value
-        self.event.set()
-
-
 class Handle:
     """One submitted task. `.id` is its task id; `.queue` and `.pid` name it in the broker."""
 
@@ -123,7 +76,7 @@ class Handle:
                  "capture", "__weakref__")
 
     def __init__(
-        self, app: App, task_id: str, name: str, queue: str, pid: str, slot: ResultSlot | None,
+        self, app: BrokerAccess, task_id: str, name: str, queue: str, pid: str, slot: ResultSlot | None,
         reply_queue: str | None = None, submission: str | None = None,
     ) -> None:
         self.app = app
@@ -164,12 +117,12 @@ class Handle:
                 time.sleep(wait)
             try:
                 state = self._broker_state()
-            except TRANSIENT:
+            except errors.Transient:
                 continue  # the broker is away for a moment (restarting?): keep waiting
             if isinstance(state, RemoteError):
                 if self.slot is not None and self.slot.event.is_set():
                     return self._outcome()  # an error result beat the check
-                raise TaskFailed(self.id, state)
+                raise TaskFailed.for_task(self.id, state)
             if state is None:
                 if not self.wants_result:
                     return None  # finished; nobody asked for its result
@@ -193,14 +146,14 @@ class Handle:
             return True
         except errors.TaskNotFound:
             return False
-        except TRANSIENT:
+        except errors.Transient:
             return True
 
     def _outcome(self) -> Any:
         assert self.slot is not None
         if self.slot.ok:
             return self.slot.value
-        raise TaskFailed(self.id, self.slot.value)
+        raise TaskFailed.for_task(self.id, self.slot.value)
 
     def _broker_state(self) -> Any:
         """The task's view if it still waits or runs; a RemoteError if dead-lettered; None if gone."""
@@ -251,5 +204,16 @@ class Handle:
         except errors.TaskNotFound:
             return False
         if self.slot is not None:
-            self.slot.set(False, RemoteError("Cancelled", reason or "cancelled", reason="CANCELLED"))
+            self.slot.set(False, RemoteError("Cancelled", reason or "cancelled", reason=CANCELLED_REASON))
         return True
+
+
+def results_of(handles: Iterable[Handle], timeout: float | None = None) -> list[Any]:
+    """The results of many handles in order; raises the first failure (or TimeoutError once
+    `timeout` seconds passed in all)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    values = []
+    for handle in handles:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        values.append(handle.result(remaining))
+    return values

@@ -24,14 +24,25 @@ from __future__ import annotations
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from kittiwake.app.definitions import DEFAULT_MAP_CHUNK, TaskDefinition
 from kittiwake.app.envelope import delayed_pid, delayed_queue_of
+from kittiwake.app.handles import Handle, results_of
 
-if TYPE_CHECKING:
-    from kittiwake.app.app import App
-    from kittiwake.app.handles import Handle
+
+class JobSubmitter(Protocol):
+    """What a job needs of its `App`: its task definitions, its clock, and bundled submission."""
+
+    clock: Callable[[], float]
+
+    def definition_of(self, task: TaskDefinition | str) -> TaskDefinition: ...
+
+    def prepare(
+        self, definition: TaskDefinition, args: tuple[Any, ...], kwargs: dict[str, Any], **options: Any
+    ) -> tuple[dict[str, Any], Handle]: ...
+
+    def enqueue_prepared(self, tasks: list[dict[str, Any]], handles: list[Handle], chunk: int = ...) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -68,8 +79,7 @@ class JobHandles:
 
     def results(self, timeout: float | None = None) -> list[Any]:
         """Every node's result in the order added; raises the first failure."""
-        app = self._handles[0].app if self._handles else None
-        return app.results(list(self), timeout) if app is not None else []
+        return results_of(self, timeout)
 
     def cancel(self, reason: str | None = None) -> int:
         """Withdraw every task not yet finished; returns how many were withdrawn."""
@@ -79,7 +89,7 @@ class JobHandles:
 class Job:
     """A graph of tasks under construction; `submit` sends it."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: JobSubmitter) -> None:
         self.app = app
         self.nodes: list[Node] = []
 
@@ -93,7 +103,7 @@ class Job:
         **kwargs: Any,
     ) -> Node:
         """A node calling `task(*args, **kwargs)` once every task in `after` finished."""
-        definition = self.app._definition(task)
+        definition = self.app.definition_of(task)
         task_id = key or uuid.uuid4().hex
         queue, pid = definition.queue, task_id
         options: dict[str, Any] = {"task_id": task_id}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-NODE_SEPARATOR = "@"
+from kittiwake.constants import NODE_SEPARATOR
 _NODE = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 
 

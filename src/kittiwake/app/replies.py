@@ -12,7 +12,8 @@ Slots are keyed by submission, not by task id: an idempotency key names a
 task id that can run again once its first run finished, and each run's
 result must reach the handles of that run only. A `ResultCapture` keeps the
 results of one task id that arrive while a collapsed submission is still
-finding out which run it joined (see `app.collapse`).
+finding out which run it joined (see `app.collapse`). Both live in
+`app.result_slots`.
 
 Slots are held weakly: a result whose handles were all dropped (a `map` whose
 handles nobody kept) is dequeued and discarded, so the collector's memory is
@@ -27,14 +28,13 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from kittiwake import errors
-from kittiwake.app.envelope import TASK_ID_HEADER
-from kittiwake.app.handles import ResultSlot
+from kittiwake.app.result_slots import ResultCapture, ResultSlot
 from kittiwake.app.serialization import Serializer
 from kittiwake.client import Client
+from kittiwake.constants import TASK_ID_HEADER
 
 log = logging.getLogger("kittiwake.app.replies")
 
@@ -43,25 +43,6 @@ BATCH_RESULTS = 1000
 LEASE_SECS = 5.0  # a batch is handed over in milliseconds; a lost lease reply costs this long
 RETRY_PAUSE_SECS = 0.5
 MAX_CAPTURED_TASK_IDS = 1024  # beyond this many, forget task ids whose captures were dropped
-
-
-@dataclass(slots=True, weakref_slot=True, eq=False)  # eq=False: hashed by identity, for the WeakSet
-class ResultCapture:
-    """Results of one task id collected while a submission of it works out which run it joined.
-
-    `results` holds (enqueued_at, submission, ok, value) of each result seen;
-    once `follower` is set, the next result seen goes to it instead.
-    """
-
-    task_id: str
-    results: list[tuple[float, str, bool, Any]] = field(default_factory=list)
-    follower: ResultSlot | None = None
-
-    def offer(self, enqueued_at: float, submission: str, ok: bool, value: Any) -> None:
-        if self.follower is not None:
-            self.follower.set(ok, value)
-        else:
-            self.results.append((enqueued_at, submission, ok, value))
 
 
 class ReplyCollector:
@@ -141,7 +122,7 @@ class ReplyCollector:
                 continue
             try:
                 self.collect_once(queues, WAIT_SECS)
-            except (errors.BrokerUnreachable, errors.ConnectionLost, errors.RequestTimeout, errors.Unavailable) as error:
+            except errors.Transient as error:
                 if self._stop.is_set():
                     return
                 log.warning("collecting results: %s; retrying", error)

@@ -283,7 +283,7 @@ class Measured:
     client_cpu_percent: float | None = None
 
     @property
-    def tasks_per_s(self) -> float:
+    def tasks_per_sec(self) -> float:
         return self.result.tasks / self.seconds if self.seconds > 0 else 0.0
 
     @property

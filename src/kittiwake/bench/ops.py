@@ -78,9 +78,9 @@ def _record(name: str, measured: Measured, *, batch: int, requests: int, queues:
     reference = references.OPS[name]
     record = figure(
         measured,
-        ratio=references.rate_ratio(measured.tasks_per_s, reference.tasks_per_s),
-        reference={"source": reference.source, "tasks_per_s": reference.tasks_per_s} if reference.source else None,
-        target={"tasks_per_s_min": reference.target_tasks_per_s},
+        ratio=references.rate_ratio(measured.tasks_per_sec, reference.tasks_per_sec),
+        reference={"source": reference.source, "tasks_per_s": reference.tasks_per_sec} if reference.source else None,
+        target={"tasks_per_s_min": reference.target_tasks_per_sec},
         batch=batch,
         requests_per_op=requests,
         clients=clients,
@@ -111,17 +111,17 @@ def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None =
 
         def rate(*names: str) -> float:
             """The best enqueue rate measured, or the lease figure's own target when none ran."""
-            return max((measured[name].tasks_per_s for name in names if name in measured), default=0.0)
+            return max((measured[name].tasks_per_sec for name in names if name in measured), default=0.0)
 
         timed("enqueue", "enqueue, explicit pid", Scenario("enqueue", single, data_bytes=data))
         timed("fifo_enqueue", "FIFO enqueue", Scenario("fifo_enqueue", single, data_bytes=data))
         if "lease_dequeue" in wanted:
-            estimate = rate("enqueue", "fifo_enqueue") or references.OPS["lease_dequeue"].target_tasks_per_s
+            estimate = rate("enqueue", "fifo_enqueue") or references.OPS["lease_dequeue"].target_tasks_per_sec
             _top_up(session, single, estimate, run_secs, bar("top up (unmeasured)"))
         timed("lease_dequeue", "lease + dequeue", Scenario("lease_dequeue", single, data_bytes=data))
         timed("batch_enqueue", f"batch enqueue ×{batch}", Scenario("fifo_enqueue", bulk, batch=batch, data_bytes=data))
         if "batch_lease_dequeue" in wanted:
-            estimate = rate("batch_enqueue") or references.OPS["batch_lease_dequeue"].target_tasks_per_s
+            estimate = rate("batch_enqueue") or references.OPS["batch_lease_dequeue"].target_tasks_per_sec
             _top_up(session, bulk, estimate, run_secs, bar("top up (unmeasured)"))
         timed("batch_lease_dequeue", f"batch lease + dequeue ×{batch}",
               Scenario("lease_dequeue", bulk, batch=batch, data_bytes=data))

@@ -21,8 +21,8 @@ class RateReference:
     """A throughput figure: the seed's tasks/s (None when the seed has none) and the target."""
 
     source: str | None
-    tasks_per_s: float | None
-    target_tasks_per_s: float
+    tasks_per_sec: float | None
+    target_tasks_per_sec: float
 
 
 TASKMASTER_TABLE_1 = "TaskMaster §6 Table 1"
@@ -65,14 +65,14 @@ def latency_ratio(reference_ms: float | None, measured_ms: float | None) -> floa
 
 # Task scheduling (`bench tasks`): Albatross §5.4.3 and CloudKon §3.3.4–3.3.5.
 ALBATROSS = "Albatross §5.4.3, 64 nodes"
-ALBATROSS_NULL_TASKS_PER_S = 10_666.0  # Figure 54
+ALBATROSS_NULL_TASKS_PER_SEC = 10_666.0  # Figure 54
 ALBATROSS_LATENCY_MS = {"p50": 5.0, "max": 60.0}  # Figure 53
-ALBATROSS_SPARK_TASKS_PER_S = 2_000.0  # where Albatross expects Spark's scheduler to saturate
+ALBATROSS_SPARK_TASKS_PER_SEC = 2_000.0  # where Albatross expects Spark's scheduler to saturate
 ALBATROSS_SPARK_LATENCY_P50_MS = 50.0
 CLOUDKON = "CloudKon §3.3.5"
 CLOUDKON_EFFICIENCY = {"16ms": 0.40, "128ms": 0.87}  # Figure 33, and "up to 87%" overall
 
-TARGET_NULL_TASKS_PER_S = 20_000.0  # two worker processes, durable broker, this 2-core machine
+TARGET_NULL_TASKS_PER_SEC = 20_000.0  # two worker processes, durable broker, this 2-core machine
 TARGET_TASK_LATENCY_MS = {"p50": 1.0, "p99": 5.0, "max": 60.0}  # submit → start
 TARGET_EFFICIENCY = {"16ms": 0.95, "128ms": 0.99}
 TARGET_RATIO_VS_SPARK = 100.0

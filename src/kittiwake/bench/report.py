@@ -95,7 +95,7 @@ def figure(
     }
     if measured is not None:
         result = measured.result
-        record["tasks_per_s"] = round(measured.tasks_per_s, 1) if rate and result.tasks else None
+        record["tasks_per_s"] = round(measured.tasks_per_sec, 1) if rate and result.tasks else None
         record["latency_ms"] = measured.latency_ms
         record["samples"] = len(result.latencies_ns)
         record["errors"] = result.errors

@@ -131,7 +131,7 @@ class SubmitJob:
     """Submit `tasks` tasks to `queue` and collect their results from `reply_queue`.
 
     `sleep_us` is every task's sleep, or one per task (`durations_us`).
-    With `rate_per_s` the tasks go one per request at that pace (open loop);
+    With `rate_per_sec` the tasks go one per request at that pace (open loop);
     without it in bundles of `bundle`, as fast as the broker takes them."""
 
     url: str
@@ -141,7 +141,7 @@ class SubmitJob:
     bundle: int = 1000
     sleep_us: int = 0
     durations_us: array | None = None
-    rate_per_s: float | None = None
+    rate_per_sec: float | None = None
 
 
 @dataclass
@@ -329,9 +329,9 @@ async def _submit_bundles(client: AsyncClient, job: SubmitJob, report: SubmitRep
 
 
 async def _submit_paced(client: AsyncClient, job: SubmitJob, report: SubmitReport) -> None:
-    """One task per request at `rate_per_s`, open loop: the next leaves on time whatever the replies do."""
-    assert job.rate_per_s
-    interval_ns = int(1e9 / job.rate_per_s)
+    """One task per request at `rate_per_sec`, open loop: the next leaves on time whatever the replies do."""
+    assert job.rate_per_sec
+    interval_ns = int(1e9 / job.rate_per_sec)
     sending: list[asyncio.Future[Any]] = []
     start_ns = time.monotonic_ns()
     for index in range(job.tasks):
@@ -359,7 +359,7 @@ async def submit(job: SubmitJob, counter: Synchronized) -> SubmitReport:
     try:
         await client.ping()  # connected before the clock starts
         collecting = asyncio.ensure_future(_collect(client, job, report, counter))
-        if job.rate_per_s:
+        if job.rate_per_sec:
             await _submit_paced(client, job, report)
         else:
             await _submit_bundles(client, job, report)

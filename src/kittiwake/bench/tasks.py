@@ -77,7 +77,7 @@ class TasksSettings:
     max_batch: int = 500  # tasks per lease, at most
     results: str = "batch"  # one result message per batch, or per "task"
     latency_tasks: int = 5000
-    latency_rate_per_s: float = 1000.0
+    latency_rate_per_sec: float = 1000.0
     busy_secs: float = 5.0  # work per worker in each homogeneous efficiency figure
     mixed_busy_secs: float = 15.0  # work per worker in the mixed figure
     mixed_seed: int = 34
@@ -173,7 +173,7 @@ class TaskBench:
         self.submitter = settings.workers  # the pool's last member
 
     def run(self, name: str, *, tasks: int, progress: Callable[[float, int], None], sleep_us: int = 0,
-            durations_us: array | None = None, rate_per_s: float | None = None) -> Phase:
+            durations_us: array | None = None, rate_per_sec: float | None = None) -> Phase:
         settings = self.settings
         queue = f"{GROUP}#tasks.{name}"
         for index in range(settings.workers):
@@ -181,7 +181,7 @@ class TaskBench:
                                              settings.max_batch))
         time.sleep(WORKERS_READY_SECS)  # connected and parked in a long-poll lease
         job = SubmitJob(self.url, queue, f"{GROUP}#reply.{name}", tasks, settings.bundle, sleep_us,
-                        durations_us, rate_per_s)
+                        durations_us, rate_per_sec)
         cpu_before = self.broker.cpu_secs()
         wall_before = time.monotonic()
         self.pool.start(self.submitter, job)
@@ -284,9 +284,9 @@ def _null_record(phase: Phase) -> dict[str, Any]:
         "tasks": submitted.results,
         "seconds": round(submitted.seconds, 4),
         "submit_seconds": round((submitted.last_submit_ns - submitted.first_submit_ns) / 1e9, 4),
-        "ratio": references.rate_ratio(rate, references.ALBATROSS_NULL_TASKS_PER_S),
-        "reference": {"source": references.ALBATROSS, "tasks_per_s": references.ALBATROSS_NULL_TASKS_PER_S},
-        "target": {"tasks_per_s_min": references.TARGET_NULL_TASKS_PER_S},
+        "ratio": references.rate_ratio(rate, references.ALBATROSS_NULL_TASKS_PER_SEC),
+        "reference": {"source": references.ALBATROSS, "tasks_per_s": references.ALBATROSS_NULL_TASKS_PER_SEC},
+        "target": {"tasks_per_s_min": references.TARGET_NULL_TASKS_PER_SEC},
         "batches": sum(w.batches for w in phase.workers),
         "largest_batch": max((w.largest_batch for w in phase.workers), default=0),
         **phase.cpu_percent(),
@@ -296,7 +296,7 @@ def _null_record(phase: Phase) -> dict[str, Any]:
     return record
 
 
-def _latency_record(phase: Phase, rate_per_s: float) -> dict[str, Any]:
+def _latency_record(phase: Phase, rate_per_sec: float) -> dict[str, Any]:
     submitted = phase.submitted
     latency = latency_summary_ms(submitted.latencies_ns)
     record: dict[str, Any] = {
@@ -304,7 +304,7 @@ def _latency_record(phase: Phase, rate_per_s: float) -> dict[str, Any]:
         "latency_ms": latency,
         "samples": len(submitted.latencies_ns),
         "errors": 0,
-        "rate_per_s": rate_per_s,
+        "rate_per_s": rate_per_sec,
         "ratio": references.latency_ratio(references.ALBATROSS_LATENCY_MS["p50"], latency["p50"] if latency else None),
         "reference": {"source": references.ALBATROSS, "latency_ms": references.ALBATROSS_LATENCY_MS},
         "target": {f"latency_ms_{key}_max": bound for key, bound in references.TARGET_TASK_LATENCY_MS.items()},
@@ -357,8 +357,8 @@ def run_tasks(settings: TasksSettings, console: Console, *, parent_dir: str | No
             phases["null"] = bench.run("null", tasks=settings.tasks,
                                        progress=bar(f"null tasks ×{settings.tasks:,}"))
             phases["latency"] = bench.run("latency", tasks=settings.latency_tasks,
-                                          rate_per_s=settings.latency_rate_per_s,
-                                          progress=bar(f"submit → start at {settings.latency_rate_per_s:,.0f}/s"))
+                                          rate_per_sec=settings.latency_rate_per_sec,
+                                          progress=bar(f"submit → start at {settings.latency_rate_per_sec:,.0f}/s"))
             for task_ms in EFFICIENCY_TASK_MS:
                 count = homogeneous_count(task_ms, settings.busy_secs, workers)
                 phases[f"{task_ms}ms"] = bench.run(f"sleep-{task_ms}ms", tasks=count, sleep_us=task_ms * 1000,
@@ -379,13 +379,13 @@ def run_tasks(settings: TasksSettings, console: Console, *, parent_dir: str | No
         shutil.rmtree(root, ignore_errors=True)
 
     null = _null_record(phases["null"])
-    latency = _latency_record(phases["latency"], settings.latency_rate_per_s)
+    latency = _latency_record(phases["latency"], settings.latency_rate_per_sec)
     runs = {key: _efficiency_record(phases[key], workers, int(key[:-2]) if key != "mixed" else None)
             for key in (*(f"{ms}ms" for ms in EFFICIENCY_TASK_MS), "mixed")}
     spark_record = spark.as_dict()
     spark_record["reference"] = {"source": references.ALBATROSS,
-                                 "tasks_per_s": references.ALBATROSS_SPARK_TASKS_PER_S}
-    ratio = round(null["tasks_per_s"] / spark.tasks_per_s, 1) if spark.tasks_per_s and null["tasks_per_s"] else None
+                                 "tasks_per_s": references.ALBATROSS_SPARK_TASKS_PER_SEC}
+    ratio = round(null["tasks_per_s"] / spark.tasks_per_sec, 1) if spark.tasks_per_sec and null["tasks_per_s"] else None
     report: dict[str, Any] = {
         "machine": machine_info(),
         "settings": {**asdict(settings), "broker_startup_s": round(broker_startup_s, 3),
@@ -404,7 +404,7 @@ def run_tasks(settings: TasksSettings, console: Console, *, parent_dir: str | No
     }
     report["targets"] = _targets(report)
     measured = {
-        f"submit → start at {settings.latency_rate_per_s:,.0f}/s": _measured(
+        f"submit → start at {settings.latency_rate_per_sec:,.0f}/s": _measured(
             phases["latency"].submitted.latencies_ns, settings.latency_tasks, phases["latency"].submitted.seconds),
         "submit → start, null-task backlog": _measured(
             phases["null"].submitted.latencies_ns, settings.tasks, phases["null"].submitted.seconds),

@@ -181,7 +181,7 @@ def tasks_command(quick: bool, tasks: int | None, workers: int, bundle: int, max
 
     console = _console()
     settings = TasksSettings(workers=workers, bundle=bundle, max_batch=max_batch, results=results,
-                             latency_rate_per_s=latency_rate, durability=durability)
+                             latency_rate_per_sec=latency_rate, durability=durability)
     if quick:
         settings = quick_settings(settings)
     chosen = {"tasks": tasks, "latency_tasks": latency_tasks, "busy_secs": busy_secs,

@@ -11,6 +11,7 @@ from kittiwake.cli.context import CliContext, default_worker_id, pass_cli
 from kittiwake.cli.output import data_cell, print_fields, print_json, print_table, relative_time, say
 from kittiwake.client import LeaseRef
 from kittiwake.client.results import EnqueueOutcome, ItemOutcome, LeasedTask, TaskView
+from kittiwake.constants import DEFAULT_LEASE_SECS
 
 STDIN_BATCH_TASKS = 1000
 
@@ -99,7 +100,7 @@ def enqueue(
 @click.argument("queues", nargs=-1, required=True)
 @click.option("--max-tasks", default=1, show_default=True, type=click.IntRange(min=1),
               help="Lease at most this many tasks.")
-@click.option("--lease-secs", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--lease-secs", default=DEFAULT_LEASE_SECS, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="How long the lease lasts unless renewed.")
 @click.option("--max-pid", help="Lease only tasks whose pid is at most this (e.g. only tasks that are due).")
 @click.option("--receiver", help="Also lease tasks directed at this receiver.")

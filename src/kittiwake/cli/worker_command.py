@@ -15,6 +15,7 @@ import sys
 import click
 
 from kittiwake.cli.context import CliContext, pass_cli
+from kittiwake.constants import WORKERS_QUEUE
 from kittiwake.worker.config import (
     DEFAULT_DELAYED_POLL_SECS,
     DEFAULT_REGISTRY_EVERY_SECS,
@@ -54,7 +55,7 @@ def split_queues(ctx: click.Context, param: click.Parameter, values: tuple[str, 
               type=click.FloatRange(0.01, 60), help="How often due delayed tasks are looked for.")
 @click.option("--registry-secs", default=DEFAULT_REGISTRY_EVERY_SECS, show_default=True,
               type=click.FloatRange(0.1, 3600), help="How often a process renews its record in the worker registry.")
-@click.option("--registry-queue", default="_workers", show_default=True, envvar="KITTIWAKE_REGISTRY_QUEUE",
+@click.option("--registry-queue", default=WORKERS_QUEUE, show_default=True, envvar="KITTIWAKE_REGISTRY_QUEUE",
               show_envvar=True, help="Queue of the worker registry (one record per process); a broker user "
               "with rights on its own prefix only names one there, e.g. alice.workers.")
 @click.option("--name", help="Prefix of worker ids. Default: the host name.")

@@ -13,6 +13,7 @@ import click
 
 from kittiwake.cli.context import CliContext, pass_cli
 from kittiwake.cli.output import print_json, print_table, relative_time, say
+from kittiwake.constants import WORKERS_QUEUE
 
 
 def _row(record: Any) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def _row(record: Any) -> dict[str, Any]:
 @click.command("workers")
 @click.option("--all", "show_all", is_flag=True, help="Also list records of workers that stopped renewing them.")
 @click.option("--prune", is_flag=True, help="Remove the records of dead workers first.")
-@click.option("--registry-queue", default="_workers", show_default=True, envvar="KITTIWAKE_REGISTRY_QUEUE",
+@click.option("--registry-queue", default=WORKERS_QUEUE, show_default=True, envvar="KITTIWAKE_REGISTRY_QUEUE",
               show_envvar=True, help="Queue of the worker registry (as given to `kittiwake worker`).")
 @pass_cli
 def workers(cli: CliContext, show_all: bool, prune: bool, registry_queue: str) -> None:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Generic, TypeVar, Union
 
 import msgspec
 
-from kittiwake import errors
+from kittiwake import errors, model
 from kittiwake.client.results import (
     DeadLetterPage,
     EnqueueOutcome,
@@ -180,16 +180,8 @@ def task_fields_of(task: object) -> dict[str, Any]:
 
 
 def task_key(item: object, what: str) -> list[str]:
-    """A task named by (queue, pid): a pair, a map, or anything with .queue and .pid (a handle, a leased task)."""
-    if isinstance(item, Mapping):
-        queue, pid = item.get("queue"), item.get("pid")
-    elif isinstance(item, (tuple, list)) and len(item) == 2:
-        queue, pid = item
-    else:
-        queue, pid = getattr(item, "queue", None), getattr(item, "pid", None)
-    if queue is None or pid is None:
-        raise errors.BadRequest(f"each entry of {what} names a task: (queue, pid) or an object with queue and pid")
-    return [_string(queue, f"{what} queue"), _string(pid, f"{what} pid")]
+    """The wire form of a task named as `model.task_key` reads it (a pair, a map, a handle, a leased task)."""
+    return list(model.task_key(item, what))
 
 
 def _keys(value: object, what: str) -> list[list[str]] | None:

@@ -3,10 +3,11 @@
 `kittiwake worker module:app --processes N --concurrency M` starts a
 `Supervisor` that runs N worker processes; each runs a `WorkerLoop` with M
 slots. Module map: `supervisor` (processes, respawning, recycling, signals),
-`loop` (the pull loop of one process), `runner` (one task: checks, call,
-timeout sandbox, outcome), `outcomes` (outcomes to broker updates),
-`heartbeat` (lease renewal and progress), `registry` (worker records in
-``_workers``), `beat` (the periodic scheduler), `config` (`WorkerConfig`).
+`loop` (the pull loop of one process), `capacity` (how many tasks it may
+hold), `runner` (one task: checks, call, timeout sandbox, outcome),
+`outcomes` (outcomes to broker updates), `heartbeat` (lease renewal and
+progress), `registry` (worker records in ``_workers``), `beat` (the periodic
+scheduler), `config` (`WorkerConfig`).
 """
 
 from kittiwake.worker.config import WorkerConfig, load_app

@@ -26,15 +26,11 @@ from typing import Any, Callable
 
 from kittiwake import errors
 from kittiwake.app.definitions import PeriodicDefinition
-from kittiwake.app.envelope import (
-    TASK_ID_HEADER,
-    dead_queue_of,
-    tick_marker_pid,
-    tick_pid,
-    ticks_done_queue_of,
-)
+from kittiwake.app.envelope import tick_marker_pid, tick_pid, ticks_done_queue_of
 from kittiwake.app.schedule import utc
 from kittiwake.client import Client
+from kittiwake.constants import TASK_ID_HEADER
+from kittiwake.model import dead_queue_of
 
 log = logging.getLogger("kittiwake.worker.beat")
 

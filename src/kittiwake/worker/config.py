@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from kittiwake.app.envelope import WORKERS_QUEUE
+from kittiwake.constants import WORKERS_QUEUE
 
 DEFAULT_WAIT_SECS = 1.0
 DEFAULT_SHUTDOWN_SECS = 30.0

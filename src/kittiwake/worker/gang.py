@@ -60,20 +60,20 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kittiwake import errors
-from kittiwake.app.envelope import DELAYED_SUFFIX, TASK_ID_HEADER
+from kittiwake.app.envelope import gang_queue_of, undelayed_queue_of
+from kittiwake.constants import GANG_SUFFIX, TASK_ID_HEADER
 
 if TYPE_CHECKING:
-    from kittiwake.client import LeasedTask
+    from kittiwake.app.serialization import Serializer
+    from kittiwake.client import Client, LeasedTask
     from kittiwake.worker.heartbeat import Held
-    from kittiwake.worker.runner import TaskRunner
 
 log = logging.getLogger("kittiwake.worker.gang")
 
 GANG_JOIN = "kittiwake.gang_join"
-GANG_SUFFIX = ".gang"
 MAILBOX_LEASE_SECS = 60.0
 MEMBER_GRACE_SECS = 5.0  # a member waits for its rank this long beyond the gang's assembly time
 STALE_JOIN_SLACK_SECS = 1.0  # clocks of different hosts may differ a little
@@ -83,8 +83,18 @@ PARK_SECS = (0.2, 1.0)  # a parked gang leads again after a pause in this range
 _local = threading.local()
 
 
-def gang_queue_of(queue: str) -> str:
-    return queue + GANG_SUFFIX
+class RankRunner(Protocol):
+    """What a gang needs of the task runner of the slot it runs on: the worker's client, the app's
+    serializer and the worker's id (its slots' addresses start with it)."""
+
+    @property
+    def client(self) -> Client: ...
+
+    @property
+    def serializer(self) -> Serializer: ...
+
+    @property
+    def worker_id(self) -> str: ...
 
 
 def mailbox_of(queue: str, gang_id: str) -> str:
@@ -128,7 +138,7 @@ class Gang:
             os.environ.pop(name, None)
 
 
-def lead(runner: TaskRunner, held: Held, needs: int, gang_timeout: float) -> Gang | None:
+def lead(runner: RankRunner, held: Held, needs: int, gang_timeout: float) -> Gang | None:
     """Assemble a gang for `held` as rank 0: the gang to run in, or None when it did not
     assemble in time (the caller parks the task; see the module docstring)."""
     client, serializer, task = runner.client, runner.serializer, held.task
@@ -137,7 +147,7 @@ def lead(runner: TaskRunner, held: Held, needs: int, gang_timeout: float) -> Gan
     task_id = headers.get(TASK_ID_HEADER, task.pid)
     # a queue-name-safe id, new for every assembly (a task id may be any printable idempotency key)
     gang_id = f"{hashlib.sha1(task_id.encode()).hexdigest()[:16]}-{time.time_ns() % 10**12}"
-    base_queue = task.queue[: -len(DELAYED_SUFFIX)] if task.queue.endswith(DELAYED_SUFFIX) else task.queue
+    base_queue = undelayed_queue_of(task.queue)
     mailbox = mailbox_of(base_queue, gang_id)
     assemble_by = time.time() + gang_timeout
     joins = [
@@ -178,7 +188,7 @@ def lead(runner: TaskRunner, held: Held, needs: int, gang_timeout: float) -> Gan
     return None
 
 
-def await_members(runner: TaskRunner, gang: Gang) -> list[str]:
+def await_members(runner: RankRunner, gang: Gang) -> list[str]:
     """After rank 0 ran: wait until every member posted done or was lost; returns the lost members'
     addresses (their orders, if never read, are withdrawn)."""
     client, me = runner.client, slot_address(runner.worker_id)
@@ -220,7 +230,7 @@ def _holds_join(client: Any, join_queue: str, join_pid: str) -> bool:
         return False
 
 
-def _withdraw(runner: TaskRunner, mailbox: str, receiver: str) -> None:
+def _withdraw(runner: RankRunner, mailbox: str, receiver: str) -> None:
     """Dequeue the messages in `mailbox` directed to `receiver`, who will not read them."""
     try:
         stale = runner.client.lease(mailbox, max_tasks=100, lease_secs=MAILBOX_LEASE_SECS, receiver=receiver)
@@ -230,7 +240,7 @@ def _withdraw(runner: TaskRunner, mailbox: str, receiver: str) -> None:
         log.warning("withdrawing messages for %s from %s: %s", receiver, mailbox, error)
 
 
-def run_member(runner: TaskRunner, held: Held, args: list[Any]) -> Gang | None:
+def run_member(runner: RankRunner, held: Held, args: list[Any]) -> Gang | None:
     """Join the gang a join task names: post this slot's address to the leader (renewing the
     join in the same update) and wait for a rank; None when the gang gave up, went stale or
     lost its leader. The join stays leased: the caller finishes it (with a done message after a run)."""
@@ -281,7 +291,7 @@ def _leader_alive(client: Any, leader_task: tuple[str, str, str] | None) -> bool
     return view.state == "leased" and view.lease_owner == worker
 
 
-def done_message(runner: TaskRunner, held: Held, gang: Gang, args: list[Any], error: BaseException | None) -> dict[str, Any] | None:
+def done_message(runner: RankRunner, held: Held, gang: Gang, args: list[Any], error: BaseException | None) -> dict[str, Any] | None:
     """The member's done, enqueued in the update that dequeues its join; None when the leader no
     longer holds the gang task (it died: nobody would read it, and the task runs again anyway)."""
     leader = args[1]

@@ -35,7 +35,6 @@ log = logging.getLogger("kittiwake.worker.heartbeat")
 RENEW_FRACTION = 1 / 3
 PROGRESS_EVERY_SECS = 0.2
 MAX_TICK_SECS = 0.25
-_LOST_CODES = {"LEASE_EXPIRED", "TASK_NOT_LEASED", "TASK_NOT_FOUND"}
 
 
 @dataclass(eq=False, slots=True)
@@ -157,6 +156,6 @@ class LeaseKeeper:
         for held, outcome in zip(batch, outcomes):
             if outcome.ok:
                 held.renewed_at = sent_at
-            elif outcome.code in _LOST_CODES and not held.finishing:
+            elif outcome.code in errors.LEASE_LOST_CODES and not held.finishing:
                 held.lost = True
                 log.warning("lost the lease of %s/%s: %s", held.task.queue, held.task.pid, outcome.message)

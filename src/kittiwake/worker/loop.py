@@ -36,19 +36,21 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.app.definitions import DEFAULT_LEASE_SECS, TaskDefinition
-from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
+from kittiwake.app.definitions import TaskDefinition
 from kittiwake.app.envelope import (
-    DELAYED_SUFFIX,
     delayed_queue_of,
+    gang_queue_of,
     marker_pid_of_tick_pid,
     ticks_done_queue_of,
 )
+from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
 from kittiwake.client import Client, LeasedTask
+from kittiwake.constants import DEFAULT_LEASE_SECS, DELAYED_SUFFIX, GANG_SUFFIX, NODE_SEPARATOR
 from kittiwake.model import pid_at
+from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.config import WorkerConfig
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
 from kittiwake.worker.outcomes import Kind, Outcome, Settler
@@ -60,7 +62,6 @@ log = logging.getLogger("kittiwake.worker")
 MARKER_RETENTION_SECS = 3600.0  # a tick's marker outlives any scheduler's lateness (beat.TICK_GRACE_SECS)
 MARKER_MAX_ATTEMPTS = 1_000_000
 MARKERS_PRUNED_PER_RUN = 100
-TRANSIENT = (errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.Unavailable)
 
 
 @dataclass(slots=True)
@@ -84,7 +85,7 @@ def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
     for name in queues:
         base = base_queue_of(name)
         definitions: list[TaskDefinition] = [
-            d for d in app.tasks.values() if d.queue == base or (d.options.needs > 1 and f"{d.queue}.gang" == base)
+            d for d in app.tasks.values() if d.queue == base or (d.options.needs > 1 and gang_queue_of(d.queue) == base)
         ]
         lease_secs = max((d.options.lease_secs for d in definitions), default=DEFAULT_LEASE_SECS)
         rates = [d.options.rate_per_sec for d in definitions if d.options.rate_per_sec is not None]
@@ -95,53 +96,19 @@ def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
     return list(classes.values())
 
 
-class Capacity:
-    """Slots for held tasks (running + waiting); leasers take what is free, after parked tasks
-    waiting to come back (`claim`), which go first."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.free = total
-        self._claims = 0
-        self._condition = threading.Condition()
-
-    def take(self, most: int, timeout: float) -> int:
-        with self._condition:
-            if self.free - self._claims <= 0:
-                self._condition.wait(timeout)
-            taken = min(most, self.free - self._claims)
-            self.free -= max(0, taken)
-            return max(0, taken)
-
-    def claim(self, timeout: float) -> bool:
-        """One unit for a task already held, ahead of the leasers; False after `timeout`."""
-        deadline = time.monotonic() + timeout
-        with self._condition:
-            self._claims += 1
-            try:
-                while self.free <= 0:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                    self._condition.wait(remaining)
-                self.free -= 1
-                return True
-            finally:
-                self._claims -= 1
-
-    def give(self, count: int) -> None:
-        if count:
-            with self._condition:
-                self.free += count
-                self._condition.notify_all()
-
-
 def default_worker_id(name: str | None = None) -> str:
     return f"{name or socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 class WorkerLoop:
-    """The pull loop of one worker process; see the module docstring."""
+    """The pull loop of one worker process; see the module docstring.
+
+    Its clocks are passed in, like the settler's and the heartbeat's: `clock`
+    (seconds, monotonic) times runs, renewals, polls and pauses, and is shared
+    with the heartbeat, the settler and the runner; `wall_clock` (epoch
+    seconds) says which delayed tasks are due and which tick markers are old,
+    so it must agree with the submitters' clocks.
+    """
 
     def __init__(
         self,
@@ -152,8 +119,12 @@ class WorkerLoop:
         worker_id: str | None = None,
         app_reference: str | None = None,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.app = app
+        self.clock = clock
+        self.wall_clock = wall_clock
         self.config = config
         self.id = worker_id or default_worker_id(config.name)
         self.client = client or Client(config.url or app.url, worker=self.id)
@@ -162,14 +133,14 @@ class WorkerLoop:
         self.queues = list(config.queues or app.queues())
         if config.node is not None:  # data locality: this node's local queues too, served with the shared ones
             os.environ["KITTIWAKE_NODE"] = config.node
-            self.queues += [local_queue_of(name, config.node) for name in self.queues if "@" not in name]
+            self.queues += [local_queue_of(name, config.node) for name in self.queues if NODE_SEPARATOR not in name]
         self.classes = lease_classes(app, self.queues)
-        self.capacity = Capacity(config.concurrency + config.prefetch_tasks)
-        self.keeper = LeaseKeeper(self.client)
-        self.settler = Settler(self.client)
+        self.capacity = Capacity(config.concurrency + config.prefetch_tasks, clock)
+        self.keeper = LeaseKeeper(self.client, clock)
+        self.settler = Settler(self.client, clock)
         self.runner = TaskRunner(
             app, self.client, self.keeper, app_reference=app_reference or config.app,
-            sys_path=config.sys_path, rng=rng, worker_id=self.id,
+            sys_path=config.sys_path, rng=rng, worker_id=self.id, clock=clock,
         )
         self.registry = WorkerRegistry(self.client, self.id, config.registry_every_secs, config.registry_queue)
         self._ready: queue.SimpleQueue[Held | None] = queue.SimpleQueue()
@@ -183,7 +154,7 @@ class WorkerLoop:
         self.finished = 0
         self._busy_secs = 0.0
         self._busy_lock = threading.Lock()
-        self._status_at = time.monotonic()
+        self._status_at = self.clock()
         self._status_busy = 0.0
         self.exit_reason = "stopped"
 
@@ -207,7 +178,7 @@ class WorkerLoop:
         return self._stop_leasing.is_set()
 
     def _busy_total_secs(self, held: list[Held]) -> float:
-        now = time.monotonic()
+        now = self.clock()
         with self._busy_lock:
             return self._busy_secs + sum(
                 now - h.started_at for h in held if h.started_at is not None and not h.ended
@@ -216,7 +187,7 @@ class WorkerLoop:
     def status(self) -> dict[str, Any]:
         """What the registry shows: tasks held and running, and how busy the slots were since the last call."""
         held = self.keeper.held()
-        now = time.monotonic()
+        now = self.clock()
         busy = self._busy_total_secs(held)
         elapsed = max(1e-6, now - self._status_at)
         utilisation = min(1.0, max(0.0, (busy - self._status_busy) / (elapsed * self.config.concurrency)))
@@ -237,7 +208,7 @@ class WorkerLoop:
         self.keeper.start()
         self.registry.start(
             {"host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-             "concurrency": self.config.concurrency, "started_at": time.time()},
+             "concurrency": self.config.concurrency, "started_at": self.wall_clock()},
             self.status,
         )
         self._settler_thread = self._spawn(self._settle_loop, "kittiwake-settler")
@@ -272,9 +243,9 @@ class WorkerLoop:
         tasks `shutdown_secs`, release what still runs, and wait for the settler."""
         for _ in slots:
             self._ready.put(None)
-        deadline = time.monotonic() + self.config.shutdown_secs
+        deadline = self.clock() + self.config.shutdown_secs
         for thread in slots:
-            thread.join(max(0.0, deadline - time.monotonic()) if self._returning.is_set() else None)
+            thread.join(max(0.0, deadline - self.clock()) if self._returning.is_set() else None)
         self._outcomes.put(None)  # the settler finishes what the slots decided, then stops
         self._settler_thread.join(60.0)
         stuck = [held for held in self.keeper.held() if not held.finishing]
@@ -297,7 +268,7 @@ class WorkerLoop:
         delayed_due_at = 0.0
         share = max(1, self.capacity.total // max(1, len(self.classes)))
         busy = len(self.classes) == 1
-        worked_at = time.monotonic()
+        worked_at = self.clock()
         while not self._stop_leasing.is_set():
             # a class whose last lease came back empty asks for its share only, so that
             # idle queues do not hold the capacity a busy one could use during their long-poll
@@ -310,19 +281,19 @@ class WorkerLoop:
                 break
             tasks: list[LeasedTask] = []
             try:
-                if time.monotonic() >= delayed_due_at:
-                    delayed_due_at = time.monotonic() + self.config.delayed_poll_secs
+                if self.clock() >= delayed_due_at:
+                    delayed_due_at = self.clock() + self.config.delayed_poll_secs
                     tasks = self._lease(lease_class, lease_class.delayed_queues, want, wait_secs=0,
-                                        max_pid=pid_at(time.time()))
+                                        max_pid=pid_at(self.wall_clock()))
                 if not tasks:
-                    wait = min(self.config.wait_secs, max(0.0, delayed_due_at - time.monotonic()) + 0.05)
+                    wait = min(self.config.wait_secs, max(0.0, delayed_due_at - self.clock()) + 0.05)
                     tasks = self._lease(lease_class, lease_class.queues, want, wait_secs=wait)
                 if tasks:
-                    worked_at = time.monotonic()
-                elif self.config.node is not None and time.monotonic() - worked_at >= self.config.steal_after_secs:
+                    worked_at = self.clock()
+                elif self.config.node is not None and self.clock() - worked_at >= self.config.steal_after_secs:
                     tasks = self._steal(lease_class)
-                    worked_at = time.monotonic()  # the next steal waits for another idle spell
-            except TRANSIENT as error:
+                    worked_at = self.clock()  # the next steal waits for another idle spell
+            except errors.Transient as error:
                 log.warning("leasing: %s; retrying", error)
                 self._stop_leasing.wait(0.5)
             except errors.KittiwakeError as error:
@@ -335,7 +306,7 @@ class WorkerLoop:
                 # let another class's leaser, woken by the capacity just given back, take it:
                 # with one free slot this leaser would otherwise win it back every time
                 self._stop_leasing.wait(0.01)
-            now = time.monotonic()
+            now = self.clock()
             with self._budget_lock:
                 self.leased += len(tasks)
             for task in tasks:
@@ -349,7 +320,7 @@ class WorkerLoop:
         mine = set(lease_class.queues)
         remote: list[str] = []
         for name in lease_class.queues:
-            if "@" in name or name.endswith(".gang"):
+            if NODE_SEPARATOR in name or name.endswith(GANG_SUFFIX):
                 continue
             remote += [info.queue for info in self.client.list_queues(remote_queue_pattern(name))
                        if info.queue not in mine and info.size > info.leased]
@@ -394,14 +365,14 @@ class WorkerLoop:
                 self._outcomes.put(Outcome(held, Kind.DROP if held.lost else Kind.RETURN))
                 continue
             self.started += 1
-            started = time.monotonic()
+            started = self.clock()
             try:
                 outcome = self.runner.run(held)
             except BaseException as error:  # a bug here must not lose the task: let it come back
                 log.exception("running %s/%s", held.task.queue, held.task.pid)
                 outcome = Outcome(held, Kind.DROP, reason=str(error))
             with self._busy_lock:
-                self._busy_secs += time.monotonic() - started
+                self._busy_secs += self.clock() - started
                 held.ended = True  # counted: the status must not count it again while it settles
             if outcome.kind is Kind.PARK:
                 self._park(held, outcome.backoff_secs)
@@ -451,7 +422,7 @@ class WorkerLoop:
         markers = ticks_done_queue_of(task.queue)
         outcome.enqueue.append({"queue": markers, "pid": marker_pid_of_tick_pid(task.pid), "data": b"",
                                 "max_attempts": MARKER_MAX_ATTEMPTS})
-        cutoff = time.gmtime(time.time() - MARKER_RETENTION_SECS)
+        cutoff = time.gmtime(self.wall_clock() - MARKER_RETENTION_SECS)
         try:
             outcome.dequeue.extend(self.client.lease(
                 markers, max_tasks=MARKERS_PRUNED_PER_RUN, lease_secs=60.0,

@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.app.envelope import REPLY_TO_HEADER, TASK_ID_HEADER, redeliver_note, result_pid
+from kittiwake.app.envelope import redeliver_note, result_pid
 from kittiwake.client import Client, LeasedTask
+from kittiwake.constants import REPLY_TO_HEADER, TASK_ID_HEADER
 from kittiwake.model import Limits, group_of
 from kittiwake.worker.heartbeat import Held
 
@@ -54,8 +55,6 @@ log = logging.getLogger("kittiwake.worker.outcomes")
 MAX_BATCH_ITEMS = 2000
 RETRY_PAUSE_SECS = 0.2
 RETRY_FOR_SECS = 60.0
-_GONE = {"TASK_NOT_FOUND", "TASK_NOT_LEASED", "LEASE_EXPIRED"}
-_TRANSIENT = (errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.Unavailable)
 DEFAULT_BROKER_MAX_ATTEMPTS = Limits().default_max_attempts
 
 
@@ -170,13 +169,13 @@ class Settler:
             try:
                 self.client.update(**items)
                 return
-            except _TRANSIENT as error:
+            except errors.Transient as error:
                 if self.clock() > deadline:
                     raise
                 uncertain = uncertain or not isinstance(error, errors.BrokerUnreachable)
                 time.sleep(RETRY_PAUSE_SECS)
             except errors.KittiwakeError as error:
-                if uncertain and error.code in _GONE:
+                if uncertain and error.code in errors.LEASE_LOST_CODES:
                     return
                 raise
 

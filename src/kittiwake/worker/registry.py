@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.app.envelope import WORKERS_QUEUE
 from kittiwake.client import Client, LeasedTask
+from kittiwake.constants import WORKERS_QUEUE
 
 log = logging.getLogger("kittiwake.worker.registry")
 

@@ -43,9 +43,10 @@ from typing import Any, Callable
 from kittiwake import errors
 from kittiwake.app import context as task_context
 from kittiwake.app.definitions import Delivery, TaskDefinition
-from kittiwake.app.envelope import TASK_ID_HEADER, redeliver_note, redelivery_allowed
+from kittiwake.app.envelope import redeliver_note, redelivery_allowed
 from kittiwake.app.serialization import PayloadError, RemoteError, Serializer
 from kittiwake.client import Client
+from kittiwake.constants import TASK_ID_HEADER
 from kittiwake.worker import gang
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
 from kittiwake.worker.outcomes import Kind, Outcome
@@ -179,8 +180,10 @@ class TaskRunner:
         sys_path: list[str] | None = None,
         rng: random.Random | None = None,
         worker_id: str = "worker",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
+        self.clock = clock  # monotonic seconds: when a run started, how long it took
         self.worker_id = worker_id
         self.client = client
         self.keeper = keeper
@@ -220,7 +223,7 @@ class TaskRunner:
             "deliveries": task.deliveries,
             "headers": dict(headers),
         }
-        held.started_at = time.monotonic()
+        held.started_at = self.clock()
         timeout = definition.options.timeout
         if definition.options.needs > 1:
             return self._run_leader(held, definition, fields, args, kwargs)
@@ -236,8 +239,9 @@ class TaskRunner:
             return self._failed_run(held, definition, RemoteError("TimeoutError", str(error), reason="TIMEOUT"), None)
         except Exception as error:
             return self._failed_run(held, definition, remote_error(error), error)
-        if timeout is not None and time.monotonic() - held.started_at > timeout:
-            message = f"the task ran {time.monotonic() - held.started_at:.1f} s, over its timeout of {timeout} s"
+        ran_secs = self.clock() - held.started_at
+        if timeout is not None and ran_secs > timeout:
+            message = f"the task ran {ran_secs:.1f} s, over its timeout of {timeout} s"
             return self._failed_run(held, definition, RemoteError("TimeoutError", message, reason="TIMEOUT"), None)
         payload = None if definition.options.ignore_result else self.serializer.dump_result(value)
         return Outcome(held, Kind.DONE, payload=payload)
@@ -277,7 +281,7 @@ class TaskRunner:
         """A gang join: take a rank in the gang and run the gang's function with it. The join stays
         leased until the rank ended, then goes with a done message to the leader in one update;
         only the leader's run posts a result."""
-        held.started_at = time.monotonic()
+        held.started_at = self.clock()
         try:
             assembled = gang.run_member(self, held, join_args)
         except errors.KittiwakeError as error:  # the join was cancelled: its gang gave up
