@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+import msgspec
+
 from kittiwake.constants import (  # re-exported: the broker's layers import them from here
     DEAD_PID_EXTRA_BYTES,
     DEAD_PID_HEADER,
@@ -219,9 +221,10 @@ def validate_count(value: object, what: str, low: int, high: int) -> int:
     return value
 
 
-@dataclass(slots=True)
-class NewTask:
-    """A task as a producer hands it in: `pid=None` asks for a FIFO pid."""
+class NewTask(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A task as a producer hands it in: `pid=None` asks for a FIFO pid. Also the wire
+    form of a task to enqueue (`protocol.messages.TaskIn`), so the broker hands the
+    engine what it decoded."""
 
     queue: str
     data: bytes
@@ -304,9 +307,9 @@ class Task:
         return len(self.data) + len(self.pid) + 96
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseRef:
-    """What a worker hands back to renew, release or dequeue: the lease id is the fencing token."""
+class LeaseRef(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a worker hands back to renew, release or dequeue: the lease id is the fencing token.
+    Also its wire form (`protocol.messages.LeaseRefIn`)."""
 
     queue: str
     pid: str

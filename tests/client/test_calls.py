@@ -1,4 +1,6 @@
-"""Client calls, sans-IO: arguments become request fields, reply results become typed records."""
+"""Client calls, sans-IO: arguments become the protocol's request Structs, reply results typed records.
+
+`received(call)` is the request as the broker decodes it from the bytes the call sends."""
 
 from __future__ import annotations
 
@@ -8,14 +10,21 @@ import msgspec
 import pytest
 
 from kittiwake import errors
-from kittiwake.client import calls
-from kittiwake.client.results import EnqueueOutcome, ItemOutcome, LeasedTask, QueueStats, TaskView, UpdateResult
+from kittiwake.client import EnqueueOutcome, ItemOutcome, LeasedTask, QueueStats, TaskView, UpdateResult, calls
+from kittiwake.client.wire import encode_call
 from kittiwake.model import LeaseRef, NewTask
+from kittiwake.protocol import FrameReader, decode_request
+from kittiwake.protocol import messages as m
 
 
 def reply(value: Any) -> bytes:
     """The msgpack bytes of a result, as the broker sends them."""
     return msgspec.msgpack.encode(value)
+
+
+def received(call: calls.Call[Any]) -> Any:
+    """The request of a call as the broker decodes it (sent as request 1)."""
+    return decode_request(encode_call(call, 1)[4:])
 
 
 def leased(pid: str = "p1", lease_id: int = 7) -> LeasedTask:
@@ -25,14 +34,27 @@ def leased(pid: str = "p1", lease_id: int = 7) -> LeasedTask:
 def test_enqueue_leaves_unset_options_out() -> None:
     call = calls.enqueue("q", b"hello")
     assert call.op == "enqueue"
-    assert call.fields == {"tasks": [{"queue": "q", "data": b"hello"}]}
+    assert received(call) == m.Enqueue(id=1, op="enqueue", tasks=[m.TaskIn(queue="q", data=b"hello")])
+    [body] = FrameReader().feed(encode_call(call, 1))
+    assert msgspec.msgpack.decode(body) == {"id": 1, "op": "enqueue", "tasks": [{"queue": "q", "data": b"hello"}]}
 
 
 def test_enqueue_sends_str_data_as_utf8() -> None:
     call = calls.enqueue("q", "héllo", pid="a", headers={"k": "v"}, max_attempts=3)
-    assert call.fields["tasks"][0] == {
-        "queue": "q", "data": "héllo".encode(), "pid": "a", "headers": {"k": "v"}, "max_attempts": 3,
-    }
+    assert received(call).tasks[0] == m.TaskIn(
+        queue="q", data="héllo".encode(), pid="a", headers={"k": "v"}, max_attempts=3,
+    )
+
+
+def test_enqueue_takes_handles_and_pairs_as_parents() -> None:
+    parent = leased("p0")
+    call = calls.enqueue("q", b"x", after=[parent, ("q", "p1"), {"queue": "q", "pid": "p2"}], unless=[("q", "p3")])
+    task = received(call).tasks[0]
+    assert (task.after, task.unless) == ([("q", "p0"), ("q", "p1"), ("q", "p2")], [("q", "p3")])
+    with pytest.raises(errors.BadRequest, match="names a task"):
+        calls.enqueue("q", b"x", after=[object()])
+    with pytest.raises(errors.BadRequest, match="list of tasks"):
+        calls.enqueue("q", b"x", after="q/p1")
 
 
 @pytest.mark.parametrize(
@@ -43,6 +65,7 @@ def test_enqueue_sends_str_data_as_utf8() -> None:
         {"queue": "q", "data": b"x", "pid": 1},
         {"queue": "q", "data": b"x", "headers": {"k": 1}},
         {"queue": "q", "data": b"x", "max_attempts": True},
+        {"queue": "q", "data": b"x", "after": [("q", 5)]},
     ],
 )
 def test_enqueue_refuses_wrong_types_before_sending(kwargs: dict[str, Any]) -> None:
@@ -53,17 +76,19 @@ def test_enqueue_refuses_wrong_types_before_sending(kwargs: dict[str, Any]) -> N
 
 def test_enqueue_many_takes_maps_and_new_tasks() -> None:
     call = calls.enqueue_many([{"queue": "q", "data": b"1"}, NewTask("q", b"2", pid="b", sender="s")])
-    assert call.fields["tasks"] == [
-        {"queue": "q", "data": b"1"},
-        {"queue": "q", "data": b"2", "pid": "b", "sender": "s"},
+    assert received(call).tasks == [
+        m.TaskIn(queue="q", data=b"1"),
+        m.TaskIn(queue="q", data=b"2", pid="b", sender="s"),
     ]
 
 
 def test_enqueue_many_refuses_unknown_keys_and_missing_data() -> None:
-    with pytest.raises(errors.BadRequest, match="unknown task fields: colour"):
+    with pytest.raises(errors.BadRequest, match="unknown field `colour` - at `\\$.tasks\\[0\\]`"):
         calls.enqueue_many([{"queue": "q", "data": b"1", "colour": "red"}])
-    with pytest.raises(errors.BadRequest, match="queue and data"):
+    with pytest.raises(errors.BadRequest, match="missing required field `data`"):
         calls.enqueue_many([{"queue": "q"}])
+    with pytest.raises(errors.BadRequest, match="Expected `bytes`, got `null` - at `\\$.tasks\\[0\\].data`"):
+        calls.enqueue_many([NewTask("q", None)])  # type: ignore[arg-type]
     with pytest.raises(errors.BadRequest):
         calls.enqueue_many({"queue": "q", "data": b"1"})  # a single map is not an iterable of tasks
 
@@ -75,11 +100,11 @@ def test_enqueue_decodes_the_single_outcome() -> None:
 
 
 def test_lease_takes_one_name_or_many_and_marks_a_long_poll() -> None:
-    assert calls.lease("q").fields["queues"] == ["q"]
+    assert received(calls.lease("q")).queues == ["q"]
     call = calls.lease(["a", "b"], max_tasks=5, wait_secs=2.5, receiver="r", worker="w")
-    assert call.fields == {
-        "queues": ["a", "b"], "max_tasks": 5, "lease_secs": 30.0, "wait_secs": 2.5, "receiver": "r", "worker": "w",
-    }
+    assert received(call) == m.Lease(
+        id=1, op="lease", queues=["a", "b"], max_tasks=5, lease_secs=30.0, wait_secs=2.5, receiver="r", worker="w",
+    )
     assert call.wait_secs == 2.5
     with pytest.raises(errors.BadRequest):
         calls.lease("q", wait_secs=-1)
@@ -101,7 +126,7 @@ def test_leased_task_reads_the_brokers_task_fields() -> None:
 
 def test_one_lease_returns_its_outcome_or_raises() -> None:
     call = calls.dequeue(leased())
-    assert call.fields == {"leases": [{"queue": "q", "pid": "p1", "lease_id": 7}]}
+    assert received(call).leases == [m.LeaseRefIn(queue="q", pid="p1", lease_id=7)]
     assert call.decode(reply([{"queue": "q", "pid": "p1", "ok": True}])) == ItemOutcome("q", "p1", True)
     with pytest.raises(errors.TaskNotLeased, match="held by another"):
         call.decode(reply([{"queue": "q", "pid": "p1", "ok": False, "code": "TASK_NOT_LEASED",
@@ -110,8 +135,8 @@ def test_one_lease_returns_its_outcome_or_raises() -> None:
 
 def test_a_list_of_leases_returns_outcomes_and_never_raises_for_items() -> None:
     call = calls.release([leased("a"), LeaseRef("q", "b", 8), {"queue": "q", "pid": "c", "lease_id": 9}], "boom")
-    assert [ref["pid"] for ref in call.fields["leases"]] == ["a", "b", "c"]
-    assert call.fields["reason"] == "boom"
+    assert [ref.pid for ref in received(call).leases] == ["a", "b", "c"]
+    assert (received(call).reason, received(call).bury) == ("boom", False)
     outcomes = call.decode(reply([
         {"queue": "q", "pid": "a", "ok": True, "dead": True},
         {"queue": "q", "pid": "b", "ok": False, "code": "LEASE_EXPIRED", "message": "late"},
@@ -124,7 +149,7 @@ def test_a_list_of_leases_returns_outcomes_and_never_raises_for_items() -> None:
 def test_renew_moves_the_expiry_of_the_tasks_it_was_given() -> None:
     first, second = leased("a"), leased("b")
     call = calls.renew([first, second], 60)
-    assert call.fields["lease_secs"] == 60.0
+    assert received(call).lease_secs == 60.0
     call.decode(reply([
         {"queue": "q", "pid": "a", "ok": True, "expires_at": 160.0},
         {"queue": "q", "pid": "b", "ok": False, "code": "LEASE_EXPIRED", "message": "late"},
@@ -137,18 +162,22 @@ def test_a_lease_ref_needs_all_three_parts() -> None:
         calls.dequeue({"queue": "q", "pid": "p"})
     with pytest.raises(errors.BadRequest):
         calls.dequeue("q/p")  # type: ignore[arg-type]
+    with pytest.raises(errors.BadRequest, match="Expected `int`, got `str` - at `\\$.leases\\[0\\].lease_id`"):
+        calls.dequeue({"queue": "q", "pid": "p", "lease_id": "7"})
 
 
 def test_update_builds_every_section_and_decodes_the_result() -> None:
     task = leased("a")
     call = calls.update(enqueue=[{"queue": "q", "data": b"n"}], dequeue=[leased("b")], renew=task, lease_secs=5)
-    assert call.fields == {
-        "enqueue": [{"queue": "q", "data": b"n"}],
-        "dequeue": [{"queue": "q", "pid": "b", "lease_id": 7}],
-        "renew": [{"queue": "q", "pid": "a", "lease_id": 7}],
-        "release": [],
-        "lease_secs": 5.0,
-    }
+    assert received(call) == m.Update(
+        id=1,
+        op="update",
+        enqueue=[m.TaskIn(queue="q", data=b"n")],
+        dequeue=[m.LeaseRefIn(queue="q", pid="b", lease_id=7)],
+        renew=[m.LeaseRefIn(queue="q", pid="a", lease_id=7)],
+        release=[],
+        lease_secs=5.0,
+    )
     result = call.decode(reply({
         "enqueued": [{"queue": "q", "pid": "n1", "collapsed": False}],
         "dequeued": [{"queue": "q", "pid": "b", "ok": True}],
@@ -161,14 +190,18 @@ def test_update_builds_every_section_and_decodes_the_result() -> None:
 
 
 def test_inspection_calls() -> None:
-    assert calls.peek("q", 3, "p").fields == {"queue": "q", "n": 3, "from_pid": "p"}
-    assert calls.get("q", "p").fields == {"queue": "q", "pid": "p"}
-    assert calls.find_by_sender("s").fields == {"sender": "s", "limit": 100}
-    assert calls.queues_for_receiver("r").fields == {"receiver": "r"}
-    assert calls.list_queues("^a", 2, 5).fields == {"pattern": "^a", "min_tasks": 2, "limit": 5}
+    assert received(calls.peek("q", 3, "p")) == m.Peek(id=1, op="peek", queue="q", n=3, from_pid="p")
+    assert received(calls.get("q", "p")) == m.Get(id=1, op="get", queue="q", pid="p")
+    assert received(calls.find_by_sender("s")) == m.FindBySender(id=1, op="find_by_sender", sender="s", limit=100)
+    assert received(calls.queues_for_receiver("r")) == m.QueuesForReceiver(id=1, op="queues_for_receiver", receiver="r")
+    assert received(calls.list_queues("^a", 2, 5)) == m.ListQueues(
+        id=1, op="list_queues", pattern="^a", min_tasks=2, limit=5
+    )
     assert calls.delete_queue("q").decode(reply(12)) == 12
-    assert calls.stats("q").fields == {"sample": 10, "queues": ["q"]}
-    assert calls.stats(pattern="x").fields == {"sample": 10, "pattern": "x"}
+    assert received(calls.stats("q")) == m.Stats(id=1, op="stats", queues=["q"], sample=10)
+    assert received(calls.stats(pattern="x")) == m.Stats(id=1, op="stats", pattern="x", sample=10)
+    with pytest.raises(errors.BadRequest, match="Expected `int`, got `str` - at `\\$.n`"):
+        calls.peek("q", "3")  # type: ignore[arg-type]
 
 
 def test_task_views_and_stats_decode() -> None:

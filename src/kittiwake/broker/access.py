@@ -48,6 +48,7 @@ from kittiwake import errors
 from kittiwake.engine import Engine
 from kittiwake.model import DEAD_SUFFIX, dead_queue_of, validate_count
 from kittiwake.protocol import messages as m
+from kittiwake.protocol.replies import TaskView
 from kittiwake.queue_globs import QueuePattern
 
 LIST_ALL = 1_000_000  # the engine's largest list_queues limit: filtering needs everything it has
@@ -289,7 +290,7 @@ def _stats(engine: Engine, request: ScopedStats, peer: str | None, now: float) -
 def _find_by_sender(engine: Engine, request: ScopedFindBySender, peer: str | None, now: float) -> Any:
     validate_count(request.limit, "limit", 1, engine.limits.max_batch)
     views = engine.find_by_sender(request.sender, None, engine.limits.max_batch, now)
-    return [view for view in views if _visible(request, view["queue"])][: request.limit]
+    return [TaskView(**view) for view in views if _visible(request, view["queue"])][: request.limit]
 
 
 def _queues_for_receiver(engine: Engine, request: ScopedQueuesForReceiver, peer: str | None, now: float) -> Any:

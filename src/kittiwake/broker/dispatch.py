@@ -1,28 +1,16 @@
-"""From decoded protocol requests to engine calls, and the shape of each result.
+"""From decoded protocol requests to engine calls, and from engine results to replies.
 
 Pure: no sockets, no clock of its own (`now` comes in), no commit. The server
 calls `execute` once per request inside a group-commit pass and encodes what it
 returns at once, because the engine hands back its live objects (a leased
 `Task`) that later requests in the same pass may change.
 
-Results on the wire (msgspec encodes the engine's dataclasses as maps):
-
-| op | result |
-| --- | --- |
-| ping | `{"now": broker epoch seconds}` |
-| enqueue | list of `EnqueueOutcome` (`queue`, `pid`, `collapsed`) |
-| lease | list of `Task` (with `lease_id` and `lease_expires_at`) |
-| renew, dequeue, release | list of `ItemOutcome` per lease ref |
-| update | `{"enqueued", "dequeued", "renewed", "released"}` lists |
-| peek, find_by_sender | list of task views (`Engine.view`) |
-| get | one task view |
-| queues_for_receiver | list of queue names |
-| list_queues | list of `QueueInfo` |
-| delete_queue | number of tasks dropped |
-| stats | list of `QueueStats` |
-| cancel | list of `ItemOutcome` per (queue, pid) |
-| requeue_dead, purge_dead | `{"outcomes": [ItemOutcome per dead letter], "next_pid": cursor or None}` |
-| auth | `{"user": None}`: only reached when the broker has no auth file |
+Each handler returns its op's result as `kittiwake.protocol.replies.REPLY_TYPES`
+declares it. Where the engine's own record is the reply (`EnqueueOutcome`,
+`ItemOutcome`, `QueueInfo`, `QueueStats`, and a lease's `Task`s, which
+clients read as `LeasedTask`), it goes out as it is, with no copy on the hot
+paths; task views, update results and dead-letter pages are built here. The
+result of `cancel_wait` is built by the server, which holds the long-polls.
 
 A long-poll lease (`wait_secs > 0`) that finds nothing is parked by the
 server, not here: `execute` answers every call right away.
@@ -36,26 +24,9 @@ from typing import Any, Callable
 from kittiwake import errors
 from kittiwake.broker import access
 from kittiwake.engine import Engine
-from kittiwake.model import LeaseRef, LeaseRequest, Limits, NewTask
+from kittiwake.model import LeaseRequest, Limits
 from kittiwake.protocol import messages as m
-
-
-def new_task(task: m.TaskIn) -> NewTask:
-    return NewTask(
-        queue=task.queue,
-        data=task.data,
-        pid=task.pid,
-        sender=task.sender,
-        receiver=task.receiver,
-        headers=task.headers,
-        max_attempts=task.max_attempts,
-        after=[tuple(key) for key in task.after] if task.after is not None else None,
-        unless=[tuple(key) for key in task.unless] if task.unless is not None else None,
-    )
-
-
-def lease_ref(ref: m.LeaseRefIn) -> LeaseRef:
-    return LeaseRef(ref.queue, ref.pid, ref.lease_id)
+from kittiwake.protocol.replies import AuthResult, DeadLetterPage, Pong, TaskView, UpdateResult
 
 
 def lease_request(request: m.Lease, peer: str | None) -> LeaseRequest:
@@ -81,12 +52,17 @@ def validate_wait(request: m.Lease, limits: Limits) -> float:
     return wait_secs
 
 
+def task_views(views: list[dict[str, Any]]) -> list[TaskView]:
+    """The replies' task views of the engine's."""
+    return [TaskView(**view) for view in views]
+
+
 def _ping(engine: Engine, request: m.Ping, peer: str | None, now: float) -> Any:
-    return {"now": now}
+    return Pong(now)
 
 
 def _enqueue(engine: Engine, request: m.Enqueue, peer: str | None, now: float) -> Any:
-    return engine.enqueue([new_task(task) for task in request.tasks], now)
+    return engine.enqueue(request.tasks, now)
 
 
 def _lease(engine: Engine, request: m.Lease, peer: str | None, now: float) -> Any:
@@ -95,45 +71,46 @@ def _lease(engine: Engine, request: m.Lease, peer: str | None, now: float) -> An
 
 
 def _renew(engine: Engine, request: m.Renew, peer: str | None, now: float) -> Any:
-    return engine.renew(
-        [lease_ref(ref) for ref in request.leases], request.lease_secs, now, request.progress, request.note
-    )
+    return engine.renew(request.leases, request.lease_secs, now, request.progress, request.note)
 
 
 def _dequeue(engine: Engine, request: m.Dequeue, peer: str | None, now: float) -> Any:
-    return engine.dequeue([lease_ref(ref) for ref in request.leases], now)
+    return engine.dequeue(request.leases, now)
 
 
 def _release(engine: Engine, request: m.Release, peer: str | None, now: float) -> Any:
-    return engine.release([lease_ref(ref) for ref in request.leases], request.reason, now, request.bury)
+    return engine.release(request.leases, request.reason, now, request.bury)
 
 
 def _cancel(engine: Engine, request: m.Cancel, peer: str | None, now: float) -> Any:
-    return engine.cancel([tuple(key) for key in request.tasks], request.reason, now)
+    return engine.cancel(request.tasks, request.reason, now)
 
 
 def _update(engine: Engine, request: m.Update, peer: str | None, now: float) -> Any:
-    return engine.update(
-        enqueue=[new_task(task) for task in request.enqueue],
-        dequeue=[lease_ref(ref) for ref in request.dequeue],
-        renew=[lease_ref(ref) for ref in request.renew],
-        release=[lease_ref(ref) for ref in request.release],
+    done = engine.update(
+        enqueue=request.enqueue,
+        dequeue=request.dequeue,
+        renew=request.renew,
+        release=request.release,
         lease_secs=request.lease_secs,
         reason=request.reason,
         now=now,
     )
+    return UpdateResult(
+        enqueued=done["enqueued"], dequeued=done["dequeued"], renewed=done["renewed"], released=done["released"]
+    )
 
 
 def _peek(engine: Engine, request: m.Peek, peer: str | None, now: float) -> Any:
-    return engine.peek(request.queue, request.n, request.from_pid, now)
+    return task_views(engine.peek(request.queue, request.n, request.from_pid, now))
 
 
 def _get(engine: Engine, request: m.Get, peer: str | None, now: float) -> Any:
-    return engine.get(request.queue, request.pid, now)
+    return TaskView(**engine.get(request.queue, request.pid, now))
 
 
 def _find_by_sender(engine: Engine, request: m.FindBySender, peer: str | None, now: float) -> Any:
-    return engine.find_by_sender(request.sender, request.queue, request.limit, now)
+    return task_views(engine.find_by_sender(request.sender, request.queue, request.limit, now))
 
 
 def _queues_for_receiver(engine: Engine, request: m.QueuesForReceiver, peer: str | None, now: float) -> Any:
@@ -153,16 +130,18 @@ def _stats(engine: Engine, request: m.Stats, peer: str | None, now: float) -> An
 
 
 def _requeue_dead(engine: Engine, request: m.RequeueDead, peer: str | None, now: float) -> Any:
-    return engine.requeue_dead(request.queue, request.pids, now, after_pid=request.after_pid, limit=request.limit)
+    page = engine.requeue_dead(request.queue, request.pids, now, after_pid=request.after_pid, limit=request.limit)
+    return DeadLetterPage(outcomes=page.outcomes, next_pid=page.next_pid)
 
 
 def _purge_dead(engine: Engine, request: m.PurgeDead, peer: str | None, now: float) -> Any:
-    return engine.purge_dead(request.queue, request.pids, now, after_pid=request.after_pid, limit=request.limit)
+    page = engine.purge_dead(request.queue, request.pids, now, after_pid=request.after_pid, limit=request.limit)
+    return DeadLetterPage(outcomes=page.outcomes, next_pid=page.next_pid)
 
 
 def _auth(engine: Engine, request: m.Auth, peer: str | None, now: float) -> Any:
     # reached only without an auth file: every client is let in, credentials or not
-    return {"user": None}
+    return AuthResult(None)
 
 
 Handler = Callable[[Engine, Any, "str | None", float], Any]

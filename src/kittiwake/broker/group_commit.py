@@ -62,6 +62,7 @@ from kittiwake.engine import Engine, TaskStore
 from kittiwake.model import LeaseRequest
 from kittiwake.protocol import encode_frame, encode_ok
 from kittiwake.protocol import messages as m
+from kittiwake.protocol.replies import CancelWaitResult
 from kittiwake.store.faults import StorageFault, classify, outcome_known
 
 log = logging.getLogger("kittiwake.broker")
@@ -387,7 +388,7 @@ class GroupCommit:
         if found:
             empty = encode_frame(encode_ok(request_id, []))
             attempt.held.append(HeldReply(connection, request_id, empty, ReplyKind.FIXED))
-        frame = encode_frame(encode_ok(request.id, {"cancelled": found}))
+        frame = encode_frame(encode_ok(request.id, CancelWaitResult(found)))
         attempt.held.append(HeldReply(connection, request.id, frame, ReplyKind.FIXED))
         return frame
 

@@ -38,6 +38,7 @@ from kittiwake.broker.access import Principal
 from kittiwake.broker.auth import Authenticator
 from kittiwake.protocol import encode_error, encode_frame, encode_ok
 from kittiwake.protocol import messages as m
+from kittiwake.protocol.replies import AuthResult
 
 Item = m.Request | bytes
 
@@ -135,7 +136,7 @@ class Session:
         self.principal = outcome
         self.state = SessionState.OPEN
         self._cancel_deadline()
-        connection.send_now(encode_frame(encode_ok(request_id, {"user": outcome.user})))
+        connection.send_now(encode_frame(encode_ok(request_id, AuthResult(outcome.user))))
         held, self._held = self._held, []
         for item in held:
             connection.accept(self._authorise(item))

@@ -16,7 +16,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn
 
 from kittiwake.cli.context import CliContext, pass_cli
 from kittiwake.cli.output import print_json, print_table, relative_time, say
-from kittiwake.client.results import DeadLetterPage, ItemOutcome
+from kittiwake.client import DeadLetterPage, ItemOutcome
 from kittiwake.model import DEAD_PID_HEADER, DEAD_REASON_HEADER, DEAD_SUFFIX, dead_queue_of
 
 PAGE = 1000

@@ -16,7 +16,7 @@ from kittiwake.cli.output import (
     relative_time,
     say,
 )
-from kittiwake.client.results import QueueStats
+from kittiwake.client import QueueStats
 
 
 @click.command("queues")

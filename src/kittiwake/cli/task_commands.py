@@ -10,7 +10,7 @@ import click
 from kittiwake.cli.context import CliContext, default_worker_id, pass_cli
 from kittiwake.cli.output import data_cell, print_fields, print_json, print_table, relative_time, say
 from kittiwake.client import LeaseRef
-from kittiwake.client.results import EnqueueOutcome, ItemOutcome, LeasedTask, TaskView
+from kittiwake.client import EnqueueOutcome, ItemOutcome, LeasedTask, TaskView
 from kittiwake.constants import DEFAULT_LEASE_SECS
 
 STDIN_BATCH_TASKS = 1000

@@ -27,7 +27,7 @@ from kittiwake.client.async_connection import AsyncConnection
 from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS, next_delay_secs
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
 from kittiwake.client.pool import MAX_CONNECT_ATTEMPT_SECS, MAX_UNSENT_RETRIES
-from kittiwake.client.results import (
+from kittiwake.protocol.replies import (
     DeadLetterPage,
     EnqueueOutcome,
     ItemOutcome,
@@ -170,7 +170,7 @@ class AsyncClient:
     # ------------------------------------------------------------ producing
 
     async def ping(self, *, timeout: float | None = None) -> Any:
-        """Round trip to the broker; returns what the broker answers."""
+        """Round trip to the broker; returns its answer as a map (`now`: its clock)."""
         return await self._run(calls.ping(), timeout)
 
     async def enqueue(

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import ssl
 import threading
+from typing import Any
 
 from kittiwake import errors
+from kittiwake.client import calls
 from kittiwake.client.url import BrokerAddress
-from kittiwake.client.wire import ReplyEnvelope, error_of
-from kittiwake.protocol import encode_frame, encode_request
+from kittiwake.client.wire import ReplyEnvelope, encode_call, error_of
 
 AUTH_REQUEST_ID = 0  # the first request on its connection; an id-0 error before its reply is about it too
 
@@ -71,10 +72,10 @@ def tls_failure(address: BrokerAddress, exc: ssl.SSLError) -> errors.KittiwakeEr
 def auth_frame(address: BrokerAddress) -> bytes | None:
     if address.user is None or address.token is None:
         return None
-    return encode_frame(encode_request("auth", AUTH_REQUEST_ID, {"user": address.user, "token": address.token}))
+    return encode_call(calls.auth(address.user, address.token), AUTH_REQUEST_ID)
 
 
-def auth_outcome(address: BrokerAddress, reply: ReplyEnvelope) -> None:
+def auth_outcome(address: BrokerAddress, reply: ReplyEnvelope[Any]) -> None:
     """Raise what a refused `auth` means; return when it was accepted."""
     if reply.ok:
         return

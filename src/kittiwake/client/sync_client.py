@@ -26,7 +26,7 @@ from kittiwake.client import calls
 from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
 from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
-from kittiwake.client.results import (
+from kittiwake.protocol.replies import (
     DeadLetterPage,
     EnqueueOutcome,
     ItemOutcome,
@@ -94,7 +94,7 @@ class Client:
     # ------------------------------------------------------------ producing
 
     def ping(self, *, timeout: float | None = None) -> Any:
-        """Round trip to the broker; returns what the broker answers."""
+        """Round trip to the broker; returns its answer as a map (`now`: its clock)."""
         return self._run(calls.ping(), timeout)
 
     def enqueue(

@@ -1,12 +1,22 @@
-"""Request and reply messages of the binary protocol, as msgspec Structs.
+"""Request messages of the binary protocol, as msgspec Structs; replies are in `replies`.
 
 A request body is a msgpack map with an integer `id` (chosen by the client,
 echoed in the reply so requests can be pipelined on one connection), an `op`
-string and the op's fields. Decoding is two-step: the cheap `Envelope` gives
-`id` and `op` even when the rest is wrong, so a malformed request still gets
-an error reply carrying its id; then the op's own Struct type-checks every
-field. A reply is `{"id", "ok": true, "result"}` or
-`{"id", "ok": false, "error": {"code", "message"}}`.
+string and the op's fields. Both ends use these declarations: the client
+builds each request as its Struct (`kittiwake.client.calls`) and `encode`s
+it; the broker decodes it back into the same Struct.
+
+Decoding is two-step: the cheap `Envelope` gives `id` and `op` even when the
+rest is wrong, so a malformed request still gets an error reply carrying its
+id; then the op's own Struct type-checks every field. A task to enqueue
+(`TaskIn`) and a lease handed back (`LeaseRefIn`) are the engine's own
+records, `model.NewTask` and `model.LeaseRef`, so the broker hands the engine
+what it decoded.
+
+Encoding leaves out a field left at its default (msgspec's `omit_defaults`:
+None, False, an empty list, or the declared default itself). The broker fills
+in the same default, so a request that names such a field means the same:
+older clients spelled out some defaults, and tools may.
 
 Every op here has a batched form; single-item calls are batches of one.
 """
@@ -18,6 +28,10 @@ from typing import Any
 import msgspec
 
 from kittiwake.errors import BadRequest, KittiwakeError, MalformedFrame, UnknownOperation
+from kittiwake.model import LeaseRef, NewTask
+
+DEFAULT_LEASE_SECS = 30.0
+DEFAULT_STATS_SAMPLE = 10
 
 
 class Envelope(msgspec.Struct):
@@ -25,25 +39,11 @@ class Envelope(msgspec.Struct):
     op: str
 
 
-class TaskIn(msgspec.Struct, forbid_unknown_fields=True):
-    queue: str
-    data: bytes
-    pid: str | None = None
-    sender: str | None = None
-    receiver: str | None = None
-    headers: dict[str, str] | None = None
-    max_attempts: int | None = None
-    after: list[tuple[str, str]] | None = None  # parents (queue, pid) that must finish first
-    unless: list[tuple[str, str]] | None = None  # collapse if any of these tasks exists
+TaskIn = NewTask
+LeaseRefIn = LeaseRef
 
 
-class LeaseRefIn(msgspec.Struct, forbid_unknown_fields=True):
-    queue: str
-    pid: str
-    lease_id: int
-
-
-class Request(msgspec.Struct, forbid_unknown_fields=True):
+class Request(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     id: int
     op: str
 
@@ -59,7 +59,7 @@ class Enqueue(Request):
 class Lease(Request):
     queues: list[str]
     max_tasks: int = 1
-    lease_secs: float = 30.0
+    lease_secs: float = DEFAULT_LEASE_SECS
     max_pid: str | None = None
     receiver: str | None = None
     wait_secs: float = 0.0
@@ -70,7 +70,7 @@ class Lease(Request):
 
 class Renew(Request):
     leases: list[LeaseRefIn]
-    lease_secs: float = 30.0
+    lease_secs: float = DEFAULT_LEASE_SECS
     progress: float | None = None
     note: str | None = None
 
@@ -95,7 +95,7 @@ class Update(Request):
     dequeue: list[LeaseRefIn] = []
     renew: list[LeaseRefIn] = []
     release: list[LeaseRefIn] = []
-    lease_secs: float = 30.0
+    lease_secs: float = DEFAULT_LEASE_SECS
     reason: str | None = None
 
 
@@ -168,7 +168,7 @@ class Auth(Request):
 class Stats(Request):
     queues: list[str] | None = None
     pattern: str | None = None
-    sample: int = 10
+    sample: int = DEFAULT_STATS_SAMPLE
 
 
 REQUEST_TYPES: dict[str, type[Request]] = {
@@ -250,29 +250,14 @@ def decode_request(body: bytes) -> Request:
         raise RequestError(envelope.id, MalformedFrame(TOO_DEEP)) from None
 
 
+def encode(request: Request) -> bytes:
+    """The body of a request Struct, as the client sends it."""
+    return _encoder.encode(request)
+
+
 def encode_request(op: str, request_id: int, fields: dict[str, Any]) -> bytes:
+    """The body of a request given as a map: for tools and tests that send what they like,
+    malformed requests included. Clients build the Struct and use `encode`."""
     body = {"id": request_id, "op": op}
     body.update(fields)
     return _encoder.encode(body)
-
-
-def encode_ok(request_id: int, result: Any) -> bytes:
-    return _encoder.encode({"id": request_id, "ok": True, "result": result})
-
-
-def encode_error(request_id: int, error: KittiwakeError) -> bytes:
-    return _encoder.encode({"id": request_id, "ok": False, "error": error.to_wire()})
-
-
-class Reply(msgspec.Struct):
-    id: int
-    ok: bool
-    result: Any = None
-    error: dict[str, str] | None = None
-
-
-_reply_decoder = msgspec.msgpack.Decoder(Reply)
-
-
-def decode_reply(body: bytes) -> Reply:
-    return _reply_decoder.decode(body)
