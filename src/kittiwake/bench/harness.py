@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,15 @@ from typing import Any, Callable, Iterable, Sequence
 from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
 from kittiwake.bench.load import serve
 from kittiwake.bench.processes import start_processes, stop_processes
-from kittiwake.protocol import FrameReader, decode_reply, encode_frame, encode_request
+from kittiwake.bench.settings import (
+    DURABILITY,
+    FILL_BATCH,
+    FILL_CONNECTIONS,
+    FIRST_LEASE_TIMEOUT_SECS,
+    LOAD_PROCESSES,
+    PROBE_LEASE_SECS,
+)
+from kittiwake.bench.wire import BlockingConnection, lease_refs
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
 BROKER_START_TIMEOUT_SECS = 300.0  # a restart over a million tasks is allowed to take a while
@@ -77,7 +84,7 @@ def latency_summary_ms(samples_ns: Iterable[int]) -> dict[str, float] | None:
 class BrokerProcess:
     """A broker on `data_dir`, started and stopped as a subprocess."""
 
-    def __init__(self, data_dir: Path, log_path: Path, durability: str = "fsync",
+    def __init__(self, data_dir: Path, log_path: Path, durability: str = DURABILITY,
                  extra_args: Sequence[str] = ()) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
@@ -179,40 +186,6 @@ class BrokerProcess:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-class BrokerLink:
-    """A blocking one-request-at-a-time connection for the parent's few set-up calls."""
-
-    def __init__(self, host: str, port: int, timeout: float = 60.0) -> None:
-        self.socket = socket.create_connection((host, port), timeout=timeout)
-        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = FrameReader(512 * 1024 * 1024)
-        self.next_id = 0
-        self.pending: list[bytes] = []
-
-    def request(self, op: str, **fields: Any) -> Any:
-        self.next_id += 1
-        self.socket.sendall(encode_frame(encode_request(op, self.next_id, fields)))
-        while not self.pending:
-            data = self.socket.recv(1 << 20)
-            if not data:
-                raise ConnectionError("broker closed the connection")
-            self.pending.extend(self.reader.feed(data))
-        reply = decode_reply(self.pending.pop(0))
-        if not reply.ok:
-            error = reply.error or {}
-            raise RuntimeError(f"{op}: {error.get('code')}: {error.get('message')}")
-        return reply.result
-
-    def close(self) -> None:
-        self.socket.close()
-
-    def __enter__(self) -> BrokerLink:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 # -------------------------------------------------------------- load pool
 
 
@@ -298,7 +271,7 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
 class Session:
     """A throwaway directory, a broker on it, and a pool of load processes."""
 
-    def __init__(self, *, durability: str = "fsync", processes: int = 2, parent_dir: str | None = None,
+    def __init__(self, *, durability: str = DURABILITY, processes: int = LOAD_PROCESSES, parent_dir: str | None = None,
                  keep: bool = False, broker_args: Sequence[str] = ()) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="kittiwake-bench-", dir=parent_dir))
         self.keep = keep
@@ -334,8 +307,9 @@ class Session:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
 
-    def link(self) -> BrokerLink:
-        return BrokerLink(self.broker.host, self.broker.port)
+    def link(self) -> BlockingConnection:
+        """A connection for set-up calls from this process, one at a time."""
+        return BlockingConnection(self.broker.host, self.broker.port)
 
     def timed(self, scenario: Scenario, clients: int, warmup_secs: float, seconds: float,
               progress: Progress = _no_progress, processes: int | None = None) -> Measured:
@@ -397,9 +371,9 @@ class Session:
             measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
         return measured
 
-    def fill(self, tasks_by_queue: dict[str, int], batch: int = 500, connections: int = 4,
+    def fill(self, tasks_by_queue: dict[str, int], batch: int = FILL_BATCH, connections: int = FILL_CONNECTIONS,
              progress: Progress = _no_progress) -> Measured | None:
-        """Enqueue FIFO tasks of 1 KB until each queue holds at least the given count more."""
+        """Enqueue FIFO tasks (of `settings.DATA_BYTES`) until each queue holds at least the given count more."""
         total = sum(tasks_by_queue.values())
         if total <= 0:
             return None
@@ -422,6 +396,24 @@ class Session:
         return merged
 
 
-def queue_sizes(link: BrokerLink, pattern: str) -> dict[str, int]:
+# ------------------------------------------------------------ set-up calls
+
+
+def queue_sizes(link: BlockingConnection, pattern: str) -> dict[str, int]:
     """Sizes of the queues whose names match a regex."""
     return {row["queue"]: row["size"] for row in link.request("list_queues", pattern=pattern, limit=1_000_000)}
+
+
+def first_lease(link: BlockingConnection, queue: str) -> tuple[dict[str, Any], float]:
+    """Lease from `queue` until a task comes back (a broker that just started may still be
+    recovering), then dequeue it: the task, and the monotonic time its lease came back."""
+    started = time.monotonic()
+    while True:
+        leased = link.request("lease", queues=[queue], max_tasks=1, lease_secs=PROBE_LEASE_SECS)
+        if leased:
+            leased_at = time.monotonic()
+            link.request("dequeue", leases=lease_refs(leased))
+            return leased[0], leased_at
+        if time.monotonic() - started > FIRST_LEASE_TIMEOUT_SECS:
+            raise RuntimeError(f"no task could be leased from {queue} after the restart")
+        time.sleep(0.01)

@@ -1,5 +1,5 @@
-"""Plumbing shared by every benchmark's helper processes: starting asyncio on
-uvloop inside them, and stopping a set of them.
+"""Plumbing shared by every benchmark's helper processes: spawning and stopping
+a set of them, their main loop (on uvloop when installed), their CPU time.
 
 A member is a (process, pipe, counter) triple: the parent sends jobs down the
 pipe and `None` to stop; the counter shows live progress.
@@ -7,19 +7,18 @@ pipe and `None` to stop; the counter shows live progress.
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
+import resource
 import traceback
 from typing import Any, Callable
 
+from kittiwake.bench.wire import use_uvloop
 
-def use_uvloop() -> None:
-    """In a helper process: run asyncio on uvloop when it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+def cpu_secs() -> float:
+    """User + system CPU of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def start_processes(count: int, serve: Callable[[Any, Any], None]) -> list[tuple[Any, Any, Any]]:

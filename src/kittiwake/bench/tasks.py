@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import time
 from array import array
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -58,39 +58,15 @@ from kittiwake.bench.report import (
     progress_bars,
     show_figures,
 )
+from kittiwake.bench.settings import TASKS_GROUP, TasksSettings
 from kittiwake.bench.spark_peer import SparkRun, run_spark
 from kittiwake.bench.task_processes import STOP, SubmitJob, SubmitReport, WorkerJob, WorkerReport, serve
 
-GROUP = "bench"
 EFFICIENCY_TASK_MS = (1, 16, 128)
 MIXED_MIN_MS = 1.0
 MIXED_MAX_MS = 1000.0
 WORKERS_READY_SECS = 0.3  # after starting the workers, before the first submit
 POLL_SECS = 0.05
-
-
-@dataclass(frozen=True)
-class TasksSettings:
-    tasks: int = 100_000  # null tasks
-    workers: int = 2
-    bundle: int = 1000  # tasks per enqueue request
-    max_batch: int = 500  # tasks per lease, at most
-    results: str = "batch"  # one result message per batch, or per "task"
-    latency_tasks: int = 5000
-    latency_rate_per_s: float = 1000.0
-    busy_secs: float = 5.0  # work per worker in each homogeneous efficiency figure
-    mixed_busy_secs: float = 15.0  # work per worker in the mixed figure
-    mixed_seed: int = 34
-    spark_tasks: int = 2000
-    durability: str = "fsync"
-
-
-QUICK = {"tasks": 5000, "latency_tasks": 500, "busy_secs": 0.25, "mixed_busy_secs": 1.0, "spark_tasks": 50}
-
-
-def quick(settings: TasksSettings) -> TasksSettings:
-    """The --quick sizes, for smoke tests."""
-    return replace(settings, **QUICK)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- processes
@@ -175,12 +151,12 @@ class TaskBench:
     def run(self, name: str, *, tasks: int, progress: Callable[[float, int], None], sleep_us: int = 0,
             durations_us: array | None = None, rate_per_s: float | None = None) -> Phase:
         settings = self.settings
-        queue = f"{GROUP}#tasks.{name}"
+        queue = f"{TASKS_GROUP}#tasks.{name}"
         for index in range(settings.workers):
             self.pool.start(index, WorkerJob(self.url, queue, f"bench-worker-{index}", settings.results,
                                              settings.max_batch))
         time.sleep(WORKERS_READY_SECS)  # connected and parked in a long-poll lease
-        job = SubmitJob(self.url, queue, f"{GROUP}#reply.{name}", tasks, settings.bundle, sleep_us,
+        job = SubmitJob(self.url, queue, f"{TASKS_GROUP}#reply.{name}", tasks, settings.bundle, sleep_us,
                         durations_us, rate_per_s)
         cpu_before = self.broker.cpu_secs()
         wall_before = time.monotonic()
