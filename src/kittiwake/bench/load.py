@@ -110,10 +110,13 @@ class EnqueueScript(Script):
         self.budget = budget_tasks
         self.cursor = 0  # next queue, for spreading over many queues
         self.in_flight = 0
-        if not explicit_pid and len(queues) == 1:
-            self._fifo_tasks = [{"queue": queues[0], "data": data} for _ in range(batch)]
+        # On one queue every request carries the same task maps (a request is encoded as it is
+        # sent), only their pids drawn anew: no maps built per request.
+        if explicit_pid or len(queues) == 1:
+            self._tasks: list[dict[str, Any]] | None = [{"queue": queues[0], "data": data} for _ in range(batch)]
+            self._fields = {"tasks": self._tasks}
         else:
-            self._fifo_tasks = None
+            self._tasks = None
 
     def request(self) -> tuple[str, dict[str, Any]]:
         count = self.batch if self.budget is None else min(self.batch, self.budget)
@@ -121,19 +124,19 @@ class EnqueueScript(Script):
             self.budget -= count
             self.exhausted = self.budget <= 0
         self.in_flight = count
+        tasks = self._tasks
+        if tasks is not None:
+            if self.explicit_pid:
+                bits = self.rng.getrandbits
+                for task in tasks:
+                    task["pid"] = f"{bits(64):016x}"
+            return "enqueue", self._fields if count == self.batch else {"tasks": tasks[:count]}
+        queues = self.queues
+        start = self.cursor
         data = self.data
-        if self.explicit_pid:
-            bits = self.rng.getrandbits
-            queue = self.queues[0]
-            tasks = [{"queue": queue, "pid": f"{bits(64):016x}", "data": data} for _ in range(count)]
-        elif self._fifo_tasks is not None:
-            tasks = self._fifo_tasks if count == self.batch else self._fifo_tasks[:count]
-        else:
-            queues = self.queues
-            start = self.cursor
-            tasks = [{"queue": queues[(start + i) % len(queues)], "data": data} for i in range(count)]
-            self.cursor = (start + count) % len(queues)
-        return "enqueue", {"tasks": tasks}
+        spread = [{"queue": queues[(start + i) % len(queues)], "data": data} for i in range(count)]
+        self.cursor = (start + count) % len(queues)
+        return "enqueue", {"tasks": spread}
 
     def on_reply(self, body: bytes) -> int | None:
         reply = decode_status(body)
@@ -268,8 +271,6 @@ class ClosedLoop:
         self.connection.send(op, fields)
 
     def receive(self, body: bytes) -> None:
-        if self.closing:
-            return
         tasks = self.script.on_reply(body)
         if tasks is None:  # the operation's next round trip
             op, fields = self.script.request()

@@ -151,10 +151,10 @@ class RawConnection(asyncio.Protocol):
 
     def send(self, op: str, fields: dict[str, Any]) -> int:
         """Write one request; its id."""
-        self.last_id += 1
+        self.last_id = request_id = self.last_id + 1
         assert self.transport is not None
-        self.transport.write(encode_frame(encode_request(op, self.last_id, fields)))
-        return self.last_id
+        self.transport.write(encode_frame(encode_request(op, request_id, fields)))
+        return request_id
 
     def call(self, op: str, fields: dict[str, Any]) -> asyncio.Future[Reply]:
         """Write one request; a future for its reply (a connection without a `receive` callback)."""
