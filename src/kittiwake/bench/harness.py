@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
 from kittiwake.bench.load import serve
-from kittiwake.bench.processes import start_processes, stop_processes
+from kittiwake.bench.processes import ProcessPool
 from kittiwake.bench.settings import (
     DURABILITY,
     FILL_BATCH,
@@ -189,52 +189,35 @@ class BrokerProcess:
 # -------------------------------------------------------------- load pool
 
 
-class LoadPool:
-    """Long-lived load processes (spawned, so they share nothing with this one)."""
+class LoadPool(ProcessPool):
+    """The load processes of a benchmark session."""
 
     def __init__(self, processes: int) -> None:
-        self.workers: list[tuple[Any, Any, Any]] = start_processes(processes, serve)
-
-    @property
-    def size(self) -> int:
-        return len(self.workers)
+        super().__init__(processes, serve)
 
     def run(self, jobs: Sequence[Any], progress: Callable[[int], None] = lambda tasks: None) -> LoadResult:
         """Run one job per process (len(jobs) <= size) and merge the results."""
-        if len(jobs) > len(self.workers):
+        if len(jobs) > self.size:
             raise ValueError("more jobs than load processes")
-        busy = self.workers[: len(jobs)]
-        for (_, pipe, counter), job in zip(busy, jobs):
-            counter.value = 0
-            pipe.send(job)
+        busy = range(len(jobs))
+        for index, job in zip(busy, jobs):
+            self.start(index, job)
         merged = LoadResult()
-        waiting = {id(pipe): (process, pipe) for process, pipe, _ in busy}
+        waiting = set(busy)
         failure: str | None = None
         while waiting:
-            progress(sum(counter.value for _, _, counter in busy))
-            for key, (process, pipe) in list(waiting.items()):
-                if pipe.poll(0.05):
-                    del waiting[key]
+            progress(sum(self.count(index) for index in busy))
+            for index in sorted(waiting):
+                if self.done(index, 0.05):
+                    waiting.discard(index)
                     try:
-                        status, payload = pipe.recv()
-                    except (EOFError, OSError) as exc:
-                        failure = failure or f"load process {process.pid} went away: {exc!r}"
-                        continue
-                    if status == "ok":
-                        merged.merge(payload)
-                    else:
-                        failure = failure or payload
-                elif not process.is_alive():
-                    del waiting[key]
-                    failure = failure or f"load process {process.pid} died (exit code {process.exitcode})"
-        progress(sum(counter.value for _, _, counter in busy))
+                        merged.merge(self.result(index))
+                    except RuntimeError as exc:  # the others still finish, so none is left running
+                        failure = failure or str(exc)
+        progress(sum(self.count(index) for index in busy))
         if failure:
-            raise RuntimeError(f"a load process failed:\n{failure}")
+            raise RuntimeError(failure)
         return merged
-
-    def close(self) -> None:
-        stop_processes(self.workers)
-
 
 
 def split_connections(connections: int, processes: int) -> list[tuple[int, ...]]:
@@ -253,7 +236,12 @@ class Measured:
     result: LoadResult
     seconds: float  # the measurement window (timed) or first start → last end (counted)
     broker_cpu_percent: float | None = None
-    client_cpu_percent: float | None = None
+
+    @property
+    def client_cpu_percent(self) -> float | None:
+        """The load processes' CPU over their run, as a percentage of one core (summed)."""
+        result = self.result
+        return round(100.0 * result.cpu_secs / result.wall_secs, 1) if result.wall_secs > 0 else None
 
     @property
     def tasks_per_s(self) -> float:
@@ -336,8 +324,6 @@ class Session:
         measured = Measured(result, seconds)
         if "measure" in broker_cpu and "stop" in broker_cpu:
             measured.broker_cpu_percent = round(100.0 * (broker_cpu["stop"] - broker_cpu["measure"]) / seconds, 1)
-        if result.wall_secs > 0:
-            measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
         return measured
 
     def counted(self, scenario: Scenario, connections: int, ops: int | None, warmup_ops: int = 0,
@@ -357,8 +343,6 @@ class Session:
         measured = Measured(result, seconds)
         if wall > 0:
             measured.broker_cpu_percent = round(100.0 * (self.broker.cpu_secs() - cpu_before) / wall, 1)
-        if result.wall_secs > 0:
-            measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
         return measured
 
     def probe(self, job: WakeProbe | FsyncProbe, expected: int, progress: Progress = _no_progress) -> Measured:
@@ -366,10 +350,7 @@ class Session:
         assert self.pool is not None
         result = self.pool.run([job], lambda done: progress(min(1.0, done / max(1, expected)), done))
         seconds = (result.last_end_ns - result.first_start_ns) / 1e9 if result.ops else 0.0
-        measured = Measured(result, seconds)
-        if result.wall_secs > 0:
-            measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
-        return measured
+        return Measured(result, seconds)
 
     def fill(self, tasks_by_queue: dict[str, int], batch: int = FILL_BATCH, connections: int = FILL_CONNECTIONS,
              progress: Progress = _no_progress) -> Measured | None:

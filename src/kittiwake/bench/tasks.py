@@ -48,7 +48,7 @@ from rich.console import Console
 
 from kittiwake.bench import references
 from kittiwake.bench.harness import BrokerProcess, Measured, latency_summary_ms
-from kittiwake.bench.processes import start_processes, stop_processes
+from kittiwake.bench.processes import ProcessPool
 from kittiwake.bench.jobs import LoadResult
 from kittiwake.bench.report import (
     check_target,
@@ -67,45 +67,6 @@ MIXED_MIN_MS = 1.0
 MIXED_MAX_MS = 1000.0
 WORKERS_READY_SECS = 0.3  # after starting the workers, before the first submit
 POLL_SECS = 0.05
-
-
-# ---------------------------------------------------------------- processes
-
-
-class ProcessPool:
-    """Long-lived worker and submitter processes (spawned: they share nothing with this one)."""
-
-    def __init__(self, processes: int) -> None:
-        self.members: list[tuple[Any, Any, Any]] = start_processes(processes, serve)
-
-    def start(self, index: int, job: Any) -> None:
-        _, pipe, counter = self.members[index]
-        counter.value = 0
-        pipe.send(job)
-
-    def count(self, index: int) -> int:
-        return self.members[index][2].value
-
-    def stop(self, index: int) -> None:
-        self.members[index][1].send(STOP)
-
-    def done(self, index: int, timeout: float = 0.0) -> bool:
-        process, pipe, _ = self.members[index]
-        return pipe.poll(timeout) or not process.is_alive()
-
-    def result(self, index: int) -> Any:
-        """The report of the member's job; raises what went wrong in it."""
-        process, pipe, _ = self.members[index]
-        try:
-            status, payload = pipe.recv()
-        except (EOFError, OSError) as exc:
-            raise RuntimeError(f"benchmark process {process.pid} went away (exit code {process.exitcode}): {exc!r}")
-        if status != "ok":
-            raise RuntimeError(f"a benchmark process failed:\n{payload}")
-        return payload
-
-    def close(self) -> None:
-        stop_processes(self.members)
 
 
 # ------------------------------------------------------------------- phases
@@ -174,7 +135,7 @@ class TaskBench:
             wall = time.monotonic() - wall_before
             broker_cpu = self.broker.cpu_secs() - cpu_before
             for index in range(settings.workers):
-                self.pool.stop(index)
+                self.pool.send(index, STOP)
         workers = [self.pool.result(index) for index in range(settings.workers)]
         progress(1.0, submitted.results)
         return Phase(submitted, workers, broker_cpu, wall, durations_us, sleep_us)
@@ -327,7 +288,7 @@ def run_tasks(settings: TasksSettings, console: Console, *, parent_dir: str | No
     pool: ProcessPool | None = None
     try:
         with progress_bars(console) as bar:
-            pool = ProcessPool(workers + 1)
+            pool = ProcessPool(workers + 1, serve)
             broker_startup_s = broker.start()
             bench = TaskBench(settings, broker, pool)
             phases["null"] = bench.run("null", tasks=settings.tasks,
