@@ -8,7 +8,7 @@ Albatross on task scheduling — and with the targets of the benchmark issues
 (`references`).
 
 * `settings`: every default, declared once (the CLI's options read them too).
-* `wire`: the one raw connection every benchmark speaks the protocol through.
+* `wire`: the one raw connection `ops`, `latency` and `scale` speak the protocol through.
 * `harness`: broker process, load process pool, measurement windows, percentiles.
 * `jobs`: the plain data sent to load processes and back.
 * `load`: what runs inside a load process (closed-loop connections on raw frames).

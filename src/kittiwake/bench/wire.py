@@ -1,10 +1,11 @@
 """The benchmarks' one raw connection to the broker: numbered request frames out, reply bodies in.
 
-Every benchmark speaks the wire protocol directly, below `kittiwake.client`, so what it measures
-is the broker and not a client's cost per request: requests go out as `kittiwake.protocol` frames
-them (`encode_request` + `encode_frame`, an id per request, so requests can be pipelined), replies
-come in through its `FrameReader`. `RawConnection` is an `asyncio.Protocol`, for the event loop of
-a load process (uvloop when installed: `use_uvloop`), and reads replies one of two ways:
+`ops`, `latency` and `scale` speak the wire protocol directly, below `kittiwake.client`, so what
+they measure is the broker and not a client's cost per request (`tasks` runs real clients, see
+`task_processes`). Requests go out as `kittiwake.protocol` frames them (`encode_request` +
+`encode_frame`, an id per request, so requests can be pipelined); replies come in through its
+`FrameReader`. `RawConnection` is an `asyncio.Protocol`, for the event loop of a load process
+(uvloop when installed: `use_uvloop`), and reads replies one of two ways:
 
 * given a `receive` callback, every reply body goes to it in order, from `data_received`: a load
   connection's closed loop writes its next request from there, with no task, future or coroutine
