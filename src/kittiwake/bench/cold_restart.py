@@ -39,13 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kittiwake.bench.harness import BrokerLink, BrokerProcess
+from kittiwake.bench.harness import BrokerProcess, first_lease
+from kittiwake.bench.settings import COLD_QUEUE_PREFIX
+from kittiwake.bench.wire import BlockingConnection
 from kittiwake.engine.engine import FIFO_COUNTER, LEASE_ID_COUNTER
 from kittiwake.engine.mutations import Mutation, PutEdge, PutTask, SetCounter
 from kittiwake.model import Task, fifo_pid
 from kittiwake.store.sqlite import SqliteStore
 
-QUEUE_PREFIX = "cold."
 QUEUES = 8
 BUILD_BATCH = 100_000  # tasks per commit
 BUILD_CACHE_MB = 256
@@ -56,7 +57,6 @@ DATA_BYTES = 32
 BASE_MICROS = 1_700_000_000_000_000  # 2023-11-14: pids, enqueue times and lease ids, the same in every build
 LEASE_SECS = 86_400.0  # a running lease outlives any run of the benchmark
 LEASE_OWNER = "bench-cold-worker"
-FIRST_LEASE_TIMEOUT_SECS = 300.0
 SQLITE_CACHE_MB = 64  # the broker's default page cache, for the reference scan too
 DISK_BYTES_PER_TASK = 200  # about 130 in the file, with room for the WAL while building
 
@@ -72,7 +72,7 @@ FULL_SCAN_SOURCE = "GROUP BY over every task row (recovery before schema version
 
 def queue_name(index: int) -> str:
     """Task `index` goes to queue index mod QUEUES, so each queue gets every role."""
-    return f"{QUEUE_PREFIX}{index % QUEUES}"
+    return f"{COLD_QUEUE_PREFIX}{index % QUEUES}"
 
 
 @dataclass
@@ -153,21 +153,6 @@ def build(directory: Path, tasks: int, now: float, progress: Callable[[float, in
     return ColdData(directory, tasks, time.monotonic() - started, _size_mb(directory), counts)
 
 
-def _first_lease(link: BrokerLink, queue: str) -> dict[str, Any]:
-    """Lease until a task comes back, dequeue it, return it."""
-    started = time.monotonic()
-    while True:
-        leased = link.request("lease", queues=[queue], max_tasks=1, lease_secs=60.0)
-        if leased:
-            task = leased[0]
-            link.request("dequeue", leases=[{"queue": task["queue"], "pid": task["pid"],
-                                             "lease_id": task["lease_id"]}])
-            return task
-        if time.monotonic() - started > FIRST_LEASE_TIMEOUT_SECS:
-            raise RuntimeError(f"no task could be leased from {queue} after the cold restart")
-        time.sleep(0.01)
-
-
 def _stats_mismatches(stats: list[dict[str, Any]], expected: dict[str, QueueCounts]) -> list[str]:
     """Every way the broker's stats differ from what was written (running leases stay leased;
     expired ones are back, counted as available once the sweep has taken them)."""
@@ -192,8 +177,8 @@ def measure_broker(data: ColdData, log_path: Path, durability: str) -> dict[str,
     spawned = time.monotonic()
     try:
         listening_s = broker.start()
-        with BrokerLink(broker.host, broker.port) as link:
-            task = _first_lease(link, queue_name(0))
+        with BlockingConnection(broker.host, broker.port) as link:
+            task, _ = first_lease(link, queue_name(0))
             recovery_s = time.monotonic() - spawned
             data.queues[task["queue"]].size -= 1  # dequeued
             stats = link.request("stats", queues=sorted(data.queues), sample=0)

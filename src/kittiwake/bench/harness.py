@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,8 +36,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
 from kittiwake.bench.load import serve
-from kittiwake.bench.processes import start_processes, stop_processes
-from kittiwake.protocol import FrameReader, decode_reply, encode_frame, encode_request
+from kittiwake.bench.processes import ProcessPool
+from kittiwake.bench.settings import (
+    DURABILITY,
+    FILL_BATCH,
+    FILL_CONNECTIONS,
+    FIRST_LEASE_TIMEOUT_SECS,
+    LOAD_PROCESSES,
+    PROBE_LEASE_SECS,
+)
+from kittiwake.bench.wire import BlockingConnection, lease_refs
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
 BROKER_START_TIMEOUT_SECS = 300.0  # a restart over a million tasks is allowed to take a while
@@ -77,7 +84,7 @@ def latency_summary_ms(samples_ns: Iterable[int]) -> dict[str, float] | None:
 class BrokerProcess:
     """A broker on `data_dir`, started and stopped as a subprocess."""
 
-    def __init__(self, data_dir: Path, log_path: Path, durability: str = "fsync",
+    def __init__(self, data_dir: Path, log_path: Path, durability: str = DURABILITY,
                  extra_args: Sequence[str] = ()) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
@@ -179,89 +186,38 @@ class BrokerProcess:
         return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
-class BrokerLink:
-    """A blocking one-request-at-a-time connection for the parent's few set-up calls."""
-
-    def __init__(self, host: str, port: int, timeout: float = 60.0) -> None:
-        self.socket = socket.create_connection((host, port), timeout=timeout)
-        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = FrameReader(512 * 1024 * 1024)
-        self.next_id = 0
-        self.pending: list[bytes] = []
-
-    def request(self, op: str, **fields: Any) -> Any:
-        self.next_id += 1
-        self.socket.sendall(encode_frame(encode_request(op, self.next_id, fields)))
-        while not self.pending:
-            data = self.socket.recv(1 << 20)
-            if not data:
-                raise ConnectionError("broker closed the connection")
-            self.pending.extend(self.reader.feed(data))
-        reply = decode_reply(self.pending.pop(0))
-        if not reply.ok:
-            error = reply.error or {}
-            raise RuntimeError(f"{op}: {error.get('code')}: {error.get('message')}")
-        return reply.result
-
-    def close(self) -> None:
-        self.socket.close()
-
-    def __enter__(self) -> BrokerLink:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 # -------------------------------------------------------------- load pool
 
 
-class LoadPool:
-    """Long-lived load processes (spawned, so they share nothing with this one)."""
+class LoadPool(ProcessPool):
+    """The load processes of a benchmark session."""
 
     def __init__(self, processes: int) -> None:
-        self.workers: list[tuple[Any, Any, Any]] = start_processes(processes, serve)
-
-    @property
-    def size(self) -> int:
-        return len(self.workers)
+        super().__init__(processes, serve)
 
     def run(self, jobs: Sequence[Any], progress: Callable[[int], None] = lambda tasks: None) -> LoadResult:
         """Run one job per process (len(jobs) <= size) and merge the results."""
-        if len(jobs) > len(self.workers):
+        if len(jobs) > self.size:
             raise ValueError("more jobs than load processes")
-        busy = self.workers[: len(jobs)]
-        for (_, pipe, counter), job in zip(busy, jobs):
-            counter.value = 0
-            pipe.send(job)
+        busy = range(len(jobs))
+        for index, job in zip(busy, jobs):
+            self.start(index, job)
         merged = LoadResult()
-        waiting = {id(pipe): (process, pipe) for process, pipe, _ in busy}
+        waiting = set(busy)
         failure: str | None = None
         while waiting:
-            progress(sum(counter.value for _, _, counter in busy))
-            for key, (process, pipe) in list(waiting.items()):
-                if pipe.poll(0.05):
-                    del waiting[key]
+            progress(sum(self.count(index) for index in busy))
+            for index in sorted(waiting):
+                if self.done(index, 0.05):
+                    waiting.discard(index)
                     try:
-                        status, payload = pipe.recv()
-                    except (EOFError, OSError) as exc:
-                        failure = failure or f"load process {process.pid} went away: {exc!r}"
-                        continue
-                    if status == "ok":
-                        merged.merge(payload)
-                    else:
-                        failure = failure or payload
-                elif not process.is_alive():
-                    del waiting[key]
-                    failure = failure or f"load process {process.pid} died (exit code {process.exitcode})"
-        progress(sum(counter.value for _, _, counter in busy))
+                        merged.merge(self.result(index))
+                    except RuntimeError as exc:  # the others still finish, so none is left running
+                        failure = failure or str(exc)
+        progress(sum(self.count(index) for index in busy))
         if failure:
-            raise RuntimeError(f"a load process failed:\n{failure}")
+            raise RuntimeError(failure)
         return merged
-
-    def close(self) -> None:
-        stop_processes(self.workers)
-
 
 
 def split_connections(connections: int, processes: int) -> list[tuple[int, ...]]:
@@ -280,7 +236,12 @@ class Measured:
     result: LoadResult
     seconds: float  # the measurement window (timed) or first start → last end (counted)
     broker_cpu_percent: float | None = None
-    client_cpu_percent: float | None = None
+
+    @property
+    def client_cpu_percent(self) -> float | None:
+        """The load processes' CPU over their run, as a percentage of one core (summed)."""
+        result = self.result
+        return round(100.0 * result.cpu_secs / result.wall_secs, 1) if result.wall_secs > 0 else None
 
     @property
     def tasks_per_sec(self) -> float:
@@ -298,7 +259,7 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
 class Session:
     """A throwaway directory, a broker on it, and a pool of load processes."""
 
-    def __init__(self, *, durability: str = "fsync", processes: int = 2, parent_dir: str | None = None,
+    def __init__(self, *, durability: str = DURABILITY, processes: int = LOAD_PROCESSES, parent_dir: str | None = None,
                  keep: bool = False, broker_args: Sequence[str] = ()) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="kittiwake-bench-", dir=parent_dir))
         self.keep = keep
@@ -334,8 +295,9 @@ class Session:
             signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
 
-    def link(self) -> BrokerLink:
-        return BrokerLink(self.broker.host, self.broker.port)
+    def link(self) -> BlockingConnection:
+        """A connection for set-up calls from this process, one at a time."""
+        return BlockingConnection(self.broker.host, self.broker.port)
 
     def timed(self, scenario: Scenario, clients: int, warmup_secs: float, seconds: float,
               progress: Progress = _no_progress, processes: int | None = None) -> Measured:
@@ -362,8 +324,6 @@ class Session:
         measured = Measured(result, seconds)
         if "measure" in broker_cpu and "stop" in broker_cpu:
             measured.broker_cpu_percent = round(100.0 * (broker_cpu["stop"] - broker_cpu["measure"]) / seconds, 1)
-        if result.wall_secs > 0:
-            measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
         return measured
 
     def counted(self, scenario: Scenario, connections: int, ops: int | None, warmup_ops: int = 0,
@@ -383,8 +343,6 @@ class Session:
         measured = Measured(result, seconds)
         if wall > 0:
             measured.broker_cpu_percent = round(100.0 * (self.broker.cpu_secs() - cpu_before) / wall, 1)
-        if result.wall_secs > 0:
-            measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
         return measured
 
     def probe(self, job: WakeProbe | FsyncProbe, expected: int, progress: Progress = _no_progress) -> Measured:
@@ -392,14 +350,11 @@ class Session:
         assert self.pool is not None
         result = self.pool.run([job], lambda done: progress(min(1.0, done / max(1, expected)), done))
         seconds = (result.last_end_ns - result.first_start_ns) / 1e9 if result.ops else 0.0
-        measured = Measured(result, seconds)
-        if result.wall_secs > 0:
-            measured.client_cpu_percent = round(100.0 * result.cpu_secs / result.wall_secs, 1)
-        return measured
+        return Measured(result, seconds)
 
-    def fill(self, tasks_by_queue: dict[str, int], batch: int = 500, connections: int = 4,
+    def fill(self, tasks_by_queue: dict[str, int], batch: int = FILL_BATCH, connections: int = FILL_CONNECTIONS,
              progress: Progress = _no_progress) -> Measured | None:
-        """Enqueue FIFO tasks of 1 KB until each queue holds at least the given count more."""
+        """Enqueue FIFO tasks (of `settings.DATA_BYTES`) until each queue holds at least the given count more."""
         total = sum(tasks_by_queue.values())
         if total <= 0:
             return None
@@ -422,6 +377,24 @@ class Session:
         return merged
 
 
-def queue_sizes(link: BrokerLink, pattern: str) -> dict[str, int]:
+# ------------------------------------------------------------ set-up calls
+
+
+def queue_sizes(link: BlockingConnection, pattern: str) -> dict[str, int]:
     """Sizes of the queues whose names match a regex."""
     return {row["queue"]: row["size"] for row in link.request("list_queues", pattern=pattern, limit=1_000_000)}
+
+
+def first_lease(link: BlockingConnection, queue: str) -> tuple[dict[str, Any], float]:
+    """Lease from `queue` until a task comes back (a broker that just started may still be
+    recovering), then dequeue it: the task, and the monotonic time its lease came back."""
+    started = time.monotonic()
+    while True:
+        leased = link.request("lease", queues=[queue], max_tasks=1, lease_secs=PROBE_LEASE_SECS)
+        if leased:
+            leased_at = time.monotonic()
+            link.request("dequeue", leases=lease_refs(leased))
+            return leased[0], leased_at
+        if time.monotonic() - started > FIRST_LEASE_TIMEOUT_SECS:
+            raise RuntimeError(f"no task could be leased from {queue} after the restart")
+        time.sleep(0.01)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
+from kittiwake.bench.settings import DATA_BYTES, FSYNC_BLOCK_BYTES, WORK_LEASE_SECS
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -26,10 +28,10 @@ class Scenario:
     kind: str
     queues: tuple[str, ...]
     batch: int = 1
-    data_bytes: int = 1024
+    data_bytes: int = DATA_BYTES
     pattern: str | None = None
     budget_tasks: int | None = None
-    lease_secs: float = 300.0
+    lease_secs: float = WORK_LEASE_SECS
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class WakeProbe:
     queue: str
     samples: int
     warmup: int = 20
-    data_bytes: int = 1024
+    data_bytes: int = DATA_BYTES
     park_secs: float = 0.002  # sleep after sending the lease so it is parked when the enqueue lands
 
 
@@ -81,7 +83,7 @@ class FsyncProbe:
     samples: int
     append: bool = False
     max_secs: float = 20.0
-    block_bytes: int = 4096
+    block_bytes: int = FSYNC_BLOCK_BYTES
 
 
 @dataclass

@@ -24,7 +24,7 @@ the stricter floor) and p99.9 ≤ 5 ms.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from rich.console import Console
@@ -33,18 +33,14 @@ from kittiwake.bench import references
 from kittiwake.bench.harness import Measured, Session
 from kittiwake.bench.jobs import FsyncProbe, Scenario, WakeProbe
 from kittiwake.bench.report import check_target, figure, machine_info, progress_bars
+from kittiwake.bench.settings import (
+    FSYNC_BLOCK_BYTES,
+    LATENCY_ROUND_TRIP_QUEUE,
+    LATENCY_WAKE_QUEUE,
+    LatencySettings,
+)
 
-ROUND_TRIP_QUEUE = "bench.latency.round-trip"
-WAKE_QUEUE = "bench.latency.wake"
 WARMUP_SAMPLES = 100
-
-
-@dataclass(frozen=True)
-class LatencySettings:
-    samples: int = 5000
-    fsync_samples: int = 5000
-    durability: str = "fsync"
-    data_bytes: int = 1024
 
 
 def run_latency(settings: LatencySettings, console: Console, *,
@@ -58,10 +54,10 @@ def run_latency(settings: LatencySettings, console: Console, *,
         measured["fsync_append"] = session.probe(FsyncProbe(data_dir, settings.fsync_samples, append=True),
                                                  settings.fsync_samples, bar("fsync of 4 KiB, appended"))
         measured["enqueue_round_trip"] = session.counted(
-            Scenario("fifo_enqueue", (ROUND_TRIP_QUEUE,), data_bytes=settings.data_bytes),
+            Scenario("fifo_enqueue", (LATENCY_ROUND_TRIP_QUEUE,), data_bytes=settings.data_bytes),
             connections=1, ops=settings.samples, warmup_ops=WARMUP_SAMPLES, progress=bar("enqueue round trip"))
         measured["enqueue_to_lease"] = session.probe(
-            WakeProbe(session.broker.host, session.broker.port, WAKE_QUEUE, settings.samples,
+            WakeProbe(session.broker.host, session.broker.port, LATENCY_WAKE_QUEUE, settings.samples,
                       data_bytes=settings.data_bytes),
             settings.samples + WakeProbe.warmup, bar("enqueue → parked lease"))
 
@@ -88,8 +84,9 @@ def run_latency(settings: LatencySettings, console: Console, *,
         )
         record["meets_target"] = check_target(record)
         figures[name] = record
-    figures["fsync"] = figure(measured["fsync"], rate=False, block_bytes=4096, write="in place")
-    figures["fsync_append"] = figure(measured["fsync_append"], rate=False, block_bytes=4096, write="append")
+    figures["fsync"] = figure(measured["fsync"], rate=False, block_bytes=FSYNC_BLOCK_BYTES, write="in place")
+    figures["fsync_append"] = figure(measured["fsync_append"], rate=False, block_bytes=FSYNC_BLOCK_BYTES,
+                                     write="append")
     report = {
         "machine": machine_info(),
         "settings": asdict(settings),

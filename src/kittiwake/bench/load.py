@@ -2,17 +2,14 @@
 
 A load process drives the broker the way TaskMaster §6 drove its node: many
 clients, each one connection with one request in flight (closed loop), 1 KB of
-data per task. It speaks the wire protocol directly — `encode_request` +
-`encode_frame` out, `FrameReader` + a reply decoder in — from `asyncio.Protocol`
-callbacks, with uvloop when it is installed: a reply's `data_received` writes
-the next request at once, with no task, future or coroutine per request. That
-keeps the client's cost per request to a few tens of microseconds, so two load
-processes on the machine's second core can outrun one broker; the harness
-reports the clients' CPU next to the broker's so a reader can check.
-
-Replies are decoded only as far as the benchmark needs (`ok`, and `queue`,
-`pid`, `lease_id` of leased tasks); msgspec skips the rest (the 1 KB data)
-without building objects.
+data per task. Each client is a `ClosedLoop` over a `wire.RawConnection` that
+hands it every reply from the connection's `data_received` callback, on uvloop
+when it is installed: a reply writes the next request at once, with no task,
+future or coroutine per request. That keeps the client's cost per request to a
+few tens of microseconds, so two load processes on the machine's second core
+can outrun one broker; the harness reports the clients' CPU next to the
+broker's so a reader can check. A `Script` says what a client sends and what a
+reply finished; replies are decoded only as far as it needs (`wire`).
 
 A run stops either at a point in time (`TimedLoad`: warm up, then count what
 completes inside the window) or after a number of operations (`CountedLoad`:
@@ -35,12 +32,19 @@ from multiprocessing.connection import Connection as Pipe
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-import msgspec
-
 from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
-from kittiwake.bench.probes import cpu_secs, run_fsync_probe, run_wake_probe
-from kittiwake.bench.processes import serve_jobs
-from kittiwake.protocol import FrameReader, encode_frame, encode_request
+from kittiwake.bench.probes import run_fsync_probe, run_wake_probe
+from kittiwake.bench.processes import cpu_secs, serve_jobs
+from kittiwake.bench.wire import (
+    ErrorBody,
+    LeasedRef,
+    RawConnection,
+    decode_items,
+    decode_lease,
+    decode_status,
+    error_text,
+    open_connection,
+)
 
 # An operation that finished nothing (an empty lease, an error reply) waits this
 # long before the next request, so a drained queue does not turn into a spin.
@@ -53,55 +57,6 @@ PROGRESS_EVERY_SECS = 0.1
 # A connection that still waits for its last reply this long after the end of
 # its run is given up (counted as an error).
 DRAIN_TIMEOUT_SECS = 60.0
-MAX_REPLY_BYTES = 512 * 1024 * 1024
-
-# --------------------------------------------------------------- replies
-
-
-class _ErrorBody(msgspec.Struct):
-    code: str = "INTERNAL"
-    message: str = ""
-
-
-class _Status(msgspec.Struct):
-    """Any reply, read only as far as ok / error."""
-
-    id: int
-    ok: bool
-    error: _ErrorBody | None = None
-
-
-class _LeasedRef(msgspec.Struct):
-    """The part of a leased task that names its lease; encodes back as a lease ref."""
-
-    queue: str
-    pid: str
-    lease_id: int
-
-
-class _LeaseReply(msgspec.Struct):
-    id: int
-    ok: bool
-    result: list[_LeasedRef] | None = None
-    error: _ErrorBody | None = None
-
-
-class _ItemStatus(msgspec.Struct):
-    ok: bool
-    code: str | None = None
-    message: str | None = None
-
-
-class _ItemsReply(msgspec.Struct):
-    id: int
-    ok: bool
-    result: list[_ItemStatus] | None = None
-    error: _ErrorBody | None = None
-
-
-_decode_status = msgspec.msgpack.Decoder(_Status).decode
-_decode_lease = msgspec.msgpack.Decoder(_LeaseReply).decode
-_decode_items = msgspec.msgpack.Decoder(_ItemsReply).decode
 
 # --------------------------------------------------------------- scripts
 
@@ -109,37 +64,36 @@ _decode_items = msgspec.msgpack.Decoder(_ItemsReply).decode
 class Script:
     """One connection's closed loop: the next request, and what a reply finished.
 
-    `on_reply` returns the number of tasks the operation finished (0 for an
-    empty lease or an error), or None when the operation needs another round
-    trip (a lease that now has to be dequeued).
+    `request` returns the next request's op and fields. `on_reply` returns the
+    number of tasks the operation finished (0 for an empty lease or an error),
+    or None when the operation needs another round trip (a lease that now has
+    to be dequeued).
     """
 
     exhausted = False  # no more requests to send (task budget spent)
 
     def __init__(self) -> None:
-        self.request_id = 0
         self.errors = 0
         self.empties = 0
         self.first_error: str | None = None
 
-    def request(self) -> bytes:
+    def request(self) -> tuple[str, dict[str, Any]]:
         raise NotImplementedError
 
     def on_reply(self, body: bytes) -> int | None:
         raise NotImplementedError
 
-    def _frame(self, op: str, fields: dict[str, Any]) -> bytes:
-        self.request_id += 1
-        return encode_frame(encode_request(op, self.request_id, fields))
-
-    def _fail(self, what: str, error: Any) -> int:
+    def fail(self, text: str) -> int:
+        """Count an error (the first one's text goes into the report); no task finished."""
         self.errors += 1
         if self.first_error is None:
-            if error is None:
-                self.first_error = f"{what}: error reply without an error body"
-            else:
-                self.first_error = f"{what}: {error.code}: {error.message}"
+            self.first_error = text
         return 0
+
+    def _refused(self, what: str, error: ErrorBody | None) -> int:
+        if error is None:
+            return self.fail(f"{what}: error reply without an error body")
+        return self.fail(error_text(what, error.code, error.message))
 
 
 class EnqueueScript(Script):
@@ -156,35 +110,38 @@ class EnqueueScript(Script):
         self.budget = budget_tasks
         self.cursor = 0  # next queue, for spreading over many queues
         self.in_flight = 0
-        if not explicit_pid and len(queues) == 1:
-            self._fifo_tasks = [{"queue": queues[0], "data": data} for _ in range(batch)]
+        # On one queue every request carries the same task maps (a request is encoded as it is
+        # sent), only their pids drawn anew: no maps built per request.
+        if explicit_pid or len(queues) == 1:
+            self._tasks: list[dict[str, Any]] | None = [{"queue": queues[0], "data": data} for _ in range(batch)]
+            self._fields = {"tasks": self._tasks}
         else:
-            self._fifo_tasks = None
+            self._tasks = None
 
-    def request(self) -> bytes:
+    def request(self) -> tuple[str, dict[str, Any]]:
         count = self.batch if self.budget is None else min(self.batch, self.budget)
         if self.budget is not None:
             self.budget -= count
             self.exhausted = self.budget <= 0
         self.in_flight = count
+        tasks = self._tasks
+        if tasks is not None:
+            if self.explicit_pid:
+                bits = self.rng.getrandbits
+                for task in tasks:
+                    task["pid"] = f"{bits(64):016x}"
+            return "enqueue", self._fields if count == self.batch else {"tasks": tasks[:count]}
+        queues = self.queues
+        start = self.cursor
         data = self.data
-        if self.explicit_pid:
-            bits = self.rng.getrandbits
-            queue = self.queues[0]
-            tasks = [{"queue": queue, "pid": f"{bits(64):016x}", "data": data} for _ in range(count)]
-        elif self._fifo_tasks is not None:
-            tasks = self._fifo_tasks if count == self.batch else self._fifo_tasks[:count]
-        else:
-            queues = self.queues
-            start = self.cursor
-            tasks = [{"queue": queues[(start + i) % len(queues)], "data": data} for i in range(count)]
-            self.cursor = (start + count) % len(queues)
-        return self._frame("enqueue", {"tasks": tasks})
+        spread = [{"queue": queues[(start + i) % len(queues)], "data": data} for i in range(count)]
+        self.cursor = (start + count) % len(queues)
+        return "enqueue", {"tasks": spread}
 
     def on_reply(self, body: bytes) -> int | None:
-        reply = _decode_status(body)
+        reply = decode_status(body)
         if not reply.ok:
-            return self._fail("enqueue", reply.error)
+            return self._refused("enqueue", reply.error)
         return self.in_flight
 
 
@@ -194,33 +151,33 @@ class LeaseDequeueScript(Script):
     def __init__(self, queue: str, batch: int, lease_secs: float, worker: str) -> None:
         super().__init__()
         self.lease_fields = {"queues": [queue], "max_tasks": batch, "lease_secs": lease_secs, "worker": worker}
-        self.leased: list[_LeasedRef] | None = None
+        self.leased: list[LeasedRef] | None = None
 
-    def request(self) -> bytes:
+    def request(self) -> tuple[str, dict[str, Any]]:
         if self.leased is None:
-            return self._frame("lease", self.lease_fields)
-        return self._frame("dequeue", {"leases": self.leased})
+            return "lease", self.lease_fields
+        return "dequeue", {"leases": self.leased}
 
     def on_reply(self, body: bytes) -> int | None:
         if self.leased is None:
-            reply = _decode_lease(body)
+            reply = decode_lease(body)
             if not reply.ok:
-                return self._fail("lease", reply.error)
+                return self._refused("lease", reply.error)
             if not reply.result:
                 self.empties += 1
                 return 0
             self.leased = reply.result
             return None
-        items = _decode_items(body)
+        items = decode_items(body)
         self.leased = None
         if not items.ok:
-            return self._fail("dequeue", items.error)
+            return self._refused("dequeue", items.error)
         done = 0
         for item in items.result or ():
             if item.ok:
                 done += 1
             else:
-                self._fail("dequeue item", _ErrorBody(item.code or "INTERNAL", item.message or ""))
+                self.fail(error_text("dequeue item", item.code or "INTERNAL", item.message or ""))
         return done
 
 
@@ -232,13 +189,13 @@ class QueryScript(Script):
         self.op = op
         self.fields = fields
 
-    def request(self) -> bytes:
-        return self._frame(self.op, self.fields)
+    def request(self) -> tuple[str, dict[str, Any]]:
+        return self.op, self.fields
 
     def on_reply(self, body: bytes) -> int | None:
-        reply = _decode_status(body)
+        reply = decode_status(body)
         if not reply.ok:
-            return self._fail(self.op, reply.error)
+            return self._refused(self.op, reply.error)
         return 1
 
 
@@ -266,7 +223,7 @@ def make_script(scenario: Scenario, connection: int, data: bytes) -> Script:
     raise ValueError(f"unknown scenario kind {kind!r}")
 
 
-# ----------------------------------------------------------- connections
+# ----------------------------------------------------------- closed loops
 
 
 class Tally:
@@ -277,8 +234,8 @@ class Tally:
         self.finished_tasks = 0  # every task finished, measured or not (for progress)
 
 
-class LoadConnection(asyncio.Protocol):
-    """One client: one connection, one request in flight, driven from callbacks."""
+class ClosedLoop:
+    """One client: one connection, one request in flight, driven from the connection's callbacks."""
 
     def __init__(self, script: Script, tally: Tally, *, measure_ns: int, stop_ns: int,
                  warmup_ops: int, ops: int | None) -> None:
@@ -291,14 +248,13 @@ class LoadConnection(asyncio.Protocol):
         self.completed = 0  # operations finished, measured or not
         self.idle_in_a_row = 0  # operations in a row that finished nothing
         self.measured = 0
-        self.reader = FrameReader(MAX_REPLY_BYTES)
-        self.transport: asyncio.Transport | None = None
+        self.connection: RawConnection | None = None
         self.op_start_ns = 0
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closing = False
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+    async def connect(self, host: str, port: int) -> None:
+        self.connection = await open_connection(host, port, self.receive, self.lost)
 
     def start(self) -> None:
         self.send()
@@ -310,41 +266,40 @@ class LoadConnection(asyncio.Protocol):
             self.finish()
             return
         self.op_start_ns = now
-        assert self.transport is not None
-        self.transport.write(script.request())
+        op, fields = script.request()
+        assert self.connection is not None
+        self.connection.send(op, fields)
 
-    def data_received(self, data: bytes) -> None:
-        for body in self.reader.feed(data):
-            tasks = self.script.on_reply(body)
-            if tasks is None:  # the operation's next round trip
-                assert self.transport is not None
-                self.transport.write(self.script.request())
-                continue
-            now = time.monotonic_ns()
-            self.completed += 1
-            self.tally.finished_tasks += tasks
-            if tasks and now >= self.measure_ns and self.completed > self.warmup_ops:
-                result = self.tally.result
-                result.latencies_ns.append(now - self.op_start_ns)
-                result.tasks += tasks
-                result.ops += 1
-                if not result.first_start_ns or self.op_start_ns < result.first_start_ns:
-                    result.first_start_ns = self.op_start_ns
-                if now > result.last_end_ns:
-                    result.last_end_ns = now
-                self.measured += 1
-            if tasks:
-                self.idle_in_a_row = 0
-                self.send()
-                continue
-            self.idle_in_a_row += 1
-            if self.ops is not None and self.idle_in_a_row >= MAX_IDLE_OPS_IN_A_ROW:
-                self.script.errors += 1
-                self.script.first_error = self.script.first_error or (
-                    f"gave up after {self.idle_in_a_row} operations in a row finished nothing (queue empty?)")
-                self.finish()
-                return
-            asyncio.get_running_loop().call_later(IDLE_PAUSE_SECS, self.send)
+    def receive(self, body: bytes) -> None:
+        tasks = self.script.on_reply(body)
+        if tasks is None:  # the operation's next round trip
+            op, fields = self.script.request()
+            assert self.connection is not None
+            self.connection.send(op, fields)
+            return
+        now = time.monotonic_ns()
+        self.completed += 1
+        self.tally.finished_tasks += tasks
+        if tasks and now >= self.measure_ns and self.completed > self.warmup_ops:
+            result = self.tally.result
+            result.latencies_ns.append(now - self.op_start_ns)
+            result.tasks += tasks
+            result.ops += 1
+            if not result.first_start_ns or self.op_start_ns < result.first_start_ns:
+                result.first_start_ns = self.op_start_ns
+            if now > result.last_end_ns:
+                result.last_end_ns = now
+            self.measured += 1
+        if tasks:
+            self.idle_in_a_row = 0
+            self.send()
+            return
+        self.idle_in_a_row += 1
+        if self.ops is not None and self.idle_in_a_row >= MAX_IDLE_OPS_IN_A_ROW:
+            self.script.fail(f"gave up after {self.idle_in_a_row} operations in a row finished nothing (queue empty?)")
+            self.finish()
+            return
+        asyncio.get_running_loop().call_later(IDLE_PAUSE_SECS, self.send)
 
     def finish(self) -> None:
         if self.closing:
@@ -355,22 +310,15 @@ class LoadConnection(asyncio.Protocol):
         result.errors += script.errors
         result.empties += script.empties
         result.first_error = result.first_error or script.first_error
-        if self.transport is not None:
-            self.transport.close()
+        if self.connection is not None:
+            self.connection.close()
         if not self.done.done():
             self.done.set_result(None)
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def lost(self, exc: Exception | None) -> None:
         if not self.closing:
-            self.script.errors += 1
-            self.script.first_error = self.script.first_error or f"connection lost: {exc or 'closed by broker'}"
+            self.script.fail(f"connection lost: {exc or 'closed by broker'}")
             self.finish()
-
-
-async def _open(host: str, port: int, factory: Any) -> Any:
-    loop = asyncio.get_running_loop()
-    _, protocol = await loop.create_connection(factory, host, port)
-    return protocol
 
 
 async def _publish_progress(tally: Tally, counter: Synchronized) -> None:
@@ -384,34 +332,33 @@ async def run_load(job: TimedLoad | CountedLoad, counter: Synchronized) -> LoadR
     timed = isinstance(job, TimedLoad)
     data = os.urandom(job.scenario.data_bytes)
     tally = Tally()
-    connections: list[LoadConnection] = []
+    clients: list[ClosedLoop] = []
     for number in job.connections:
         script = make_script(job.scenario, number, data)
         if timed:
             options = dict(measure_ns=job.measure_ns, stop_ns=job.stop_ns, warmup_ops=0, ops=None)
         else:
             options = dict(measure_ns=0, stop_ns=2**63 - 1, warmup_ops=job.warmup_ops, ops=job.ops)
-        connection = LoadConnection(script, tally, **options)  # type: ignore[arg-type]
-        await _open(job.host, job.port, lambda c=connection: c)
-        connections.append(connection)
+        client = ClosedLoop(script, tally, **options)  # type: ignore[arg-type]
+        await client.connect(job.host, job.port)
+        clients.append(client)
     if timed:
         await asyncio.sleep(max(0.0, (job.start_ns - time.monotonic_ns()) / 1e9))
     publisher = asyncio.ensure_future(_publish_progress(tally, counter))
     cpu_before = cpu_secs()
     wall_before = time.monotonic()
-    for connection in connections:
-        connection.start()
-    pending = [c.done for c in connections]
+    for client in clients:
+        client.start()
+    pending = [client.done for client in clients]
     if timed:
         deadline = max(0.0, (job.stop_ns - time.monotonic_ns()) / 1e9) + DRAIN_TIMEOUT_SECS
         await asyncio.wait(pending, timeout=deadline)
     else:
         await asyncio.wait(pending)
-    for connection in connections:
-        if not connection.done.done():
-            connection.script.errors += 1
-            connection.script.first_error = connection.script.first_error or "no reply before the drain timeout"
-            connection.finish()
+    for client in clients:
+        if not client.done.done():
+            client.script.fail("no reply before the drain timeout")
+            client.finish()
     result = tally.result
     result.cpu_secs = cpu_secs() - cpu_before
     result.wall_secs = time.monotonic() - wall_before

@@ -31,7 +31,7 @@ for profiling one operation.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable
 
 from rich.console import Console
@@ -40,25 +40,9 @@ from kittiwake.bench import references
 from kittiwake.bench.harness import Measured, Session, queue_sizes
 from kittiwake.bench.jobs import Scenario
 from kittiwake.bench.report import figure, check_target, machine_info, progress_bars
+from kittiwake.bench.settings import OPS_BULK_PREFIX, OPS_FIGURES, OPS_SINGLE_PREFIX, OpsSettings
 
-SINGLE_PREFIX = "bench.ops."
-BULK_PREFIX = "bench.bulk."
 TOP_UP_MARGIN = 1.3
-TOP_UP_BATCH = 500
-FIGURES = ("enqueue", "fifo_enqueue", "lease_dequeue", "batch_enqueue", "batch_lease_dequeue")
-
-
-@dataclass(frozen=True)
-class OpsSettings:
-    seconds: float = 10.0
-    warmup_secs: float = 2.0
-    clients: int = 50
-    batch: int = 100
-    queues: int = 10
-    processes: int = 2
-    durability: str = "fsync"
-    data_bytes: int = 1024
-    only: tuple[str, ...] = ()  # figure names to run; empty: all
 
 
 def _top_up(session: Session, queues: tuple[str, ...], rate: float, seconds: float,
@@ -69,8 +53,7 @@ def _top_up(session: Session, queues: tuple[str, ...], rate: float, seconds: flo
         prefix = queues[0].rsplit(".", 1)[0]
         sizes = queue_sizes(link, "^" + prefix.replace(".", r"\.") + r"\.")
     missing = {queue: per_queue - sizes.get(queue, 0) for queue in queues}
-    session.fill({queue: count for queue, count in missing.items() if count > 0},
-                 batch=TOP_UP_BATCH, progress=progress)
+    session.fill({queue: count for queue, count in missing.items() if count > 0}, progress=progress)
     progress(1.0, sum(count for count in missing.values() if count > 0))
 
 
@@ -95,11 +78,11 @@ def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None =
     report and the raw measurements (for plots)."""
     clients = settings.clients
     queue_count = max(1, min(settings.queues, clients))
-    single = tuple(f"{SINGLE_PREFIX}{k}" for k in range(queue_count))
-    bulk = tuple(f"{BULK_PREFIX}{k}" for k in range(queue_count))
+    single = tuple(f"{OPS_SINGLE_PREFIX}{k}" for k in range(queue_count))
+    bulk = tuple(f"{OPS_BULK_PREFIX}{k}" for k in range(queue_count))
     data = settings.data_bytes
     batch = settings.batch
-    wanted = set(settings.only or FIGURES)
+    wanted = set(settings.only or OPS_FIGURES)
     run_secs = settings.warmup_secs + settings.seconds
     measured: dict[str, Measured] = {}
     with Session(durability=settings.durability, processes=settings.processes, parent_dir=parent_dir) as session, \

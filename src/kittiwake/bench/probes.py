@@ -9,9 +9,9 @@
   the least a durable commit costs on this disk — or append it (the file's
   size changes too, as while SQLite's WAL grows).
 
-Both go one request at a time, through `RawConnection`, a minimal pipelining
-client (decoded reply maps, futures by request id): their cost per request
-does not matter, only the broker's and the disk's time does.
+The wake probe's connections are `wire.RawConnection`s whose replies resolve
+a future per request id: their cost per request does not matter, only the
+broker's and the disk's time does.
 """
 
 from __future__ import annotations
@@ -20,102 +20,38 @@ import asyncio
 import os
 import time
 from multiprocessing.sharedctypes import Synchronized
-from typing import Any
-
-import msgspec
 
 from kittiwake.bench.jobs import FsyncProbe, LoadResult, WakeProbe
-from kittiwake.protocol import FrameReader, encode_frame, encode_request
-
-MAX_REPLY_BYTES = 512 * 1024 * 1024
-_decode_any = msgspec.msgpack.Decoder().decode
-
-
-async def _open(host: str, port: int, factory: Any) -> Any:
-    loop = asyncio.get_running_loop()
-    _, protocol = await loop.create_connection(factory, host, port)
-    return protocol
-
-
-def cpu_secs() -> float:
-    """User + system CPU of this process so far."""
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-class RawConnection(asyncio.Protocol):
-    """A minimal pipelining client for probes: request(op, fields) -> decoded reply map."""
-
-    def __init__(self) -> None:
-        self.reader = FrameReader(MAX_REPLY_BYTES)
-        self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.next_id = 0
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        for body in self.reader.feed(data):
-            reply = _decode_any(body)
-            future = self.waiting.pop(reply["id"], None)
-            if future is not None and not future.done():
-                future.set_result(reply)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        for future in self.waiting.values():
-            if not future.done():
-                future.set_exception(ConnectionError(f"broker closed the connection: {exc}"))
-        self.waiting.clear()
-
-    def send(self, op: str, fields: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-        self.next_id += 1
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.waiting[self.next_id] = future
-        assert self.transport is not None
-        self.transport.write(encode_frame(encode_request(op, self.next_id, fields)))
-        return future
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-
-def _checked(reply: dict[str, Any], what: str) -> Any:
-    if not reply.get("ok"):
-        error = reply.get("error") or {}
-        raise RuntimeError(f"{what}: {error.get('code')}: {error.get('message')}")
-    return reply.get("result")
+from kittiwake.bench.processes import cpu_secs
+from kittiwake.bench.settings import PROBE_LEASE_SECS, WAKE_WAIT_SECS
+from kittiwake.bench.wire import checked, lease_refs, open_connection
 
 
 async def run_wake_probe(job: WakeProbe, counter: Synchronized) -> LoadResult:
     """Time from sending an enqueue to receiving the lease reply of a parked long-poll."""
-    worker: RawConnection = await _open(job.host, job.port, RawConnection)
-    producer: RawConnection = await _open(job.host, job.port, RawConnection)
+    worker = await open_connection(job.host, job.port)
+    producer = await open_connection(job.host, job.port)
     data = os.urandom(job.data_bytes)
     result = LoadResult()
     cpu_before = cpu_secs()
     wall_before = time.monotonic()
-    lease_fields = {"queues": [job.queue], "max_tasks": 1, "lease_secs": 30.0, "wait_secs": 30.0,
-                    "worker": "bench-wake"}
+    lease_fields = {"queues": [job.queue], "max_tasks": 1, "lease_secs": PROBE_LEASE_SECS,
+                    "wait_secs": WAKE_WAIT_SECS, "worker": "bench-wake"}
     enqueue_fields = {"tasks": [{"queue": job.queue, "data": data}]}
     for index in range(job.warmup + job.samples):
-        leasing = worker.send("lease", lease_fields)
+        leasing = worker.call("lease", lease_fields)
         await asyncio.sleep(job.park_secs)
         if leasing.done():  # answered before anything was enqueued: the queue was not empty
-            _checked(leasing.result(), "lease")
+            checked(leasing.result(), "lease")
             raise RuntimeError(f"queue {job.queue} was not empty at the start of a wake probe")
         sent_ns = time.monotonic_ns()
-        enqueueing = producer.send("enqueue", enqueue_fields)
-        leased = _checked(await leasing, "lease")
+        enqueueing = producer.call("enqueue", enqueue_fields)
+        leased = checked(await leasing, "lease")
         woke_ns = time.monotonic_ns()
-        _checked(await enqueueing, "enqueue")
+        checked(await enqueueing, "enqueue")
         if not leased:
             raise RuntimeError("long-poll lease returned no task after an enqueue")
-        refs = [{"queue": t["queue"], "pid": t["pid"], "lease_id": t["lease_id"]} for t in leased]
-        _checked(await worker.send("dequeue", {"leases": refs}), "dequeue")
+        checked(await worker.call("dequeue", {"leases": lease_refs(leased)}), "dequeue")
         if index >= job.warmup:
             result.latencies_ns.append(woke_ns - sent_ns)
             result.tasks += 1

@@ -1,25 +1,25 @@
-"""Plumbing shared by every benchmark's helper processes: starting asyncio on
-uvloop inside them, and stopping a set of them.
+"""Plumbing shared by every benchmark's helper processes: a pool of them, their
+main loop (on uvloop when installed), their CPU time.
 
 A member is a (process, pipe, counter) triple: the parent sends jobs down the
-pipe and `None` to stop; the counter shows live progress.
+pipe and `None` to stop; the counter shows live progress. `ProcessPool` holds
+the members of one benchmark (load processes; workers and a submitter).
 """
 
 from __future__ import annotations
 
-import asyncio
 import multiprocessing
+import resource
 import traceback
 from typing import Any, Callable
 
+from kittiwake.bench.wire import use_uvloop
 
-def use_uvloop() -> None:
-    """In a helper process: run asyncio on uvloop when it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        return
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+def cpu_secs() -> float:
+    """User + system CPU of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def start_processes(count: int, serve: Callable[[Any, Any], None]) -> list[tuple[Any, Any, Any]]:
@@ -49,6 +49,50 @@ def stop_processes(members: list[tuple[Any, Any, Any]]) -> None:
             process.terminate()
             process.join(5)
         pipe.close()
+
+
+class ProcessPool:
+    """Long-lived helper processes running `serve(pipe, counter)`, spawned once per benchmark.
+
+    Member `index` runs one job at a time: `start` sends it, `count` reads its progress
+    counter, `done` says whether it answered (or died), `result` reads the answer."""
+
+    def __init__(self, count: int, serve: Callable[[Any, Any], None]) -> None:
+        self.members: list[tuple[Any, Any, Any]] = start_processes(count, serve)
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def start(self, index: int, job: Any) -> None:
+        _, pipe, counter = self.members[index]
+        counter.value = 0
+        pipe.send(job)
+
+    def send(self, index: int, message: Any) -> None:
+        """A message for a running job (a stop signal)."""
+        self.members[index][1].send(message)
+
+    def count(self, index: int) -> int:
+        return self.members[index][2].value
+
+    def done(self, index: int, timeout: float = 0.0) -> bool:
+        process, pipe, _ = self.members[index]
+        return pipe.poll(timeout) or not process.is_alive()
+
+    def result(self, index: int) -> Any:
+        """The answer to the member's job; raises RuntimeError with what went wrong in it."""
+        process, pipe, _ = self.members[index]
+        try:
+            status, payload = pipe.recv()
+        except (EOFError, OSError) as exc:
+            raise RuntimeError(f"benchmark process {process.pid} went away (exit code {process.exitcode}): {exc!r}")
+        if status != "ok":
+            raise RuntimeError(f"a benchmark process failed:\n{payload}")
+        return payload
+
+    def close(self) -> None:
+        stop_processes(self.members)
 
 
 def serve_jobs(pipe: Any, counter: Any, run: Callable[[Any], Any], ignore: Callable[[Any], bool] = lambda job: False) -> None:

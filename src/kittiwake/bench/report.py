@@ -35,6 +35,7 @@ from rich.table import Table
 
 import kittiwake
 from kittiwake.bench.harness import Measured
+from kittiwake.bench.wire import event_loop_name
 
 # ----------------------------------------------------------------- machine
 
@@ -50,14 +51,6 @@ def _first_line_value(path: str, key: str) -> str | None:
     return None
 
 
-def _event_loop() -> str:
-    try:
-        import uvloop
-    except ImportError:
-        return "asyncio"
-    return f"uvloop {uvloop.__version__}"
-
-
 def machine_info() -> dict[str, Any]:
     """The facts a reader needs to compare two runs."""
     memory_kb = _first_line_value("/proc/meminfo", "MemTotal")
@@ -69,7 +62,7 @@ def machine_info() -> dict[str, Any]:
         "sqlite": sqlite3.sqlite_version,
         "kernel": f"{platform.system()} {platform.release()}",
         "kittiwake": kittiwake.__version__,
-        "load_event_loop": _event_loop(),
+        "load_event_loop": event_loop_name(),
     }
 
 

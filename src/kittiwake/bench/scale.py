@@ -34,45 +34,35 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable
 
 from rich.console import Console
 
 from kittiwake.bench import references
 from kittiwake.bench.cold_restart import FULL_SCAN_SOURCE, run_cold_restart
-from kittiwake.bench.harness import Measured, Session
+from kittiwake.bench.harness import Measured, Session, first_lease
 from kittiwake.bench.jobs import Scenario
 from kittiwake.bench.report import check_target, figure, machine_info, numbers_table, progress_bars, show_figures
+from kittiwake.bench.settings import (
+    FILL_CONNECTIONS,
+    SCALE_BIG_QUEUE,
+    SCALE_SMALL_QUEUE,
+    SCALE_SPREAD_PREFIX,
+    ScaleSettings,
+)
 
-BIG_QUEUE = "scale.big"
-SMALL_QUEUE = "scale.small"
-SPREAD_PREFIX = "scale.spread."
-FILL_CONNECTIONS = 4
 WARMUP_OPS = 50
 LIST_SAMPLES = 200
-FIRST_LEASE_TIMEOUT_SECS = 300.0
-
-
-@dataclass(frozen=True)
-class ScaleSettings:
-    big: int = 1_000_000
-    queues: int = 100_000
-    spread: int = 200_000
-    samples: int = 2000
-    fill_batch: int = 1000
-    durability: str = "fsync"
-    data_bytes: int = 1024
-    recovery_tasks: int = 10_000_000
 
 
 def spread_queue(index: int) -> str:
-    return f"{SPREAD_PREFIX}{index:06d}"
+    return f"{SCALE_SPREAD_PREFIX}{index:06d}"
 
 
 def list_pattern(queue_count: int) -> str:
     """A regex matching 100 spread queues at 100,000 queues, one in ten below that."""
-    prefix = "^" + SPREAD_PREFIX.replace(".", "\\.")
+    prefix = "^" + SCALE_SPREAD_PREFIX.replace(".", "\\.")
     return prefix + "0004" if queue_count >= 100_000 else prefix + "\\d*7$"
 
 
@@ -119,24 +109,15 @@ def _first_lease(session: Session) -> float:
     """Seconds until a lease at the head of the big queue returns a task; the task is then dequeued."""
     started = time.monotonic()
     with session.link() as link:
-        while True:
-            leased = link.request("lease", queues=[BIG_QUEUE], max_tasks=1, lease_secs=60.0)
-            if leased:
-                elapsed = time.monotonic() - started
-                task = leased[0]
-                link.request("dequeue", leases=[{"queue": task["queue"], "pid": task["pid"],
-                                                 "lease_id": task["lease_id"]}])
-                return elapsed
-            if time.monotonic() - started > FIRST_LEASE_TIMEOUT_SECS:
-                raise RuntimeError("no task could be leased from the big queue after the restart")
-            time.sleep(0.01)
+        _, leased_at = first_lease(link, SCALE_BIG_QUEUE)
+    return leased_at - started
 
 
 def _count_on_disk(session: Session, queue_count: int) -> tuple[int, int]:
     """(tasks in the big queue, spread queues holding tasks) as the broker reports them."""
     with session.link() as link:
-        big = link.request("list_queues", pattern=f"^{BIG_QUEUE.replace('.', chr(92) + '.')}$", limit=10)
-        spread = link.request("list_queues", pattern="^" + SPREAD_PREFIX.replace(".", "\\."),
+        big = link.request("list_queues", pattern=f"^{SCALE_BIG_QUEUE.replace('.', chr(92) + '.')}$", limit=10)
+        spread = link.request("list_queues", pattern="^" + SCALE_SPREAD_PREFIX.replace(".", "\\."),
                               limit=max(1, queue_count))
     return (big[0]["size"] if big else 0), len(spread)
 
@@ -150,15 +131,15 @@ def run_scale(settings: ScaleSettings, console: Console, *,
     spread_queues = tuple(spread_queue(k) for k in range(settings.queues))
     pattern = list_pattern(settings.queues)
     extras: dict[str, dict[str, Any]] = {}
-    with Session(durability=settings.durability, processes=2, parent_dir=parent_dir) as session, \
+    with Session(durability=settings.durability, parent_dir=parent_dir) as session, \
             progress_bars(console) as bar:
         broker = session.broker
-        session.fill({SMALL_QUEUE: settings.samples + WARMUP_OPS + 10}, progress=bar("small queue (unmeasured)"))
-        measured["lease_dequeue_empty"] = _lease_probe(session, SMALL_QUEUE, settings.samples,
+        session.fill({SCALE_SMALL_QUEUE: settings.samples + WARMUP_OPS + 10}, progress=bar("small queue (unmeasured)"))
+        measured["lease_dequeue_empty"] = _lease_probe(session, SCALE_SMALL_QUEUE, settings.samples,
                                                        "lease + dequeue, empty broker", bar)
 
-        fill, trace = _fill(session, "fifo_enqueue", (BIG_QUEUE,), settings.big, settings.fill_batch, data,
-                            f"fill {BIG_QUEUE} with {settings.big:,}", bar)
+        fill, trace = _fill(session, "fifo_enqueue", (SCALE_BIG_QUEUE,), settings.big, settings.fill_batch, data,
+                            f"fill {SCALE_BIG_QUEUE} with {settings.big:,}", bar)
         measured["fill_enqueue"] = fill
         extras["fill_enqueue"] = {
             "tasks": settings.big,
@@ -174,7 +155,7 @@ def run_scale(settings: ScaleSettings, console: Console, *,
             extras["spread_enqueue"] = {"tasks": settings.spread, "queues": settings.queues,
                                         "batch": settings.fill_batch}
 
-        measured["lease_dequeue_big"] = _lease_probe(session, BIG_QUEUE, head_samples,
+        measured["lease_dequeue_big"] = _lease_probe(session, SCALE_BIG_QUEUE, head_samples,
                                                      "lease + dequeue, head of big queue", bar)
         if settings.queues:
             measured["list_queues"] = session.counted(
@@ -195,7 +176,7 @@ def run_scale(settings: ScaleSettings, console: Console, *,
         first_lease_s = (time.monotonic() - restart_at - listening_s) + _first_lease(session)
         recovery_s = listening_s + first_lease_s
         big_on_disk, spread_queues_on_disk = _count_on_disk(session, settings.queues)
-        measured["lease_dequeue_after_restart"] = _lease_probe(session, BIG_QUEUE, head_samples,
+        measured["lease_dequeue_after_restart"] = _lease_probe(session, SCALE_BIG_QUEUE, head_samples,
                                                                "lease + dequeue after restart", bar)
         rss_after_restart_mb = broker.rss_mb()
         expected_big = settings.big - (head_samples + WARMUP_OPS) - 1
@@ -279,7 +260,7 @@ def show(console: Console, report: dict[str, Any]) -> None:
         ("restart", f"{restart['recovery_s']:.2f} s (listening {restart['listening_s']:.2f} s, "
                     f"then first lease {restart['first_lease_s']:.2f} s; stop took {restart['shutdown_s']:.2f} s)",
          f"≤ {references.TARGET_RECOVERY_S:g} s", restart["meets_target"]),
-        ("after restart", f"{restart['big_queue_tasks']:,} tasks in {BIG_QUEUE} "
+        ("after restart", f"{restart['big_queue_tasks']:,} tasks in {SCALE_BIG_QUEUE} "
                           f"(expected {restart['big_queue_tasks_expected']:,}), "
                           f"{restart['spread_queues_found']:,} spread queues", "", None),
     ]))

@@ -44,13 +44,12 @@ from typing import Any
 
 import msgspec
 
-from kittiwake.bench.processes import serve_jobs
-from kittiwake.bench.probes import cpu_secs
+from kittiwake.bench.processes import cpu_secs, serve_jobs
+from kittiwake.bench.settings import WORK_LEASE_SECS
 from kittiwake.client import AsyncClient, LeasedTask
 
 STOP = "stop"
 LEASE_WAIT_SECS = 0.5  # long-poll of an idle worker: how often it looks for STOP
-LEASE_SECS = 300.0  # a batch plus the prefetched one, even of 1 s tasks
 BATCH_TARGET_SECS = 0.02  # work per lease once the mean task time is known
 SUBMIT_WINDOW = 2  # bundles in flight from the submitter
 COLLECT_BATCH = 5000  # result messages leased per request by the submitter
@@ -108,8 +107,8 @@ class WorkerJob:
     url: str
     queue: str
     name: str
-    results: str = "batch"  # "batch": one result message per batch; "task": one per task
-    max_batch: int = 500
+    results: str  # "batch": one result message per batch; "task": one per task
+    max_batch: int
 
 
 @dataclass
@@ -138,7 +137,7 @@ class SubmitJob:
     queue: str
     reply_queue: str
     tasks: int
-    bundle: int = 1000
+    bundle: int
     sleep_us: int = 0
     durations_us: array | None = None
     rate_per_sec: float | None = None
@@ -204,7 +203,7 @@ async def work(job: WorkerJob, pipe: Pipe, counter: Synchronized) -> WorkerRepor
     updates: deque[asyncio.Future[Any]] = deque()
 
     def lease(max_tasks: int) -> asyncio.Future[list[LeasedTask]]:
-        return asyncio.ensure_future(client.lease(job.queue, max_tasks=max_tasks, lease_secs=LEASE_SECS,
+        return asyncio.ensure_future(client.lease(job.queue, max_tasks=max_tasks, lease_secs=WORK_LEASE_SECS,
                                                   wait_secs=LEASE_WAIT_SECS))
 
     try:
@@ -260,14 +259,14 @@ def _duration_us(job: SubmitJob, index: int) -> int:
 async def _collect(client: AsyncClient, job: SubmitJob, report: SubmitReport, counter: Synchronized) -> None:
     """Lease results from the reply queue until every task has one.
 
-    Results stay leased (for LEASE_SECS) until dequeued, and they are dequeued
+    Results stay leased (for WORK_LEASE_SECS) until dequeued, and they are dequeued
     in batches — every DEQUEUE_EVERY messages or DEQUEUE_EVERY_SECS — so reading
     one result does not cost the broker a commit of its own."""
     dequeuing: asyncio.Future[Any] | None = None
     read: list[LeasedTask] = []
     last_seen = last_dequeue = time.monotonic()
     while report.results < job.tasks:
-        leased = await client.lease(job.reply_queue, max_tasks=COLLECT_BATCH, lease_secs=LEASE_SECS,
+        leased = await client.lease(job.reply_queue, max_tasks=COLLECT_BATCH, lease_secs=WORK_LEASE_SECS,
                                     wait_secs=RESULT_WAIT_SECS)
         now_ns = time.monotonic_ns()
         now = time.monotonic()

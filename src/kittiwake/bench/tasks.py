@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import time
 from array import array
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,7 +48,7 @@ from rich.console import Console
 
 from kittiwake.bench import references
 from kittiwake.bench.harness import BrokerProcess, Measured, latency_summary_ms
-from kittiwake.bench.processes import start_processes, stop_processes
+from kittiwake.bench.processes import ProcessPool
 from kittiwake.bench.jobs import LoadResult
 from kittiwake.bench.report import (
     check_target,
@@ -58,78 +58,15 @@ from kittiwake.bench.report import (
     progress_bars,
     show_figures,
 )
+from kittiwake.bench.settings import TASKS_GROUP, TasksSettings
 from kittiwake.bench.spark_peer import SparkRun, run_spark
 from kittiwake.bench.task_processes import STOP, SubmitJob, SubmitReport, WorkerJob, WorkerReport, serve
 
-GROUP = "bench"
 EFFICIENCY_TASK_MS = (1, 16, 128)
 MIXED_MIN_MS = 1.0
 MIXED_MAX_MS = 1000.0
 WORKERS_READY_SECS = 0.3  # after starting the workers, before the first submit
 POLL_SECS = 0.05
-
-
-@dataclass(frozen=True)
-class TasksSettings:
-    tasks: int = 100_000  # null tasks
-    workers: int = 2
-    bundle: int = 1000  # tasks per enqueue request
-    max_batch: int = 500  # tasks per lease, at most
-    results: str = "batch"  # one result message per batch, or per "task"
-    latency_tasks: int = 5000
-    latency_rate_per_sec: float = 1000.0
-    busy_secs: float = 5.0  # work per worker in each homogeneous efficiency figure
-    mixed_busy_secs: float = 15.0  # work per worker in the mixed figure
-    mixed_seed: int = 34
-    spark_tasks: int = 2000
-    durability: str = "fsync"
-
-
-QUICK = {"tasks": 5000, "latency_tasks": 500, "busy_secs": 0.25, "mixed_busy_secs": 1.0, "spark_tasks": 50}
-
-
-def quick(settings: TasksSettings) -> TasksSettings:
-    """The --quick sizes, for smoke tests."""
-    return replace(settings, **QUICK)  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------- processes
-
-
-class ProcessPool:
-    """Long-lived worker and submitter processes (spawned: they share nothing with this one)."""
-
-    def __init__(self, processes: int) -> None:
-        self.members: list[tuple[Any, Any, Any]] = start_processes(processes, serve)
-
-    def start(self, index: int, job: Any) -> None:
-        _, pipe, counter = self.members[index]
-        counter.value = 0
-        pipe.send(job)
-
-    def count(self, index: int) -> int:
-        return self.members[index][2].value
-
-    def stop(self, index: int) -> None:
-        self.members[index][1].send(STOP)
-
-    def done(self, index: int, timeout: float = 0.0) -> bool:
-        process, pipe, _ = self.members[index]
-        return pipe.poll(timeout) or not process.is_alive()
-
-    def result(self, index: int) -> Any:
-        """The report of the member's job; raises what went wrong in it."""
-        process, pipe, _ = self.members[index]
-        try:
-            status, payload = pipe.recv()
-        except (EOFError, OSError) as exc:
-            raise RuntimeError(f"benchmark process {process.pid} went away (exit code {process.exitcode}): {exc!r}")
-        if status != "ok":
-            raise RuntimeError(f"a benchmark process failed:\n{payload}")
-        return payload
-
-    def close(self) -> None:
-        stop_processes(self.members)
 
 
 # ------------------------------------------------------------------- phases
@@ -175,12 +112,12 @@ class TaskBench:
     def run(self, name: str, *, tasks: int, progress: Callable[[float, int], None], sleep_us: int = 0,
             durations_us: array | None = None, rate_per_sec: float | None = None) -> Phase:
         settings = self.settings
-        queue = f"{GROUP}#tasks.{name}"
+        queue = f"{TASKS_GROUP}#tasks.{name}"
         for index in range(settings.workers):
             self.pool.start(index, WorkerJob(self.url, queue, f"bench-worker-{index}", settings.results,
                                              settings.max_batch))
         time.sleep(WORKERS_READY_SECS)  # connected and parked in a long-poll lease
-        job = SubmitJob(self.url, queue, f"{GROUP}#reply.{name}", tasks, settings.bundle, sleep_us,
+        job = SubmitJob(self.url, queue, f"{TASKS_GROUP}#reply.{name}", tasks, settings.bundle, sleep_us,
                         durations_us, rate_per_sec)
         cpu_before = self.broker.cpu_secs()
         wall_before = time.monotonic()
@@ -198,7 +135,7 @@ class TaskBench:
             wall = time.monotonic() - wall_before
             broker_cpu = self.broker.cpu_secs() - cpu_before
             for index in range(settings.workers):
-                self.pool.stop(index)
+                self.pool.send(index, STOP)
         workers = [self.pool.result(index) for index in range(settings.workers)]
         progress(1.0, submitted.results)
         return Phase(submitted, workers, broker_cpu, wall, durations_us, sleep_us)
@@ -351,7 +288,7 @@ def run_tasks(settings: TasksSettings, console: Console, *, parent_dir: str | No
     pool: ProcessPool | None = None
     try:
         with progress_bars(console) as bar:
-            pool = ProcessPool(workers + 1)
+            pool = ProcessPool(workers + 1, serve)
             broker_startup_s = broker.start()
             bench = TaskBench(settings, broker, pool)
             phases["null"] = bench.run("null", tasks=settings.tasks,

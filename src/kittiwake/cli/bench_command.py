@@ -17,13 +17,24 @@ from typing import Any
 
 import click
 
-DURABILITY = click.Choice(["fsync", "os"])
-# the figures of `bench ops`, repeated here so --help needs no import of the benchmark
-FIGURES = ("enqueue", "fifo_enqueue", "lease_dequeue", "batch_enqueue", "batch_lease_dequeue")
+from kittiwake.bench.settings import (
+    DURABILITIES,
+    DURABILITY,
+    OPS_FIGURES,
+    QUICK_TASKS,
+    LatencySettings,
+    OpsSettings,
+    ScaleSettings,
+    TasksSettings,
+    quick_settings,
+)
+
+# The defaults of every option (settings imports nothing of the benchmarks, so --help stays light).
+OPS, LATENCY, SCALE, TASKS = OpsSettings(), LatencySettings(), ScaleSettings(), TasksSettings()
 
 
 def _durability_option(function: Any) -> Any:
-    return click.option("--durability", type=DURABILITY, default="fsync", show_default=True,
+    return click.option("--durability", type=click.Choice(DURABILITIES), default=DURABILITY, show_default=True,
                         help="fsync: ok means on disk (default); os: ok means handed to the OS.")(function)
 
 
@@ -57,25 +68,30 @@ def _console() -> Any:
     return console
 
 
+def _quick_default(name: str) -> str:
+    """The help's note of an option whose default --quick changes: `[default: 100,000; 5,000 with --quick]`."""
+    return f"[default: {getattr(TASKS, name):,g}; {QUICK_TASKS[name]:,g} with --quick]"
+
+
 @click.group("bench")
 def bench() -> None:
     """Measure the broker: throughput, latency, scale, tasks (each on a fresh broker)."""
 
 
 @bench.command("ops")
-@click.option("--seconds", type=click.FloatRange(0.1), default=10.0, show_default=True,
+@click.option("--seconds", type=click.FloatRange(0.1), default=OPS.seconds, show_default=True,
               help="Measured seconds per figure.")
-@click.option("--warmup", type=click.FloatRange(0.0), default=2.0, show_default=True,
+@click.option("--warmup", type=click.FloatRange(0.0), default=OPS.warmup_secs, show_default=True,
               help="Unmeasured seconds before each figure.")
-@click.option("--clients", type=click.IntRange(1, 10_000), default=50, show_default=True,
+@click.option("--clients", type=click.IntRange(1, 10_000), default=OPS.clients, show_default=True,
               help="Connections, each with one request in flight.")
-@click.option("--batch", type=click.IntRange(1, 10_000), default=100, show_default=True,
+@click.option("--batch", type=click.IntRange(1, 10_000), default=OPS.batch, show_default=True,
               help="Tasks per request in the batched figures.")
-@click.option("--queues", type=click.IntRange(1, 10_000), default=10, show_default=True,
+@click.option("--queues", type=click.IntRange(1, 10_000), default=OPS.queues, show_default=True,
               help="Queues the clients share (connection i uses queue i mod N).")
-@click.option("--processes", type=click.IntRange(1, 64), default=2, show_default=True,
+@click.option("--processes", type=click.IntRange(1, 64), default=OPS.processes, show_default=True,
               help="Load processes the clients are spread over.")
-@click.option("--only", multiple=True, type=click.Choice(FIGURES),
+@click.option("--only", multiple=True, type=click.Choice(OPS_FIGURES),
               help="Run only this figure (repeatable), e.g. to profile one operation.")
 @_durability_option
 @_output_options
@@ -83,7 +99,7 @@ def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues:
                 only: tuple[str, ...], durability: str, json_path: str | None, plot: str | None,
                 parent_dir: str | None) -> None:
     """TaskMaster §6 Table 1 on this machine: single-task and batched enqueue, lease + dequeue."""
-    from kittiwake.bench.ops import OpsSettings, run_ops
+    from kittiwake.bench.ops import run_ops
     from kittiwake.bench.report import print_machine, show_figures
 
     console = _console()
@@ -97,7 +113,7 @@ def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues:
 
 
 @bench.command("latency")
-@click.option("--samples", type=click.IntRange(1, 10_000_000), default=5000, show_default=True,
+@click.option("--samples", type=click.IntRange(1, 10_000_000), default=LATENCY.samples, show_default=True,
               help="Sequential samples per figure.")
 @click.option("--fsync-samples", type=click.IntRange(1, 10_000_000), default=None,
               help="fsync samples (default: --samples; stops after 20 s on a slow disk).")
@@ -106,7 +122,7 @@ def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues:
 def latency_command(samples: int, fsync_samples: int | None, durability: str, json_path: str | None,
                     plot: str | None, parent_dir: str | None) -> None:
     """Idle broker: enqueue round trip and enqueue → parked lease, vs Fabriq and the disk's fsync."""
-    from kittiwake.bench.latency import LatencySettings, run_latency
+    from kittiwake.bench.latency import run_latency
     from kittiwake.bench.report import print_machine, show_figures
 
     console = _console()
@@ -118,17 +134,17 @@ def latency_command(samples: int, fsync_samples: int | None, durability: str, js
 
 
 @bench.command("scale")
-@click.option("--big", type=click.IntRange(1), default=1_000_000, show_default=True,
+@click.option("--big", type=click.IntRange(1), default=SCALE.big, show_default=True,
               help="Tasks in the one big queue.")
-@click.option("--queues", type=click.IntRange(0), default=100_000, show_default=True,
+@click.option("--queues", type=click.IntRange(0), default=SCALE.queues, show_default=True,
               help="Queues to spread --spread tasks over.")
-@click.option("--spread", type=click.IntRange(0), default=200_000, show_default=True,
+@click.option("--spread", type=click.IntRange(0), default=SCALE.spread, show_default=True,
               help="Tasks spread over --queues queues.")
-@click.option("--samples", type=click.IntRange(1, 1_000_000), default=2000, show_default=True,
+@click.option("--samples", type=click.IntRange(1, 1_000_000), default=SCALE.samples, show_default=True,
               help="Sequential samples per latency figure.")
-@click.option("--fill-batch", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+@click.option("--fill-batch", type=click.IntRange(1, 10_000), default=SCALE.fill_batch, show_default=True,
               help="Tasks per enqueue request while filling.")
-@click.option("--recovery-tasks", type=click.IntRange(0), default=10_000_000, show_default=True,
+@click.option("--recovery-tasks", type=click.IntRange(0), default=SCALE.recovery_tasks, show_default=True,
               help="Tasks written straight to disk for the cold-restart figure; 0 skips it.")
 @_durability_option
 @_output_options
@@ -136,7 +152,7 @@ def scale_command(big: int, queues: int, spread: int, samples: int, fill_batch: 
                   durability: str, json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
     """A big queue and many queues: enqueue rate, head-of-queue latency, listing, RSS, restart, cold restart."""
     from kittiwake.bench.report import print_machine
-    from kittiwake.bench.scale import ScaleSettings, run_scale, show
+    from kittiwake.bench.scale import run_scale, show
 
     console = _console()
     settings = ScaleSettings(big=big, queues=queues, spread=spread, samples=samples, fill_batch=fill_batch,
@@ -150,25 +166,25 @@ def scale_command(big: int, queues: int, spread: int, samples: int, fill_batch: 
 @bench.command("tasks")
 @click.option("--quick", is_flag=True, help="Small sizes everywhere, for a smoke test.")
 @click.option("--tasks", type=click.IntRange(1), default=None,
-              help="Null tasks in the throughput figure  [default: 100,000; 5,000 with --quick]")
-@click.option("--workers", type=click.IntRange(1, 64), default=2, show_default=True,
+              help=f"Null tasks in the throughput figure  {_quick_default('tasks')}")
+@click.option("--workers", type=click.IntRange(1, 64), default=TASKS.workers, show_default=True,
               help="Worker processes (one task at a time each).")
-@click.option("--bundle", type=click.IntRange(1, 10_000), default=1000, show_default=True,
+@click.option("--bundle", type=click.IntRange(1, 10_000), default=TASKS.bundle, show_default=True,
               help="Tasks per enqueue request from the submitter.")
-@click.option("--max-batch", type=click.IntRange(1, 10_000), default=500, show_default=True,
+@click.option("--max-batch", type=click.IntRange(1, 10_000), default=TASKS.max_batch, show_default=True,
               help="Tasks per lease, at most (workers lease about 20 ms of work at a time).")
-@click.option("--results", type=click.Choice(["batch", "task"]), default="batch", show_default=True,
+@click.option("--results", type=click.Choice(["batch", "task"]), default=TASKS.results, show_default=True,
               help="One result message per finished batch, or one per task.")
 @click.option("--latency-tasks", type=click.IntRange(1), default=None,
-              help="Tasks in the submit → start figure  [default: 5,000; 500 with --quick]")
-@click.option("--latency-rate", type=click.FloatRange(1.0), default=1000.0, show_default=True,
+              help=f"Tasks in the submit → start figure  {_quick_default('latency_tasks')}")
+@click.option("--latency-rate", type=click.FloatRange(1.0), default=TASKS.latency_rate_per_sec, show_default=True,
               help="Tasks per second in the submit → start figure, one per request.")
 @click.option("--busy-secs", type=click.FloatRange(0.01), default=None,
-              help="Work per worker in each sleep 1/16/128 ms figure  [default: 5; 0.25 with --quick]")
+              help=f"Work per worker in each sleep 1/16/128 ms figure  {_quick_default('busy_secs')}")
 @click.option("--mixed-busy-secs", type=click.FloatRange(0.01), default=None,
-              help="Work per worker in the mixed 1 ms–1 s figure  [default: 15; 1 with --quick]")
+              help=f"Work per worker in the mixed 1 ms–1 s figure  {_quick_default('mixed_busy_secs')}")
 @click.option("--spark-tasks", type=click.IntRange(0), default=None,
-              help="Null tasks on PySpark local[2]; 0 skips Spark  [default: 2,000; 50 with --quick]")
+              help=f"Null tasks on PySpark local[2]; 0 skips Spark  {_quick_default('spark_tasks')}")
 @_durability_option
 @_output_options
 def tasks_command(quick: bool, tasks: int | None, workers: int, bundle: int, max_batch: int, results: str,
@@ -177,7 +193,7 @@ def tasks_command(quick: bool, tasks: int | None, workers: int, bundle: int, max
                   json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
     """Workers pulling null, sleep and mixed tasks: throughput, submit → start latency, efficiency, vs PySpark."""
     from kittiwake.bench.report import print_machine
-    from kittiwake.bench.tasks import TasksSettings, quick as quick_settings, run_tasks, show
+    from kittiwake.bench.tasks import run_tasks, show
 
     console = _console()
     settings = TasksSettings(workers=workers, bundle=bundle, max_batch=max_batch, results=results,

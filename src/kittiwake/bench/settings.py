@@ -1,0 +1,114 @@
+"""Every default of the benchmarks, declared once: the CLI's options and the benchmarks read them here.
+
+The settings of each benchmark (`OpsSettings`, `LatencySettings`, `ScaleSettings`,
+`TasksSettings`) are what `kittiwake bench ...` lets a user change; their defaults are the CLI's
+defaults and the sizes the README's figures were measured at. The constants are what every run
+keeps: task data sizes, the queues each benchmark writes to, the leases it takes. The figures
+the benchmarks are held against (seeds and targets) are in `references`.
+
+This module imports nothing of the benchmarks, so `kittiwake bench --help` stays light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+# ------------------------------------------------------------------- runs
+
+DURABILITIES = ("fsync", "os")  # the broker's --durability: on disk, or handed to the OS
+DURABILITY = "fsync"  # an ok reply means the change is on disk
+DATA_BYTES = 1024  # data per task: TaskMaster's 1 KB tasks
+FSYNC_BLOCK_BYTES = 4096  # what the fsync probe writes and syncs, a page of the WAL
+LOAD_PROCESSES = 2  # load processes the connections are spread over
+
+# ----------------------------------------------------------------- leases
+
+# A lease taken to be dequeued at once (the wake probe, the first lease after a
+# restart): the broker's default lease.
+PROBE_LEASE_SECS = 30.0
+# A lease held while working: a worker's batch plus the prefetched one even of
+# 1 s tasks, a load connection's lease between its lease and its dequeue.
+WORK_LEASE_SECS = 300.0
+# The wake probe's long-poll: far beyond its pause before the enqueue lands.
+WAKE_WAIT_SECS = 30.0
+# A restarted broker answers its first lease within this, or the benchmark fails.
+FIRST_LEASE_TIMEOUT_SECS = 300.0
+
+# ----------------------------------------------------------------- queues
+
+OPS_SINGLE_PREFIX = "bench.ops."  # `ops` single-task figures: bench.ops.0 .. bench.ops.<queues - 1>
+OPS_BULK_PREFIX = "bench.bulk."  # `ops` batched figures
+LATENCY_ROUND_TRIP_QUEUE = "bench.latency.round-trip"
+LATENCY_WAKE_QUEUE = "bench.latency.wake"
+SCALE_BIG_QUEUE = "scale.big"
+SCALE_SMALL_QUEUE = "scale.small"  # the empty broker's peer of the big queue
+SCALE_SPREAD_PREFIX = "scale.spread."  # scale.spread.000000 .. one per --queues
+COLD_QUEUE_PREFIX = "cold."  # the cold restart's data directory, written through the store
+TASKS_GROUP = "bench"  # `tasks`: bench#tasks.<figure>, and the submitter's bench#reply.<figure>
+
+# ---------------------------------------------------------------- filling
+
+FILL_BATCH = 500  # tasks per request when queues are filled before a figure (unmeasured)
+FILL_CONNECTIONS = 4  # connections that fill one queue, measured or not
+
+# -------------------------------------------------------------- benchmarks
+
+OPS_FIGURES = ("enqueue", "fifo_enqueue", "lease_dequeue", "batch_enqueue", "batch_lease_dequeue")
+
+
+@dataclass(frozen=True)
+class OpsSettings:
+    seconds: float = 10.0
+    warmup_secs: float = 2.0
+    clients: int = 50
+    batch: int = 100
+    queues: int = 10
+    processes: int = LOAD_PROCESSES
+    durability: str = DURABILITY
+    data_bytes: int = DATA_BYTES
+    only: tuple[str, ...] = ()  # figure names to run; empty: all
+
+
+@dataclass(frozen=True)
+class LatencySettings:
+    samples: int = 5000
+    fsync_samples: int = 5000
+    durability: str = DURABILITY
+    data_bytes: int = DATA_BYTES
+
+
+@dataclass(frozen=True)
+class ScaleSettings:
+    big: int = 1_000_000
+    queues: int = 100_000
+    spread: int = 200_000
+    samples: int = 2000
+    fill_batch: int = 1000
+    durability: str = DURABILITY
+    data_bytes: int = DATA_BYTES
+    recovery_tasks: int = 10_000_000
+
+
+@dataclass(frozen=True)
+class TasksSettings:
+    tasks: int = 100_000  # null tasks
+    workers: int = 2
+    bundle: int = 1000  # tasks per enqueue request
+    max_batch: int = 500  # tasks per lease, at most
+    results: str = "batch"  # one result message per batch, or per "task"
+    latency_tasks: int = 5000
+    latency_rate_per_sec: float = 1000.0
+    busy_secs: float = 5.0  # work per worker in each homogeneous efficiency figure
+    mixed_busy_secs: float = 15.0  # work per worker in the mixed figure
+    mixed_seed: int = 34
+    spark_tasks: int = 2000
+    durability: str = DURABILITY
+
+
+# `bench tasks --quick`: small sizes everywhere, for a smoke test.
+QUICK_TASKS = {"tasks": 5000, "latency_tasks": 500, "busy_secs": 0.25, "mixed_busy_secs": 1.0, "spark_tasks": 50}
+
+
+def quick_settings(settings: TasksSettings) -> TasksSettings:
+    """The --quick sizes, for smoke tests."""
+    return replace(settings, **QUICK_TASKS)  # type: ignore[arg-type]
