@@ -28,7 +28,8 @@ Failures, and what each reply then says:
   One client's poison request costs the others a replay, not their requests.
   After `MAX_BUGS_PER_PASS` bugs the pass gives up as below;
 * the commit, or a store read inside an engine call, fails (disk full,
-  read-only, I/O error): the store is rolled back, the engine rebuilt, and
+  read-only, I/O error: the store raises `errors.StorageFailure`, naming the
+  fault): the store is rolled back, the engine rebuilt, and
   every request of the pass answered `UNAVAILABLE` (long-polls just served
   stay parked instead). The reply names the fault (`kittiwake.store.faults`)
   and says whether the change was not applied, or, when the commit itself
@@ -62,7 +63,8 @@ from kittiwake.engine import Engine, TaskStore
 from kittiwake.model import LeaseRequest
 from kittiwake.protocol import encode_frame, encode_ok
 from kittiwake.protocol import messages as m
-from kittiwake.store.faults import StorageFault, classify, outcome_known
+from kittiwake.errors import StorageFault
+from kittiwake.store.faults import outcome_known
 
 log = logging.getLogger("kittiwake.broker")
 
@@ -245,7 +247,7 @@ class GroupCommit:
             self.store.commit()
         except Exception as exc:  # StorageFailure, or the commit itself failed
             self.failed_passes += 1
-            fault = exc.fault if isinstance(exc, StorageFailure) else classify(exc)
+            fault = exc.fault if isinstance(exc, (StorageFailure, errors.StorageFailure)) else None
             self.health.pass_failed(exc, fault, len(batch), tried)
             held = self._fail(batch, attempt, poisoned, now, unavailable_error(fault, committing))
         else:
@@ -285,9 +287,7 @@ class GroupCommit:
                 engine.sweep(now)
             if maintain:
                 engine.maintain(now)
-                reap = getattr(self.store, "reap", None)
-                if reap is not None:
-                    reap(REAP_ROWS_PER_TICK)
+                self.store.reap(REAP_ROWS_PER_TICK)
 
     def _serve(
         self,
@@ -356,6 +356,8 @@ class GroupCommit:
             with EngineCall(("request", index), request, connection):
                 try:
                     tasks = self._engine().lease(lease, now)
+                except errors.StorageFailure:
+                    raise
                 except errors.KittiwakeError as exc:
                     frame = error_frame(request.id, exc)
                 else:
@@ -433,6 +435,8 @@ class GroupCommit:
             return None  # an earlier try in this pass found these queues empty
         try:
             tasks = self._engine().lease(lease, now)
+        except errors.StorageFailure:
+            raise
         except errors.KittiwakeError as exc:
             return error_frame(request_id, exc)
         if unrestricted and len(tasks) < lease.max_tasks:
@@ -476,6 +480,8 @@ class GroupCommit:
         """The reply frame of an engine result, or of the KittiwakeError it raised."""
         try:
             body = encode_ok(request_id, result())
+        except errors.StorageFailure:
+            raise
         except errors.KittiwakeError as exc:
             return error_frame(request_id, exc)
         if len(body) > self.max_frame:
@@ -509,7 +515,7 @@ class GroupCommit:
             engine = self.make_engine()
             engine.recover(now)
         except Exception as exc:
-            self.health.rebuild_failed(exc, classify(exc))
+            self.health.rebuild_failed(exc, exc.fault if isinstance(exc, errors.StorageFailure) else None)
             return
         self.health.rebuilt()
         self.engine = engine
@@ -594,7 +600,7 @@ def unavailable_error(fault: StorageFault | None, committing: bool) -> errors.Un
 
 
 class EngineCall:
-    """Context of one engine call: turns store failures into StorageFailure and bugs into EngineBug."""
+    """Context of one engine call: passes store failures on as StorageFailure and turns bugs into EngineBug."""
 
     __slots__ = ("key", "request", "connection")
 
@@ -611,9 +617,8 @@ class EngineCall:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, traceback: Any) -> bool:
         if exc is None or isinstance(exc, (StorageFailure, EngineBug)):
             return False
-        fault = classify(exc)
-        if fault is not None:
-            raise StorageFailure(str(exc), fault) from exc
+        if isinstance(exc, errors.StorageFailure):
+            raise StorageFailure(str(exc), exc.fault) from exc
         if isinstance(exc, Exception):
             what = f"{self.request.op} request {self.request.id}" if self.request is not None else self.key[0]
             peer = self.connection.peer if self.connection is not None else "-"
