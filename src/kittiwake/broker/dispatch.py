@@ -23,14 +23,19 @@ Results on the wire (msgspec encodes the engine's dataclasses as maps):
 | cancel | list of `ItemOutcome` per (queue, pid) |
 | requeue_dead, purge_dead | `{"outcomes": [ItemOutcome per dead letter], "next_pid": cursor or None}` |
 | auth | `{"user": None}`: only reached when the broker has no auth file |
+| cancel_wait | `WithdrawWait`, which the pass turns into `{"cancelled": bool}` |
 
-A long-poll lease (`wait_secs > 0`) that finds nothing is parked by the
-server, not here: `execute` answers every call right away.
+Every op goes through `HANDLERS`, long-polls included, but the parked
+long-polls belong to the group-commit pass, not to the engine: a lease with
+`wait_secs > 0` that comes back empty is parked by the pass
+(`broker.passes`), and `cancel_wait` only names the long-poll the pass is to
+withdraw. `execute` itself answers every call right away.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kittiwake import errors
@@ -165,6 +170,18 @@ def _auth(engine: Engine, request: m.Auth, peer: str | None, now: float) -> Any:
     return {"user": None}
 
 
+@dataclass(frozen=True, slots=True)
+class WithdrawWait:
+    """The result of `cancel_wait`: the caller's parked long-poll `request_id` is to be answered
+    with nothing. The pass does it, as the long-polls are its own, and replies `{"cancelled"}`."""
+
+    request_id: int
+
+
+def _cancel_wait(engine: Engine, request: m.CancelWait, peer: str | None, now: float) -> Any:
+    return WithdrawWait(request.request_id)
+
+
 Handler = Callable[[Engine, Any, "str | None", float], Any]
 
 HANDLERS: dict[type[m.Request], Handler] = {
@@ -186,6 +203,7 @@ HANDLERS: dict[type[m.Request], Handler] = {
     m.RequeueDead: _requeue_dead,
     m.PurgeDead: _purge_dead,
     m.Auth: _auth,
+    m.CancelWait: _cancel_wait,
 }
 HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without rights on every queue
 
@@ -193,7 +211,7 @@ HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without ri
 # Requests that write nothing to the store: served even while a storage outage
 # pauses writes (`store_health`). Anything not listed counts as a write.
 READ_ONLY_REQUESTS: frozenset[type[m.Request]] = frozenset(
-    {m.Ping, m.Auth, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats}
+    {m.Ping, m.Auth, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats, m.CancelWait}
 )
 
 
