@@ -18,7 +18,9 @@ what it holds until then, and the words of its errors, are in
 `pass_replies`. The replies are returned, one list per connection in the
 order they were made, only after the commit: nothing answers ok before its
 change is durable, and the batch grows on its own with load, as requests pile
-up while a commit runs (TaskMaster §5.3).
+up while a commit runs (TaskMaster §5.3). A connection's replies keep the
+order of its requests (long-polls aside): once one of its requests is
+deferred, because its output is full, the later ones wait behind it.
 
 The engine work of a pass is an *attempt* that only collects what it would do
 (replies, long-polls to park, requests to defer); the pass's own state changes
@@ -234,7 +236,7 @@ class Passes:
             else:  # not a store's own failure: a commit that raised it may have happened
                 fault, outcome_known = None, not committing
             self.health.pass_failed(exc, fault, len(batch), tried)
-            held = self._fail(batch, attempt, poisoned, now, unavailable_error(fault, outcome_known))
+            held = self._fail(batch, attempt, poisoned, now, unavailable_error(fault, outcome_known), deferred)
             committed = False
         else:
             self.health.pass_committed(attempt.writes)
@@ -408,8 +410,10 @@ class Passes:
         poisoned: set[tuple[Any, ...]],
         now: float,
         unavailable: errors.Unavailable,
+        deferred: list[tuple[Caller, Item]],
     ) -> list[HeldReply]:
-        """Nothing of the pass is durable: roll back, rebuild, and answer every request UNAVAILABLE."""
+        """Nothing of the pass is durable: roll back, rebuild, and answer every request UNAVAILABLE
+        (but those of a connection with requests deferred before them, which wait their turn)."""
         self._rollback()
         self._rebuild(now)
         if attempt is not None:
@@ -426,7 +430,10 @@ class Passes:
             return held
         held = []
         for index, (connection, item) in enumerate(batch):
-            if isinstance(item, bytes):
+            if connection.deferred and not connection.closed:
+                # answering it now would overtake them: its replies must keep the order of its requests
+                deferred.append((connection, item))
+            elif isinstance(item, bytes):
                 held.append(HeldReply(connection, 0, item, ReplyKind.FIXED))
             else:
                 error = internal_error() if ("request", index) in poisoned else unavailable
