@@ -33,16 +33,18 @@ its stage, and may arm another one as it fires (`then`: a rollback or a
 recovery that fails after the commit that failed); `COMMIT` and `AFTER_COMMIT` only on a commit with writes to make
 durable, since SQLite commits a transaction that wrote nothing without
 touching the disk. The wrapper is shared by the test thread and the broker's loop
-thread; a lock keeps its counters whole.
+thread; a lock keeps its counters whole. `held_off()` lets a checker read the
+store without setting off what is armed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import sqlite3
 import threading
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from kittiwake import errors
 from kittiwake.engine.mutations import Mutation
@@ -112,6 +114,22 @@ class FaultyStore:
     def armed(self, stage: Stage) -> bool:
         with self._lock:
             return stage in self._armed
+
+    @property
+    def uncommitted(self) -> bool:
+        """Written to since the last commit or rollback."""
+        return self._dirty
+
+    @contextlib.contextmanager
+    def held_off(self) -> Iterator[None]:
+        """Nothing armed fires inside (a checker reading the store); it stays armed after."""
+        with self._lock:
+            armed, self._armed = self._armed, {}
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._armed = {**armed, **self._armed}
 
     def _fault(self, stage: Stage) -> errors.StorageFailure | None:
         """The error to raise at this call of `stage`, if one is armed."""
