@@ -342,7 +342,7 @@ class Passes:
                     return None
             elif type(result) is dispatch.WithdrawWait:
                 result = {"cancelled": self.long_polls.withdraw(connection, result.request_id, attempt)}
-                reply_kind = ReplyKind.FIXED  # it changed no state that a failed commit undoes
+                reply_kind = ReplyKind.FIXED  # the withdrawal stands whether or not the commit succeeds
             frame = ok_frame(request.id, result, self.limits.max_frame)
         except errors.StorageFailure:
             raise
