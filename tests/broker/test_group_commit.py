@@ -8,9 +8,12 @@ from typing import Any
 
 import pytest
 
+from kittiwake.broker import access
+from kittiwake.broker.access import Grant, Permission, Principal
 from kittiwake.broker.group_commit import GroupCommit
 from kittiwake.engine import Engine
 from kittiwake.protocol import DEFAULT_MAX_FRAME, FrameReader, Reply, decode_reply, decode_request, encode_request
+from kittiwake.queue_globs import QueuePattern
 from kittiwake.store.memory import MemoryStore
 from support.faulty_store import Failure, FaultyStore, Stage
 
@@ -99,3 +102,26 @@ def test_a_failed_pass_does_not_answer_a_request_ahead_of_one_deferred_before_it
     group.run_pass()
     assert [reply.id for reply in full.replies] == [10, 11]
     assert all(reply.ok for reply in full.replies)
+
+
+def test_a_read_scoped_to_a_users_queues_is_served_while_writes_pause(
+    group: GroupCommit, store: FaultyStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user with rights on some queues only lists queues through a scoped twin of list_queues;
+    it reads no more than list_queues does, so an outage's pause of writes must not refuse it."""
+    caplog.set_level(logging.CRITICAL, logger="kittiwake.broker")
+    client = RecordingConnection(group, "alice")
+    group.submit(client, request("enqueue", 1, tasks=[{"queue": "alice.q", "data": b"x", "pid": "1"}]))  # type: ignore[arg-type]
+    group.run_pass()
+    store.arm(Stage.COMMIT, Failure.DISK_FULL, times=None)
+    for request_id in (2, 3):  # the second failure of an outage pauses writes for a second
+        group.submit(client, request("enqueue", request_id, tasks=[{"queue": "alice.q", "data": b"x"}]))  # type: ignore[arg-type]
+        group.run_pass()
+    alice = Principal("alice", (Grant(QueuePattern("alice.*"), frozenset({Permission.ADMIN})),))
+    group.submit(client, access.scoped(alice, request("list_queues", 4)))  # type: ignore[arg-type]
+    group.submit(client, request("enqueue", 5, tasks=[{"queue": "alice.q", "data": b"x"}]))  # type: ignore[arg-type]
+    group.run_pass()
+    replies = {reply.id: reply for reply in client.replies}
+    assert "not writing for a moment" in replies[5].error["message"]  # writes were paused
+    assert replies[4].ok, replies[4].error
+    assert replies[4].result == [{"queue": "alice.q", "size": 1, "leased": 0}]

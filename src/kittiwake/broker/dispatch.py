@@ -209,9 +209,11 @@ HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without ri
 
 
 # Requests that write nothing to the store: served even while a storage outage
-# pauses writes (`store_health`). Anything not listed counts as a write.
+# pauses writes (`store_health`), and the scoped twins of the cross-queue
+# reads, which read no more. Anything not listed counts as a write.
 READ_ONLY_REQUESTS: frozenset[type[m.Request]] = frozenset(
-    {m.Ping, m.Auth, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats, m.CancelWait}
+    {m.Ping, m.Auth, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats, m.CancelWait,
+     *access.SCOPED_HANDLERS}
 )
 
 
