@@ -2,9 +2,9 @@
 through `broker.passes`, and every invariant is checked after every pass.
 
 The simulation is the shell's twin (`broker.group_commit`): fake connections submit decoded requests
-— enqueue, lease with and without a wait, dequeue, renew, release, update, cancel_wait, reads, now
-and then a decode error or a request that hits a planted bug — and receive the frames a pass
-returns. Between passes the seed moves the wall clock (ticks, jumps of a minute to a day, steps
+(`support.pass_requests`: enqueue, lease with and without a wait, dequeue, renew, release, update,
+cancel_wait, reads, now and then a decode error or a request that hits a planted bug) and receive
+the frames a pass returns. Between passes the seed moves the wall clock (ticks, jumps of a minute to a day, steps
 back) and the monotonic clock, pauses and resumes connections' output, half-closes and closes
 them, asks for sweeps and maintenance, and arms faults in the store (`support.faulty_store`): a
 write, a read, a commit before or after it reached the disk, a rollback or a recovery failing, once
@@ -35,7 +35,7 @@ import os
 import random
 import shutil
 import tempfile
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -50,6 +50,7 @@ from kittiwake.protocol import messages as m
 from kittiwake.store.memory import MemoryStore
 from kittiwake.store.sqlite import SqliteStore
 from support.faulty_store import Failure, FaultyStore, Stage
+from support.pass_requests import DECODE_ERROR, MAX_TASKS, POISON, PassRequests
 
 SEEDS = 12
 PASSES = 150
@@ -59,12 +60,8 @@ SOAK_PASSES = 1_000
 CONNECTIONS = 4
 HEAD_TASKS = 3
 CACHE_BYTES = 4_000
-MAX_TASKS = 4  # the largest lease the simulation asks for
 MAX_FRAME = 16 * 1024 * 1024
 TRACE_LINES = 60
-QUEUES = ["mail", "mail.bulk", "crawl#fetch"]
-POISON = "poison"  # a queue whose requests hit a bug planted in the engine
-RECEIVERS = ["ada", "bob"]
 
 
 class PlantedBug(RuntimeError):
@@ -131,8 +128,7 @@ class PassSimulation:
         self.connections = [FakeConnection(f"c{number}") for number in range(CONNECTIONS)]
         self.opened = CONNECTIONS
         self.next_id = 0
-        self.next_pid = 0
-        self.granted: list[tuple[str, str, int]] = []  # (queue, pid, lease_id) of leases handed out
+        self.requests = PassRequests(rng)
         self.present: set[tuple[str, str]] = set()  # enqueued ok: to find in the store after the pass
         self.refused: set[tuple[str, str]] = set()  # enqueued and refused as not applied: never in the store
         self.outage_passes = 0  # passes left of a lasting fault
@@ -224,28 +220,21 @@ class PassSimulation:
     # ------------------------------------------------------------- requests
 
     def send(self) -> None:
-        rng = self.rng
         # a connection whose output is full stops reading, and one that sent EOF sends no more
         open_connections = [c for c in self.connections if not (c.ended or c.write_paused)]
         if not open_connections:
             return
-        connection = rng.choice(open_connections)
-        self.next_id += 1
-        request_id = self.next_id
-        makers: list[tuple[float, Callable[[FakeConnection], tuple[str, dict[str, Any]] | None]]] = [
-            (20, self.enqueue), (14, self.lease), (8, self.long_poll), (10, self.dequeue), (4, self.renew),
-            (4, self.release), (6, self.update), (4, self.cancel_wait), (3, self.read), (1, self.poison),
-            (0.5, lambda c: ("decode error", {})),
-        ]
-        maker = rng.choices([make for _, make in makers], [weight for weight, _ in makers])[0]
-        made = maker(connection)
+        connection = self.rng.choice(open_connections)
+        made = self.requests.make(connection.unanswered_waits(), self.next_id)
         if made is None:
             return
         op, fields = made
+        self.next_id += 1
+        request_id = self.next_id
         self.counts[op] += 1
         connection.order[request_id] = len(connection.order)
         item: Item
-        if op == "decode error":
+        if op == DECODE_ERROR:
             connection.sent[request_id] = None
             item = error_frame(request_id, errors.MalformedFrame("the simulation's garbage"))
         else:
@@ -256,78 +245,6 @@ class PassSimulation:
             item = request
         self.log(f"{connection.peer} sends {request_id} {op} {fields}")
         self.passes.submit(connection, item)
-
-    def new_task(self, queue: str) -> dict[str, Any]:
-        rng = self.rng
-        self.next_pid += 1
-        task: dict[str, Any] = {"queue": queue, "data": rng.randbytes(rng.randint(0, 40)), "pid": f"p{self.next_pid:06}"}
-        if rng.random() < 0.1:
-            task["receiver"] = rng.choice(RECEIVERS)
-        if rng.random() < 0.2:
-            task["max_attempts"] = rng.randint(1, 2)
-        return task
-
-    def enqueue(self, connection: FakeConnection) -> tuple[str, dict[str, Any]]:
-        queue = self.rng.choice(QUEUES)
-        return "enqueue", {"tasks": [self.new_task(queue) for _ in range(self.rng.randint(1, 3))]}
-
-    def lease_fields(self) -> dict[str, Any]:
-        rng = self.rng
-        fields: dict[str, Any] = {
-            "queues": rng.sample(QUEUES + ["mail.dead"], rng.randint(1, 2)),
-            "max_tasks": rng.randint(1, MAX_TASKS),
-            "lease_secs": rng.choice([0.5, 5.0, 30.0]),
-        }
-        if rng.random() < 0.15:
-            fields["receiver"] = rng.choice(RECEIVERS)
-        return fields
-
-    def lease(self, connection: FakeConnection) -> tuple[str, dict[str, Any]]:
-        return "lease", self.lease_fields()
-
-    def long_poll(self, connection: FakeConnection) -> tuple[str, dict[str, Any]]:
-        return "lease", {**self.lease_fields(), "wait_secs": self.rng.choice([0.2, 1.0, 10.0])}
-
-    def refs(self, most: int) -> list[dict[str, Any]]:
-        if not self.granted:
-            return []
-        recent = self.granted[-10:]
-        picked = {self.rng.choice(recent) for _ in range(self.rng.randint(1, most))}
-        return [{"queue": queue, "pid": pid, "lease_id": lease_id} for queue, pid, lease_id in picked]
-
-    def dequeue(self, connection: FakeConnection) -> tuple[str, dict[str, Any]] | None:
-        refs = self.refs(3)
-        return ("dequeue", {"leases": refs}) if refs else None
-
-    def renew(self, connection: FakeConnection) -> tuple[str, dict[str, Any]] | None:
-        refs = self.refs(2)
-        return ("renew", {"leases": refs, "lease_secs": self.rng.choice([1.0, 30.0])}) if refs else None
-
-    def release(self, connection: FakeConnection) -> tuple[str, dict[str, Any]] | None:
-        refs = self.refs(2)
-        return ("release", {"leases": refs, "reason": "the simulation gives up"}) if refs else None
-
-    def update(self, connection: FakeConnection) -> tuple[str, dict[str, Any]] | None:
-        refs = [ref for ref in self.refs(2) if "#" not in ref["queue"]]  # one consistency group
-        enqueue = [self.new_task(self.rng.choice(["mail", "mail.bulk"])) for _ in range(self.rng.randint(0, 2))]
-        if not (refs or enqueue):
-            return None
-        return "update", {"dequeue": refs, "enqueue": enqueue}
-
-    def cancel_wait(self, connection: FakeConnection) -> tuple[str, dict[str, Any]]:
-        waits = connection.unanswered_waits()
-        target = self.rng.choice(waits) if waits and self.rng.random() < 0.8 else self.rng.randint(1, self.next_id)
-        return "cancel_wait", {"request_id": target}
-
-    def read(self, connection: FakeConnection) -> tuple[str, dict[str, Any]]:
-        if self.rng.random() < 0.5:
-            return "ping", {}
-        return "peek", {"queue": self.rng.choice(QUEUES), "n": 5}
-
-    def poison(self, connection: FakeConnection) -> tuple[str, dict[str, Any]]:
-        if self.rng.random() < 0.5:
-            return "peek", {"queue": POISON}
-        return "enqueue", {"tasks": [self.new_task("mail"), self.new_task(POISON)]}
 
     # ------------------------------------------------------------- the pass
 
@@ -375,7 +292,7 @@ class PassSimulation:
             harmless = isinstance(request, m.CancelWait) or (isinstance(request, m.Lease) and reply.result == [])
             assert harmless, f"ok reply to {reply.id} ({request}) from a pass that failed"
         if isinstance(request, m.Lease) and reply.ok:
-            self.granted.extend((task["queue"], task["pid"], task["lease_id"]) for task in reply.result)
+            self.requests.granted.extend((task["queue"], task["pid"], task["lease_id"]) for task in reply.result)
         keys = {(task.queue, task.pid) for task in enqueued_by(request)}
         if reply.ok:
             self.present |= keys
@@ -533,7 +450,7 @@ def test_the_simulation_meets_every_kind_of_pass() -> None:
         finally:
             simulation.close()
     assert totals["failed"] and totals["committed"] and totals["bugs"] and totals["rebuilds"], totals
-    assert totals["cancel_wait"] and totals["decode error"], totals
+    assert totals["cancel_wait"] and totals[DECODE_ERROR], totals
 
 
 @pytest.mark.soak
