@@ -18,6 +18,7 @@ request itself, and the same request would fail again.
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Protocol
 
 
@@ -119,6 +120,30 @@ class Unavailable(Transient):
     """The broker cannot make the change durable now (disk full, read-only, shutting down). Code UNAVAILABLE."""
 
     code = "UNAVAILABLE"
+
+
+class StorageFault(enum.Enum):
+    """A kind of storage failure (`kittiwake.store.faults` tells them apart); the value is how a
+    reply or the log says it."""
+
+    FULL = "the disk is full"  # ENOSPC, EDQUOT, EFBIG: frees up when space returns
+    IO_ERROR = "the disk reported an I/O error"  # EIO on a write, an fsync or a read
+    READ_ONLY = "the data directory is read-only"  # EROFS, or the files' permissions
+    CORRUPT = "the database file cannot be read"  # a damaged page, or a disk returning garbage
+    OTHER = "the store failed"  # any other error of the database or the file system
+
+
+class StorageFailure(Unavailable):
+    """A store could not read, write or commit: raised by every store for its own disk's errors,
+    naming the `fault`; `outcome_known` is False when a commit failed in a way that may still
+    have made it durable (a failed fsync). Code UNAVAILABLE."""
+
+    code = "UNAVAILABLE"
+
+    def __init__(self, message: str = "", *, fault: StorageFault = StorageFault.OTHER, outcome_known: bool = True) -> None:
+        super().__init__(message, fault=fault, outcome_known=outcome_known)
+        self.fault = fault
+        self.outcome_known = outcome_known
 
 
 class TooManyConnections(Transient):

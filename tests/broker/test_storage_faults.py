@@ -33,7 +33,7 @@ import pytest
 
 from kittiwake import errors
 from kittiwake.broker import BrokerConfig
-from kittiwake.broker.group_commit import NOT_APPLIED, OUTCOME_UNKNOWN
+from kittiwake.broker.pass_replies import NOT_APPLIED, OUTCOME_UNKNOWN
 from kittiwake.client import Client
 from kittiwake.store.sqlite import SqliteStore
 from support.checker import FAIL

@@ -1,4 +1,5 @@
-"""Naming storage failures: the errors SQLite and the OS raise on a full, failing or read-only disk, and nothing else."""
+"""Naming storage failures: the errors SQLite and the OS raise on a full, failing or read-only disk, and nothing else;
+and the SQLite store raising them as `errors.StorageFailure`, so that nothing above it sees `sqlite3`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kittiwake.store.faults import StorageFault, classify, diagnose_directory, outcome_known
+from kittiwake import errors
+from kittiwake.engine import PutTask
+from kittiwake.model import Task
+from kittiwake.store.faults import StorageFault, classify, diagnose_directory, outcome_known, storage_failure
+from kittiwake.store.sqlite import SqliteStore
 
 
 def raised(statement: str, database: str = ":memory:", *setup: str) -> sqlite3.Error:
@@ -81,3 +86,37 @@ def test_only_a_full_or_read_only_disk_leaves_a_failed_commit_known_not_applied(
 def test_a_healthy_directory_shows_nothing_wrong(tmp_path: Path) -> None:
     assert diagnose_directory(tmp_path) is None
     assert diagnose_directory(tmp_path / "not" / "made" / "yet") is None
+
+
+def test_a_failed_commit_is_a_storage_failure_whose_outcome_the_fault_decides() -> None:
+    full = storage_failure(sqlite3.OperationalError("database or disk is full"), committing=True)
+    assert isinstance(full, errors.Unavailable) and full.code == "UNAVAILABLE"
+    assert (full.fault, full.outcome_known) == (StorageFault.FULL, True)
+    fsync = sqlite3.OperationalError("disk I/O error")
+    fsync.sqlite_errorcode = sqlite3.SQLITE_IOERR_FSYNC  # type: ignore[attr-defined]
+    assert (storage_failure(fsync, committing=True).fault, storage_failure(fsync, committing=True).outcome_known) == (
+        StorageFault.IO_ERROR, False)
+    assert storage_failure(fsync).outcome_known  # a read or a write that failed left nothing behind
+
+
+def test_the_sqlite_store_raises_a_full_database_as_a_storage_failure(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path, durability="os")
+    try:
+        pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+        store._db.execute(f"PRAGMA max_page_count={pages + 2}")  # a disk with two pages left
+        store.write([PutTask(Task("full", "1", b"x" * 200_000, 1_000.0))])
+        with pytest.raises(errors.StorageFailure) as caught:
+            store.commit()
+        assert (caught.value.fault, caught.value.outcome_known) == (StorageFault.FULL, True)
+        assert isinstance(caught.value.__cause__, sqlite3.Error)
+        store.rollback()
+        assert store.scan("full", None, 10) == []
+    finally:
+        store.close()
+
+
+def test_the_sqlite_store_raises_a_damaged_file_at_open_as_a_storage_failure(tmp_path: Path) -> None:
+    (tmp_path / "kittiwake.db").write_bytes(b"this is no database at all " * 200)
+    with pytest.raises(errors.StorageFailure) as caught:
+        SqliteStore(tmp_path)
+    assert caught.value.fault is StorageFault.CORRUPT

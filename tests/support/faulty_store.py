@@ -1,11 +1,14 @@
-"""A store that fails on demand: the real SQLite store, with a failing disk's errors injected at each stage of a commit.
+"""A store that fails on demand: a real store, with a failing disk's errors injected at each stage of a commit.
 
-`FaultyStore` wraps a `SqliteStore` and passes every call through, except
-that a test can `arm` a fault at one `Stage`. The armed call then raises
-exactly what SQLite raises when the disk fails under it (`Failure`): an
+`FaultyStore` wraps a store (`SqliteStore`, or the memory store in the
+simulation) and passes every call through, except that a test can `arm` a
+fault at one `Stage`. The armed call then raises exactly what the SQLite store
+raises when the disk fails under it (`Failure`): the `errors.StorageFailure`
+that `store.faults.storage_failure` makes of SQLite's own error — an
 `sqlite3.OperationalError` "database or disk is full" (ENOSPC), "disk I/O
 error" (EIO) or "attempt to write a readonly database" (EROFS), with SQLite's
-result code set as the real driver sets it.
+result code set as the real driver sets it — the error as its cause, and a
+commit's outcome unknown when SQLite's store would say so.
 
 The stages, in the order a pass meets them:
 
@@ -30,21 +33,24 @@ its stage, and may arm another one as it fires (`then`: a rollback or a
 recovery that fails after the commit that failed); `COMMIT` and `AFTER_COMMIT` only on a commit with writes to make
 durable, since SQLite commits a transaction that wrote nothing without
 touching the disk. The wrapper is shared by the test thread and the broker's loop
-thread; a lock keeps its counters whole.
+thread; a lock keeps its counters whole. `held_off()` lets a checker read the
+store without setting off what is armed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import sqlite3
 import threading
 from collections import Counter
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
+from kittiwake import errors
 from kittiwake.engine.mutations import Mutation
-from kittiwake.engine.storage import Recovery
+from kittiwake.engine.storage import Recovery, TaskStore
 from kittiwake.model import Task
-from kittiwake.store.sqlite import SqliteStore
+from kittiwake.store.faults import storage_failure
 
 
 class Stage(enum.Enum):
@@ -72,9 +78,9 @@ class Failure(enum.Enum):
 
 
 class FaultyStore:
-    """A `SqliteStore` whose calls fail when armed; see the module docstring."""
+    """A store whose calls fail when armed; see the module docstring."""
 
-    def __init__(self, inner: SqliteStore) -> None:
+    def __init__(self, inner: TaskStore) -> None:
         self.inner = inner
         self._lock = threading.Lock()
         self._armed: dict[Stage, tuple[Failure, int | None, tuple[Stage, int] | None]] = {}
@@ -109,7 +115,23 @@ class FaultyStore:
         with self._lock:
             return stage in self._armed
 
-    def _fault(self, stage: Stage) -> sqlite3.OperationalError | None:
+    @property
+    def uncommitted(self) -> bool:
+        """Written to since the last commit or rollback."""
+        return self._dirty
+
+    @contextlib.contextmanager
+    def held_off(self) -> Iterator[None]:
+        """Nothing armed fires inside (a checker reading the store); it stays armed after."""
+        with self._lock:
+            armed, self._armed = self._armed, {}
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._armed = {**armed, **self._armed}
+
+    def _fault(self, stage: Stage) -> errors.StorageFailure | None:
         """The error to raise at this call of `stage`, if one is armed."""
         with self._lock:
             self.calls[stage] += 1
@@ -125,12 +147,15 @@ class FaultyStore:
             if then is not None:
                 self._armed[then[0]] = (Failure.IO_ERROR, then[1], None)
             self.injected[stage] += 1
-            return failure.error()
+            error = failure.error()
+            failed = storage_failure(error, committing=stage in (Stage.COMMIT, Stage.AFTER_COMMIT))
+            failed.__cause__ = error
+            return failed
 
     def _check(self, stage: Stage) -> None:
-        error = self._fault(stage)
-        if error is not None:
-            raise error
+        failed = self._fault(stage)
+        if failed is not None:
+            raise failed
 
     def _check_commit(self, stage: Stage) -> None:
         if self._dirty:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from kittiwake import errors
-from kittiwake.broker.group_commit import NOT_APPLIED, OUTCOME_UNKNOWN
+from kittiwake.broker.pass_replies import NOT_APPLIED, OUTCOME_UNKNOWN
 from kittiwake.client import Client, LeasedTask
 from support.checker import DELIVER, DEQUEUE, ENQUEUE, FAIL, UNKNOWN, History, Operation, Result, check
 

@@ -2,9 +2,10 @@
 
 `Broker` runs inside an existing event loop; `run_broker` runs a whole broker
 process until SIGTERM or SIGINT. See `server` (lifecycle), `connection`
-(per-connection protocol), `group_commit` (batching, durability, long-polls),
-`dispatch` (requests to engine calls), `waiters` (parked long-polls) and
-`config`.
+(per-connection protocol), `group_commit` (when passes run, where replies
+go), `passes` (one group-commit pass, pure: batching, durability, failures),
+`long_polls` and `waiters` (parked long-polls), `store_health` (outages),
+`dispatch` (requests to engine calls) and `config`.
 """
 
 from kittiwake.broker.config import BrokerConfig

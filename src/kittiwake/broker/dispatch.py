@@ -9,16 +9,19 @@ Each handler returns its op's result as `kittiwake.protocol.replies.REPLY_TYPES`
 declares it. Where the engine's own record is the reply (`EnqueueOutcome`,
 `ItemOutcome`, `QueueInfo`, `QueueStats`, and a lease's `Task`s, which
 clients read as `LeasedTask`), it goes out as it is, with no copy on the hot
-paths; task views, update results and dead-letter pages are built here. The
-result of `cancel_wait` is built by the server, which holds the long-polls.
+paths; task views, update results and dead-letter pages are built here.
 
-A long-poll lease (`wait_secs > 0`) that finds nothing is parked by the
-server, not here: `execute` answers every call right away.
+Every op goes through `HANDLERS`, long-polls included, but the parked
+long-polls belong to the group-commit pass, not to the engine: a lease with
+`wait_secs > 0` that comes back empty is parked by the pass
+(`broker.passes`), and `cancel_wait` only names the long-poll the pass is to
+withdraw. `execute` itself answers every call right away.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kittiwake import errors
@@ -144,6 +147,18 @@ def _auth(engine: Engine, request: m.Auth, peer: str | None, now: float) -> Any:
     return AuthResult(None)
 
 
+@dataclass(frozen=True, slots=True)
+class WithdrawWait:
+    """The result of `cancel_wait`: the caller's parked long-poll `request_id` is to be answered
+    with nothing. The pass does it, as the long-polls are its own, and replies `{"cancelled"}`."""
+
+    request_id: int
+
+
+def _cancel_wait(engine: Engine, request: m.CancelWait, peer: str | None, now: float) -> Any:
+    return WithdrawWait(request.request_id)
+
+
 Handler = Callable[[Engine, Any, "str | None", float], Any]
 
 HANDLERS: dict[type[m.Request], Handler] = {
@@ -165,14 +180,17 @@ HANDLERS: dict[type[m.Request], Handler] = {
     m.RequeueDead: _requeue_dead,
     m.PurgeDead: _purge_dead,
     m.Auth: _auth,
+    m.CancelWait: _cancel_wait,
 }
 HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without rights on every queue
 
 
 # Requests that write nothing to the store: served even while a storage outage
-# pauses writes (`store_health`). Anything not listed counts as a write.
+# pauses writes (`store_health`), and the scoped twins of the cross-queue
+# reads, which read no more. Anything not listed counts as a write.
 READ_ONLY_REQUESTS: frozenset[type[m.Request]] = frozenset(
-    {m.Ping, m.Auth, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats}
+    {m.Ping, m.Auth, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats, m.CancelWait,
+     *access.SCOPED_HANDLERS}
 )
 
 

@@ -27,15 +27,17 @@ during an outage:
 
 The outage ends when a pass that ran a write request commits (a pass that
 only reads commits even while the disk is full, so it proves nothing).
+
+Pure policy: the monotonic clock is passed in, and the pass (`passes`) says
+what happened; only the log lines leave.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable
 
-from kittiwake.store.faults import StorageFault
+from kittiwake.errors import StorageFault
 
 log = logging.getLogger("kittiwake.broker")
 
@@ -46,8 +48,8 @@ LOG_EVERY_SECS = 10.0
 class StoreHealth:
     """The state of one broker's store: healthy, or failing since when and how often."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock  # monotonic seconds
         self.fault: StorageFault | None = None  # the last failure's kind, None while healthy
         self.failing_since: float | None = None
         self.failed_passes = 0  # in the current outage

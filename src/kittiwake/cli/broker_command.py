@@ -8,11 +8,11 @@ the plaintext port is off.
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 
 import click
 
+from kittiwake import errors
 from kittiwake.broker.security import DEFAULT_AUTH_TIMEOUT_SECS, DEFAULT_TLS_PORT, SecurityConfig
 from kittiwake.broker.config import (
     DEFAULT_DATA_DIR,
@@ -111,11 +111,12 @@ def broker(
         raise click.BadParameter(str(exc)) from None
     try:
         status = run_broker(config)
-    except (OSError, sqlite3.Error, ValueError) as exc:  # the port is taken, a bad auth file or data directory, ...
+    except (OSError, errors.StorageFailure, ValueError) as exc:  # the port is taken, a bad auth file or data directory, ...
         from kittiwake.store.faults import diagnose_directory
 
         fault = diagnose_directory(data_dir)
         why = f" ({data_dir}: {fault.value})" if fault is not None else ""
-        click.echo(f"kittiwake broker: cannot start: {exc}{why}", err=True)
+        what = exc.message if isinstance(exc, errors.KittiwakeError) else exc
+        click.echo(f"kittiwake broker: cannot start: {what}{why}", err=True)
         sys.exit(1)
     sys.exit(status)

@@ -13,6 +13,13 @@ Contract:
   commit (the broker then rebuilds the engine from `recover`).
 * Reads see only the current generation of each queue (rows of a dropped
   queue vanish at once even before they are reaped).
+* every call may raise `errors.StorageFailure` when the disk fails (each store
+  turns its own database's errors into it, `kittiwake.store.faults`); a
+  failed `commit()` says whether its outcome is known. Anything else a store
+  raises is a bug;
+* `reap(limit)` is housekeeping: it deletes up to `limit` rows of dropped
+  queues inside the open transaction (a store that drops them at once does
+  nothing and returns 0);
 * `recover(now)` summarises what is on disk so a new engine can start:
   per-queue size, largest pid and largest FIFO-shaped pid, every task whose lease is still running,
   every task whose lease ran out while no engine was watching (its failed
@@ -78,6 +85,9 @@ class TaskStore(Protocol):
 
     def recover(self, now: float) -> Recovery:
         """Summary of the durable state, for a fresh engine."""
+
+    def reap(self, limit: int) -> int:
+        """Delete up to `limit` rows of dropped queues, durable at the next commit; how many."""
 
     def close(self) -> None:
         """Release files and connections."""

@@ -1,11 +1,12 @@
 """What kind of storage failure an exception is: the disk is full, it failed, it is read-only, the file is damaged.
 
-The broker treats every error its store raises while reading or committing as
-a storage failure: it rolls back, rebuilds its engine from what is durable and
-answers `UNAVAILABLE` (`kittiwake.broker.group_commit`). This module names the
-failure, so that the reply, the log and the start-up error tell an operator
-what to fix, and so that the broker can say whether a failed commit's outcome
-is known.
+A store turns the errors of its own disk into `errors.StorageFailure` with
+`storage_failure`, so that nothing above the stores knows which database
+raised them. The broker treats every `StorageFailure` raised while reading or
+committing the same way: it rolls back, rebuilds its engine from what is
+durable and answers `UNAVAILABLE` (`kittiwake.broker.passes`). This module
+names the failure, so that the reply, the log and the start-up error tell an
+operator what to fix, and says whether a failed commit's outcome is known.
 
 SQLite reports a failing disk as `sqlite3.OperationalError` (or
 `DatabaseError` for a page it cannot make sense of) with a result code:
@@ -19,21 +20,14 @@ on SQLite's fixed message. A plain `OSError` is matched on its errno.
 
 from __future__ import annotations
 
-import enum
 import errno
 import os
 import sqlite3
 from pathlib import Path
 
+from kittiwake.errors import StorageFailure, StorageFault
 
-class StorageFault(enum.Enum):
-    """A kind of storage failure; the value is how a reply or the log says it."""
-
-    FULL = "the disk is full"  # ENOSPC, EDQUOT, EFBIG: frees up when space returns
-    IO_ERROR = "the disk reported an I/O error"  # EIO on a write, an fsync or a read
-    READ_ONLY = "the data directory is read-only"  # EROFS, or the files' permissions
-    CORRUPT = "the database file cannot be read"  # a damaged page, or a disk returning garbage
-    OTHER = "the store failed"  # any other error of the database or the file system
+__all__ = ["StorageFault", "classify", "diagnose_directory", "outcome_known", "storage_failure"]
 
 
 # SQLite's primary result codes (the low byte of an extended code).
@@ -94,6 +88,13 @@ def outcome_known(fault: StorageFault | None) -> bool:
     broker could not confirm it, so the outcome is unknown, as for a cut
     connection. Anything else raised by a commit is unknown too."""
     return fault in (StorageFault.FULL, StorageFault.READ_ONLY)
+
+
+def storage_failure(error: BaseException, *, committing: bool = False) -> StorageFailure:
+    """The `StorageFailure` a store raises for an error of its disk; `committing`: `commit()` raised it,
+    so its outcome may be unknown (`outcome_known`). Raise it `from error`, keeping the cause."""
+    fault = classify(error) or StorageFault.OTHER
+    return StorageFailure(str(error), fault=fault, outcome_known=not committing or outcome_known(fault))
 
 
 def diagnose_directory(directory: str | os.PathLike[str]) -> StorageFault | None:

@@ -4,7 +4,9 @@ Writes apply at once and are journalled so `rollback()` can undo everything
 since the last `commit()`; `crash()` is rollback under the name a test reads
 best. Tasks are copied in and out so the engine's own objects never alias the
 store's rows. Generations are kept per queue exactly as the SQLite store
-keeps them, so dropped queues vanish from reads at once.
+keeps them, so dropped queues vanish from reads at once, and `reap` has
+nothing to do. It has no disk to fail, so it raises no `errors.StorageFailure`
+of its own (a test wraps it in a store that fails on demand).
 """
 
 from __future__ import annotations

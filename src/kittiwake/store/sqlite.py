@@ -20,6 +20,11 @@ number of tasks.
 Generations: `delete_queue` writes one row (queue → gen + 1); reads filter on
 the current generation; `reap()` deletes old-generation rows in chunks from
 the broker's housekeeping tick (TaskMaster §5.2).
+
+Failures. Every error of SQLite or the file system, at open, read, commit,
+rollback or reap, leaves as `errors.StorageFailure` naming its fault
+(`store.faults`); a failed commit says whether its outcome is known. Nothing
+above the stores sees `sqlite3`.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from kittiwake.engine.storage import QueueSummary, Recovery
 from kittiwake.model import FIFO_PID_DIGITS, Task
 from kittiwake.store import statements as sql
 from kittiwake.store.durable_directory import make_durable_directory
+from kittiwake.store.faults import storage_failure
 
 _STATEMENTS = {
     PutTask: sql.INSERT_TASK,
@@ -58,6 +64,7 @@ _STATEMENTS = {
 }
 
 DURABILITY_LEVELS = ("fsync", "os")
+_DISK_ERRORS = (sqlite3.Error, OSError)  # what a failing disk raises; wrapped as StorageFailure
 _encode_headers = msgspec.msgpack.Encoder().encode
 _decode_headers = msgspec.msgpack.Decoder(dict[str, str]).decode
 
@@ -118,18 +125,21 @@ class SqliteStore:
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {DURABILITY_LEVELS}")
         self.directory = Path(directory)
-        make_durable_directory(self.directory)  # acknowledged tasks must not vanish with their directory's name
         self.path = self.directory / "kittiwake.db"
         self.durability = durability
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db = self._db
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=" + ("FULL" if durability == "fsync" else "NORMAL"))
-        db.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")
-        db.execute("PRAGMA temp_store=MEMORY")
-        db.execute("PRAGMA wal_autocheckpoint=4000")
-        self._migrate()
-        self._gens: dict[str, int] = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())
+        try:
+            make_durable_directory(self.directory)  # acknowledged tasks must not vanish with their directory's name
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db = self._db
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=" + ("FULL" if durability == "fsync" else "NORMAL"))
+            db.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")
+            db.execute("PRAGMA temp_store=MEMORY")
+            db.execute("PRAGMA wal_autocheckpoint=4000")
+            self._migrate()
+            self._gens: dict[str, int] = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
         self._pending: list[Mutation] = []
         self._in_transaction = False
         self.commits = 0
@@ -267,38 +277,61 @@ class SqliteStore:
             if self._in_transaction:
                 self._db.execute("COMMIT")
                 self.commits += 1
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc, committing=True) from exc
         finally:
             self._in_transaction = self._db.in_transaction
 
     def rollback(self) -> None:
         self._pending = []
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")
-        self._in_transaction = False
-        self._gens = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
+        try:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            self._in_transaction = False
+            self._gens = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
 
     # --------------------------------------------------------------- reads
 
     def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
-        self._flush()
-        rows = self._db.execute(sql.LOAD_AVAILABLE, (queue, self._gens.get(queue, 0), after_pid, now, limit))
-        return [_row_to_task(row) for row in rows]
+        try:
+            self._flush()
+            rows = self._db.execute(sql.LOAD_AVAILABLE, (queue, self._gens.get(queue, 0), after_pid, now, limit))
+            return [_row_to_task(row) for row in rows]
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
 
     def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
-        self._flush()
-        return [tuple(row) for row in self._db.execute(sql.CHILDREN_OF, (queue, pid))]  # type: ignore[misc]
+        try:
+            self._flush()
+            return [tuple(row) for row in self._db.execute(sql.CHILDREN_OF, (queue, pid))]  # type: ignore[misc]
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
 
     def load_task(self, queue: str, pid: str) -> Task | None:
-        self._flush()
-        row = self._db.execute(sql.LOAD_TASK, (queue, self._gens.get(queue, 0), pid)).fetchone()
+        try:
+            self._flush()
+            row = self._db.execute(sql.LOAD_TASK, (queue, self._gens.get(queue, 0), pid)).fetchone()
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
         return _row_to_task(row) if row is not None else None
 
     def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
-        self._flush()
-        rows = self._db.execute(sql.SCAN_FROM, (queue, self._gens.get(queue, 0), from_pid or "", limit))
-        return [_row_to_task(row) for row in rows]
+        try:
+            self._flush()
+            rows = self._db.execute(sql.SCAN_FROM, (queue, self._gens.get(queue, 0), from_pid or "", limit))
+            return [_row_to_task(row) for row in rows]
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
 
     def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+        try:
+            return self._find_by_sender(sender, queue, limit)
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
+
+    def _find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
         self._flush()
         gens = self._gens
         if queue is not None:
@@ -313,12 +346,21 @@ class SqliteStore:
         return found
 
     def queues_for_receiver(self, receiver: str) -> list[str]:
-        self._flush()
-        gens = self._gens
-        rows = self._db.execute(sql.QUEUES_FOR_RECEIVER, (receiver,))
-        return sorted({queue for queue, gen in rows if gen == gens.get(queue, 0)})
+        try:
+            self._flush()
+            gens = self._gens
+            rows = self._db.execute(sql.QUEUES_FOR_RECEIVER, (receiver,))
+            return sorted({queue for queue, gen in rows if gen == gens.get(queue, 0)})
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
 
     def recover(self, now: float) -> Recovery:
+        try:
+            return self._recover(now)
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
+
+    def _recover(self, now: float) -> Recovery:
         self._flush()
         gens = self._gens
         recovery = Recovery()
@@ -343,6 +385,12 @@ class SqliteStore:
         When no old rows are left, forget the generation of queues that hold no row at all:
         they start again at 0 with nothing to confuse, and a flood of queues created and
         deleted under new names does not grow the table (and `_gens`) for ever."""
+        try:
+            return self._reap(limit)
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
+
+    def _reap(self, limit: int) -> int:
         self._flush()
         rowids = self._db.execute(sql.STALE_ROWS, (limit,)).fetchall()
         if rowids:
@@ -365,6 +413,8 @@ class SqliteStore:
             self._pending = []
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
         finally:
             self._in_transaction = False
             self._db.close()

@@ -1,0 +1,159 @@
+"""Long-polls in the group-commit passes: which empty lease waits, when it is tried again, how it ends.
+
+A lease with `wait_secs > 0` that comes back empty is parked by its pass
+(`passes`) in the `WaiterBook` instead of answered. Every later pass retries
+the long-polls on the queues the engine reports as ready (`Engine.take_ready`),
+oldest first, so the worker that has waited longest is served first; a try
+that finds the queues empty marks them drained for the rest of the pass, so a
+thousand idle workers cost one look, not a thousand. After the engine was
+rebuilt it knows nothing of which queues gained tasks, so every long-poll
+looks once. A long-poll ends with tasks, with an empty list at its deadline
+(the monotonic clock, so a step of the wall clock does not time out every
+poll at once), when its client withdraws it (`cancel_wait`) or half-closes,
+or at shutdown; it is forgotten with its connection.
+
+Like the rest of a pass, the changes one try makes wait in its `Attempt`
+(long-polls to park or withdrawn, replies with the waiter they serve) until
+the try is over, and served waiters leave the book only once the commit is
+done: a pass that fails leaves them parked.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, cast
+
+from kittiwake import errors
+from kittiwake.broker.pass_replies import Attempt, Caller, HeldReply, ReplyKind, error_frame, internal_error, ok_frame
+from kittiwake.broker.waiters import WaiterBook
+from kittiwake.engine import Engine
+from kittiwake.model import LeaseRequest
+
+Guard = Callable[[tuple[Any, ...], str, Callable[[], Any]], Any]  # runs a call, a bug becoming EngineBug(key)
+
+
+class LongPolls:
+    """The parked long-polls of one broker."""
+
+    def __init__(self, max_frame: int) -> None:
+        self.waiters = WaiterBook()
+        self.max_frame = max_frame
+        self.retry_everyone = False  # the engine was rebuilt: every long-poll looks once
+
+    def __len__(self) -> int:
+        return len(self.waiters)
+
+    def withdraw(self, connection: Caller, request_id: int, attempt: Attempt) -> bool:
+        """Answer this connection's long-poll `request_id` with nothing; False if there is none.
+
+        Like all of an attempt's effects, taking the waiter out of the book waits
+        for `apply`; until then `attempt.cancelled` keeps retries off it."""
+        for waiter in self.waiters.of_connection(connection):
+            if waiter.request_id == request_id and waiter not in attempt.cancelled:
+                attempt.cancelled.append(waiter)
+                break
+        else:
+            for park in attempt.park:  # parked earlier in this same pass
+                if park.connection is connection and park.request_id == request_id:
+                    attempt.park.remove(park)
+                    break
+            else:
+                return False
+        attempt.held.append(HeldReply(connection, request_id, ok_frame(request_id, [], self.max_frame), ReplyKind.FIXED))
+        return True
+
+    def retry(self, engine: Engine, attempt: Attempt, poisoned: set[tuple[Any, ...]], now: float, guard: Guard) -> None:
+        """Retry parked long-polls on queues that gained tasks, oldest first, then this pass's own."""
+        ready = engine.take_ready()
+        if self.retry_everyone:
+            candidates = self.waiters.everyone()
+        elif ready and len(self.waiters):
+            candidates = self.waiters.on_queues(ready)
+        else:
+            candidates = []
+        drained: set[str] = set()  # queues an unrestricted lease found empty in this pass
+        for waiter in candidates:
+            connection = cast(Caller, waiter.connection)
+            if connection.closed or waiter in attempt.cancelled:
+                continue  # dropped from the book when the connection went
+            if ("waiter", waiter.seq) in poisoned:
+                frame = error_frame(waiter.request_id, internal_error())
+                attempt.held.append(HeldReply(connection, waiter.request_id, frame, ReplyKind.FIXED, waiter))
+                continue
+            lease, queues, request_id = waiter.lease, waiter.queues, waiter.request_id
+            retried = guard(
+                ("waiter", waiter.seq), f"the long-poll {request_id}",
+                lambda: self._retry(engine, lease, queues, drained, request_id, now),
+            )
+            if retried is not None:
+                attempt.held.append(HeldReply(connection, request_id, retried, ReplyKind.WAITER, waiter))
+        if ready or self.retry_everyone:
+            for park in list(attempt.park):
+                if ready.isdisjoint(park.lease.queues) and not self.retry_everyone:
+                    continue
+                lease, queues, request_id = park.lease, tuple(dict.fromkeys(park.lease.queues)), park.request_id
+                retried = guard(
+                    ("request", park.index), f"the long-poll {request_id}",
+                    lambda: self._retry(engine, lease, queues, drained, request_id, now),
+                )
+                if retried is not None:
+                    attempt.park.remove(park)
+                    attempt.held.append(HeldReply(park.connection, request_id, retried, ReplyKind.REQUEST))
+
+    def _retry(
+        self, engine: Engine, lease: LeaseRequest, queues: tuple[str, ...], drained: set[str], request_id: int, now: float
+    ) -> bytes | None:
+        """One more try of a long-poll; its reply, or None to keep waiting."""
+        unrestricted = lease.receiver is None and lease.max_pid is None
+        if unrestricted and drained.issuperset(queues):
+            return None  # an earlier try in this pass found these queues empty
+        try:
+            tasks = engine.lease(lease, now)
+        except errors.StorageFailure:
+            raise
+        except errors.KittiwakeError as exc:
+            return error_frame(request_id, exc)
+        if unrestricted and len(tasks) < lease.max_tasks:
+            drained.update(queues)
+        return ok_frame(request_id, tasks, self.max_frame) if tasks else None
+
+    def apply(self, attempt: Attempt, paused: bool) -> None:
+        """A try of a pass finished: park its long-polls, take out those it withdrew."""
+        if not paused:  # a paused attempt retried no long-poll
+            self.retry_everyone = False
+        for waiter in attempt.cancelled:
+            self.waiters.remove(waiter)
+        for park in attempt.park:
+            self.waiters.park(park.connection, park.request_id, park.lease, park.deadline)
+
+    def served(self, held: list[HeldReply]) -> None:
+        """The pass committed: the long-polls it answered leave the book."""
+        for reply in held:
+            if reply.waiter is not None:
+                self.waiters.remove(reply.waiter)
+
+    def expired(self, monotonic_now: float) -> list[HeldReply]:
+        """Empty replies to the long-polls past their deadline, taken out of the book."""
+        if not len(self.waiters):
+            return []
+        return [self._empty(waiter) for waiter in self.waiters.expired(monotonic_now)]
+
+    def end(self, connection: Caller) -> list[bytes]:
+        """The replies to a half-closed connection's long-polls: each an empty list."""
+        mine = self.waiters.of_connection(connection)
+        for waiter in mine:
+            self.waiters.remove(waiter)
+        return [self._empty(waiter).frame for waiter in mine]
+
+    def end_all(self) -> list[HeldReply]:
+        """Shutdown: an empty reply to every long-poll."""
+        everyone = self.waiters.everyone()
+        for waiter in everyone:
+            self.waiters.remove(waiter)
+        return [self._empty(waiter) for waiter in everyone]
+
+    def drop(self, connection: Caller) -> None:
+        self.waiters.drop_connection(connection)
+
+    def _empty(self, waiter: Any) -> HeldReply:
+        return HeldReply(cast(Caller, waiter.connection), waiter.request_id,
+                         ok_frame(waiter.request_id, [], self.max_frame), ReplyKind.FIXED)
