@@ -81,6 +81,7 @@ from kittiwake.broker.store_health import StoreHealth
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.errors import StorageFault
 from kittiwake.protocol import messages as m
+from kittiwake.protocol.replies import CancelWaitResult
 
 log = logging.getLogger("kittiwake.broker")
 
@@ -341,7 +342,7 @@ class Passes:
                     attempt.park.append(Park(connection, request.id, lease, deadline, index))
                     return None
             elif type(result) is dispatch.WithdrawWait:
-                result = {"cancelled": self.long_polls.withdraw(connection, result.request_id, attempt)}
+                result = CancelWaitResult(self.long_polls.withdraw(connection, result.request_id, attempt))
                 reply_kind = ReplyKind.FIXED  # the withdrawal stands whether or not the commit succeeds
             frame = ok_frame(request.id, result, self.limits.max_frame)
         except errors.StorageFailure:
