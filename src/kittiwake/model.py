@@ -59,11 +59,13 @@ class Limits:
 
 
 class TaskState(str, Enum):
-    """Where a task stands; a task is in exactly one state."""
+    """Where a task stands; a task is in exactly one state (the moves: `kittiwake.engine.transitions`)."""
 
     AVAILABLE = "available"  # in its queue, may be leased
     LEASED = "leased"  # held by one worker until lease_expires_at
     BLOCKED = "blocked"  # waits for its parents to finish (dependencies)
+    DEAD = "dead"  # left its queue as a dead letter in `<queue>.dead`; a live task is never shown dead
+    GONE = "gone"  # no such task: never enqueued, finished, or its queue deleted
 
 
 def split_queue(queue: str) -> tuple[str, str]:

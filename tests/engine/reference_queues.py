@@ -282,7 +282,7 @@ def check_engine(engine: Engine, model: ModelQueues, *, max_tasks: int, extra_qu
         assert engine.queues_for_receiver(receiver) == expected, f"queues for receiver {receiver!r}"
 
     memory_bytes = 0
-    for name, queue in engine._queues.items():
+    for name, queue in engine.state.queues.items():
         assert queue.size == model.size(name), f"size of {name!r}"
         assert sorted(queue.leased) == model.held(name), f"leased set of {name!r}"
         for pid, task in queue.leased.items():
@@ -306,5 +306,5 @@ def check_engine(engine: Engine, model: ModelQueues, *, max_tasks: int, extra_qu
         assert queue.memory_bytes == sum(task.size_bytes() for task in queue.available.values())
         memory_bytes += queue.memory_bytes
     for name in names:
-        assert name in engine._queues, f"queue {name!r} holds tasks but the engine forgot it"
+        assert name in engine.state.queues, f"queue {name!r} holds tasks but the engine forgot it"
     assert engine.memory_bytes == memory_bytes

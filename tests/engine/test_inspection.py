@@ -112,7 +112,7 @@ def test_queues_exist_only_while_they_hold_tasks(engine, clock):
     assert engine.stats(None, None, 0, clock.now) == []
     clock.advance(301)
     engine.maintain(clock.now)  # the queue's rates went idle: it is forgotten altogether
-    assert "q" not in engine._queues
+    assert "q" not in engine.state.queues
 
 
 @pytest.mark.parametrize("pattern", ["(", "a" * 2000, 42, r"(a)\1", "a(?=b)"])

@@ -283,7 +283,7 @@ def test_heartbeats_on_a_long_lease_keep_the_expiry_queue_small(engine, clock):
     for _ in range(5000):
         clock.advance(5)
         assert engine.renew([ref(task)], 3600, clock.now)[0].ok
-    assert len(engine._expiry) <= 2048
+    assert len(engine.state.expiry) <= 2048
     clock.advance(3600)
     assert engine.sweep(clock.now) == 2
     assert sorted(pids(take(engine, clock.now, "q", max_tasks=5))) == ["other", "p"]
