@@ -15,7 +15,8 @@ lookup by the original pid is one range scan of the dead-letter queue.
   holds on lease is left alone (`TASK_LEASED`).
 * purge deletes dead letters (a held one too: its holder loses the lease).
 * Both take a list of pids — a dead letter's own pid, or an original pid,
-  meaning all its dead letters, oldest first — or walk the whole dead-letter
+  meaning all its dead letters, oldest first; each dead letter is acted on
+  once however many of the pids name it — or walk the whole dead-letter
   queue a page at a time (`after_pid` is the cursor, `next_pid` the next one),
   so no single request does unbounded work on the broker's loop.
 """
@@ -64,7 +65,8 @@ def _dead_queue(state: EngineState, queue: str) -> tuple[str, str]:
 def _select(
     state: EngineState, dead: str, pids: list[str] | None, after_pid: str | None, limit: int
 ) -> tuple[list[tuple[str, Task | None]], str | None]:
-    """The dead letters a requeue or purge names: (asked-for pid, dead letter or None)."""
+    """The dead letters a requeue or purge names: (asked-for pid, dead letter or None). Each
+    dead letter once, though its own pid and its original pid may both name it."""
     limits = state.limits
     if pids is not None:
         if not isinstance(pids, list) or len(pids) > limits.max_batch:
@@ -72,10 +74,16 @@ def _select(
         for pid in pids:
             validate_pid(pid, limits, "pid", dead)
         chosen: list[tuple[str, Task | None]] = []
+        seen: set[str] = set()
         for pid in dict.fromkeys(pids):
             exact = state.store.load_task(dead, pid) if dead in state.queues else None
-            letters: list[Task | None] = [exact] if exact is not None else list(dead_letters_of(state, dead, pid))
-            chosen.extend((pid, task) for task in letters or [None])
+            letters = [exact] if exact is not None else dead_letters_of(state, dead, pid)
+            if not letters:
+                chosen.append((pid, None))
+            for task in letters:
+                if task.pid not in seen:
+                    seen.add(task.pid)
+                    chosen.append((pid, task))
         return chosen, None
     validate_count(limit, "limit", 1, limits.max_batch)
     if after_pid is not None:
