@@ -1,7 +1,8 @@
 """The task state machine as a table: `TRANSITIONS[state][operation]` -> the states it may lead to.
 
-Run `python -m kittiwake.engine.transitions > docs/task-states.md` after
-changing the table: the docs' diagram is generated from it (a test checks).
+docs/task-states.md is drawn from this table by `kittiwake.engine.diagram`;
+run `python -m kittiwake.engine.diagram > docs/task-states.md` after changing
+it (a test checks that the two agree).
 """
 
 from __future__ import annotations
@@ -163,39 +164,3 @@ INITIAL = GONE
 def next_states(state: TaskState, operation: Operation) -> frozenset[TaskState]:
     """Where `operation` may leave a task in `state`; empty if it does not act there."""
     return TRANSITIONS[state].get(operation, frozenset())
-
-
-def state_diagram() -> str:
-    """docs/task-states.md: the table as a mermaid state diagram, then as a list."""
-    edges: dict[tuple[TaskState, TaskState], list[str]] = {}
-    for state, row in TRANSITIONS.items():
-        for operation, targets in row.items():
-            for target in sorted(targets, key=list(TaskState).index):
-                edges.setdefault((state, target), []).append(operation.value)
-    lines = [
-        "# Task states",
-        "",
-        "<!-- Generated from src/kittiwake/engine/transitions.py by",
-        "     `python -m kittiwake.engine.transitions > docs/task-states.md`; do not edit. -->",
-        "",
-        "Every state a task can be in, and every operation that moves it (the theory of operation",
-        "is the comment above `TRANSITIONS` in `kittiwake/engine/transitions.py`). A task starts",
-        "gone: it does not exist until it is enqueued. Self-loops are operations that act on a task",
-        "and leave it where it was.",
-        "",
-        "```mermaid",
-        "stateDiagram-v2",
-        f"    [*] --> {INITIAL.value}",
-    ]
-    for (state, target), operations in edges.items():
-        lines.append(f"    {state.value} --> {target.value}: {', '.join(operations)}")
-    lines += ["```", "", "| state | operation | leads to |", "| --- | --- | --- |"]
-    for state, row in TRANSITIONS.items():
-        for operation, targets in row.items():
-            names = ", ".join(target.value for target in sorted(targets, key=list(TaskState).index))
-            lines.append(f"| {state.value} | {operation.value} | {names} |")
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    print(state_diagram(), end="")
