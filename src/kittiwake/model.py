@@ -229,6 +229,8 @@ class NewTask:
             validate_count(self.max_attempts, "max_attempts", 1, limits.max_attempts_ceiling)
         if self.after is not None:
             self.after = validate_keys(self.after, limits, "after")
+            if self.pid is not None and (self.queue, self.pid) in self.after:
+                raise BadRequest(f"task {self.queue}/{self.pid} cannot wait for itself")
         if self.unless is not None:
             self.unless = validate_keys(self.unless, limits, "unless")
         return self

@@ -112,3 +112,19 @@ def test_unless_collapses_when_a_named_task_exists() -> None:
     assert outcome.collapsed
     [outcome] = engine.enqueue([NewTask("work", b"", pid="t2", unless=[("ticks", "t2")])], NOW)
     assert not outcome.collapsed
+
+
+def test_a_refused_self_dependency_changes_nothing(engine: Engine) -> None:
+    """The check came after the items before it were applied: a refused enqueue kept its first
+    task, and a refused update its dequeue, though both answered BAD_REQUEST."""
+    with pytest.raises(Exception) as caught:
+        engine.enqueue([NewTask("q", b"", pid="a"), NewTask("q", b"", pid="b", after=[("q", "b")])], NOW)
+    assert caught.value.code == "BAD_REQUEST"
+    assert engine.list_queues(None, 0, 10) == []
+    engine.enqueue([NewTask("q", b"", pid="a")], NOW)
+    [task] = lease_all(engine, NOW, "q")
+    with pytest.raises(Exception) as caught:
+        engine.update(dequeue=[LeaseRef("q", "a", task.lease_id)],
+                      enqueue=[NewTask("q", b"", pid="c", after=[("q", "c")])], now=NOW)
+    assert caught.value.code == "BAD_REQUEST"
+    assert [(q.queue, q.size, q.leased) for q in engine.list_queues(None, 0, 10)] == [("q", 1, 1)]

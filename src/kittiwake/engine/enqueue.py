@@ -74,8 +74,8 @@ def enqueue_one(state: EngineState, new: NewTask, now: float, mutations: list[Mu
     )
     edges: list[Mutation] = []
     if new.after:
-        if (new.queue, pid) in new.after:
-            raise errors.BadRequest(f"task {new.queue}/{pid} cannot wait for itself")
+        # a pid that waits for itself was refused with the request (NewTask.validate); a FIFO
+        # pid an `after` guessed is a parent that does not exist yet, so it counts as finished
         failed = link_parents(state, task, new.after, edges)
         if failed is not None:
             # a parent already failed: the task is born dead, like its
