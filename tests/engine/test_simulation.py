@@ -310,17 +310,16 @@ class Simulation:
         return name, [rng.choice(pool) for _ in range(rng.randint(1, 3))], None, 1000
 
     def requeue_dead(self) -> None:
-        queue, pids, after_pid, limit = self.pick_dead_letters()
-        page = self.engine.requeue_dead(queue, pids, self.now, after_pid=after_pid, limit=limit)
-        self.log(f"requeue_dead {queue} {pids} after {after_pid} -> {[(o.pid, o.code) for o in page.outcomes]}")
-        outcomes, next_pid = self.model.requeue_dead(queue, pids, after_pid, limit)
-        assert ([(o.pid, o.code) for o in page.outcomes], page.next_pid) == (outcomes, next_pid)
+        self._dead_letters("requeue_dead", self.engine.requeue_dead, self.model.requeue_dead)
 
     def purge_dead(self) -> None:
+        self._dead_letters("purge_dead", self.engine.purge_dead, self.model.purge_dead)
+
+    def _dead_letters(self, op: str, call, model_call) -> None:
         queue, pids, after_pid, limit = self.pick_dead_letters()
-        page = self.engine.purge_dead(queue, pids, self.now, after_pid=after_pid, limit=limit)
-        self.log(f"purge_dead {queue} {pids} after {after_pid} -> {[(o.pid, o.code) for o in page.outcomes]}")
-        outcomes, next_pid = self.model.purge_dead(queue, pids, after_pid, limit)
+        page = call(queue, pids, self.now, after_pid=after_pid, limit=limit)
+        self.log(f"{op} {queue} {pids} after {after_pid} -> {[(o.pid, o.code) for o in page.outcomes]}")
+        outcomes, next_pid = model_call(queue, pids, after_pid, limit)
         assert ([(o.pid, o.code) for o in page.outcomes], page.next_pid) == (outcomes, next_pid)
 
     def inspect(self) -> None:

@@ -24,6 +24,7 @@ lookup by the original pid is one range scan of the dead-letter queue.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kittiwake import errors
 from kittiwake.engine.enqueue import enqueue_one
@@ -104,8 +105,28 @@ def _drop_dead_letter(state: EngineState, dead: QueueState, pid: str, mutations:
     mutations.append(DeleteTask(dead.name, pid))
 
 
-def _not_found(dead_name: str, asked: str) -> ItemOutcome:
-    return ItemOutcome(dead_name, asked, False, errors.TaskNotFound.code, f"no dead letter {asked!r} in {dead_name!r}")
+Act = Callable[[QueueState, Task, list[Mutation]], ItemOutcome]
+
+
+def _each_dead_letter(
+    state: EngineState, dead_name: str, pids: list[str] | None, after_pid: str | None, limit: int, act: Act
+) -> DeadLetterPage:
+    """Run `act` on each dead letter the request names, one outcome each, handing each one's
+    writes to the store before the next."""
+    chosen, next_pid = _select(state, dead_name, pids, after_pid, limit)
+    page = DeadLetterPage(next_pid=next_pid)
+    mutations: list[Mutation] = []
+    for asked, task in chosen:
+        dead = state.queues.get(dead_name)
+        if task is None or dead is None:
+            page.outcomes.append(
+                ItemOutcome(dead_name, asked, False, errors.TaskNotFound.code, f"no dead letter {asked!r} in {dead_name!r}")
+            )
+            continue
+        page.outcomes.append(act(dead, task, mutations))
+        flush(state, mutations)
+    enforce_cache(state)
+    return page
 
 
 def requeue_dead(
@@ -119,19 +140,10 @@ def requeue_dead(
 ) -> DeadLetterPage:
     """Move dead letters of `queue` back into it under their original pids."""
     original, dead_name = _dead_queue(state, queue)
-    chosen, next_pid = _select(state, dead_name, pids, after_pid, limit)
-    page = DeadLetterPage(next_pid=next_pid)
-    mutations: list[Mutation] = []
-    for asked, task in chosen:
-        dead = state.queues.get(dead_name)
-        if task is None or dead is None:
-            page.outcomes.append(_not_found(dead_name, asked))
-            continue
+
+    def requeue(dead: QueueState, task: Task, mutations: list[Mutation]) -> ItemOutcome:
         if task.pid in dead.leased:
-            page.outcomes.append(
-                ItemOutcome(dead_name, task.pid, False, errors.TaskLeased.code, f"{dead_name}/{task.pid} is held by a lease")
-            )
-            continue
+            return ItemOutcome(dead_name, task.pid, False, errors.TaskLeased.code, f"{dead_name}/{task.pid} is held by a lease")
         headers = {k: v for k, v in (task.headers or {}).items() if k not in (DEAD_REASON_HEADER, DEAD_PID_HEADER)}
         back = NewTask(
             queue=original,
@@ -143,18 +155,13 @@ def requeue_dead(
             max_attempts=task.max_attempts,
         )
         back.validate(state.limits)
-        outcome = enqueue_one(state, back, now, mutations)
-        if outcome.collapsed:
-            page.outcomes.append(
-                ItemOutcome(dead_name, task.pid, False, errors.TaskExists.code, f"{original}/{back.pid} exists")
-            )
-        else:
-            _drop_dead_letter(state, dead, task.pid, mutations)
-            forget_if_empty(state, dead)
-            page.outcomes.append(ItemOutcome(dead_name, task.pid, True))
-        flush(state, mutations)
-    enforce_cache(state)
-    return page
+        if enqueue_one(state, back, now, mutations).collapsed:
+            return ItemOutcome(dead_name, task.pid, False, errors.TaskExists.code, f"{original}/{back.pid} exists")
+        _drop_dead_letter(state, dead, task.pid, mutations)
+        forget_if_empty(state, dead)
+        return ItemOutcome(dead_name, task.pid, True)
+
+    return _each_dead_letter(state, dead_name, pids, after_pid, limit, requeue)
 
 
 def purge_dead(
@@ -168,17 +175,10 @@ def purge_dead(
 ) -> DeadLetterPage:
     """Delete dead letters of `queue` (`delete_queue` on `<queue>.dead` drops them all at once)."""
     _, dead_name = _dead_queue(state, queue)
-    chosen, next_pid = _select(state, dead_name, pids, after_pid, limit)
-    page = DeadLetterPage(next_pid=next_pid)
-    mutations: list[Mutation] = []
-    for asked, task in chosen:
-        dead = state.queues.get(dead_name)
-        if task is None or dead is None:
-            page.outcomes.append(_not_found(dead_name, asked))
-            continue
+
+    def purge(dead: QueueState, task: Task, mutations: list[Mutation]) -> ItemOutcome:
         _drop_dead_letter(state, dead, task.pid, mutations)
         forget_if_empty(state, dead)
-        page.outcomes.append(ItemOutcome(dead_name, task.pid, True))
-        flush(state, mutations)
-    enforce_cache(state)
-    return page
+        return ItemOutcome(dead_name, task.pid, True)
+
+    return _each_dead_letter(state, dead_name, pids, after_pid, limit, purge)
