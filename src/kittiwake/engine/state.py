@@ -1,8 +1,13 @@
 """Everything the engine holds, declared in one place: `EngineState`.
 
-The engine is functions over this one dataclass (h11's shape: the state is
-data, the operations are code that takes it). Each operation module says which
-fields it changes; nothing else in the engine keeps state of its own.
+The engine is functions over this one dataclass: the state is data, the
+operations are code that takes it. Functions rather than objects that each
+hold a slice of the state, because nearly every operation reads and changes
+several slices at once (a lease touches the head, the leased set, the expiry
+heap, the counters and the rates): a function that takes the whole state says
+so in its signature, where objects holding slices would have to reach into
+one another's. Each operation module says which fields it changes; nothing
+else in the engine keeps state of its own.
 
 Where a task is (see `transitions` for the moves between places):
 
