@@ -5,8 +5,9 @@ queue's dead-letter queue `<queue>.dead` at pid `<pid>~<death time>` (a FIFO
 pid of the broker's clock), with the reason in header `kittiwake-dead-reason`
 and its pid in `kittiwake-dead-pid` (`bury`). So a pid that dies twice keeps
 both failures, a pid's dead letters sit next to each other in the order they
-died, and `dead_letters_of` finds them with one range scan. Dead-letter
-queues do not dead-letter further.
+died, and `dead_letters_of` finds them with one range scan. A failed attempt
+in a dead-letter queue never buries further (a cancel there does, into
+`<queue>.dead.dead`).
 
 The ways in (the →dead edges of `transitions.TRANSITIONS`):
 
