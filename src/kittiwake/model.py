@@ -62,11 +62,13 @@ class Limits:
 
 
 class TaskState(str, Enum):
-    """Where a task stands; a task is in exactly one state."""
+    """Where a task stands; a task is in exactly one state (the moves: `kittiwake.engine.transitions`)."""
 
     AVAILABLE = "available"  # in its queue, may be leased
     LEASED = "leased"  # held by one worker until lease_expires_at
     BLOCKED = "blocked"  # waits for its parents to finish (dependencies)
+    DEAD = "dead"  # left its queue as a dead letter in `<queue>.dead`; a live task is never shown dead
+    GONE = "gone"  # no such task: never enqueued, finished, or its queue deleted
 
 
 def split_queue(queue: str) -> tuple[str, str]:
@@ -251,6 +253,8 @@ class NewTask(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
             validate_count(self.max_attempts, "max_attempts", 1, limits.max_attempts_ceiling)
         if self.after is not None:
             self.after = validate_keys(self.after, limits, "after")
+            if self.pid is not None and (self.queue, self.pid) in self.after:
+                raise BadRequest(f"task {self.queue}/{self.pid} cannot wait for itself")
         if self.unless is not None:
             self.unless = validate_keys(self.unless, limits, "unless")
         return self

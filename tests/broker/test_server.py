@@ -19,6 +19,7 @@ import pytest
 
 from kittiwake.broker import BrokerConfig
 from kittiwake.engine import Engine
+from kittiwake.engine import update as engine_update
 from kittiwake.protocol import encode_frame, encode_request
 from kittiwake.store.memory import MemoryStore
 from support.broker_process import BrokerProcess
@@ -340,17 +341,17 @@ def test_a_bug_halfway_through_an_atomic_update_leaves_no_half_of_it(
     in_process: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runner, _ = in_process
-    real_enqueue_one = Engine._enqueue_one
+    real_enqueue_one = engine_update.enqueue_one
 
-    def enqueue_one(self: Engine, new: Any, *args: Any) -> Any:
+    def enqueue_one(state: Any, new: Any, *args: Any) -> Any:
         if new.queue == "boom":
             raise RuntimeError("a bug after the dequeue half was applied")
-        return real_enqueue_one(self, new, *args)
+        return real_enqueue_one(state, new, *args)
 
     with runner.connect() as conn:
         conn.enqueue("stage-1", b"work", pid="1")
         [task] = conn.lease("stage-1", lease_secs=60)
-        monkeypatch.setattr(Engine, "_enqueue_one", enqueue_one)
+        monkeypatch.setattr(engine_update, "enqueue_one", enqueue_one)
         reply = conn.request("update", dequeue=[ref(task)], enqueue=[{"queue": "boom", "data": b"next", "pid": "1"}])
         assert reply.error["code"] == "INTERNAL"
         monkeypatch.undo()

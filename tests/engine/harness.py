@@ -1,7 +1,8 @@
 """Small helpers that let engine tests read like the paper's examples.
 
 A `Clock` is the broker's wall clock, moved by hand. `put` and `take` are enqueue and lease with
-the arguments a test cares about; `ref` is what a worker hands back to renew, release or dequeue.
+the arguments a test cares about; `ref` is what a worker hands back to renew, release or dequeue;
+`lease_all` and `finish` drain a queue and finish what was leased.
 """
 
 from __future__ import annotations
@@ -36,6 +37,20 @@ def take(engine: Engine, now: float, *queues: str, max_tasks: int = 1, lease_sec
     its own objects, which later calls change (a broker encodes its reply at once)."""
     request = LeaseRequest(list(queues), max_tasks=max_tasks, lease_secs=lease_secs, **fields)
     return [dataclasses.replace(task) for task in engine.lease(request, now)]
+
+
+def lease_all(engine: Engine, now: float, queue: str) -> list[Task]:
+    """Every task leasable now (a lease may return fewer than asked: the head may be small)."""
+    leased: list[Task] = []
+    while batch := engine.lease(LeaseRequest([queue], max_tasks=10_000), now):
+        leased.extend(batch)
+    return leased
+
+
+def finish(engine: Engine, now: float, tasks: Iterable[Task]) -> None:
+    """Dequeue leased tasks, each of which must succeed."""
+    outcomes = engine.dequeue([ref(task) for task in tasks], now)
+    assert all(o.ok for o in outcomes), outcomes
 
 
 def ref(task: Task) -> LeaseRef:

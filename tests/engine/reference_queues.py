@@ -12,6 +12,17 @@ out may still dequeue late. Every dead letter is kept as a new task of the dead-
 letter's pid from the store right after the engine made it (as tests learn FIFO pids from enqueue
 outcomes) and checks its shape: the original pid, `~`, and 17 digits larger than any before.
 
+Dependencies are kept as the engine keeps them: a count of unfinished parents per task, a count
+of children linked per parent, and parent → child edges by task key, read when the parent
+finishes (each child waiting has one parent fewer) or fails (each child waiting dies, and theirs).
+Edges outlive a deleted queue in the engine's stores, so an edge of an earlier task at a key may
+still be there when a new task at that key finishes: whether the engine reads it then depends on
+a count of children it holds in memory, which a model cannot see, so that one case — no edge of
+the task's own, an earlier task's left — is learned from the store (are the edges gone?).
+
+Cancel, requeue and purge of dead letters follow `failures` and `dead_letters`; every dead letter
+records the pid it came from.
+
 `check_engine` compares an engine and its store with the model after every step of the
 model-based and simulation tests: sizes, leases, the rows in the store, and the head cache's
 invariant (TaskMaster §5.4: memory holds every available task up to the horizon, and no more than
@@ -28,11 +39,13 @@ from kittiwake.engine import DEAD_REASON_HEADER, Engine
 from kittiwake.model import DEAD_PID_HEADER, DEAD_SUFFIX, FIFO_PID_DIGITS, Limits, dead_letter_prefix, group_of
 
 DEFAULT_MAX_ATTEMPTS = Limits().default_max_attempts
-REFILLS_PER_LEASE = 8  # Engine._ensure_head: at most this many refills in one lease call
+REFILLS_PER_LEASE = 8  # head_cache.ensure_head: at most this many refills in one lease call
 
 NOT_FOUND = "TASK_NOT_FOUND"
 NOT_LEASED = "TASK_NOT_LEASED"
 EXPIRED = "LEASE_EXPIRED"
+EXISTS = "TASK_EXISTS"
+LEASED = "TASK_LEASED"
 BAD_REQUEST = "BAD_REQUEST"
 CROSS_GROUP = "CROSS_GROUP_UPDATE"
 
@@ -48,6 +61,9 @@ class ModelTask:
     expires_at: float | None = None  # set while the lease is held, until released or swept
     fifo: bool = False  # its pid was assigned by the broker
     dead_reason: str | None = None  # set on tasks in a dead-letter queue
+    dead_pid: str | None = None  # set on tasks in a dead-letter queue: the pid that died
+    waiting_on: int = 0  # parents still to finish
+    children: int = 0  # tasks linked to wait for this one
 
     def held(self) -> bool:
         return self.expires_at is not None
@@ -70,6 +86,7 @@ class ModelQueues:
         self.queues: dict[str, dict[str, ModelTask]] = {}
         self.store = store  # the engine's store now: where dead letters' pids are learned
         self.last_death = ""  # the largest death time of a dead letter so far
+        self.edges: dict[tuple[str, str], list[tuple[str, str]]] = {}  # parent key -> child keys
 
     def copy(self) -> ModelQueues:
         return copy.deepcopy(self)
@@ -89,7 +106,14 @@ class ModelQueues:
         return sorted(pid for pid, task in self.tasks(queue).items() if task.held())
 
     def available(self, queue: str) -> list[str]:
-        return sorted(pid for pid, task in self.tasks(queue).items() if not task.held())
+        return sorted(pid for pid, task in self.tasks(queue).items() if not task.held() and not task.waiting_on)
+
+    def blocked(self, queue: str) -> list[str]:
+        return sorted(pid for pid, task in self.tasks(queue).items() if task.waiting_on)
+
+    def dead_letters(self, dead: str, pid: str) -> list[str]:
+        """Pids of the dead letters of `pid` in the dead-letter queue `dead`, oldest first."""
+        return sorted(letter for letter, task in self.tasks(dead).items() if task.dead_pid == pid)
 
     def names(self) -> list[str]:
         return sorted(name for name, tasks in self.queues.items() if tasks)
@@ -111,12 +135,28 @@ class ModelQueues:
         receiver: str | None = None,
         max_attempts: int | None = None,
         fifo: bool = False,
+        after: Sequence[tuple[str, str]] = (),
     ) -> bool:
-        """Add a task; True if the pid exists and the enqueue collapses into it."""
-        tasks = self.queues.setdefault(queue, {})
-        if pid in tasks:
+        """Add a task; True if the pid exists and the enqueue collapses into it. With `after`, it
+        waits for the parents that exist; a parent that is gone but has a dead letter failed, and
+        the task is born dead."""
+        if pid in self.tasks(queue):
             return True
-        tasks[pid] = ModelTask(data, receiver=receiver, max_attempts=max_attempts, fifo=fifo)
+        task = ModelTask(data, receiver=receiver, max_attempts=max_attempts, fifo=fifo)
+        linked = []
+        for parent in dict.fromkeys(after):
+            if self.get(*parent) is not None:
+                linked.append(parent)
+            elif self.dead_letters(parent[0] + DEAD_SUFFIX, parent[1]):
+                self._bury(queue, pid, task, f"PARENT_FAILED {parent[0]}/{parent[1]}")
+                return False
+        for parent in linked:
+            self.queues[parent[0]][parent[1]].children += 1
+            children = self.edges.setdefault(parent, [])
+            if (queue, pid) not in children:
+                children.append((queue, pid))
+            task.waiting_on += 1
+        self.queues.setdefault(queue, {})[pid] = task
         return False
 
     def fail_attempt(self, queue: str, pid: str, reason: str, released: bool = False) -> bool:
@@ -129,6 +169,13 @@ class ModelQueues:
         if task.attempts < (task.max_attempts or DEFAULT_MAX_ATTEMPTS) or queue.endswith(DEAD_SUFFIX):
             return False
         self._remove(queue, pid)
+        self._bury(queue, pid, task, reason)
+        if self._fires(queue, pid, task):
+            self._fail_descendants(queue, pid)
+        return True
+
+    def _bury(self, queue: str, pid: str, task: ModelTask, reason: str) -> None:
+        """A task that left its queue becomes a dead letter."""
         dead = queue + DEAD_SUFFIX
         self.queues.setdefault(dead, {})[self._dead_letter_pid(dead, pid)] = ModelTask(
             task.data,
@@ -137,8 +184,41 @@ class ModelQueues:
             attempts=task.attempts,
             deliveries=task.deliveries,
             dead_reason=reason,
+            dead_pid=pid,
         )
-        return True
+
+    def _fires(self, queue: str, pid: str, task: ModelTask) -> bool:
+        """Whether the engine read the edges of (queue, pid) as its task finished or failed: when
+        the task has children, always; when no edge is there, never; when only edges of an earlier
+        task at that key are left, as the store shows (see the module's docstring)."""
+        if task.children:
+            return True
+        if (queue, pid) not in self.edges:
+            return False
+        return not self.store().children_of(queue, pid)
+
+    def _fail_descendants(self, queue: str, pid: str) -> None:
+        """Every task waiting on a failed one dies, and theirs in turn, in the engine's order."""
+        reason = f"PARENT_FAILED {queue}/{pid}"
+        stack = [(queue, pid)]
+        while stack:
+            parent = stack.pop()
+            for child_queue, child_pid in sorted(self.edges.pop(parent, ())):
+                child = self.get(child_queue, child_pid)
+                if child is None or not child.waiting_on:
+                    continue  # failed through another parent already, or an earlier task's edge
+                self._remove(child_queue, child_pid)
+                child.waiting_on = 0
+                self._bury(child_queue, child_pid, child, reason)
+                if child.children:
+                    stack.append((child_queue, child_pid))
+
+    def _finish_parent(self, queue: str, pid: str) -> None:
+        """Each task waiting on a finished one has one parent fewer."""
+        for child_queue, child_pid in sorted(self.edges.pop((queue, pid), ())):
+            child = self.get(child_queue, child_pid)
+            if child is not None and child.waiting_on:
+                child.waiting_on -= 1
 
     def _dead_letter_pid(self, dead: str, pid: str) -> str:
         """The pid the engine gave the dead letter of `pid` it has just made: the oldest of the
@@ -176,7 +256,7 @@ class ModelQueues:
         found = []
         for index, queue in enumerate(order):
             for pid, task in self.tasks(queue).items():
-                if task.held():
+                if task.held() or task.waiting_on:
                     continue
                 if task.receiver is not None and task.receiver != receiver:
                     continue
@@ -204,7 +284,10 @@ class ModelQueues:
         return EXPIRED
 
     def dequeue(self, ref: Ref) -> None:
+        task = self.queues[ref.queue][ref.pid]
         self._remove(ref.queue, ref.pid)
+        if self._fires(ref.queue, ref.pid, task):
+            self._finish_parent(ref.queue, ref.pid)
 
     def renew(self, ref: Ref, expires_at: float) -> None:
         self.queues[ref.queue][ref.pid].expires_at = expires_at
@@ -238,7 +321,77 @@ class ModelQueues:
         return None
 
     def delete_queue(self, queue: str) -> int:
-        return len(self.queues.pop(queue, {}))
+        return len(self.queues.pop(queue, {}))  # its edges stay, as they do in the stores
+
+    def cancel(self, keys: Sequence[tuple[str, str]], reason: str | None) -> list[str | None]:
+        """Withdraw tasks into their dead-letter queues; the error code of each, or None."""
+        codes: list[str | None] = []
+        for queue, pid in dict.fromkeys(keys):
+            task = self.get(queue, pid)
+            if task is None:
+                codes.append(NOT_FOUND)
+                continue
+            self._remove(queue, pid)
+            task.waiting_on = 0
+            self._bury(queue, pid, task, reason or "CANCELLED")
+            if self._fires(queue, pid, task):
+                self._fail_descendants(queue, pid)
+            codes.append(None)
+        return codes
+
+    def _chosen(
+        self, dead: str, pids: Sequence[str] | None, after_pid: str | None, limit: int
+    ) -> tuple[list[tuple[str, str | None]], str | None]:
+        """The dead letters a requeue or purge names, each once: (asked-for pid, dead letter or None)."""
+        if pids is None:
+            rows = [pid for pid in sorted(self.tasks(dead)) if after_pid is None or pid > after_pid][:limit]
+            return [(pid, pid) for pid in rows], (rows[-1] if len(rows) == limit else None)
+        chosen: list[tuple[str, str | None]] = []
+        seen: set[str] = set()
+        for pid in dict.fromkeys(pids):
+            letters = [pid] if pid in self.tasks(dead) else self.dead_letters(dead, pid)
+            if not letters:
+                chosen.append((pid, None))
+            chosen.extend((pid, letter) for letter in letters if letter not in seen)
+            seen.update(letters)
+        return chosen, None
+
+    def requeue_dead(
+        self, queue: str, pids: Sequence[str] | None, after_pid: str | None = None, limit: int = 1000
+    ) -> tuple[list[tuple[str, str | None]], str | None]:
+        """Dead letters back under their own pids: ([(dead-letter pid, error code or None)], next pid)."""
+        original = queue.removesuffix(DEAD_SUFFIX)
+        dead = original + DEAD_SUFFIX
+        chosen, next_pid = self._chosen(dead, pids, after_pid, limit)
+        outcomes: list[tuple[str, str | None]] = []
+        for asked, letter in chosen:
+            task = self.get(dead, letter) if letter is not None else None
+            if task is None or letter is None:
+                outcomes.append((asked, NOT_FOUND))
+            elif task.held():
+                outcomes.append((letter, LEASED))
+            elif self.enqueue(original, task.dead_pid or letter, task.data, receiver=task.receiver,
+                              max_attempts=task.max_attempts):
+                outcomes.append((letter, EXISTS))
+            else:
+                self._remove(dead, letter)
+                outcomes.append((letter, None))
+        return outcomes, next_pid
+
+    def purge_dead(
+        self, queue: str, pids: Sequence[str] | None, after_pid: str | None = None, limit: int = 1000
+    ) -> tuple[list[tuple[str, str | None]], str | None]:
+        """Dead letters deleted, held or not: ([(dead-letter pid, error code or None)], next pid)."""
+        dead = queue.removesuffix(DEAD_SUFFIX) + DEAD_SUFFIX
+        chosen, next_pid = self._chosen(dead, pids, after_pid, limit)
+        outcomes: list[tuple[str, str | None]] = []
+        for asked, letter in chosen:
+            if letter is None or self.get(dead, letter) is None:
+                outcomes.append((asked, NOT_FOUND))
+            else:
+                self._remove(dead, letter)
+                outcomes.append((letter, None))
+        return outcomes, next_pid
 
 
 # ---------------------------------------------------------------- checking
@@ -247,7 +400,7 @@ class ModelQueues:
 def _rows(model: ModelQueues, queue: str) -> list[tuple]:
     return [
         (pid, task.data, task.receiver, task.attempts, task.deliveries, task.lease_id, task.expires_at,
-         task.dead_reason)
+         task.dead_reason, task.dead_pid, task.waiting_on)
         for pid, task in sorted(model.tasks(queue).items())
     ]
 
@@ -255,7 +408,7 @@ def _rows(model: ModelQueues, queue: str) -> list[tuple]:
 def _store_rows(engine: Engine, queue: str) -> list[tuple]:
     return [
         (t.pid, t.data, t.receiver, t.attempts, t.deliveries, t.lease_id, t.lease_expires_at,
-         (t.headers or {}).get(DEAD_REASON_HEADER))
+         (t.headers or {}).get(DEAD_REASON_HEADER), (t.headers or {}).get(DEAD_PID_HEADER), t.waiting_on)
         for t in engine.store.scan(queue, None, 1_000_000)
     ]
 
@@ -282,9 +435,10 @@ def check_engine(engine: Engine, model: ModelQueues, *, max_tasks: int, extra_qu
         assert engine.queues_for_receiver(receiver) == expected, f"queues for receiver {receiver!r}"
 
     memory_bytes = 0
-    for name, queue in engine._queues.items():
+    for name, queue in engine.state.queues.items():
         assert queue.size == model.size(name), f"size of {name!r}"
         assert sorted(queue.leased) == model.held(name), f"leased set of {name!r}"
+        assert queue.blocked == len(model.blocked(name)), f"blocked count of {name!r}"
         for pid, task in queue.leased.items():
             expected = model.get(name, pid)
             assert expected is not None
@@ -306,5 +460,5 @@ def check_engine(engine: Engine, model: ModelQueues, *, max_tasks: int, extra_qu
         assert queue.memory_bytes == sum(task.size_bytes() for task in queue.available.values())
         memory_bytes += queue.memory_bytes
     for name in names:
-        assert name in engine._queues, f"queue {name!r} holds tasks but the engine forgot it"
+        assert name in engine.state.queues, f"queue {name!r} holds tasks but the engine forgot it"
     assert engine.memory_bytes == memory_bytes

@@ -105,3 +105,23 @@ def test_a_child_of_a_parent_that_died_twice_is_still_born_dead(engine, clock):
     bury(engine, clock, "q", "parent", b"2", "boom")
     [outcome] = put(engine, clock.now, "q", "child", after=[("q", "parent")])
     assert engine.get("q.dead", "child", clock.now)["headers"][DEAD_REASON_HEADER] == "PARENT_FAILED q/parent"
+
+
+def test_a_dead_letter_named_twice_in_one_purge_is_purged_once(engine, clock, restart):
+    """Its own pid and its original pid both name it: counted out of the queue twice, the
+    queue's size went wrong and another dead letter vanished from list_queues and stats."""
+    bury(engine, clock, "q", "a", b"a", "boom")
+    bury(engine, clock, "q", "b", b"b", "boom")
+    [letter] = engine.dead_letters_of("q.dead", "a")
+    page = engine.purge_dead("q", [letter.pid, "a"], clock.now)
+    assert [(o.pid, o.ok) for o in page.outcomes] == [(letter.pid, True)]
+    assert [(q.queue, q.size) for q in engine.list_queues(None, 0, 10)] == [("q.dead", 1)]
+    assert [(q.queue, q.size) for q in restart(engine).list_queues(None, 0, 10)] == [("q.dead", 1)]
+
+
+def test_a_dead_letter_named_twice_in_one_requeue_is_moved_once(engine, clock):
+    bury(engine, clock, "q", "a", b"a", "boom")
+    [letter] = engine.dead_letters_of("q.dead", "a")
+    page = engine.requeue_dead("q.dead", ["a", letter.pid], clock.now)
+    assert [(o.pid, o.ok) for o in page.outcomes] == [(letter.pid, True)]
+    assert [(q.queue, q.size) for q in engine.list_queues(None, 0, 10)] == [("q", 1)]

@@ -1,9 +1,10 @@
-"""Enqueue: explicit pids that dedupe, FIFO pids the broker assigns (TaskMaster §3.2, Program 1)."""
+"""Enqueue (engine/enqueue.py): explicit pids that dedupe, FIFO pids the broker assigns (TaskMaster
+§3.2, Program 1). How FIFO pids are made is in test_ids.py."""
 
 from __future__ import annotations
 
 from kittiwake.engine import Engine, PutTask
-from kittiwake.model import FIFO_PID_DIGITS, NewTask, fifo_pid, pid_at
+from kittiwake.model import NewTask, pid_at
 from kittiwake.store.memory import MemoryStore
 
 from .harness import pids, put, ref, take
@@ -56,27 +57,6 @@ def test_dedupe_is_per_queue(engine, clock):
     assert [o.collapsed for o in put(engine, clock.now, "b", "p")] == [False]
 
 
-def test_fifo_pids_are_the_clock_in_microseconds(engine, clock):
-    [outcome] = put(engine, clock.now, "q", None)
-    assert outcome.pid == fifo_pid(int(clock.now * 1_000_000))
-    assert len(outcome.pid) == FIFO_PID_DIGITS and outcome.pid.isdigit()
-
-
-def test_fifo_pids_grow_within_one_microsecond_and_when_the_clock_steps_back(engine, clock):
-    first = pids(put(engine, clock.now, "q", None, None, None))
-    later = pids(put(engine, clock.now - 60.0, "q", None))  # the wall clock stepped back a minute
-    assert first + later == sorted(first + later)
-    assert len(set(first + later)) == 4
-    leased = take(engine, clock.now, "q", max_tasks=4)
-    assert pids(leased) == first + later  # served in the order they came
-
-
-def test_fifo_pids_grow_across_queues_too(engine, clock):
-    a = pids(put(engine, clock.now, "a", None))
-    b = pids(put(engine, clock.now, "b", None))
-    assert b[0] > a[0]
-
-
 def test_a_fifo_enqueue_never_overwrites_a_delayed_task_at_the_same_pid(engine, clock):
     due = pid_at(clock.now + 5.0)
     put(engine, clock.now, "q", due, data=b"delayed")
@@ -124,14 +104,6 @@ def test_delayed_tasks_are_leased_only_when_due(engine, clock):
     clock.advance(60.0)
     due = take(engine, clock.now, "q", max_tasks=10, max_pid=pid_at(clock.now))
     assert [t.data for t in due] == [b"in a minute"]
-
-
-def test_fifo_pids_continue_past_the_last_one_after_a_restart(engine, clock, restart):
-    before = pids(put(engine, clock.now, "q", None, None, None))
-    put(engine, clock.now, "q", "https://example.com/")  # sorts after every FIFO pid
-    engine = restart(engine)
-    after = pids(put(engine, clock.now - 1.0, "q", None))  # and the clock stepped back
-    assert after[0] > before[-1]
 
 
 def test_the_engine_hands_each_new_task_to_the_store_but_never_commits():

@@ -31,7 +31,7 @@ def big_queue(engine: Engine, now: float, size: int = 100, queue: str = "q") -> 
 
 
 def head_of(engine: Engine, queue: str = "q"):
-    return engine._queues[queue]
+    return engine.state.queues[queue]
 
 
 def test_the_head_holds_a_bounded_slice_of_a_big_queue(engine, clock):

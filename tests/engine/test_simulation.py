@@ -11,9 +11,15 @@ Replay one seed with
 (`KITTIWAKE_SIM_STEPS` sets the number of steps). The normal suite runs a few seeds; the `soak`
 marker runs many more, longer.
 
-The reference is `ModelQueues`, snapshotted at every commit: a crash (rollback of what was not
-committed, then a new engine recovered from the store) must bring back exactly the snapshot, so
-nothing acknowledged is ever lost and nothing unacknowledged survives.
+The operations are every call that changes tasks — enqueue (with dependencies), lease, renew,
+dequeue, release, update, cancel, requeue and purge of dead letters, delete_queue — and the sweeps
+of stats and maintain. The reference is `ModelQueues`, snapshotted at every commit: a crash
+(rollback of what was not committed, then a new engine recovered from the store) must bring back
+exactly the snapshot, so nothing acknowledged is ever lost and nothing unacknowledged survives.
+
+After every step `TaskStates` also observes each task's state in the store and fails on any change
+that the task state machine (`kittiwake.engine.transitions.TRANSITIONS`) does not allow for the
+operations that step ran (`OPERATIONS`); a crash must leave every task as it was at the commit.
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ import pytest
 
 from kittiwake import errors
 from kittiwake.engine import Engine
+from kittiwake.engine.transitions import Operation
 from kittiwake.model import LeaseRef, LeaseRequest, NewTask, fifo_pid, pid_at
 from kittiwake.store.memory import MemoryStore
 from kittiwake.store.sqlite import SqliteStore
 
 from .reference_queues import REFILLS_PER_LEASE, ModelQueues, Ref, check_engine
+from .task_states import TaskStates
 
 SEEDS = 20
 STEPS = 300
@@ -49,6 +57,24 @@ QUEUES = [queue for queues in GROUPS.values() for queue in queues]
 PIDS = [f"k{i:02}" for i in range(40)] + ["https://example.com/", "zz-last"]
 RECEIVERS = ["ada", "bob"]
 
+# What each step may do to a task (transitions.Operation); a step not named here does nothing to any.
+SWEEP = {Operation.EXPIRE, Operation.PARENT_FAILED}  # lease and stats sweep expired leases first
+OPERATIONS: dict[str, set[Operation]] = {
+    "enqueue": {Operation.ENQUEUE},
+    "enqueue_at_the_clock": {Operation.ENQUEUE},
+    "lease": {*SWEEP, Operation.LEASE},
+    "renew": {Operation.RENEW},
+    "dequeue": {Operation.DEQUEUE, Operation.PARENT_FINISHED},
+    "release": {Operation.RELEASE, Operation.PARENT_FAILED},
+    "update": {Operation.DEQUEUE, Operation.PARENT_FINISHED, Operation.RELEASE, Operation.PARENT_FAILED,
+               Operation.RENEW, Operation.ENQUEUE},
+    "delete_queue": {Operation.DELETE_QUEUE},
+    "cancel": {Operation.CANCEL, Operation.PARENT_FAILED},
+    "requeue_dead": {Operation.REQUEUE_DEAD},
+    "purge_dead": {Operation.PURGE_DEAD},
+    "inspect": SWEEP,
+}
+
 
 class Simulation:
     def __init__(self, seed: int, store_kind: str) -> None:
@@ -61,7 +87,8 @@ class Simulation:
         self.engine = self._new_engine()
         self.model = ModelQueues(lambda: self.store)
         self.refs: list[Ref] = []
-        self.snapshot = (self.model.copy(), list(self.refs))
+        self.task_states = TaskStates(lambda: self.store, QUEUES)
+        self.snapshot = (self.model.copy(), list(self.refs), self.task_states.snapshot())
         self.trace: collections.deque[str] = collections.deque(maxlen=TRACE_LINES)
         self.counts: collections.Counter[str] = collections.Counter()
 
@@ -92,20 +119,47 @@ class Simulation:
 
     def new_task(self, queue: str) -> NewTask:
         rng = self.rng
+        pid = None if rng.random() < 0.4 else rng.choice(PIDS)
         return NewTask(
             queue,
             rng.randbytes(rng.randint(0, 30)),
-            pid=None if rng.random() < 0.4 else rng.choice(PIDS),
+            pid=pid,
             receiver=rng.choice(RECEIVERS) if rng.random() < 0.15 else None,
             max_attempts=rng.choice([None, None, 1, 2, 3]),
+            after=self.pick_parents(queue, pid) if rng.random() < 0.25 else None,
         )
+
+    def pick_parents(self, queue: str, pid: str | None) -> list[tuple[str, str]] | None:
+        """One or two tasks to wait for: live ones, dead ones, and ones that never were."""
+        live = [(q, p) for q in QUEUES for p in self.model.tasks(q)]
+        dead = [(q, t.dead_pid) for q in QUEUES for t in self.model.tasks(q + ".dead").values() if t.dead_pid]
+        pool = [key for key in live + dead + [(self.rng.choice(QUEUES), self.rng.choice(PIDS))] if key != (queue, pid)]
+        return self.rng.sample(pool, min(len(pool), self.rng.randint(1, 2))) or None
+
+    def pick_keys(self, most: int) -> list[tuple[str, str]]:
+        """Tasks to name: mostly live ones, sometimes a dead letter, sometimes a task that is not there."""
+        rng = self.rng
+        live = [(q, p) for q in QUEUES for p in self.model.tasks(q)]
+        letters = [(q + ".dead", p) for q in QUEUES for p in self.model.tasks(q + ".dead")]
+        keys = []
+        for _ in range(rng.randint(1, most)):
+            roll = rng.random()
+            if roll < 0.8 and live:
+                keys.append(rng.choice(live))
+            elif roll < 0.9 and letters:
+                keys.append(rng.choice(letters))
+            else:
+                keys.append((rng.choice(QUEUES), rng.choice(PIDS)))
+        return keys
 
     # ------------------------------------------------------------ the steps
 
-    def step(self) -> None:
+    def step(self) -> str:
+        """Run one random operation; returns its name."""
         operations: list[tuple[float, Callable[[], None]]] = [
             (20, self.enqueue), (3, self.enqueue_at_the_clock), (20, self.lease), (8, self.renew),
             (15, self.dequeue), (6, self.release), (10, self.update), (1.5, self.delete_queue),
+            (2, self.cancel), (2, self.requeue_dead), (1.5, self.purge_dead),
             (2, self.inspect), (10, self.tick), (2, self.jump), (0.7, self.step_back), (8, self.commit),
             (1, self.restart), (1.5, self.crash),
         ]
@@ -113,6 +167,7 @@ class Simulation:
         operation = self.rng.choices([op for _, op in operations], weights)[0]
         self.counts[operation.__name__] += 1
         operation()
+        return operation.__name__
 
     def enqueue(self) -> None:
         queue = self.rng.choice(QUEUES)
@@ -130,7 +185,8 @@ class Simulation:
         else:
             assert outcome.pid == task.pid
         collapsed = self.model.enqueue(task.queue, outcome.pid, task.data, receiver=task.receiver,
-                                       max_attempts=task.max_attempts, fifo=task.pid is None)
+                                       max_attempts=task.max_attempts, fifo=task.pid is None,
+                                       after=task.after or ())
         assert outcome.collapsed == collapsed
 
     def enqueue_at_the_clock(self) -> None:
@@ -233,6 +289,39 @@ class Simulation:
         self.log(f"delete_queue {queue} -> {count}")
         assert count == self.model.delete_queue(queue)
 
+    def cancel(self) -> None:
+        keys = self.pick_keys(3)
+        reason = self.rng.choice([None, "operator"])
+        outcomes = self.engine.cancel(keys, reason, self.now)
+        self.log(f"cancel {keys} -> {[o.code for o in outcomes]}")
+        codes = self.model.cancel(keys, reason)
+        assert [(o.code, o.dead) for o in outcomes] == [(code, code is None) for code in codes]
+
+    def pick_dead_letters(self) -> tuple[str, list[str] | None, str | None, int]:
+        """(queue or its dead-letter queue, pids or None to page, after_pid, limit) of a requeue or purge."""
+        rng = self.rng
+        queue = rng.choice(QUEUES[:3])
+        letters = sorted(self.model.tasks(queue + ".dead"))
+        originals = sorted({t.dead_pid for t in self.model.tasks(queue + ".dead").values() if t.dead_pid})
+        name = queue + ".dead" if rng.random() < 0.5 else queue
+        if rng.random() < 0.3:
+            return name, None, rng.choice([None, *letters]), rng.randint(1, 3)
+        pool = letters + originals + ["nobody"]
+        return name, [rng.choice(pool) for _ in range(rng.randint(1, 3))], None, 1000
+
+    def requeue_dead(self) -> None:
+        self._dead_letters("requeue_dead", self.engine.requeue_dead, self.model.requeue_dead)
+
+    def purge_dead(self) -> None:
+        self._dead_letters("purge_dead", self.engine.purge_dead, self.model.purge_dead)
+
+    def _dead_letters(self, op: str, call, model_call) -> None:
+        queue, pids, after_pid, limit = self.pick_dead_letters()
+        page = call(queue, pids, self.now, after_pid=after_pid, limit=limit)
+        self.log(f"{op} {queue} {pids} after {after_pid} -> {[(o.pid, o.code) for o in page.outcomes]}")
+        outcomes, next_pid = model_call(queue, pids, after_pid, limit)
+        assert ([(o.pid, o.code) for o in page.outcomes], page.next_pid) == (outcomes, next_pid)
+
     def inspect(self) -> None:
         if self.rng.random() < 0.5:
             rows = self.engine.stats(None, None, 3, self.now)
@@ -259,7 +348,7 @@ class Simulation:
 
     def commit(self) -> None:
         self.store.commit()
-        self.snapshot = (self.model.copy(), list(self.refs))
+        self.snapshot = (self.model.copy(), list(self.refs), self.task_states.snapshot())
         self.log("commit")
 
     def restart(self) -> None:
@@ -269,8 +358,9 @@ class Simulation:
 
     def crash(self) -> None:
         self.store.rollback()
-        model, refs = self.snapshot
+        model, refs, task_states = self.snapshot
         self.model, self.refs = model.copy(), list(refs)
+        self.task_states.restore(task_states)  # the step's check: the store is back at the commit
         self._reopen()
         self.log("crash")
 
@@ -288,8 +378,9 @@ def run(seed: int, steps: int, store_kind: str) -> collections.Counter[str]:
     try:
         for index in range(steps):
             try:
-                simulation.step()
+                name = simulation.step()
                 check_engine(simulation.engine, simulation.model, max_tasks=MAX_TASKS)
+                simulation.task_states.step(OPERATIONS.get(name, set()), name)
             except Exception as exc:
                 trace = "\n".join(simulation.trace)
                 raise AssertionError(

@@ -160,3 +160,16 @@ def test_an_update_is_atomic_across_a_crash(store, clock):
     engine.recover(clock.now)
     assert sizes(engine) == {"g#in": 1}
     assert engine.get("g#in", "a", clock.now)["state"] == "available"
+
+
+def test_a_release_inside_an_update_clears_the_fence_too(engine, clock):
+    put(engine, clock.now, "q", "p")
+    [task] = take(engine, clock.now, "q")
+    engine.update(release=[ref(task)], now=clock.now)
+    try:
+        engine.update(dequeue=[ref(task)], now=clock.now)
+    except Exception as exc:  # noqa: BLE001 - the code is what matters
+        assert getattr(exc, "code", None) == "TASK_NOT_LEASED"
+    else:
+        raise AssertionError("a released lease finished its task inside an update")
+    assert pids(take(engine, clock.now, "q")) == ["p"]

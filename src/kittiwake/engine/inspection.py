@@ -1,9 +1,9 @@
 """Looking at queues without changing them: peek, get, find by sender, queues
 for a receiver (Paštas ch. 3), list_queues and stats (TaskMaster §3.5).
 
-A mixin of `Engine`: these methods read the engine's queue states and its
-store and change nothing but lazily swept leases (stats sweeps first, so its
-counts are exact at `now`). Views stop at the reply data budget.
+Functions that read the engine's queue states and its store and change
+nothing but lazily swept leases (stats sweeps first, so its counts are exact
+at `now`). Views stop at the reply data budget.
 """
 
 from __future__ import annotations
@@ -11,9 +11,13 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from kittiwake import errors
+from kittiwake.engine.failures import dead_letters_of
+from kittiwake.engine.head_cache import find
+from kittiwake.engine.leases import sweep
 from kittiwake.engine.queue_patterns import name_matcher
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import DEQUEUE, ENQUEUE, LEASE, LEASE_SECS_SUM, RateWindow
+from kittiwake.engine.state import EngineState
 from kittiwake.model import (
     DEAD_SUFFIX,
     LeaseSample,
@@ -27,142 +31,149 @@ from kittiwake.model import (
     validate_queue,
 )
 
-class Inspection:
-    """Read-only operations of the engine."""
 
-    @staticmethod
-    def view(task: Task, now: float) -> dict[str, Any]:
-        """A task as shown to people and clients by peek, get and find_by_sender."""
-        return {
-            "queue": task.queue,
-            "pid": task.pid,
-            "data": task.data,
-            "state": task.state_at(now).value,
-            "enqueued_at": task.enqueued_at,
-            "sender": task.sender,
-            "receiver": task.receiver,
-            "headers": task.headers,
-            "attempts": task.attempts,
-            "deliveries": task.deliveries,
-            "lease_owner": task.lease_owner,
-            "lease_expires_at": task.lease_expires_at,
-            "waiting_on": task.waiting_on,
-            "children": task.children,
-            "progress": task.progress,
-            "note": task.note,
-        }
+def view(task: Task, now: float) -> dict[str, Any]:
+    """A task as shown to people and clients by peek, get and find_by_sender."""
+    return {
+        "queue": task.queue,
+        "pid": task.pid,
+        "data": task.data,
+        "state": task.state_at(now).value,
+        "enqueued_at": task.enqueued_at,
+        "sender": task.sender,
+        "receiver": task.receiver,
+        "headers": task.headers,
+        "attempts": task.attempts,
+        "deliveries": task.deliveries,
+        "lease_owner": task.lease_owner,
+        "lease_expires_at": task.lease_expires_at,
+        "waiting_on": task.waiting_on,
+        "children": task.children,
+        "progress": task.progress,
+        "note": task.note,
+    }
 
-    def peek(self, queue: str, n: int, from_pid: str | None, now: float) -> list[dict[str, Any]]:
-        """Look at up to n tasks in pid order without leasing them (Paštas peek)."""
-        validate_queue(queue, self.limits)
-        validate_count(n, "n", 1, self.limits.max_batch)
-        if from_pid is not None:
-            validate_pid(from_pid, self.limits, "from_pid", queue)
-        if queue not in self._queues:
-            return []
-        return self._views(self.store.scan(queue, from_pid, n), now)
 
-    def _views(self, tasks: list[Task], now: float) -> list[dict[str, Any]]:
-        """Views of tasks, cut short once their data passes the reply budget (at least one)."""
-        budget = self.limits.max_reply_data_bytes
-        views = []
-        for task in tasks:
-            if views and budget < len(task.data):
+def peek(state: EngineState, queue: str, n: int, from_pid: str | None, now: float) -> list[dict[str, Any]]:
+    """Look at up to n tasks in pid order without leasing them (Paštas peek)."""
+    limits = state.limits
+    validate_queue(queue, limits)
+    validate_count(n, "n", 1, limits.max_batch)
+    if from_pid is not None:
+        validate_pid(from_pid, limits, "from_pid", queue)
+    if queue not in state.queues:
+        return []
+    return _views(state, state.store.scan(queue, from_pid, n), now)
+
+
+def _views(state: EngineState, tasks: list[Task], now: float) -> list[dict[str, Any]]:
+    """Views of tasks, cut short once their data passes the reply budget (at least one)."""
+    budget = state.limits.max_reply_data_bytes
+    views = []
+    for task in tasks:
+        if views and budget < len(task.data):
+            break
+        budget -= len(task.data)
+        views.append(view(task, now))
+    return views
+
+
+def get(state: EngineState, queue: str, pid: str, now: float) -> dict[str, Any]:
+    """The task at (queue, pid). In a dead-letter queue the original pid
+    also finds its newest dead letter (dead letters live at `<pid>~<time>`)."""
+    validate_queue(queue, state.limits)
+    validate_pid(pid, state.limits, "pid", queue)
+    queue_state = state.queues.get(queue)
+    task = find(state, queue_state, pid) if queue_state is not None else None
+    if task is None and queue_state is not None and queue.endswith(DEAD_SUFFIX):
+        letters = dead_letters_of(state, queue, pid)
+        task = letters[-1] if letters else None
+    if task is None:
+        raise errors.TaskNotFound(f"no task {pid!r} in {queue!r}")
+    return view(task, now)
+
+
+def find_by_sender(state: EngineState, sender: str, queue: str | None, limit: int, now: float) -> list[dict[str, Any]]:
+    validate_name(sender, state.limits, "sender")
+    if queue is not None:
+        validate_queue(queue, state.limits)
+    validate_count(limit, "limit", 1, state.limits.max_batch)
+    return _views(state, state.store.find_by_sender(sender, queue, limit), now)
+
+
+def queues_for_receiver(state: EngineState, receiver: str) -> list[str]:
+    validate_name(receiver, state.limits, "receiver")
+    return state.store.queues_for_receiver(receiver)
+
+
+def _matching(state: EngineState, pattern: str | None) -> Iterable[QueueState]:
+    if pattern is None:
+        names: Iterable[str] = state.names
+    else:
+        matches = name_matcher(pattern)
+        names = [name for name in state.names if matches(name)]
+    queues = state.queues
+    return (queues[name] for name in names)
+
+
+def list_queues(state: EngineState, pattern: str | None, min_tasks: int, limit: int) -> list[QueueInfo]:
+    """Queues in name order holding at least max(1, min_tasks) tasks."""
+    validate_count(min_tasks, "min_tasks", 0, 2**62)
+    validate_count(limit, "limit", 1, 1_000_000)
+    floor = max(1, min_tasks)
+    rows: list[QueueInfo] = []
+    for queue in _matching(state, pattern):
+        if queue.size >= floor:
+            rows.append(QueueInfo(queue.name, queue.size, len(queue.leased)))
+            if len(rows) >= limit:
                 break
-            budget -= len(task.data)
-            views.append(self.view(task, now))
-        return views
+    return rows
 
-    def get(self, queue: str, pid: str, now: float) -> dict[str, Any]:
-        """The task at (queue, pid). In a dead-letter queue the original pid
-        also finds its newest dead letter (dead letters live at `<pid>~<time>`)."""
-        validate_queue(queue, self.limits)
-        validate_pid(pid, self.limits, "pid", queue)
-        state = self._queues.get(queue)
-        task = self._find(state, pid) if state is not None else None
-        if task is None and state is not None and queue.endswith(DEAD_SUFFIX):
-            letters = self.dead_letters_of(queue, pid)
-            task = letters[-1] if letters else None
-        if task is None:
-            raise errors.TaskNotFound(f"no task {pid!r} in {queue!r}")
-        return self.view(task, now)
 
-    def find_by_sender(self, sender: str, queue: str | None, limit: int, now: float) -> list[dict[str, Any]]:
-        validate_name(sender, self.limits, "sender")
-        if queue is not None:
-            validate_queue(queue, self.limits)
-        validate_count(limit, "limit", 1, self.limits.max_batch)
-        return self._views(self.store.find_by_sender(sender, queue, limit), now)
+def stats(
+    state: EngineState, queues: Sequence[str] | None, pattern: str | None, sample: int, now: float
+) -> list[QueueStats]:
+    """TaskMaster §3.5 statistics for named queues, or those matching a pattern."""
+    validate_count(sample, "sample", 0, 1000)
+    sweep(state, now)
+    if queues is not None:
+        if not isinstance(queues, list) or len(queues) > 10_000:
+            raise errors.BadRequest("queues must be a list of at most 10000 names")
+        for name in queues:
+            validate_queue(name, state.limits)
+        names = list(dict.fromkeys(queues))
+    else:
+        names = [queue.name for queue in _matching(state, pattern) if queue.size > 0]
+    return [_stats_of(state, name, sample, now) for name in names]
 
-    def queues_for_receiver(self, receiver: str) -> list[str]:
-        validate_name(receiver, self.limits, "receiver")
-        return self.store.queues_for_receiver(receiver)
 
-    def _matching(self, pattern: str | None) -> Iterable[QueueState]:
-        if pattern is None:
-            names: Iterable[str] = self._names
-        else:
-            matches = name_matcher(pattern)
-            names = [name for name in self._names if matches(name)]
-        queues = self._queues
-        return (queues[name] for name in names)
-
-    def list_queues(self, pattern: str | None, min_tasks: int, limit: int) -> list[QueueInfo]:
-        """Queues in name order holding at least max(1, min_tasks) tasks."""
-        validate_count(min_tasks, "min_tasks", 0, 2**62)
-        validate_count(limit, "limit", 1, 1_000_000)
-        floor = max(1, min_tasks)
-        rows: list[QueueInfo] = []
-        for queue in self._matching(pattern):
-            if queue.size >= floor:
-                rows.append(QueueInfo(queue.name, queue.size, len(queue.leased)))
-                if len(rows) >= limit:
-                    break
-        return rows
-
-    def stats(
-        self, queues: Sequence[str] | None, pattern: str | None, sample: int, now: float
-    ) -> list[QueueStats]:
-        """TaskMaster §3.5 statistics for named queues, or those matching a pattern."""
-        validate_count(sample, "sample", 0, 1000)
-        self.sweep(now)
-        if queues is not None:
-            if not isinstance(queues, list) or len(queues) > 10_000:
-                raise errors.BadRequest("queues must be a list of at most 10000 names")
-            for name in queues:
-                validate_queue(name, self.limits)
-            names = list(dict.fromkeys(queues))
-        else:
-            names = [queue.name for queue in self._matching(pattern) if queue.size > 0]
-        return [self._stats_of(name, sample, now) for name in names]
-
-    def _stats_of(self, name: str, sample: int, now: float) -> QueueStats:
-        queue = self._queues.get(name)
-        dead = self._queues.get(dead_queue_of(name))
-        if queue is None:
-            return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, None, None)
-        rates = queue.rates or RateWindow()
-        one = rates.totals(now, 60.0)
-        five = rates.totals(now, 300.0)
-        oldest = queue.oldest_enqueued_at()
-        leased_sample = [
-            LeaseSample(t.queue, t.pid, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at)
-            for t in list(queue.leased.values())[:sample]
-        ]
-        return QueueStats(
-            queue=name,
-            size=queue.size,
-            available=queue.size - len(queue.leased) - queue.blocked,
-            leased=len(queue.leased),
-            dead=dead.size if dead else 0,
-            blocked=queue.blocked,
-            enqueue_rate_1m=one[ENQUEUE] / 60.0,
-            enqueue_rate_5m=five[ENQUEUE] / 300.0,
-            lease_rate_1m=one[LEASE] / 60.0,
-            lease_rate_5m=five[LEASE] / 300.0,
-            dequeue_rate_1m=one[DEQUEUE] / 60.0,
-            dequeue_rate_5m=five[DEQUEUE] / 300.0,
-            avg_lease_secs=(five[LEASE_SECS_SUM] / five[DEQUEUE]) if five[DEQUEUE] else None,
-            oldest_task_age_secs=(now - oldest) if oldest is not None else None,
-            leased_sample=leased_sample,
-        )
+def _stats_of(state: EngineState, name: str, sample: int, now: float) -> QueueStats:
+    queue = state.queues.get(name)
+    dead = state.queues.get(dead_queue_of(name))
+    if queue is None:
+        return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, None, None)
+    rates = queue.rates or RateWindow()
+    one = rates.totals(now, 60.0)
+    five = rates.totals(now, 300.0)
+    oldest = queue.oldest_enqueued_at()
+    leased_sample = [
+        LeaseSample(t.queue, t.pid, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at)
+        for t in list(queue.leased.values())[:sample]
+    ]
+    return QueueStats(
+        queue=name,
+        size=queue.size,
+        available=queue.size - len(queue.leased) - queue.blocked,
+        leased=len(queue.leased),
+        dead=dead.size if dead else 0,
+        blocked=queue.blocked,
+        enqueue_rate_1m=one[ENQUEUE] / 60.0,
+        enqueue_rate_5m=five[ENQUEUE] / 300.0,
+        lease_rate_1m=one[LEASE] / 60.0,
+        lease_rate_5m=five[LEASE] / 300.0,
+        dequeue_rate_1m=one[DEQUEUE] / 60.0,
+        dequeue_rate_5m=five[DEQUEUE] / 300.0,
+        avg_lease_secs=(five[LEASE_SECS_SUM] / five[DEQUEUE]) if five[DEQUEUE] else None,
+        oldest_task_age_secs=(now - oldest) if oldest is not None else None,
+        leased_sample=leased_sample,
+    )
