@@ -44,6 +44,7 @@ from kittiwake import errors
 from kittiwake.broker.pass_replies import NOT_APPLIED, OUTCOME_UNKNOWN, error_frame
 from kittiwake.broker.passes import Item, PassLimits, PassOutcome, Passes
 from kittiwake.engine import DEAD_REASON_HEADER, Engine
+from kittiwake.model import DEAD_PID_HEADER
 from kittiwake.model import NewTask
 from kittiwake.protocol import FrameReader, Reply, decode_reply, decode_request, encode_request
 from kittiwake.protocol import messages as m
@@ -386,6 +387,9 @@ def model_of(store: FaultyStore, now: float) -> ModelQueues:
                 lease_id=task.lease_id,
                 expires_at=task.lease_expires_at,
                 dead_reason=(task.headers or {}).get(DEAD_REASON_HEADER),
+                dead_pid=(task.headers or {}).get(DEAD_PID_HEADER),
+                waiting_on=task.waiting_on,
+                children=task.children,
             )
             for task in store.scan(summary.queue, None, 1_000_000)
         }
