@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from kittiwake import errors
-from kittiwake.engine.inspection import Inspection
+from kittiwake.engine import inspection
 from kittiwake.model import Task
 from kittiwake.protocol import REPLY_TYPES, REQUEST_TYPES
 from kittiwake.protocol.replies import (
@@ -41,7 +41,7 @@ def test_a_lease_holder_reads_the_engines_task_as_it_is_sent() -> None:
 
 def test_a_task_view_has_exactly_the_engines_view_fields_in_order() -> None:
     """`dispatch` builds `TaskView(**view)`: the same names, and the same order on the wire."""
-    view = Inspection.view(Task("q", "p", b"d", 1.0), 2.0)
+    view = inspection.view(Task("q", "p", b"d", 1.0), 2.0)
     assert list(view) == [field.encode_name for field in msgspec.structs.fields(TaskView)]
     assert msgspec.msgpack.encode(TaskView(**view)) == msgspec.msgpack.encode(view)
 
