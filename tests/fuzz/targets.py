@@ -58,7 +58,7 @@ TARGETS: dict[str, Target] = {
             max_len=4096,
             covers=("protocol/messages.py",),
             summary="decode_request on any body and on typed bodies with wrong fields",
-            suite_runs=1000,
+            suite_runs=400,
         ),
         Target(
             name="request-path",
@@ -74,7 +74,7 @@ TARGETS: dict[str, Target] = {
                 "model.py",
             ),
             summary="client sessions through connection, group commit, dispatch and engine on the memory store",
-            suite_runs=500,
+            suite_runs=300,
         ),
         Target(
             name="engine-ops",
