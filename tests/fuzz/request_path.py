@@ -104,7 +104,7 @@ def check(data: bytes) -> None:
         broker.end()
         session.read()
         assert not broker.errors_logged, "the broker logged errors:\n" + "\n".join(broker.errors_logged)
-        assert broker.group.bugs == 0 and broker.group.failed_passes == 0
+        assert broker.group.passes.bugs == 0 and broker.group.passes.failed_passes == 0
         frames, refused = reference_frames(bytes(session.sent), broker.max_frame)
         for reply in session.replies:
             if not reply.ok:

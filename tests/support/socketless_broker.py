@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
-from unittest import mock
 
-from kittiwake.broker import group_commit
 from kittiwake.broker.connection import Connection
+from kittiwake.broker.config import DEFAULT_MAX_BUFFERED_MB
 from kittiwake.broker.group_commit import GroupCommit
+from kittiwake.broker.read_budget import ReadBudget
 from kittiwake.engine import Engine
 from kittiwake.model import Limits
 from kittiwake.protocol import FrameReader, Reply, decode_reply
@@ -36,7 +36,7 @@ MAX_LOOP_ROUNDS = 1_000  # passes one settle may take before the broker is taken
 
 
 class HandClock:
-    """The broker's `time` module while the run lasts: wall and monotonic clocks moved by hand."""
+    """The broker's wall and monotonic clocks while the run lasts, moved by hand."""
 
     def __init__(self, now: float = START_SECS) -> None:
         self.now = now
@@ -105,19 +105,20 @@ class SocketlessBroker:
         self.loop = asyncio.new_event_loop()
         self.store = MemoryStore()
         self.max_frame = max_frame
+        self.budget = ReadBudget(DEFAULT_MAX_BUFFERED_MB * 1024 * 1024, max_frame)
         store = self.store
 
         def make_engine() -> Engine:
             return Engine(store, limits=Limits(), head_tasks=head_tasks, cache_bytes=cache_bytes)
 
-        self.group = GroupCommit(self.loop, store, make_engine, max_frame)
+        self.group = GroupCommit(self.loop, store, make_engine, max_frame,
+                                 wall_clock=self.clock.time, monotonic_clock=self.clock.monotonic)
         self.transport = MemoryTransport(self.loop)
         self.connection = Connection(self)
         self.transport.protocol = self.connection
         self.replies_read = 0
         self._replies = FrameReader(max_frame=(1 << 32) - 1)
         self._error_log = ErrorLog()
-        self._patch = mock.patch.object(group_commit, "time", self.clock)
 
     # ------------------------------------------------------ ConnectionHost
 
@@ -131,15 +132,18 @@ class SocketlessBroker:
         self.group.resubmit(connection, items)
 
     def forget(self, connection: Connection) -> None:
+        self.budget.forget(connection)
         self.group.drop_connection(connection)
 
     def end_waits(self, connection: Connection) -> None:
         self.group.end_waits(connection)
 
+    def open_session(self, connection: Connection) -> None:
+        return None  # no auth file: every request goes straight to the passes
+
     # ------------------------------------------------------------- running
 
     def __enter__(self) -> SocketlessBroker:
-        self._patch.start()
         logging.getLogger("kittiwake").addHandler(self._error_log)
         self.group.start(self.clock.time())
         self.connection.connection_made(self.transport)  # type: ignore[arg-type]
@@ -147,7 +151,6 @@ class SocketlessBroker:
 
     def __exit__(self, *exc_info: object) -> None:
         logging.getLogger("kittiwake").removeHandler(self._error_log)
-        self._patch.stop()
         self.loop.close()
 
     @property
@@ -170,10 +173,10 @@ class SocketlessBroker:
     def settle(self) -> None:
         """Run the loop until a round runs no pass: every request received is served or parked."""
         for _ in range(MAX_LOOP_ROUNDS):
-            passes = self.group.passes
+            passes = self.group.passes.passes
             self.loop.call_soon(self.loop.stop)
             self.loop.run_forever()
-            if self.group.passes == passes:
+            if self.group.passes.passes == passes:
                 return
         raise AssertionError(f"the broker ran {MAX_LOOP_ROUNDS} passes and still has work scheduled")
 

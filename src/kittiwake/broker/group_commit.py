@@ -30,11 +30,14 @@ class GroupCommit:
         store: TaskStore,
         make_engine: Callable[[], Engine],
         max_frame: int,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic_clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.loop = loop
         self.store = store
         limits = PassLimits(max_frame=max_frame, max_held_bytes=WRITE_BUFFER_HIGH)
-        self.passes = Passes(store, make_engine, limits, wall_clock=time.time, monotonic_clock=time.monotonic)
+        self.passes = Passes(store, make_engine, limits, wall_clock=wall_clock, monotonic_clock=monotonic_clock)
         self._scheduled: asyncio.Handle | None = None
 
     # -------------------------------------------------------------- inputs
