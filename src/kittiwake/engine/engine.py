@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from kittiwake.constants import DEFAULT_LEASE_SECS
 from kittiwake.engine import dead_letters, enqueue, failures, inspection, leases, update
 from kittiwake.engine.dead_letters import DeadLetterPage
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER, EngineState, delete_queue, prune_idle, recover
@@ -137,7 +138,7 @@ class Engine:
         dequeue: Sequence[LeaseRef] = (),
         renew: Sequence[LeaseRef] = (),
         release: Sequence[LeaseRef] = (),
-        lease_secs: float = 30.0,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         reason: str | None = None,
         now: float,
     ) -> dict[str, list[Any]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from kittiwake.constants import PARENT_FAILED_REASON
 from kittiwake import errors
 from kittiwake.engine.dependencies import key_exists, link_parents
 from kittiwake.engine.failures import bury
@@ -81,7 +82,7 @@ def enqueue_one(state: EngineState, new: NewTask, now: float, mutations: list[Mu
             # a parent already failed: the task is born dead, like its
             # siblings that were waiting when the parent failed
             rates_of(queue).add(ENQUEUE, now)
-            bury(state, task, f"PARENT_FAILED {failed[0]}/{failed[1]}", now, mutations)
+            bury(state, task, f"{PARENT_FAILED_REASON} {failed[0]}/{failed[1]}", now, mutations)
             forget_if_empty(state, queue)
             return EnqueueOutcome(new.queue, pid, False)
     queue.size += 1

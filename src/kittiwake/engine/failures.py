@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from kittiwake.constants import CANCELLED_REASON, PARENT_FAILED_REASON
 from kittiwake import errors
 from kittiwake.engine.head_cache import add_available, enforce_cache, find
 from kittiwake.engine.ids import next_fifo_pid
@@ -144,7 +145,7 @@ def fail_descendants(state: EngineState, parent: Task, now: float, mutations: li
     """A parent failed or was cancelled: every task waiting on it, and theirs
     in turn, moves to its dead-letter queue with the reason. Returns how many."""
     failed = 0
-    reason = f"PARENT_FAILED {parent.queue}/{parent.pid}"
+    reason = f"{PARENT_FAILED_REASON} {parent.queue}/{parent.pid}"
     stack = [(parent.queue, parent.pid)]
     queues = state.queues
     while stack:
@@ -175,7 +176,7 @@ def cancel(state: EngineState, keys: Sequence[tuple[str, str]], reason: str | No
     worker holding one of them loses its lease: its renew, release or
     dequeue is refused with TASK_NOT_FOUND. Per-item outcomes."""
     keys = validate_keys(list(keys), state.limits, "tasks")
-    reason = validate_reason(state, reason) or "CANCELLED"
+    reason = validate_reason(state, reason) or CANCELLED_REASON
     mutations: list[Mutation] = []
     outcomes: list[ItemOutcome] = []
     for name, pid in keys:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Sequence
 
+from kittiwake.constants import LEASE_EXPIRED_REASON, RELEASED_REASON
 from kittiwake import errors
 from kittiwake.engine.dependencies import finish_parent
 from kittiwake.engine.failures import fail_attempt, validate_reason
@@ -204,7 +205,7 @@ def sweep(state: EngineState, now: float) -> int:
         assert queue is not None
         expired += 1
         del queue.leased[pid]
-        fail_attempt(state, queue, task, "LEASE_EXPIRED", now, mutations)
+        fail_attempt(state, queue, task, LEASE_EXPIRED_REASON, now, mutations)
         flush(state, mutations)
     enforce_cache(state)
     return expired
@@ -306,7 +307,7 @@ def apply_release(
     """Give a resolved lease back, counting a failed attempt; True if the task went dead."""
     del queue.leased[task.pid]
     task.lease_id = 0  # the holder gave it back: its lease id fences nothing any more
-    return fail_attempt(state, queue, task, reason or "RELEASED", now, mutations, bury)
+    return fail_attempt(state, queue, task, reason or RELEASED_REASON, now, mutations, bury)
 
 
 def _batch(state: EngineState, refs: Sequence[LeaseRef], op: Operation, now: float, apply: Apply) -> list[ItemOutcome]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from kittiwake.constants import DEFAULT_LEASE_SECS
 from kittiwake import errors
 from kittiwake.engine.enqueue import enqueue_one
 from kittiwake.engine.failures import validate_reason
@@ -43,7 +44,7 @@ def update(
     dequeue: Sequence[LeaseRef] = (),
     renew: Sequence[LeaseRef] = (),
     release: Sequence[LeaseRef] = (),
-    lease_secs: float = 30.0,
+    lease_secs: float = DEFAULT_LEASE_SECS,
     reason: str | None = None,
     now: float,
 ) -> dict[str, list[Any]]:

@@ -27,10 +27,10 @@ from typing import Any
 
 import msgspec
 
+from kittiwake.constants import DEFAULT_LEASE_SECS
 from kittiwake.errors import BadRequest, KittiwakeError, MalformedFrame, UnknownOperation
 from kittiwake.model import LeaseRef, NewTask
 
-DEFAULT_LEASE_SECS = 30.0
 DEFAULT_STATS_SAMPLE = 10
 
 
