@@ -12,9 +12,13 @@ import kittiwake.app
 from kittiwake import errors
 from kittiwake.app.serialization import RemoteError
 
+# StorageFailure is UNAVAILABLE told in more detail on the broker's side (the fault, whether the
+# outcome is known): it shares its parent's code, and a client decodes that code as Unavailable
+REFINEMENTS = {errors.StorageFailure: errors.Unavailable}
 PUBLIC = [
     cls for _, cls in inspect.getmembers(errors, inspect.isclass)
     if issubclass(cls, errors.KittiwakeError) and cls not in (errors.KittiwakeError, errors.Transient)
+    and cls not in REFINEMENTS
 ]
 TRANSIENT = {
     errors.Unavailable, errors.TooManyConnections, errors.IdleTimeout,
@@ -28,6 +32,12 @@ def test_every_error_has_its_own_code_and_says_when_it_is_raised(cls: type[error
     assert cls.code.isupper() and (cls.code != "INTERNAL" or cls is errors.InternalError)
     decoded = errors.error_for_code(cls.code, "why")
     assert type(decoded) is cls and decoded.code == cls.code and decoded.message == "why"
+
+
+def test_a_refinement_shares_its_parents_code_and_decodes_as_the_parent() -> None:
+    for refinement, parent in REFINEMENTS.items():
+        assert issubclass(refinement, parent) and refinement.code == parent.code
+        assert type(errors.error_for_code(refinement.code, "why")) is parent
 
 
 def test_codes_are_unique() -> None:
