@@ -15,10 +15,11 @@ outcomes) and checks its shape: the original pid, `~`, and 17 digits larger than
 Dependencies are kept as the engine keeps them: a count of unfinished parents per task, a count
 of children linked per parent, and parent → child edges by task key, read when the parent
 finishes (each child waiting has one parent fewer) or fails (each child waiting dies, and theirs).
-Edges outlive a deleted queue in the engine's stores, so an edge of an earlier task at a key may
-still be there when a new task at that key finishes: whether the engine reads it then depends on
-a count of children it holds in memory, which a model cannot see, so that one case — no edge of
-the task's own, an earlier task's left — is learned from the store (are the edges gone?).
+Deleting a queue finishes its tasks for the tasks waiting on them and drops their edges (a parent
+that no longer exists counts as finished). Should an edge of an earlier task at a key still be
+there when a new task at that key finishes, whether the engine reads it depends on a count of
+children it holds in memory, which a model cannot see, so that case — no edge of the task's own,
+an earlier task's left — is learned from the store (are the edges gone?).
 
 Cancel, requeue and purge of dead letters follow `failures` and `dead_letters`; every dead letter
 records the pid it came from.
@@ -321,7 +322,12 @@ class ModelQueues:
         return None
 
     def delete_queue(self, queue: str) -> int:
-        return len(self.queues.pop(queue, {}))  # its edges stay, as they do in the stores
+        """The queue's tasks no longer exist: each counts as finished for the tasks waiting on it."""
+        if queue not in self.queues:
+            return 0
+        for parent_queue, parent_pid in sorted(key for key in self.edges if key[0] == queue):
+            self._finish_parent(parent_queue, parent_pid)
+        return len(self.queues.pop(queue, {}))
 
     def cancel(self, keys: Sequence[tuple[str, str]], reason: str | None) -> list[str | None]:
         """Withdraw tasks into their dead-letter queues; the error code of each, or None."""

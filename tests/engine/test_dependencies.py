@@ -39,6 +39,30 @@ def test_a_parent_that_is_gone_counts_as_finished(engine: Engine) -> None:
     assert [t.pid for t in lease_all(engine, NOW, "q")] == ["child"]
 
 
+def test_deleting_a_parents_queue_counts_its_tasks_as_finished(engine: Engine) -> None:
+    engine.enqueue([NewTask("j#a", b"", pid="p1"), NewTask("j#a", b"", pid="p2"), NewTask("j#b", b"", pid="p3")], NOW)
+    engine.enqueue([NewTask("j#c", b"", pid="c", after=[("j#a", "p1"), ("j#a", "p2"), ("j#b", "p3")]),
+                    NewTask("j#a", b"", pid="sibling", after=[("j#a", "p1")])], NOW)
+    assert engine.delete_queue("j#a") == 3
+    assert engine.get("j#c", "c", NOW)["state"] == "blocked"  # still waits for j#b/p3
+    [p3] = lease_all(engine, NOW, "j#b")
+    finish(engine, NOW, [p3])
+    assert [t.pid for t in lease_all(engine, NOW, "j#c")] == ["c"]
+    assert engine.stats(["j#c"], None, 0, NOW)[0].blocked == 0
+
+
+def test_a_task_enqueued_where_a_deleted_parent_was_frees_nobody(engine: Engine) -> None:
+    engine.enqueue([NewTask("j#a", b"", pid="p1"), NewTask("j#a", b"", pid="p2")], NOW)
+    engine.enqueue([NewTask("j#c", b"", pid="c", after=[("j#a", "p1"), ("j#a", "p2")])], NOW)
+    engine.delete_queue("j#a")
+    [child] = lease_all(engine, NOW, "j#c")  # both parents are gone: finished
+    finish(engine, NOW, [child])
+    engine.enqueue([NewTask("j#c", b"", pid="c2", after=[("j#x", "p")]), NewTask("j#a", b"", pid="p1")], NOW)
+    [again] = lease_all(engine, NOW, "j#a")
+    finish(engine, NOW, [again])  # its old edge went with the queue: nothing to decrement
+    assert [t.pid for t in lease_all(engine, NOW, "j#c")] == ["c2"]
+
+
 def test_fan_in_of_a_thousand_parents_fires_the_child_exactly_once(engine: Engine) -> None:
     parents = [NewTask("fan#in", b"", pid=f"p{n:04d}") for n in range(1000)]
     engine.enqueue(parents, NOW)

@@ -188,6 +188,10 @@ class FaultyStore:
         self._check(Stage.READ)
         return self.inner.children_of(queue, pid)
 
+    def parents_in(self, queue: str) -> list[str]:
+        self._check(Stage.READ)
+        return self.inner.parents_in(queue)
+
     def load_task(self, queue: str, pid: str) -> Task | None:
         self._check(Stage.READ)
         return self.inner.load_task(queue, pid)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from kittiwake.engine.failures import dead_letters_of
 from kittiwake.engine.head_cache import add_available, exists, find
 from kittiwake.engine.mutations import DeleteEdges, Mutation, PutEdge, SetWaiting
-from kittiwake.engine.state import EngineState
+from kittiwake.engine.state import EngineState, flush
 from kittiwake.model import Task, dead_queue_of
 
 
@@ -52,8 +52,23 @@ def link_parents(
 def finish_parent(state: EngineState, parent: Task, mutations: list[Mutation]) -> None:
     """A parent finished: each child has one parent fewer to wait for, and
     a child with none left becomes available."""
+    _finish_parent_at(state, parent.queue, parent.pid, mutations)
+
+
+def finish_parents_of_deleted_queue(state: EngineState, name: str) -> None:
+    """`delete_queue` of `name`: its tasks no longer exist, so they count as finished for the
+    tasks waiting on them (a parent that no longer exists counts as finished), and their edges
+    go, so a task enqueued later at the same pid frees or fails nobody. Costs one indexed read
+    of the queue's parents with children, not a scan of its tasks."""
+    mutations: list[Mutation] = []
+    for pid in state.store.parents_in(name):
+        _finish_parent_at(state, name, pid, mutations)
+        flush(state, mutations)
+
+
+def _finish_parent_at(state: EngineState, parent_queue: str, parent_pid: str, mutations: list[Mutation]) -> None:
     queues = state.queues
-    for child_queue, child_pid in state.store.children_of(parent.queue, parent.pid):
+    for child_queue, child_pid in state.store.children_of(parent_queue, parent_pid):
         queue = queues.get(child_queue)
         child = state.store.load_task(child_queue, child_pid) if queue is not None else None
         if child is None or child.waiting_on <= 0:
@@ -64,4 +79,4 @@ def finish_parent(state: EngineState, parent: Task, mutations: list[Mutation]) -
         if child.waiting_on == 0:
             queue.blocked -= 1
             add_available(state, queue, child)
-    mutations.append(DeleteEdges(parent.queue, parent.pid))
+    mutations.append(DeleteEdges(parent_queue, parent_pid))

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from kittiwake.constants import DEFAULT_LEASE_SECS
-from kittiwake.engine import dead_letters, enqueue, failures, inspection, leases, update
+from kittiwake.engine import dead_letters, dependencies, enqueue, failures, inspection, leases, update
 from kittiwake.engine.dead_letters import DeadLetterPage
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER, EngineState, delete_queue, prune_idle, recover
 from kittiwake.engine.storage import TaskStore
@@ -157,6 +157,8 @@ class Engine:
         return failures.cancel(self.state, keys, reason, now)
 
     def delete_queue(self, queue: str) -> int:
+        if queue in self.state.queues:
+            dependencies.finish_parents_of_deleted_queue(self.state, queue)
         return delete_queue(self.state, queue)
 
     def requeue_dead(

@@ -71,6 +71,9 @@ class TaskStore(Protocol):
     def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
         """(queue, pid) of every task waiting on this one."""
 
+    def parents_in(self, queue: str) -> list[str]:
+        """Pids of `queue` that have children waiting on them (edges), in pid order."""
+
     def load_task(self, queue: str, pid: str) -> Task | None:
         """The task at (queue, pid), leased or not."""
 

@@ -93,7 +93,7 @@ class Operation(Enum):
     PARENT_FAILED = "parent failed"  # a task it waits for went dead
     REQUEUE_DEAD = "requeue_dead"  # its dead letter moved back under its own pid
     PURGE_DEAD = "purge_dead"  # its dead letter deleted
-    DELETE_QUEUE = "delete_queue"  # its queue (or for a dead task, its dead-letter queue) deleted
+    DELETE_QUEUE = "delete_queue"  # its queue (for a dead task, its dead-letter queue; for a blocked one, a parent's) deleted
 
 
 AVAILABLE, LEASED, BLOCKED, DEAD, GONE = (
@@ -142,7 +142,8 @@ TRANSITIONS: dict[TaskState, dict[Operation, frozenset[TaskState]]] = {
         PARENT_FINISHED: _targets(BLOCKED, AVAILABLE),
         PARENT_FAILED: _targets(DEAD),
         CANCEL: _targets(DEAD),
-        DELETE_QUEUE: _targets(GONE),
+        # its own queue deleted: gone; a parent's queue deleted: that parent counts as finished
+        DELETE_QUEUE: _targets(GONE, BLOCKED, AVAILABLE),
     },
     DEAD: {
         ENQUEUE: _targets(AVAILABLE, BLOCKED, DEAD),  # lives again; its dead letters stay

@@ -163,6 +163,9 @@ class MemoryStore:
     def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
         return sorted(self._edges.get((queue, pid), ()))
 
+    def parents_in(self, queue: str) -> list[str]:
+        return sorted(pid for parent_queue, pid in self._edges if parent_queue == queue)
+
     def load_task(self, queue: str, pid: str) -> Task | None:
         rows = self._queues.get(queue)
         row = rows.get(pid) if rows is not None else None

@@ -309,6 +309,13 @@ class SqliteStore:
         except _DISK_ERRORS as exc:
             raise storage_failure(exc) from exc
 
+    def parents_in(self, queue: str) -> list[str]:
+        try:
+            self._flush()
+            return [row[0] for row in self._db.execute(sql.PARENTS_IN, (queue,))]
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc
+
     def load_task(self, queue: str, pid: str) -> Task | None:
         try:
             self._flush()

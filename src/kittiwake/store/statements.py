@@ -125,6 +125,8 @@ PUT_EDGE = "INSERT OR IGNORE INTO edges (queue, pid, child_queue, child_pid) VAL
 
 DELETE_EDGES = "DELETE FROM edges WHERE queue = ? AND pid = ?"
 
+PARENTS_IN = "SELECT DISTINCT pid FROM edges WHERE queue = ? ORDER BY pid"
+
 CHILDREN_OF = "SELECT child_queue, child_pid FROM edges WHERE queue = ? AND pid = ? ORDER BY child_queue, child_pid"
 
 DELETE_TASK = "DELETE FROM tasks WHERE queue = ? AND gen = ? AND pid = ?"
