@@ -343,15 +343,8 @@ def sample_backlog(load: Load) -> None:
         load.backlog = size
 
 
-def run_crash_loop(broker: BrokerProcess, kills: int, *, backlog_limit: int | None = None, progress: bool = False) -> None:
-    """The crash loop of the module docstring with `kills` SIGKILLs; asserts the queue checker's verdict."""
-    seed = crash_seed()
-    print(f"\ncrash loop seed={seed} kills={kills} (replay with KITTIWAKE_CRASH_SEED={seed})", flush=True)
-    rng = random.Random(seed)
-    started = time.monotonic()
-    history = History()
-    load = Load(history, broker, backlog_limit=backlog_limit)
-    restart_secs: list[float] = []
+def start_load(load: Load, rng: random.Random) -> list[threading.Thread]:
+    """The producer and consumer threads of a crash loop, started, each with its own seed."""
     threads = [
         threading.Thread(target=guarded, args=(load, produce, i, rng.randrange(2**32)), name=f"producer-{i}")
         for i in range(PRODUCERS)
@@ -361,6 +354,19 @@ def run_crash_loop(broker: BrokerProcess, kills: int, *, backlog_limit: int | No
     ]
     for thread in threads:
         thread.start()
+    return threads
+
+
+def run_crash_loop(broker: BrokerProcess, kills: int, *, backlog_limit: int | None = None, progress: bool = False) -> None:
+    """The crash loop of the module docstring with `kills` SIGKILLs; asserts the queue checker's verdict."""
+    seed = crash_seed()
+    print(f"\ncrash loop seed={seed} kills={kills} (replay with KITTIWAKE_CRASH_SEED={seed})", flush=True)
+    rng = random.Random(seed)
+    started = time.monotonic()
+    history = History()
+    load = Load(history, broker, backlog_limit=backlog_limit)
+    restart_secs: list[float] = []
+    threads = start_load(load, rng)
     try:
         for cycle in range(kills):
             time.sleep(rng.uniform(*LOAD_SECS))

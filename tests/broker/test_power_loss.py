@@ -41,7 +41,7 @@ from support.checker import History, Result, check
 from support.lazy_mount import LazyMount, require_fuse
 
 # The crash loop's load and drain are reused as they are: this test differs only in what a crash is.
-from test_crash import CONSUMERS, PRODUCERS, Load, consume, crash_seed, drain, error_counts, guarded, produce
+from test_crash import Load, crash_seed, drain, error_counts, start_load
 
 LOAD_SECS = (0.3, 1.0)  # load between a restart and the next cut
 TORN_SHARE = 0.5  # at a torn cut, the chance that an unsynced block reaches the disk
@@ -73,15 +73,7 @@ def run_power_loss_loop(tmp_path: Path, durability: str, cuts: int, seed: int) -
         broker = BrokerProcess(mount.path, extra_args=["--durability", durability])
         try:
             load = Load(history, broker)
-            threads = [
-                threading.Thread(target=guarded, args=(load, produce, i, rng.randrange(2**32)), name=f"producer-{i}")
-                for i in range(PRODUCERS)
-            ] + [
-                threading.Thread(target=guarded, args=(load, consume, i, rng.randrange(2**32)), name=f"consumer-{i}")
-                for i in range(CONSUMERS)
-            ]
-            for thread in threads:
-                thread.start()
+            threads = start_load(load, rng)
             try:
                 for cycle in range(cuts):
                     time.sleep(rng.uniform(*LOAD_SECS))
