@@ -28,7 +28,6 @@ KITTIWAKE_CRASH_SEED to replay the schedule of cuts.
 from __future__ import annotations
 
 import random
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
