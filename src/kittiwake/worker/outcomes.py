@@ -191,7 +191,7 @@ class Settler:
                 self.retried += 1
             elif outcome.kind is Kind.RETURN:
                 self.client.renew(task, task_lease_secs(outcome.held), note=redeliver_note(task.deliveries, "returned"))
-                self.client.release(task, "RETURNED")
+                self.client.release(task, "RETURNED", reject=True)  # never started: no attempt used
             elif outcome.kind is Kind.FAIL:
                 self._fail(outcome)
                 self.failed += 1
