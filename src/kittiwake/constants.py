@@ -100,3 +100,17 @@ RELEASED_REASON = "RELEASED"
 
 PARENT_FAILED_REASON = "PARENT_FAILED"
 """A parent (`after=`) died; the reason reads `PARENT_FAILED <queue>/<pid>`."""
+
+# ----------------------------------------------------------------------- joins
+
+JOINS_QUEUE = "_joins"
+"""The broker's own queue of join declarations, one task per join (pid = its name)."""
+
+JOIN_HEADER = "kittiwake-join"
+"""Set by the broker on a job a join started: the join's name."""
+
+SEQ_FINAL_HEADER = "kittiwake-seq-final"
+"""On a token of a sequence port: this token has the last index of its sequence."""
+
+SEQ_SEPARATOR = "/"
+"""A token's key is `<run>[/<index>]...`; a sequence port's token adds one `/<index>` to its key."""

@@ -22,6 +22,9 @@ What each op needs (the README's table comes from this one):
 | requeue_dead, purge_dead | admin on the queue and on its dead-letter queue |
 | stats of named queues, find_by_sender in one queue | admin on each queue |
 | list_queues, stats by pattern, find_by_sender in all queues, queues_for_receiver | answered with the queues the user has admin on only |
+| declare_join | admin on the join's name (read as a queue name), its job queue and every port queue |
+| drop_join, purge_join | admin on the join's name |
+| list_joins | answered with the joins whose name the user has admin on only |
 
 The broker itself moves tasks where no request names them — a task released
 for the last time into `<queue>.dead`, children of a failed parent into their
@@ -48,7 +51,7 @@ from kittiwake import errors
 from kittiwake.engine import Engine
 from kittiwake.model import DEAD_SUFFIX, dead_queue_of, validate_count
 from kittiwake.protocol import messages as m
-from kittiwake.protocol.replies import TaskView
+from kittiwake.protocol.replies import JoinInfo, TaskView
 from kittiwake.queue_globs import QueuePattern
 
 LIST_ALL = 1_000_000  # the engine's largest list_queues limit: filtering needs everything it has
@@ -189,6 +192,16 @@ def _check_find_by_sender(principal: Principal, request: m.FindBySender) -> None
         principal.require(Permission.ADMIN, request.queue)
 
 
+def _check_declare_join(principal: Principal, request: m.DeclareJoin) -> None:
+    spec = request.join
+    for queue in (spec.name, spec.job_queue, *(port.queue for port in spec.ports)):
+        principal.require(Permission.ADMIN, queue)
+
+
+def _check_join_name(principal: Principal, request: m.DropJoin | m.PurgeJoin) -> None:
+    principal.require(Permission.ADMIN, request.name)
+
+
 def _nothing(principal: Principal, request: m.Request) -> None:
     return None
 
@@ -215,6 +228,10 @@ RULES: dict[type[m.Request], Rule] = {
     m.FindBySender: _check_find_by_sender,
     m.ListQueues: _nothing,  # scoped: sees only queues with admin
     m.QueuesForReceiver: _nothing,  # scoped
+    m.DeclareJoin: _check_declare_join,
+    m.DropJoin: _check_join_name,
+    m.PurgeJoin: _check_join_name,
+    m.ListJoins: _nothing,  # scoped: sees only joins with admin on their name
 }
 
 
@@ -248,9 +265,14 @@ class ScopedQueuesForReceiver(m.QueuesForReceiver):
     principal: Any = None
 
 
+class ScopedListJoins(m.ListJoins):
+    principal: Any = None
+
+
 _SCOPED: dict[type[m.Request], type[m.Request]] = {
     m.ListQueues: ScopedListQueues,
     m.QueuesForReceiver: ScopedQueuesForReceiver,
+    m.ListJoins: ScopedListJoins,
 }
 
 
@@ -297,9 +319,14 @@ def _queues_for_receiver(engine: Engine, request: ScopedQueuesForReceiver, peer:
     return [queue for queue in engine.queues_for_receiver(request.receiver) if _visible(request, queue)]
 
 
+def _list_joins(engine: Engine, request: ScopedListJoins, peer: str | None, now: float) -> Any:
+    return [JoinInfo(**info) for info in engine.list_joins(request.pattern) if _visible(request, info["name"])]
+
+
 SCOPED_HANDLERS: dict[type[m.Request], Callable[[Engine, Any, "str | None", float], Any]] = {
     ScopedListQueues: _list_queues,
     ScopedStats: _stats,
     ScopedFindBySender: _find_by_sender,
     ScopedQueuesForReceiver: _queues_for_receiver,
+    ScopedListJoins: _list_joins,
 }

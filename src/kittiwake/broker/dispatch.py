@@ -27,9 +27,9 @@ from typing import Any, Callable
 from kittiwake import errors
 from kittiwake.broker import access
 from kittiwake.engine import Engine
-from kittiwake.model import LeaseRequest, Limits
+from kittiwake.model import LeaseRequest, Limits, validate_count
 from kittiwake.protocol import messages as m
-from kittiwake.protocol.replies import AuthResult, DeadLetterPage, Pong, TaskView, UpdateResult
+from kittiwake.protocol.replies import AuthResult, DeadLetterPage, JoinInfo, Pong, TaskView, UpdateResult
 
 
 def lease_request(request: m.Lease, peer: str | None) -> LeaseRequest:
@@ -82,7 +82,7 @@ def _dequeue(engine: Engine, request: m.Dequeue, peer: str | None, now: float) -
 
 
 def _release(engine: Engine, request: m.Release, peer: str | None, now: float) -> Any:
-    return engine.release(request.leases, request.reason, now, request.bury)
+    return engine.release(request.leases, request.reason, now, request.bury, request.reject)
 
 
 def _cancel(engine: Engine, request: m.Cancel, peer: str | None, now: float) -> Any:
@@ -142,6 +142,23 @@ def _purge_dead(engine: Engine, request: m.PurgeDead, peer: str | None, now: flo
     return DeadLetterPage(outcomes=page.outcomes, next_pid=page.next_pid)
 
 
+def _declare_join(engine: Engine, request: m.DeclareJoin, peer: str | None, now: float) -> Any:
+    return engine.declare_join(request.join, now)
+
+
+def _drop_join(engine: Engine, request: m.DropJoin, peer: str | None, now: float) -> Any:
+    return engine.drop_join(request.name)
+
+
+def _purge_join(engine: Engine, request: m.PurgeJoin, peer: str | None, now: float) -> Any:
+    validate_count(request.limit, "limit", 1, engine.limits.max_batch)
+    return engine.purge_join(request.name, request.key, request.limit)
+
+
+def _list_joins(engine: Engine, request: m.ListJoins, peer: str | None, now: float) -> Any:
+    return [JoinInfo(**info) for info in engine.list_joins(request.pattern)]
+
+
 def _auth(engine: Engine, request: m.Auth, peer: str | None, now: float) -> Any:
     # reached only without an auth file: every client is let in, credentials or not
     return AuthResult(None)
@@ -181,6 +198,10 @@ HANDLERS: dict[type[m.Request], Handler] = {
     m.PurgeDead: _purge_dead,
     m.Auth: _auth,
     m.CancelWait: _cancel_wait,
+    m.DeclareJoin: _declare_join,
+    m.DropJoin: _drop_join,
+    m.PurgeJoin: _purge_join,
+    m.ListJoins: _list_joins,
 }
 HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without rights on every queue
 
@@ -190,6 +211,7 @@ HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without ri
 # reads, which read no more. Anything not listed counts as a write.
 READ_ONLY_REQUESTS: frozenset[type[m.Request]] = frozenset(
     {m.Ping, m.Auth, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats, m.CancelWait,
+     m.ListJoins,
      *access.SCOPED_HANDLERS}
 )
 

@@ -269,8 +269,13 @@ def dequeue(tasks: object) -> Call[Any]:
     return Call(request("dequeue", fields), _decode_single_or_batch(is_single_lease(tasks)))
 
 
-def release(tasks: object, reason: str | None = None, bury: bool = False) -> Call[Any]:
-    fields = {"leases": [lease_fields(item) for item in _leases(tasks, "release")], "reason": reason, "bury": bury}
+def release(tasks: object, reason: str | None = None, bury: bool = False, reject: bool = False) -> Call[Any]:
+    fields = {
+        "leases": [lease_fields(item) for item in _leases(tasks, "release")],
+        "reason": reason,
+        "bury": bury,
+        "reject": reject,
+    }
     return Call(request("release", fields), _decode_single_or_batch(is_single_lease(tasks)))
 
 
@@ -359,3 +364,33 @@ def stats(
 ) -> Call[list[replies.QueueStats]]:
     fields = {"queues": None if queues is None else _names(queues, "queues"), "pattern": pattern, "sample": sample}
     return Call(request("stats", fields), result_decoder("stats"))
+
+
+def declare_join(
+    name: str,
+    job_queue: str,
+    required: Mapping[str, str],
+    optional: Mapping[str, str],
+    sequence: Mapping[str, str],
+    max_attempts: int | None,
+) -> Call[str]:
+    """A join's ports given as three maps of port name -> queue, one per mode."""
+    ports = []
+    for mode, given in (("required", required), ("optional", optional), ("sequence", sequence)):
+        if not isinstance(given, Mapping):
+            raise errors.BadRequest(f"declare_join: {mode} must map port names to queues")
+        ports.extend({"name": port, "queue": queue, "mode": mode} for port, queue in given.items())
+    spec = {"name": name, "job_queue": job_queue, "ports": ports, "max_attempts": max_attempts}
+    return Call(request("declare_join", {"join": spec}), result_decoder("declare_join"))
+
+
+def drop_join(name: str) -> Call[bool]:
+    return Call(request("drop_join", {"name": name}), result_decoder("drop_join"))
+
+
+def purge_join(name: str, key: str, limit: int) -> Call[int]:
+    return Call(request("purge_join", {"name": name, "key": key, "limit": limit}), result_decoder("purge_join"))
+
+
+def list_joins(pattern: str | None = None) -> Call[list[replies.JoinInfo]]:
+    return Call(request("list_joins", {"pattern": pattern}), result_decoder("list_joins"))

@@ -30,6 +30,7 @@ from kittiwake.protocol.replies import (
     DeadLetterPage,
     EnqueueOutcome,
     ItemOutcome,
+    JoinInfo,
     LeasedTask,
     QueueInfo,
     QueueStats,
@@ -225,23 +226,24 @@ class Client:
 
     @overload
     def release(
-        self, tasks: LeaseLike, reason: str | None = ..., *, bury: bool = ..., timeout: float | None = ...
+        self, tasks: LeaseLike, reason: str | None = ..., *, bury: bool = ..., reject: bool = ..., timeout: float | None = ...
     ) -> ItemOutcome: ...
     @overload
     def release(
-        self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, bury: bool = ..., timeout: float | None = ...
+        self, tasks: Iterable[LeaseLike], reason: str | None = ..., *, bury: bool = ..., reject: bool = ..., timeout: float | None = ...
     ) -> list[ItemOutcome]: ...
 
     def release(
-        self, tasks: Any, reason: str | None = None, *, bury: bool = False, timeout: float | None = None
+        self, tasks: Any, reason: str | None = None, *, bury: bool = False, reject: bool = False, timeout: float | None = None
     ) -> Any:
         """Give leased tasks back (nack), counting a failed attempt each.
 
         A task that reaches its `max_attempts` — or any task, with `bury` —
-        moves to `<queue>.dead` (outcome `.dead`), failing its dependants. One task: returns its outcome or raises. A list:
-        one outcome per task.
+        moves to `<queue>.dead` (outcome `.dead`), failing its dependants. With `reject` the task
+        goes back without counting an attempt (this consumer cannot take it now; another may).
+        One task: returns its outcome or raises. A list: one outcome per task.
         """
-        return self._run(calls.release(tasks, reason, bury), timeout)
+        return self._run(calls.release(tasks, reason, bury, reject), timeout)
 
     def cancel(self, tasks: Any, reason: str | None = None, *, timeout: float | None = None) -> Any:
         """Withdraw tasks, whatever their state, into their dead-letter queues
@@ -303,6 +305,38 @@ class Client:
         backreferences or lookaround, at most 1024 characters; others are
         refused with `BadRequest`."""
         return self._run(calls.list_queues(pattern, min_tasks, limit), timeout)
+
+    def declare_join(
+        self,
+        name: str,
+        job_queue: str,
+        *,
+        required: Mapping[str, str],
+        optional: Mapping[str, str] | None = None,
+        sequence: Mapping[str, str] | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        """Keep a join: once every `required` port (port name -> queue) holds a token whose pid is a
+        key, and every `sequence` port the whole sequence `<key>/<index>` up to the token flagged
+        `kittiwake-seq-final`, the broker takes them (with any `optional` port's token of that key)
+        and enqueues one job into `job_queue`, pid = the key, in the same commit. All queues lie in
+        `job_queue`'s group. Returns "created", "unchanged" or "replaced"."""
+        call = calls.declare_join(name, job_queue, required, optional or {}, sequence or {}, max_attempts)
+        return self._run(call, timeout)
+
+    def drop_join(self, name: str, *, timeout: float | None = None) -> bool:
+        """Forget a join (its waiting tokens stay in their queues); False if there was none."""
+        return self._run(calls.drop_join(name), timeout)
+
+    def purge_join(self, name: str, key: str, *, limit: int = 10_000, timeout: float | None = None) -> int:
+        """Delete up to `limit` tokens waiting in the join's ports whose key is `key` or below it
+        (`key/...`): the garbage of a finished or cancelled run. Returns how many; repeat until 0."""
+        return self._run(calls.purge_join(name, key, limit), timeout)
+
+    def list_joins(self, pattern: str | None = None, *, timeout: float | None = None) -> list[JoinInfo]:
+        """The joins (whose name matches `pattern`, as in list_queues), with the tokens waiting in each."""
+        return self._run(calls.list_joins(pattern), timeout)
 
     def delete_queue(self, queue: str, *, timeout: float | None = None) -> int:
         """Drop a queue and all its tasks; returns how many tasks it held."""

@@ -16,6 +16,7 @@ call to the module that owns the operation. Where to read the semantics:
 * `failures` — attempts, burial into `<queue>.dead`, cancel;
 * `dependencies` — parents and children; `dead_letters` — requeue, purge;
 * `head_cache` — which available tasks memory holds (TaskMaster §5.4);
+* `joins` — tokens that start one job when all of a join's ports hold them;
 * `inspection` — peek, get, list_queues, stats and other read-only views.
 """
 
@@ -24,10 +25,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from kittiwake.constants import DEFAULT_LEASE_SECS
-from kittiwake.engine import dead_letters, dependencies, enqueue, failures, inspection, leases, update
+from kittiwake.engine import dead_letters, dependencies, enqueue, failures, inspection, joins, leases, update
 from kittiwake.engine.dead_letters import DeadLetterPage
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER, EngineState, delete_queue, prune_idle, recover
 from kittiwake.engine.storage import TaskStore
+from kittiwake.join_spec import JoinSpec
 from kittiwake.model import (
     DEAD_REASON_HEADER,
     EnqueueOutcome,
@@ -87,6 +89,7 @@ class Engine:
 
     def recover(self, now: float) -> None:
         recover(self.state, now)
+        joins.recover(self.state)
 
     def sweep(self, now: float) -> int:
         return leases.sweep(self.state, now)
@@ -127,9 +130,9 @@ class Engine:
         return leases.renew(self.state, refs, lease_secs, now, progress, note)
 
     def release(
-        self, refs: Sequence[LeaseRef], reason: str | None, now: float, bury: bool = False
+        self, refs: Sequence[LeaseRef], reason: str | None, now: float, bury: bool = False, reject: bool = False
     ) -> list[ItemOutcome]:
-        return leases.release(self.state, refs, reason, now, bury)
+        return leases.release(self.state, refs, reason, now, bury, reject)
 
     def update(
         self,
@@ -157,6 +160,9 @@ class Engine:
         return failures.cancel(self.state, keys, reason, now)
 
     def delete_queue(self, queue: str) -> int:
+        joins.check_queues(self.state, [queue], "delete")
+        if queue in self.state.join_ports:
+            joins.forget_queue(self.state, queue)
         if queue in self.state.queues:
             dependencies.finish_parents_of_deleted_queue(self.state, queue)
         return delete_queue(self.state, queue)
@@ -171,7 +177,19 @@ class Engine:
     ) -> DeadLetterPage:
         return dead_letters.purge_dead(self.state, queue, pids, now, after_pid=after_pid, limit=limit)
 
+    def declare_join(self, spec: JoinSpec, now: float) -> str:
+        return joins.declare(self.state, spec, now)
+
+    def drop_join(self, name: str) -> bool:
+        return joins.drop(self.state, name)
+
+    def purge_join(self, name: str, key: str, limit: int = 10_000) -> int:
+        return joins.purge(self.state, name, key, limit)
+
     # --------------------------------------------------------------- views
+
+    def list_joins(self, pattern: str | None = None) -> list[dict[str, Any]]:
+        return joins.infos(self.state, pattern)
 
     view = staticmethod(inspection.view)
 

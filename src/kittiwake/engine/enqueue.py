@@ -8,6 +8,8 @@ blocked) collapses: the existing task is kept and the outcome says
 with `after` parents is born blocked, or dead if a parent already failed
 (`dependencies`); any other is born available. These are the *enqueue* edges
 of `transitions` out of gone and dead, and its self-loops on the live states.
+A new task in a join's port queue is a token: `joins.arrived` may start the
+join's job in the same pass.
 
 Each item is handed to the store before the next is looked at (see
 `state.flush`), so a later item's dedupe sees an earlier one.
@@ -19,6 +21,7 @@ from typing import Sequence
 
 from kittiwake.constants import PARENT_FAILED_REASON
 from kittiwake import errors
+from kittiwake.engine import joins
 from kittiwake.engine.dependencies import key_exists, link_parents
 from kittiwake.engine.failures import bury
 from kittiwake.engine.head_cache import add_available, enforce_cache, exists, touch
@@ -38,6 +41,7 @@ def enqueue(state: EngineState, tasks: Sequence[NewTask], now: float) -> list[En
         raise errors.BadRequest(f"more than {limits.max_batch} tasks in one request")
     for task in tasks:
         task.validate(limits)
+    joins.check_tokens(state, tasks)
     mutations: list[Mutation] = []
     outcomes: list[EnqueueOutcome] = []
     for task in tasks:
@@ -94,4 +98,6 @@ def enqueue_one(state: EngineState, new: NewTask, now: float, mutations: list[Mu
     rates_of(queue).add(ENQUEUE, now)
     mutations.append(PutTask(task))
     mutations.extend(edges)
+    if new.queue in state.join_ports:
+        joins.arrived(state, task, now, mutations)
     return EnqueueOutcome(new.queue, pid, False)

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kittiwake.constants import CANCELLED_REASON, PARENT_FAILED_REASON
+from kittiwake.constants import CANCELLED_REASON, JOINS_QUEUE, PARENT_FAILED_REASON
 from kittiwake import errors
+from kittiwake.engine import joins
 from kittiwake.engine.head_cache import add_available, enforce_cache, find
 from kittiwake.engine.ids import next_fifo_pid
 from kittiwake.engine.mutations import DeleteEdges, DeleteTask, Mutation, PutTask, SetLease
@@ -180,6 +181,9 @@ def cancel(state: EngineState, keys: Sequence[tuple[str, str]], reason: str | No
     mutations: list[Mutation] = []
     outcomes: list[ItemOutcome] = []
     for name, pid in keys:
+        if name == JOINS_QUEUE:
+            outcomes.append(ItemOutcome(name, pid, False, errors.BadRequest.code, "drop_join withdraws a join"))
+            continue
         queue = state.queues.get(name)
         task = find(state, queue, pid) if queue is not None else None
         if task is None or queue is None:
@@ -192,6 +196,8 @@ def cancel(state: EngineState, keys: Sequence[tuple[str, str]], reason: str | No
                 state.memory_bytes -= task.size_bytes()
         queue.size -= 1
         mutations.append(DeleteTask(name, pid))
+        if name in state.join_ports:
+            joins.token_left(state, name, pid)
         task.waiting_on = 0
         bury(state, task, reason, now, mutations)
         if task.children:

@@ -29,9 +29,10 @@ from typing import Callable, Sequence
 
 from kittiwake.constants import LEASE_EXPIRED_REASON, RELEASED_REASON
 from kittiwake import errors
+from kittiwake.engine import joins
 from kittiwake.engine.dependencies import finish_parent
 from kittiwake.engine.failures import fail_attempt, validate_reason
-from kittiwake.engine.head_cache import enforce_cache, ensure_head, find, touch
+from kittiwake.engine.head_cache import add_available, enforce_cache, ensure_head, find, touch
 from kittiwake.engine.ids import next_lease_id
 from kittiwake.engine.mutations import DeleteTask, Mutation, SetLease
 from kittiwake.engine.queue_state import QueueState
@@ -71,6 +72,7 @@ def validate_lease(state: EngineState, request: LeaseRequest) -> None:
         raise errors.BadRequest(f"more than {MAX_QUEUES_PER_LEASE} queues in one lease")
     for name in request.queues:
         validate_queue(name, limits)
+    joins.check_queues(state, request.queues, "lease")
     validate_count(request.max_tasks, "max_tasks", 1, limits.max_batch)
     request.lease_secs = validate_lease_secs(request.lease_secs, limits)
     if request.max_pid is not None:
@@ -310,6 +312,16 @@ def apply_release(
     return fail_attempt(state, queue, task, reason or RELEASED_REASON, now, mutations, bury)
 
 
+def apply_reject(state: EngineState, queue: QueueState, task: Task, mutations: list[Mutation]) -> None:
+    """Give a resolved lease back without counting an attempt: available again at once."""
+    del queue.leased[task.pid]
+    task.lease_id = 0
+    task.lease_owner = task.lease_peer = None
+    task.leased_at = task.lease_expires_at = None
+    mutations.append(SetLease.of(task))
+    add_available(state, queue, task)
+
+
 def _batch(state: EngineState, refs: Sequence[LeaseRef], op: Operation, now: float, apply: Apply) -> list[ItemOutcome]:
     validate_refs(state, refs)
     mutations: list[Mutation] = []
@@ -365,15 +377,27 @@ def renew(
 
 
 def release(
-    state: EngineState, refs: Sequence[LeaseRef], reason: str | None, now: float, bury: bool = False
+    state: EngineState,
+    refs: Sequence[LeaseRef],
+    reason: str | None,
+    now: float,
+    bury: bool = False,
+    reject: bool = False,
 ) -> list[ItemOutcome]:
     """Give leased tasks back (nack), counting an attempt; with `bury`, move
     them to the dead-letter queue at once (at-most-once delivery: a task
-    found started before is never started again). Per-item outcomes."""
+    found started before is never started again); with `reject`, hand them
+    back without counting an attempt (the consumer cannot take them now, say
+    for want of memory: another may). Per-item outcomes."""
     reason = validate_reason(state, reason)
+    if bury and reject:
+        raise errors.BadRequest("a release either buries or rejects, not both")
 
     def apply(queue: QueueState, task: Task, mutations: list[Mutation], outcome: ItemOutcome) -> ItemOutcome:
-        outcome.dead = apply_release(state, queue, task, reason, now, mutations, bool(bury))
+        if reject:
+            apply_reject(state, queue, task, mutations)
+        else:
+            outcome.dead = apply_release(state, queue, task, reason, now, mutations, bool(bury))
         return outcome
 
     return _batch(state, refs, RELEASE, now, apply)

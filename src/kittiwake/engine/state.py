@@ -39,6 +39,8 @@ Around them:
 * `memory_bytes` — bytes of every head together; `refills` — head refills
   from the store so far (a figure for tests and stats).
 * `next_prune_at` — when `prune_idle` next scans for idle empty queues.
+* `joins`, `join_ports`, `join_sequences` — the declared joins, which join
+  each port queue belongs to, and the tokens counted per sequence (`joins`).
 * `store`, `limits`, `head_tasks`, `cache_bytes` — what the engine was made
   with: the store it reads and writes, the published limits, the head size
   per queue and the memory budget of all heads.
@@ -56,6 +58,7 @@ from kittiwake.engine.mutations import DropQueue, Mutation
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import RateWindow
 from kittiwake.engine.storage import TaskStore
+from kittiwake.join_spec import JoinSpec
 from kittiwake.model import FIFO_PID_DIGITS, Limits, validate_queue
 
 LEASE_ID_COUNTER = "lease_id"
@@ -89,6 +92,9 @@ class EngineState:
     memory_bytes: int = 0
     refills: int = 0
     next_prune_at: float = 0.0
+    joins: dict[str, JoinSpec] = field(default_factory=dict)
+    join_ports: dict[str, str] = field(default_factory=dict)
+    join_sequences: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
 
 def open_queue(state: EngineState, name: str) -> QueueState:

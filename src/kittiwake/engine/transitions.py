@@ -35,6 +35,7 @@ from kittiwake.model import TaskState
 #   parent finished                 dependencies.py
 #   parent failed                   failures.py (fail_descendants)
 #   requeue_dead, purge_dead        dead_letters.py
+#   join, purge_join                joins.py (a token: a task of a join's port queue)
 #   delete_queue                    state.py
 #
 # The table lists, for each state, the operations that act on a task in that
@@ -44,7 +45,8 @@ from kittiwake.model import TaskState
 # more than one target, the data decides, never chance:
 #
 # * release and expire count a failed attempt: back to AVAILABLE, or DEAD at
-#   the task's max_attempts (release with bury: DEAD at once);
+#   the task's max_attempts (release with bury: DEAD at once; release with
+#   reject counts nothing: AVAILABLE);
 # * parent finished frees a child only when it was the last parent;
 # * enqueue makes a task AVAILABLE, BLOCKED while it has parents to wait
 #   for, DEAD when a parent already failed, and nothing when its `unless`
@@ -93,6 +95,8 @@ class Operation(Enum):
     PARENT_FAILED = "parent failed"  # a task it waits for went dead
     REQUEUE_DEAD = "requeue_dead"  # its dead letter moved back under its own pid
     PURGE_DEAD = "purge_dead"  # its dead letter deleted
+    JOIN = "join"  # a token its join took, with the others of its key, into one job
+    PURGE_JOIN = "purge_join"  # a token deleted with the rest of its run
     DELETE_QUEUE = "delete_queue"  # its queue (for a dead task, its dead-letter queue; for a blocked one, a parent's) deleted
 
 
@@ -107,6 +111,7 @@ ENQUEUE, LEASE, RENEW, RELEASE = Operation.ENQUEUE, Operation.LEASE, Operation.R
 EXPIRE, DEQUEUE, CANCEL = Operation.EXPIRE, Operation.DEQUEUE, Operation.CANCEL
 PARENT_FINISHED, PARENT_FAILED = Operation.PARENT_FINISHED, Operation.PARENT_FAILED
 REQUEUE_DEAD, PURGE_DEAD, DELETE_QUEUE = Operation.REQUEUE_DEAD, Operation.PURGE_DEAD, Operation.DELETE_QUEUE
+JOIN, PURGE_JOIN = Operation.JOIN, Operation.PURGE_JOIN
 
 
 def _targets(*states: TaskState) -> frozenset[TaskState]:
@@ -124,6 +129,8 @@ TRANSITIONS: dict[TaskState, dict[Operation, frozenset[TaskState]]] = {
         LEASE: _targets(LEASED),
         DEQUEUE: _targets(GONE),  # a late dequeue: the lease ran out, nobody leased it since
         CANCEL: _targets(DEAD),
+        JOIN: _targets(GONE),  # a token: its data goes on in the job
+        PURGE_JOIN: _targets(GONE),
         DELETE_QUEUE: _targets(GONE),
     },
     LEASED: {

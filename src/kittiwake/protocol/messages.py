@@ -29,6 +29,7 @@ import msgspec
 
 from kittiwake.constants import DEFAULT_LEASE_SECS
 from kittiwake.errors import BadRequest, KittiwakeError, MalformedFrame, UnknownOperation
+from kittiwake.join_spec import JoinSpec
 from kittiwake.model import LeaseRef, NewTask
 
 DEFAULT_STATS_SAMPLE = 10
@@ -83,6 +84,7 @@ class Release(Request):
     leases: list[LeaseRefIn]
     reason: str | None = None
     bury: bool = False
+    reject: bool = False  # hand back without counting an attempt
 
 
 class Cancel(Request):
@@ -165,6 +167,30 @@ class Auth(Request):
     token: str
 
 
+class DeclareJoin(Request):
+    """Keep a join (`kittiwake.join_spec`): answered "created", "unchanged" or "replaced"."""
+
+    join: JoinSpec
+
+
+class DropJoin(Request):
+    """Forget a join; its tokens stay in their queues. Answered True if there was one."""
+
+    name: str
+
+
+class PurgeJoin(Request):
+    """Delete up to `limit` tokens waiting in a join's ports whose key is `key` or below it."""
+
+    name: str
+    key: str
+    limit: int = 10_000
+
+
+class ListJoins(Request):
+    pattern: str | None = None
+
+
 class Stats(Request):
     queues: list[str] | None = None
     pattern: str | None = None
@@ -191,6 +217,10 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "requeue_dead": RequeueDead,
     "purge_dead": PurgeDead,
     "auth": Auth,
+    "declare_join": DeclareJoin,
+    "drop_join": DropJoin,
+    "purge_join": PurgeJoin,
+    "list_joins": ListJoins,
 }
 
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)

@@ -120,6 +120,16 @@ class DeadLetterPage(msgspec.Struct, kw_only=True):
     next_pid: str | None = None
 
 
+class JoinInfo(msgspec.Struct, kw_only=True):
+    """One join as list_joins shows it: ports are (port, queue, mode) triples."""
+
+    name: str
+    job_queue: str
+    ports: list[tuple[str, str, str]]
+    max_attempts: int | None = None
+    tokens_waiting: int = 0  # tasks in its port queues
+
+
 ITEM_OUTCOMES = list[ItemOutcome]
 TASK_VIEWS = list[TaskView]
 
@@ -141,6 +151,10 @@ REPLY_TYPES: dict[str, Any] = {
     "cancel_wait": CancelWaitResult,
     "cancel": ITEM_OUTCOMES,
     "requeue_dead": DeadLetterPage,
+    "declare_join": str,  # "created", "unchanged" or "replaced"
+    "drop_join": bool,
+    "purge_join": int,  # tokens deleted
+    "list_joins": list[JoinInfo],
     "purge_dead": DeadLetterPage,
     "auth": AuthResult,
 }

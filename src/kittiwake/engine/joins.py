@@ -1,0 +1,378 @@
+"""Joins (BalticLSC's multi-queue): one job when matching tokens stand in every required port.
+
+A join is declared once (`join_spec.JoinSpec`: a job queue and named ports,
+each a queue of the job queue's group) and kept as a task of the broker's own
+queue `_joins` (pid = the join's name, data = the spec), so it is as durable
+as any task and every store keeps it without a table of its own.
+
+A *token* is a task in a port queue; its pid is its key (`<run>/<index>...`),
+or for a `sequence` port `<key>/<index>`. When a token arrives — enqueue,
+the enqueue half of an update, a requeued dead letter — `arrived` looks at the
+join's other ports for the same key. When every required port holds its token
+and every sequence port its whole sequence (indices 0 to the one flagged
+`kittiwake-seq-final`), it takes them (and any optional port's token of that
+key) out of their queues and enqueues one job into the job queue, pid = the
+key, data = the tokens (`job_payload`), in the same pass as the arrival: the
+broker commits both or neither, so two arrivals cannot both start the job, and
+a crash loses no token and starts no job twice. A job already waiting or
+running under that key is not started again: the new tokens wait.
+
+What the engine holds (declared in `state.EngineState`): `joins` (name →
+spec), `join_ports` (port queue → join name) and `join_sequences` ((port
+queue, key) → [tokens arrived, length or -1 until the final token came]), so
+an arrival costs a few look-ups. All three are rebuilt by `recover` from the
+`_joins` queue and the sequence ports' tokens: a restart reads the waiting
+sequence tokens once, nothing else.
+
+Port queues are the joins' alone: a lease naming one is refused, a token
+without a pid (its key), with parents (`after`) or with a malformed sequence
+pid is refused with the request. `purge` garbage-collects the tokens of a key
+and everything below it (a finished or cancelled run); `drop` forgets a join
+(its tokens stay in their queues).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import msgspec
+
+from kittiwake import errors
+from kittiwake.constants import JOIN_HEADER, JOINS_QUEUE, SEQ_FINAL_HEADER, SEQ_SEPARATOR
+from kittiwake.engine import enqueue as enqueue_ops
+from kittiwake.engine import failures
+from kittiwake.engine.head_cache import enforce_cache, exists, find
+from kittiwake.engine.mutations import DeleteTask, Mutation
+from kittiwake.engine.queue_patterns import name_matcher
+from kittiwake.engine.queue_state import QueueState
+from kittiwake.engine.state import EngineState, flush, forget_if_empty
+from kittiwake.join_spec import REQUIRED, SEQUENCE, JoinSpec, key_matches, sequence_key
+from kittiwake.model import NewTask, Task, validate_pid
+
+JOB_TOO_LARGE_REASON = "JOB_TOO_LARGE"
+SCAN_PAGE = 512
+_encode = msgspec.msgpack.Encoder().encode
+_decode_spec = msgspec.msgpack.Decoder(JoinSpec).decode
+NOT_FINAL = -1
+
+
+# ------------------------------------------------------------ declarations
+
+
+def declare(state: EngineState, spec: JoinSpec, now: float) -> str:
+    """Keep `spec`: "created", "unchanged" (the same spec was there) or "replaced"."""
+    spec.validate(state.limits)
+    for port in spec.ports:
+        owner = state.join_ports.get(port.queue)
+        if owner is not None and owner != spec.name:
+            raise errors.BadRequest(f"queue {port.queue!r} is already a port of join {owner!r}")
+    old = state.joins.get(spec.name)
+    if old == spec:
+        return "unchanged"
+    for port in spec.ports:
+        queue = state.queues.get(port.queue)
+        if queue is not None and queue.leased:
+            raise errors.BadRequest(f"queue {port.queue!r} has leased tasks: a port's tokens are the join's alone")
+    mutations: list[Mutation] = []
+    if old is not None:
+        _forget(state, old)
+        _take(state, JOINS_QUEUE, spec.name, mutations)
+        flush(state, mutations)
+    enqueue_ops.enqueue_one(state, NewTask(queue=JOINS_QUEUE, pid=spec.name, data=_encode(spec)), now, mutations)
+    flush(state, mutations)
+    _index(state, spec)
+    return "created" if old is None else "replaced"
+
+
+def drop(state: EngineState, name: str) -> bool:
+    """Forget join `name`; its tokens stay in their queues. False if there was none."""
+    validate_pid(name, state.limits, "join")
+    spec = state.joins.get(name)
+    if spec is None:
+        return False
+    _forget(state, spec)
+    mutations: list[Mutation] = []
+    _take(state, JOINS_QUEUE, name, mutations)
+    flush(state, mutations)
+    return True
+
+
+def _index(state: EngineState, spec: JoinSpec) -> None:
+    state.joins[spec.name] = spec
+    for port in spec.ports:
+        state.join_ports[port.queue] = spec.name
+        if port.mode == SEQUENCE:
+            _count_sequences(state, port.queue)
+
+
+def _forget(state: EngineState, spec: JoinSpec) -> None:
+    state.joins.pop(spec.name, None)
+    for port in spec.ports:
+        state.join_ports.pop(port.queue, None)
+        forget_queue(state, port.queue)
+
+
+def forget_queue(state: EngineState, queue: str) -> None:
+    """A port queue was deleted (or left its join): forget its sequence counts."""
+    for key in [key for key in state.join_sequences if key[0] == queue]:
+        del state.join_sequences[key]
+
+
+def _count_sequences(state: EngineState, queue: str) -> None:
+    """Count the waiting tokens of a sequence port from the store (declare, recover)."""
+    forget_queue(state, queue)
+    for task in _scan(state, queue, None):
+        parsed = sequence_key(task.pid)
+        if parsed is not None and task.lease_expires_at is None:
+            _count(state, queue, parsed[0], parsed[1], task.headers)
+
+
+def _count(state: EngineState, queue: str, key: str, index: int, headers: dict[str, str] | None) -> list[int]:
+    counter = state.join_sequences.get((queue, key))
+    if counter is None:
+        counter = state.join_sequences[(queue, key)] = [0, NOT_FINAL]
+    counter[0] += 1
+    if headers and SEQ_FINAL_HEADER in headers:
+        counter[1] = index + 1
+    return counter
+
+
+def recover(state: EngineState) -> None:
+    """Rebuild the joins, their port index and the sequence counts from the store."""
+    for task in _scan(state, JOINS_QUEUE, None):
+        try:
+            spec = _decode_spec(task.data)
+        except msgspec.DecodeError:
+            continue  # not written by declare: nothing to start jobs with
+        _index(state, spec)
+
+
+def _scan(state: EngineState, queue: str, prefix: str | None) -> Iterable[Task]:
+    """Every task of `queue` from the store in pid order (with pid >= prefix, while it starts with it)."""
+    if queue not in state.queues:
+        return
+    start = prefix
+    while True:
+        page = state.store.scan(queue, start, SCAN_PAGE)
+        for task in page:
+            if prefix is not None and not task.pid.startswith(prefix):
+                return
+            yield task
+        if len(page) < SCAN_PAGE:
+            return
+        start = page[-1].pid + "\x00"
+
+
+# ------------------------------------------------------------- validation
+
+
+def check_tokens(state: EngineState, tasks: Sequence[NewTask]) -> None:
+    """Refuse tasks a join's ports cannot take, before any task of the request is applied."""
+    for task in tasks:
+        if task.queue == JOINS_QUEUE:
+            raise errors.BadRequest(f"{JOINS_QUEUE!r} is the broker's own queue: use declare_join")
+        name = state.join_ports.get(task.queue)
+        if name is None:
+            continue
+        mode = state.joins[name].port_of(task.queue).mode
+        where = f"queue {task.queue!r} is port of join {name!r}"
+        if task.pid is None:
+            raise errors.BadRequest(f"{where}: a token needs a pid, its key")
+        if task.after:
+            raise errors.BadRequest(f"{where}: a token cannot wait for parents")
+        if mode == SEQUENCE and sequence_key(task.pid) is None:
+            raise errors.BadRequest(f"{where}: a sequence token's pid is <key>/<index>, got {task.pid[:64]!r}")
+
+
+def check_queues(state: EngineState, queues: Iterable[str], what: str) -> None:
+    """Refuse a lease (or a cancel, a delete) of the joins' own queues."""
+    for queue in queues:
+        if queue == JOINS_QUEUE:
+            raise errors.BadRequest(f"cannot {what} {JOINS_QUEUE!r}: declare_join and drop_join keep it")
+        name = state.join_ports.get(queue)
+        if name is not None and what == "lease":
+            raise errors.BadRequest(f"cannot lease {queue!r}: it is a port of join {name!r}, whose tokens it takes")
+
+
+# ------------------------------------------------------------------ arrival
+
+
+def arrived(state: EngineState, task: Task, now: float, mutations: list[Mutation]) -> None:
+    """A new token stands in a port queue: start the job if its key is now complete."""
+    name = state.join_ports.get(task.queue)
+    if name is None:
+        return
+    spec = state.joins[name]
+    port = spec.port_of(task.queue)
+    if port.mode == SEQUENCE:
+        parsed = sequence_key(task.pid)
+        if parsed is None:
+            return  # was checked with its request; a requeued dead letter of an older spec
+        key = parsed[0]
+        counter = _count(state, task.queue, key, parsed[1], task.headers)
+        if counter[0] != counter[1]:
+            return
+    else:
+        key = task.pid
+    flush(state, mutations)
+    if _complete(state, spec, key):
+        _start_job(state, spec, key, now, mutations)
+
+
+def _has_token(state: EngineState, queue_name: str, key: str) -> bool:
+    queue = state.queues.get(queue_name)
+    return queue is not None and key not in queue.leased and exists(state, queue, key)
+
+
+def _complete(state: EngineState, spec: JoinSpec, key: str) -> bool:
+    for port in spec.ports:
+        if port.mode == REQUIRED and not _has_token(state, port.queue, key):
+            return False
+        if port.mode == SEQUENCE:
+            counter = state.join_sequences.get((port.queue, key))
+            if counter is None or counter[0] != counter[1]:
+                return False
+    job_queue = state.queues.get(spec.job_queue)
+    return job_queue is None or not exists(state, job_queue, key)
+
+
+def _start_job(state: EngineState, spec: JoinSpec, key: str, now: float, mutations: list[Mutation]) -> None:
+    tokens: dict[str, list[dict[str, Any]]] = {}
+    size = 0
+    for port in spec.ports:
+        if port.mode == SEQUENCE:
+            taken = _take_sequence(state, port.queue, key, mutations)
+        else:
+            one = _take(state, port.queue, key, mutations)  # a required one is there; an optional one may be
+            taken = [one] if one is not None else []
+        tokens[port.name] = [
+            {"pid": t.pid, "data": t.data, "headers": t.headers, "sender": t.sender} for t in taken
+        ]
+        size += sum(len(t.data) for t in taken)
+    flush(state, mutations)
+    payload = _encode({"join": spec.name, "key": key, "tokens": tokens})
+    job = NewTask(queue=spec.job_queue, pid=key, data=payload, headers={JOIN_HEADER: spec.name},
+                  max_attempts=spec.max_attempts)
+    if len(payload) > state.limits.max_reply_data_bytes:
+        # no lease could hand it out: keep the tokens in a dead letter, say why
+        failures.bury(
+            state,
+            Task(queue=spec.job_queue, pid=key, data=payload, enqueued_at=now, headers=job.headers,
+                 max_attempts=spec.max_attempts),
+            f"{JOB_TOO_LARGE_REASON} {len(payload)} bytes of tokens, over {state.limits.max_reply_data_bytes}",
+            now,
+            mutations,
+        )
+    else:
+        enqueue_ops.enqueue_one(state, job, now, mutations)
+    flush(state, mutations)
+
+
+def _take(state: EngineState, queue_name: str, pid: str, mutations: list[Mutation]) -> Task | None:
+    """Take an available task out of its queue (gone: a join took it, or a purge)."""
+    queue = state.queues.get(queue_name)
+    if queue is None or pid in queue.leased:
+        return None
+    task = find(state, queue, pid)
+    if task is None:
+        return None
+    _remove(state, queue, task, mutations)
+    forget_if_empty(state, queue)
+    return task
+
+
+def _remove(state: EngineState, queue: QueueState, task: Task, mutations: list[Mutation]) -> None:
+    if queue.remove_available(task.pid) is not None:
+        state.memory_bytes -= task.size_bytes()
+    queue.size -= 1
+    mutations.append(DeleteTask(queue.name, task.pid))
+
+
+def _take_sequence(state: EngineState, queue_name: str, key: str, mutations: list[Mutation]) -> list[Task]:
+    """Take the whole sequence `key` out of a sequence port, in index order."""
+    state.join_sequences.pop((queue_name, key), None)
+    queue = state.queues.get(queue_name)
+    if queue is None:
+        return []
+    flush(state, mutations)
+    taken = []
+    for task in list(_scan(state, queue_name, key + SEQ_SEPARATOR)):
+        parsed = sequence_key(task.pid)
+        if parsed is None or parsed[0] != key or task.pid in queue.leased:
+            continue
+        _remove(state, queue, task, mutations)
+        taken.append(task)
+    forget_if_empty(state, queue)
+    taken.sort(key=lambda t: sequence_key(t.pid)[1])  # type: ignore[index]
+    return taken
+
+
+def token_left(state: EngineState, queue: str, pid: str) -> None:
+    """A token was withdrawn (cancel): a sequence counts one fewer."""
+    name = state.join_ports.get(queue)
+    if name is None or state.joins[name].port_of(queue).mode != SEQUENCE:
+        return
+    parsed = sequence_key(pid)
+    if parsed is None:
+        return
+    counter = state.join_sequences.get((queue, parsed[0]))
+    if counter is not None:
+        counter[0] -= 1
+        if counter[1] == parsed[1] + 1:
+            counter[1] = NOT_FINAL
+        if counter[0] <= 0:
+            del state.join_sequences[(queue, parsed[0])]
+
+
+# ------------------------------------------------------------ purge, views
+
+
+def purge(state: EngineState, name: str, key: str, limit: int = 10_000) -> int:
+    """Delete up to `limit` tokens waiting in join `name`'s ports whose key is
+    `key` or lies below it; returns how many (call again until 0)."""
+    validate_pid(name, state.limits, "join")
+    validate_pid(key, state.limits, "key")
+    spec = state.joins.get(name)
+    if spec is None:
+        raise errors.TaskNotFound(f"no join {name!r}")
+    mutations: list[Mutation] = []
+    removed = 0
+    for port in spec.ports:
+        queue = state.queues.get(port.queue)
+        if queue is None:
+            continue
+        for task in list(_scan(state, port.queue, key)):
+            if removed >= limit:
+                break
+            token_key = sequence_key(task.pid)[0] if port.mode == SEQUENCE and sequence_key(task.pid) else task.pid
+            if not key_matches(token_key, key) or task.pid in queue.leased:
+                continue
+            _remove(state, queue, task, mutations)
+            state.join_sequences.pop((port.queue, token_key), None)
+            removed += 1
+        forget_if_empty(state, queue)
+        flush(state, mutations)
+    enforce_cache(state)
+    return removed
+
+
+def infos(state: EngineState, pattern: str | None = None) -> list[dict[str, Any]]:
+    """Every join (whose name `pattern` matches, as list_queues'), with the tokens waiting in its ports."""
+    matches = name_matcher(pattern) if pattern is not None else None
+    out = []
+    for name in sorted(state.joins):
+        if matches is not None and not matches(name):
+            continue
+        spec = state.joins[name]
+        waiting = sum(state.queues[p.queue].size for p in spec.ports if p.queue in state.queues)
+        out.append({
+            "name": spec.name,
+            "job_queue": spec.job_queue,
+            "ports": [(p.name, p.queue, p.mode) for p in spec.ports],
+            "max_attempts": spec.max_attempts,
+            "tokens_waiting": waiting,
+        })
+    return out
+
+
+__all__ = ["arrived", "check_queues", "check_tokens", "declare", "drop", "infos", "purge", "recover"]
