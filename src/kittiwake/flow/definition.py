@@ -23,8 +23,8 @@ be at the step's depth (a merge input at one more), else the joins could
 never match keys: `Flow.step` refuses such wiring with BadRequest.
 
 Each step is one join of the broker (`declare_join`): its inputs are the
-join's ports (required, optional or sequence), its job queue the flow's
-queue for its engine.
+join's ports (required, optional or sequence), its job queue the step's
+own under its engine's (`names`).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class Step:
 
     @property
     def job_queue(self) -> str:
-        return self.flow.names.job_queue(self.engine)
+        return self.flow.names.job_queue(self.engine, self.name)
 
     def port_queue(self, port: str) -> str:
         return self.flow.names.port_queue(self.name, port)
@@ -299,6 +299,10 @@ class Flow:
         """Outputs no step consumes: a run's results."""
         return [step.output(port) for step in self.steps.values() for port in step.outputs
                 if not self.consumers(step.output(port))]
+
+    def job_queues(self, engine: str | None = None) -> list[str]:
+        """The job queues of the steps of `engine` (of every step for None)."""
+        return [step.job_queue for step in self.steps.values() if engine is None or step.engine == engine]
 
     def engines(self) -> list[str]:
         return sorted({step.engine for step in self.steps.values()})

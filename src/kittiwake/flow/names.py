@@ -5,8 +5,11 @@ job's outputs, its end and the jobs its tokens start are one atomic update
 (multi-queue §III: a queue family per data flow; here a queue per input port):
 
 * ``flow.sales#in.<step>.<port>``: the tokens waiting at one input port of a step;
-* ``flow.sales#steps.<engine>``: the jobs (``python``, ``spark``) the joins start,
-  pid = key, and ``….dead`` their dead letters;
+* ``flow.sales#steps.<engine>.<step>``: the jobs the step's join starts (pid = key), and
+  ``….dead`` their dead letters. Workers of an engine (``python``, ``spark``) serve the job
+  queues of its steps. A queue per step, not per engine: a join starts no job while a job
+  with its key waits in its job queue, so two steps of one engine sharing a queue would stall
+  each other at every key they share;
 * ``flow.sales#runs``: one record per run, pid = run id (kept);
 * ``flow.sales#runs.ended``: the end of a run (done or cancelled), pid = run id (kept);
 * ``flow.sales#outputs.<run>``: the tokens of a run's outputs (steps nobody consumes), kept;
@@ -35,10 +38,15 @@ _NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _RUN_ID_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,80}")
 
 
+RESERVED_NAMES = ("dead", "delayed", "gang", "ticks-done")  # queue endings Kittiwake uses itself
+
+
 def check_name(value: object, what: str) -> str:
-    """A flow, step or port name: 1..64 of [A-Za-z0-9_-]."""
+    """A flow, step or port name: 1..64 of [A-Za-z0-9_-], not one of `RESERVED_NAMES`."""
     if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         raise errors.BadRequest(f"{what} must be 1..64 characters of [A-Za-z0-9_-], not {value!r}")
+    if value in RESERVED_NAMES:
+        raise errors.BadRequest(f"{what} cannot be {value!r}: Kittiwake ends queue names with it")
     return value
 
 
@@ -65,11 +73,8 @@ class FlowNames:
     def port_queue(self, step: str, port: str) -> str:
         return f"{self.group}#in.{step}.{port}"
 
-    def job_queue(self, engine: str) -> str:
-        return f"{self.group}#steps.{engine}"
-
-    def dead_job_queue(self, engine: str) -> str:
-        return f"{self.job_queue(engine)}.dead"
+    def job_queue(self, engine: str, step: str) -> str:
+        return f"{self.group}#steps.{engine}.{step}"
 
     def join(self, step: str) -> str:
         return f"{self.group}#{step}"

@@ -154,20 +154,34 @@ def scan_run(client: Client, queue: str, run: str, *, dead: bool = False) -> Ite
     first = client.peek(queue, 1, run)
     if first and first[0].pid == run:
         yield first[0]
-    for prefix in ((run + "/", run + "~") if dead else (run + "/",)):
-        start: str | None = prefix
-        while start is not None:
-            page = client.peek(queue, PAGE, start)
-            last = None
-            for view in page:
-                if view.pid == start and last is None and start != prefix:
-                    continue  # the page starts at the previous page's last pid
-                if not view.pid.startswith(prefix):
-                    page = []
-                    break
-                last = view.pid
-                yield view
-            start = last if len(page) >= PAGE and last is not None else None
+    yield from _scan_prefix(client, queue, run + "/")
+    if dead:
+        yield from _scan_prefix(client, queue, run + "~")
+
+
+def _scan_prefix(client: Client, queue: str, prefix: str) -> Iterator[Any]:
+    start, seen = prefix, None
+    while True:
+        page = client.peek(queue, PAGE, start)
+        for view in page:
+            if view.pid == seen:
+                continue  # each page starts at the previous page's last pid
+            if not view.pid.startswith(prefix):
+                return
+            yield view
+        if len(page) < PAGE:
+            return
+        start = seen = page[-1].pid
+
+
+def has_live_job(client: Client, record: RunRecord) -> bool:
+    """Whether a job of the run waits or runs (at most two peeks per job queue)."""
+    for queue in record.job_queues():
+        for start in (record.run, record.run + "/"):
+            page = client.peek(queue, 1, start)
+            if page and (page[0].pid == record.run or page[0].pid.startswith(record.run + "/")):
+                return True
+    return False
 
 
 def live_jobs(client: Client, record: RunRecord) -> int:
@@ -190,8 +204,6 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
         for name, count in ended.done_jobs.items():
             if name in progress:
                 progress[name].done = count
-        if ended.state == CANCELLED:
-            return status
         return status
     live = 0
     for queue in record.job_queues():
@@ -223,7 +235,8 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
         if not finish:
             status.state = DONE
             return status
-        return run_status(client, finish_run(client, record) or record, finish=False)
+        finish_run(client, record)
+        return run_status(client, record, finish=False)
     return status
 
 
@@ -265,8 +278,9 @@ def outputs_of(client: Client, record: RunRecord) -> dict[str, list[Any]]:
 
 def finish_run(client: Client, record: RunRecord) -> RunRecord | None:
     """End a run that holds no job any more: write its end (done, outputs, jobs per step) and
-    collect its garbage. Idempotent; does nothing while a job of the run lives or is dead."""
-    if live_jobs(client, record) or dead_jobs(client, record):
+    collect its garbage. Returns None when it did nothing: the run had ended, or a job of it
+    lives or is dead."""
+    if ended_of(client, record) is not None or has_live_job(client, record) or dead_jobs(client, record):
         return None
     ended = Ended(state=DONE, ended_at=time.time(), done_jobs=_done_counts(client, record),
                   outputs=outputs_of(client, record))
@@ -280,10 +294,10 @@ def collect_garbage(client: Client, record: RunRecord) -> int:
     purged = 0
     for step in record.steps:
         try:
-            purged += client.purge_join(step.join, record.run)
-        except errors.KittiwakeError as error:
-            if error.code != "JOIN_NOT_FOUND" and not isinstance(error, errors.BadRequest):
-                raise
+            while (count := client.purge_join(step.join, record.run)) > 0:
+                purged += count
+        except errors.TaskNotFound:
+            pass  # the join was dropped: its tokens are not the flow's any more
     client.delete_queue(f"{record.group}#done.{record.run}")
     return purged
 

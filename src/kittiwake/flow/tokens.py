@@ -17,7 +17,10 @@ same atomic update that dequeues the job: a token per item, output port
 and consumer port (a split pushes a level: item i of n at ``<key>/<i>``,
 the last one final; a plain step keeps the key and the stack); a result
 in ``outputs.<run>`` for ports nobody consumes; and the job's marker in
-``done.<run>``.
+``done.<run>``. Tokens for optional ports go first: the broker applies an
+update's enqueues in order and a join takes an optional token along only
+if it stands there when the required ones complete, so a job's own
+optional output is never a moment too late for its consumer.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import msgspec
 
 from kittiwake import errors
 from kittiwake.flow.dataset import Dataset
-from kittiwake.flow.definition import SEQUENCE, Flow, Step
+from kittiwake.flow.definition import OPTIONAL, SEQUENCE, Flow, Step
 from kittiwake.flow.names import format_index, key_of, split_key
 
 try:  # the header names of the joins' contract
@@ -175,7 +178,7 @@ def job_outputs(
     item, the datasets by output port (a port missing from an item emits no token)."""
     names = flow.names
     run = job.run
-    tasks: list[dict[str, Any]] = []
+    tasks: list[tuple[int, dict[str, Any]]] = []  # (order, task): tokens to optional ports first
     for (indices, stack), item in zip(item_keys(step, job, len(items)), items):
         for port, dataset in item.items():
             if port not in step.outputs:
@@ -189,13 +192,15 @@ def job_outputs(
                                         "pid": key_of(run, indices), "data": data}
                 if headers:
                     task["headers"] = headers
-                tasks.append(task)
+                tasks.append((0 if consumer.mode == OPTIONAL else 1, task))
             if not consumers:
-                tasks.append({"queue": names.outputs_queue(run), "pid": output_pid(step.name, port, indices),
-                              "data": data})
-    tasks.append({"queue": names.done_queue(run), "pid": done_pid(step.name, job.indices),
-                  "data": _encoder.encode(dict(done or {}))})
-    return tasks
+                tasks.append((1, {"queue": names.outputs_queue(run), "pid": output_pid(step.name, port, indices),
+                                  "data": data}))
+    tasks.sort(key=lambda pair: pair[0])  # stable: item and port order kept within each class
+    ordered = [task for _order, task in tasks]
+    ordered.append({"queue": names.done_queue(run), "pid": done_pid(step.name, job.indices),
+                    "data": _encoder.encode(dict(done or {}))})
+    return ordered
 
 
 def input_tokens(flow: Flow, run: str, inputs: Mapping[str, Dataset]) -> list[dict[str, Any]]:
