@@ -12,6 +12,7 @@ whole life and runs every Spark step job of its flows on it:
   (``kittiwake-slot-<n>``; the session is made with
   ``spark.scheduler.mode=FAIR``), so a short job is not stuck behind a long
   one;
+* it keeps a record in the worker registry, so ``kittiwake workers`` lists it;
 * the heartbeat (`worker.heartbeat.LeaseKeeper`) renews the leases of the
   jobs held at a third of the lease, so a job runs as long as it needs and a
   dead worker's job comes back one lease after its last renewal;
@@ -35,15 +36,17 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import socket
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from kittiwake import errors
 from kittiwake.client import Client, LeasedTask
+from kittiwake.constants import WORKERS_QUEUE
 from kittiwake.flow.definition import Flow
 from kittiwake.flow.jobs import Finisher, FlowJobs, PreparedJob, failure_reason
 from kittiwake.flow.spark_steps import job_group, run_spark_job
@@ -51,6 +54,7 @@ from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
 from kittiwake.worker.loop import default_worker_id
 from kittiwake.worker.outcomes import DEFAULT_BROKER_MAX_ATTEMPTS, Kind, Outcome, Settler
+from kittiwake.worker.registry import WorkerRegistry
 
 log = logging.getLogger("kittiwake.flow.spark")
 
@@ -112,6 +116,7 @@ class SparkWorker:
         wait_secs: float = DEFAULT_WAIT_SECS,
         shutdown_secs: float = DEFAULT_SHUTDOWN_SECS,
         worker_id: str | None = None,
+        registry_queue: str = WORKERS_QUEUE,
     ) -> None:
         if not flows or not all(isinstance(flow, Flow) for flow in flows):
             raise errors.BadRequest("a Spark worker needs one or more kittiwake.flow.Flow")
@@ -143,6 +148,8 @@ class SparkWorker:
         self._running: dict[int, tuple[Held, PreparedJob]] = {}
         self._lock = threading.Lock()
         self.started = threading.Event()  # the session is up and leasing began
+        self.on_ready: Callable[[], None] | None = None  # called once, when leasing begins
+        self.registry = WorkerRegistry(self.client, self.id, queue=registry_queue)
         self.done = 0
         self.failed = 0
         self.rejected = 0
@@ -171,12 +178,20 @@ class SparkWorker:
             thread.start()
         log.info("spark worker %s serving %s on %s (concurrency %d)", self.id, ", ".join(self.queues),
                  session.sparkContext.master, self.concurrency)
+        self.registry.start(
+            {"host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+             "concurrency": self.concurrency, "started_at": time.time(), "spark_master": session.sparkContext.master},
+            self.status,
+        )
         self.started.set()
+        if self.on_ready is not None:
+            self.on_ready()
         try:
             self._lease_loop()
         except KeyboardInterrupt:
             self.stop()
         self._drain(slots)
+        self.registry.stop()
         self.keeper.stop()
         self.finisher.close()
         if self._own_session and self._session is not None:
@@ -186,6 +201,13 @@ class SparkWorker:
         log.info("spark worker %s stopped after %d jobs (%d failed, %d handed back)", self.id, self.done,
                  self.failed, self.rejected)
         return "stopped"
+
+    def status(self) -> dict[str, Any]:
+        """What the worker registry shows (`kittiwake workers`)."""
+        with self._lock:
+            running = [f"{held.task.queue}/{held.task.pid}" for held, _ in self._running.values()]
+        return {"running": running[:20], "held": len(self.keeper.held()), "finished": self.done + self.failed,
+                "utilisation": round(len(running) / self.concurrency, 3), "stopping": self._stopping.is_set()}
 
     # ---------------------------------------------------------------- leasing
 
