@@ -44,6 +44,7 @@ from kittiwake.app.definitions import (
 from kittiwake.app.envelope import delayed_pid, delayed_queue_of, gang_queue_of, reply_queue_for
 from kittiwake.app.handles import Handle, results_of
 from kittiwake.app.job import Job
+from kittiwake.app.join_handlers import JoinHandler
 from kittiwake.app.locality import local_queue_of
 from kittiwake.app.replies import ReplyCollector
 from kittiwake.app.schedule import make_schedule
@@ -57,7 +58,7 @@ from kittiwake.constants import (
     SUBMITTED_AT_HEADER,
     TASK_ID_HEADER,
 )
-from kittiwake.model import Limits, task_key, validate_pid
+from kittiwake.model import Limits, task_key, validate_pid, validate_queue
 
 MAX_BATCH = Limits().max_batch
 _REPLY_PREFIX_RE = re.compile(r"[A-Za-z0-9_.:@/\-]{1,200}")  # used with fullmatch: queue-name characters, no '#'
@@ -87,6 +88,7 @@ class App:
         self.clock = clock
         self.tasks: dict[str, TaskDefinition] = {}
         self.periodics: dict[str, PeriodicDefinition] = {}
+        self.join_handlers: dict[str, JoinHandler] = {}
         self._client: Client | None = None
         self._collector: ReplyCollector | None = None
         self._lock = threading.Lock()
@@ -192,12 +194,21 @@ class App:
 
         return register(function) if function is not None else register
 
+    def handle_joins(self, queue: str, handler: JoinHandler) -> None:
+        """Run the jobs a broker join starts in `queue` with `handler` (`join_handlers`); workers of
+        this app serve the queue."""
+        validate_queue(queue, Limits(), "queue")
+        if queue in self.join_handlers and self.join_handlers[queue] is not handler:
+            raise ValueError(f"queue {queue!r} already has a join handler")
+        self.join_handlers[queue] = handler
+
     def definition(self, name: str) -> TaskDefinition | None:
         return self.tasks.get(name)
 
     def queues(self) -> list[str]:
-        """Every queue the app's tasks are defined on (and ``<queue>.gang`` for gang tasks), in name order."""
-        queues = {definition.queue for definition in self.tasks.values()}
+        """Every queue the app's tasks are defined on (and ``<queue>.gang`` for gang tasks, and the
+        job queues of its join handlers), in name order."""
+        queues = {definition.queue for definition in self.tasks.values()} | set(self.join_handlers)
         queues |= {gang_queue_of(definition.queue) for definition in self.tasks.values() if definition.options.needs > 1}
         return sorted(queues)
 

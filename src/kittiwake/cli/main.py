@@ -25,6 +25,8 @@ LAZY_COMMANDS = {
     "submit": "kittiwake.cli.submit_command:submit",
     "workers": "kittiwake.cli.workers_command:workers",
     "auth": "kittiwake.cli.auth_command:auth",
+    "flow": "kittiwake.cli.flow_commands:flow",
+    "spark-worker": "kittiwake.cli.spark_worker_command:spark_worker",
 }
 
 

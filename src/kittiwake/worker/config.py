@@ -66,7 +66,8 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
 
 
 def load_app(reference: str | None, sys_path: list[str] | None = None) -> Any:
-    """The App at "module:attribute" (cwd and `sys_path` importable); a bare App for None."""
+    """The App at "module:attribute" (cwd and `sys_path` importable), or the app of an object
+    there with a ``kittiwake_app()`` method (a `kittiwake.flow.Flow`); a bare App for None."""
     for entry in reversed([os.getcwd(), *(sys_path or [])]):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -81,6 +82,8 @@ def load_app(reference: str | None, sys_path: list[str] | None = None) -> Any:
         target = getattr(target, part)
     from kittiwake.app import App
 
+    if not isinstance(target, App) and callable(getattr(target, "kittiwake_app", None)):
+        target = target.kittiwake_app()  # an object that runs on an app: a flow's python steps
     if not isinstance(target, App):
         raise TypeError(f"{reference} is a {type(target).__name__}, not a kittiwake App")
     return target

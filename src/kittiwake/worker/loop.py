@@ -80,10 +80,15 @@ class LeaseClass:
 def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
     """Group served queues by (lease length, rate): the longest lease and the lowest rate of the
     task definitions on each queue (a queue without definitions: the defaults; a gang's join
-    queue ``<queue>.gang`` and a local queue ``<queue>@<node>``: its queue's)."""
+    queue ``<queue>.gang`` and a local queue ``<queue>@<node>``: its queue's; a queue of join
+    jobs: its handler's lease)."""
     per_queue: dict[str, tuple[float, float | None]] = {}
+    handlers = getattr(app, "join_handlers", {})
     for name in queues:
         base = base_queue_of(name)
+        if base in handlers:
+            per_queue[name] = (handlers[base].lease_secs, None)
+            continue
         definitions: list[TaskDefinition] = [
             d for d in app.tasks.values() if d.queue == base or (d.options.needs > 1 and gang_queue_of(d.queue) == base)
         ]

@@ -2,7 +2,8 @@
 
 The runner decides; this module writes the decision down:
 
-* DONE: one `update` dequeues the task and enqueues its result, named after
+* DONE: one `update` dequeues the task and enqueues its result (and what the
+  outcome adds: a join's job its output tokens), named after
   its ``kittiwake-submission``, into the reply queue named in its
   ``kittiwake-reply-to`` header (and, for a periodic run, the tick's marker
   into ``<queue>.ticks-done`` while dequeuing markers too old to matter).
@@ -78,6 +79,7 @@ class Outcome:
     backoff_secs: float = 0.0  # RETRY: the lease is kept this long; PARK: the pause before running again
     enqueue: list[dict[str, Any]] = field(default_factory=list)  # more tasks for the DONE update
     dequeue: list[LeasedTask] = field(default_factory=list)  # more leases for the DONE update
+    settled: Callable[[], None] | None = None  # DONE: called once its update is applied
 
     @property
     def task(self) -> LeasedTask:
@@ -143,6 +145,7 @@ class Settler:
         try:
             self._update(dequeue=dequeue, enqueue=enqueue)
             self.done += len(outcomes)
+            _call_settled(outcomes)
             return
         except errors.KittiwakeError as error:
             if len(outcomes) == 1:
@@ -153,6 +156,7 @@ class Settler:
             try:
                 self._update(dequeue=dequeue, enqueue=enqueue)
                 self.done += 1
+                _call_settled([outcome])
             except errors.KittiwakeError as error:
                 self._gone(outcome, error)
 
@@ -210,6 +214,15 @@ class Settler:
         self.client.release(task, reason, bury=True)
         if result is not None:
             self.client.enqueue_many([result])
+
+
+def _call_settled(outcomes: list[Outcome]) -> None:
+    for outcome in outcomes:
+        if outcome.settled is not None:
+            try:
+                outcome.settled()
+            except Exception:  # a hook's bug must not stop the settler
+                log.exception("after settling %s/%s", outcome.task.queue, outcome.task.pid)
 
 
 def task_lease_secs(held: Held) -> float:

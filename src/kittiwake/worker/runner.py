@@ -46,10 +46,10 @@ from kittiwake.app.definitions import Delivery, TaskDefinition
 from kittiwake.app.envelope import redeliver_note, redelivery_allowed
 from kittiwake.app.serialization import PayloadError, RemoteError, Serializer
 from kittiwake.client import Client
-from kittiwake.constants import TASK_ID_HEADER
+from kittiwake.constants import JOIN_HEADER, TASK_ID_HEADER
 from kittiwake.worker import gang
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
-from kittiwake.worker.outcomes import Kind, Outcome
+from kittiwake.worker.outcomes import DEFAULT_BROKER_MAX_ATTEMPTS, Kind, Outcome
 
 log = logging.getLogger("kittiwake.worker.runner")
 
@@ -200,6 +200,10 @@ class TaskRunner:
 
     def run(self, held: Held) -> Outcome:
         task = held.task
+        if task.headers and JOIN_HEADER in task.headers:
+            handler = self.app.join_handlers.get(task.queue)
+            if handler is not None:
+                return self._run_join(held, handler)
         try:
             name, args, kwargs = self.serializer.load_call(task.data)
         except PayloadError as error:
@@ -245,6 +249,25 @@ class TaskRunner:
             return self._failed_run(held, definition, RemoteError("TimeoutError", message, reason="TIMEOUT"), None)
         payload = None if definition.options.ignore_result else self.serializer.dump_result(value)
         return Outcome(held, Kind.DONE, payload=payload)
+
+    def _run_join(self, held: Held, handler: Any) -> Outcome:
+        """A job a broker join started, run by the app's handler for its queue (`app.join_handlers`):
+        DONE with what the handler returns enqueued in the job's dequeue; a raise retries the job
+        while its attempts last, then dead-letters it."""
+        task = held.task
+        held.started_at = self.clock()
+        try:
+            enqueue = handler.run(task, self.client, lambda f, n: self.keeper.report(held, f, n))
+        except Exception as error:
+            log.warning("job %s/%s failed: %s: %s", task.queue, task.pid, type(error).__name__, error)
+            attempt = task.attempts + 1
+            if attempt < (task.max_attempts or DEFAULT_BROKER_MAX_ATTEMPTS):
+                backoff = handler.backoff_secs(task)
+                note = redeliver_note(task.deliveries, f"retry {attempt + 1} in {backoff:.1f}s after "
+                                      f"{type(error).__name__}: {error}")
+                return Outcome(held, Kind.RETRY, reason=note[:4000], backoff_secs=backoff)
+            return Outcome(held, Kind.FAIL, reason=handler.failure_reason(error))
+        return Outcome(held, Kind.DONE, enqueue=list(enqueue), settled=lambda: handler.settled(task, self.client))
 
     def _run_leader(
         self, held: Held, definition: TaskDefinition, fields: dict[str, Any], args: list[Any], kwargs: dict[str, Any]

@@ -1,0 +1,52 @@
+"""The job a step function runs in: `StepContext`, passed first to python steps and reachable
+from any step (Spark steps too) through `current_step()`."""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass, field
+from typing import Any
+
+from kittiwake.flow.tokens import output_path
+
+_current: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar("kittiwake_step", default=None)
+
+
+@dataclass(slots=True)
+class StepContext:
+    """One job of one step: which run, which key (sequence indices), where outputs go, which attempt."""
+
+    flow: str
+    step: str
+    run: str
+    key: str
+    indices: list[int]
+    data_dir: str
+    attempt: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def index(self) -> int | None:
+        """This job's index in the innermost sequence (None at depth 0)."""
+        return self.indices[-1] if self.indices else None
+
+    def output_path(self, port: str = "out", item: int | None = None) -> str:
+        """The deterministic place for this job's output on `port` (a rerun overwrites it):
+        ``<data_dir>/<run>/<step>/<port>/<index>/<index>…[/<item>]`` (``_`` at depth 0)."""
+        return output_path(self.data_dir, self.run, self.step, port, self.indices, item)
+
+
+def current_step() -> StepContext:
+    """The job this code runs in; RuntimeError outside a step run by a worker."""
+    context = _current.get()
+    if context is None:
+        raise RuntimeError("current_step() is only available inside a flow step run by a worker")
+    return context
+
+
+def enter(context: StepContext) -> contextvars.Token[StepContext | None]:
+    return _current.set(context)
+
+
+def leave(token: contextvars.Token[StepContext | None]) -> None:
+    _current.reset(token)

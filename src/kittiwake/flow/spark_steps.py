@@ -1,0 +1,97 @@
+"""Spark steps: datasets in as DataFrames, DataFrames out as Parquet, one job at a time per thread.
+
+`run_spark_job` is what a Spark worker's slot does with a prepared job:
+
+* inputs: each token's dataset is read into a DataFrame (`read_dataset`:
+  Parquet and plain paths with ``spark.read.parquet``, CSV with its options,
+  text as one ``value`` column; an inline list of rows through
+  ``createDataFrame``, any other inline value as it is). A merge input is
+  ONE DataFrame: the union by column name of every part of the sequence, in
+  index order (``unionByName(allowMissingColumns=True)``; Spark keeps no row
+  order). A missing optional input is None.
+* the function runs with the SparkSession first and the inputs by port
+  name, inside a FAIR scheduler pool of the slot
+  (``spark.scheduler.pool``) and a job group of its own (so a shutdown can
+  cancel it);
+* outputs: a DataFrame is written as Parquet to
+  ``<data_dir>/<run>/<step>/<port>/<indices>`` with mode overwrite — the
+  same path on every attempt, so a rerun after a lost worker replaces a
+  half-written one — and its token references it; a Dataset is passed on
+  as it is; None and other values travel inline.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any
+
+from kittiwake import errors
+from kittiwake.flow.dataset import Dataset, as_dataset
+from kittiwake.flow.jobs import PreparedJob, items_of
+from kittiwake.flow.tokens import item_keys, output_path
+
+
+def read_dataset(spark: Any, dataset: Dataset) -> Any:
+    """A DataFrame of `dataset` (see the module docstring)."""
+    if dataset.kind in ("parquet", "path"):
+        return spark.read.parquet(dataset.uri)
+    if dataset.kind == "csv":
+        return spark.read.options(**{key: str(value) for key, value in dataset.options.items()}).csv(dataset.uri)
+    if dataset.kind == "text":
+        return spark.read.text(dataset.uri)
+    value = dataset.value
+    if isinstance(value, list) and value and all(isinstance(row, dict) for row in value):
+        return spark.createDataFrame(value)
+    if isinstance(value, list) and not value:
+        from pyspark.sql.types import StructType
+
+        return spark.createDataFrame([], StructType([]))
+    return value
+
+
+def union(parts: list[Any]) -> Any:
+    """One DataFrame of a merge's parts (None parts left out; None when all are)."""
+    frames = [part for part in parts if part is not None]
+    if not frames:
+        return None
+    if not all(_is_dataframe(frame) for frame in frames):
+        raise errors.BadRequest("a merge input of a Spark step must be DataFrames (or rows) in every part")
+    return reduce(lambda left, right: left.unionByName(right, allowMissingColumns=True), frames)
+
+
+def _is_dataframe(value: Any) -> bool:
+    return hasattr(value, "schema") and hasattr(value, "write")
+
+
+def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None) -> list[dict[str, Dataset]]:
+    """Run a prepared Spark job in this thread; returns its output items as datasets."""
+    context = spark.sparkContext
+    if pool is not None:
+        context.setLocalProperty("spark.scheduler.pool", pool)
+    context.setJobGroup(job_group(prepared), f"{prepared.step.name} {prepared.job.key}", True)
+    try:
+        arguments = prepared.arguments(lambda dataset: read_dataset(spark, dataset), union)
+        value = prepared.call(spark, arguments)
+        items = items_of(prepared.step, value)
+        assert prepared.context is not None
+        written: list[dict[str, Dataset]] = []
+        keys = [indices for indices, _stack in item_keys(prepared.step, prepared.job, len(items))]
+        for indices, item in zip(keys, items):
+            out: dict[str, Dataset] = {}
+            for port, data in item.items():
+                if _is_dataframe(data):
+                    path = output_path(prepared.context.data_dir, prepared.job.run, prepared.step.name, port, indices)
+                    data.write.mode("overwrite").parquet(path)
+                    out[port] = Dataset.parquet(path)
+                else:
+                    out[port] = as_dataset(data)
+            written.append(out)
+        return written
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+        if pool is not None:
+            context.setLocalProperty("spark.scheduler.pool", None)
+
+
+def job_group(prepared: PreparedJob) -> str:
+    return f"kittiwake:{prepared.task.queue}/{prepared.task.pid}"

@@ -1,0 +1,110 @@
+"""Flows the flow tests run: imported by the tests and by `kittiwake spark-worker flow.pipelines:…`.
+
+* `sales`: a folder of CSV files split into one token per file (python), each
+  cleaned on Spark, merged back into one total per region (Spark).
+* `tiny`: the same shape with python steps only (fast: no Spark), for the
+  engine's bookkeeping — interleaved runs, garbage collection, failures.
+* `hints`: a three-input step with one optional input fed by a step that
+  emits on that port for some items only.
+
+A step fails on purpose while the file named by `$KITTIWAKE_TEST_FAIL_FILE`
+... exists and names it (see `maybe_fail`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from kittiwake.flow import Dataset, Flow, StepContext, current_step, merge, optional
+
+FAIL_FILE_ENV = "KITTIWAKE_TEST_FAIL_DIR"
+
+
+def maybe_fail(step: str) -> None:
+    """Raise while `$KITTIWAKE_TEST_FAIL_DIR/<step>` exists; sleep while `<step>.slow` exists."""
+    folder = os.environ.get(FAIL_FILE_ENV)
+    if not folder:
+        return
+    if Path(folder, step).exists():
+        raise RuntimeError(f"{step} fails on purpose")
+    slow = Path(folder, f"{step}.slow")
+    if slow.exists():
+        time.sleep(float(slow.read_text() or "1"))
+
+
+# ------------------------------------------------------------------- sales (Spark)
+
+sales = Flow("sales", lease_secs=10, max_attempts=3)
+
+
+@sales.step(inputs={"folder": sales.input("raw")}, split=True)
+def files(ctx: StepContext, folder: Dataset):
+    for path in sorted(folder.local_path.glob("*.csv")):
+        yield Dataset.csv(str(path))
+
+
+@sales.step(engine="spark", inputs={"part": files}, retry_backoff=0.2)
+def clean(spark, part):
+    from pyspark.sql import functions as F
+
+    maybe_fail("clean")
+    return part.where(F.col("amount").isNotNull()).withColumn("amount", F.col("amount").cast("long")) \
+        .withColumn("part", F.lit(current_step().index))
+
+
+@sales.step(engine="spark", inputs={"parts": merge(clean)})
+def totals(spark, parts):
+    from pyspark.sql import functions as F
+
+    return parts.groupBy("region").agg(F.sum("amount").alias("amount"), F.countDistinct("part").alias("parts"))
+
+
+# ------------------------------------------------------------------- tiny (python only)
+
+tiny = Flow("tiny", lease_secs=5, max_attempts=2)
+
+
+@tiny.step(inputs={"numbers": tiny.input("numbers")}, split=True)
+def spread(ctx: StepContext, numbers: Dataset):
+    return [Dataset.inline(n) for n in numbers.value]
+
+
+@tiny.step(inputs={"n": spread}, retry_backoff=0.1)
+def square(ctx: StepContext, n: Dataset):
+    maybe_fail("square")
+    return n.value * n.value
+
+
+@tiny.step(inputs={"squares": merge(square)})
+def add(ctx: StepContext, squares: list[Dataset]):
+    return {"sum": sum(s.value for s in squares), "run": ctx.run, "count": len(squares)}
+
+
+# ------------------------------------------------------------------- hints (optional input)
+
+hints = Flow("hints", lease_secs=5)
+
+
+@hints.step(inputs={"words": hints.input("words")}, split=True)
+def each(ctx: StepContext, words: Dataset):
+    return [Dataset.inline(word) for word in words.value]
+
+
+@hints.step(inputs={"word": each}, outputs=("upper", "length", "hint"))
+def facts(ctx: StepContext, word: Dataset):
+    out = {"upper": word.value.upper(), "length": len(word.value)}
+    if word.value.startswith("k"):
+        out["hint"] = f"{word.value} starts with k"
+    return out
+
+
+@hints.step(inputs={"upper": facts["upper"], "length": facts["length"], "hint": optional(facts["hint"])})
+def line(ctx: StepContext, upper: Dataset, length: Dataset, hint: Dataset | None = None):
+    return f"{upper.value}:{length.value}" + (f" ({hint.value})" if hint is not None else "")
+
+
+@hints.step(inputs={"lines": merge(line)})
+def page(ctx: StepContext, lines: list[Dataset]):
+    return [item.value for item in lines]
