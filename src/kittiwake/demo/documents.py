@@ -1,4 +1,4 @@
-"""The main job: a three-stage document pipeline on a real broker.
+"""The classic demo (`kittiwake demo --classic`): a three-stage document pipeline on a real broker.
 
 A generated corpus of documents goes through `demo#fetch → demo#extract →
 demo#index` queues (TaskMaster §3.6 application design). Each stage is a pool

@@ -1,4 +1,4 @@
-"""The main job runs end to end: every document goes through all three stages exactly once."""
+"""The classic demo runs end to end: every document goes through all three stages exactly once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 def test_demo_pipeline_indexes_every_document() -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "kittiwake", "demo", "--documents", "300", "--workers", "1", "--json"],
+        [sys.executable, "-m", "kittiwake", "demo", "--classic", "--documents", "300", "--workers", "1", "--json"],
         capture_output=True,
         text=True,
         timeout=120,

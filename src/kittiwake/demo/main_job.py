@@ -1,0 +1,312 @@
+"""The main job (`kittiwake demo`): a data pipeline on Spark, run through the broker and checked.
+
+1. A broker on the embedded store starts (unless a URL is given), then a
+   `kittiwake spark-worker` (one long-lived SparkSession, `local[2]`) and a
+   `kittiwake worker` for the python steps, all for `kittiwake.demo.shop_flow`;
+2. while their JVM and interpreters start, the dataset is generated
+   (`dataset.generate`: event logs sharded by user and a user table, a few
+   hundred MB by default, with a progress bar);
+3. one run of the flow: split into shards, clean each on Spark, cut the user
+   table per shard, join both by shard (the broker's join), merge the
+   sequence into the report — with a live table of every step's tokens and
+   jobs read from the broker;
+4. the report is printed (revenue per country and plan, events per type, top
+   users and pages), with the run's figures (rows, MB, seconds, rows/s),
+   where the time went per step, the broker's queue statistics, and the
+   check (`check`): the figures of sampled shards recomputed in plain Python
+   from the generated files, the merge re-added, compared exactly —
+   "report checked: OK", or the differences and exit code 1.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+from rich.table import Table
+
+from kittiwake.demo import check as report_check
+from kittiwake.demo import live, step_times
+from kittiwake.demo.dataset import Manifest, default_shards, generate
+from kittiwake.demo.services import Services
+from kittiwake.demo.transforms import SESSION_SETTINGS
+
+FLOW_REFERENCE = "kittiwake.demo.shop_flow:flow"
+DEFAULT_SIZE = "300MB"
+SPARK_MASTER = "local[2]"
+SPARK_READY_TIMEOUT_SECS = 300.0
+RUN_TIMEOUT_SECS = 3600.0
+DEFAULT_CHECK_SHARDS = 2
+TOP_ROWS = 10
+
+
+@dataclass
+class DemoSettings:
+    size_bytes: int
+    shards: int | None = None
+    check_shards: int = DEFAULT_CHECK_SHARDS
+    url: str | None = None  # a running broker; None starts one
+    keep: Path | None = None  # keep everything here instead of a throwaway folder
+    seed: int = 2025
+    spark_master: str = SPARK_MASTER
+    spark_concurrency: int = 2
+    python_processes: int = 1
+    python_concurrency: int = 2
+
+
+@dataclass
+class DemoResult:
+    manifest: Manifest
+    run: str
+    state: str
+    reason: str | None
+    seconds: dict[str, float]
+    summary: dict[str, Any]
+    check: report_check.CheckResult
+    times: step_times.RunTimes
+    steps: list[dict[str, Any]]
+    queues: list[dict[str, Any]]
+    joins: list[dict[str, Any]]
+    broker_cpu_secs: float | None
+    folder: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "done" and self.check.ok
+
+    def as_dict(self) -> dict[str, Any]:
+        manifest = self.manifest
+        run_secs = self.seconds.get("run", 0.0)
+        return {
+            "ok": self.ok, "run": self.run, "state": self.state, "reason": self.reason,
+            "dataset": {"bytes": manifest.bytes, "lines": manifest.lines, "shards": len(manifest.shards),
+                        "users": manifest.users, "clean_rows": manifest.clean_rows},
+            "seconds": {key: round(value, 3) for key, value in self.seconds.items()},
+            "rows_per_s": round(manifest.lines / run_secs, 1) if run_secs else None,
+            "mb_per_s": round(manifest.bytes / 1e6 / run_secs, 2) if run_secs else None,
+            "report": self.summary,
+            "check": {"ok": self.check.ok, "shards_checked": self.check.shards_checked,
+                      "rows_read": self.check.rows_read, "figures_compared": self.check.figures_compared,
+                      "differences": self.check.differences},
+            "times": self.times.as_dict(), "steps": self.steps, "queues": self.queues, "joins": self.joins,
+            "broker_cpu_secs": self.broker_cpu_secs, "folder": self.folder,
+        }
+
+
+def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> DemoResult:
+    """Everything the module docstring says; the services are stopped and the folder removed
+    (unless `settings.keep`) before it returns."""
+    from kittiwake.client import Client
+    from kittiwake.demo.shop_flow import flow, read_timings
+    from kittiwake.flow import Dataset
+
+    root = settings.keep or Path(tempfile.mkdtemp(prefix="kittiwake-demo-"))
+    root.mkdir(parents=True, exist_ok=True)
+    services = Services(root, settings.url)
+    seconds: dict[str, float] = {}
+    try:
+        with console.status("starting the broker", spinner="dots") if show else _nothing():
+            url = services.start_broker()
+        spark = services.start_spark_worker(FLOW_REFERENCE, settings.spark_master, settings.spark_concurrency,
+                                            SESSION_SETTINGS)
+        services.start_python_workers(FLOW_REFERENCE, settings.python_processes, settings.python_concurrency)
+        began = time.perf_counter()
+        manifest = _generate(root / "dataset", settings, console, show)
+        seconds["generate"] = time.perf_counter() - began
+        began = time.perf_counter()
+        with console.status("waiting for the spark-worker's SparkSession", spinner="dots") if show else _nothing():
+            spark.wait_for(" ready", SPARK_READY_TIMEOUT_SECS)
+        seconds["spark_ready_wait"] = time.perf_counter() - began
+        shards = len(manifest.shards)
+        totals = {"shards": 1, "clean": shards, "users": shards, "enrich": shards, "report": 1}
+        with Client(url) as client:
+            cpu_before = services.broker_cpu_secs()
+            started = time.time()
+            handle = flow.run(client, {"dataset": Dataset.path(str(root / "dataset"))}, data_dir=str(root / "runs"))
+            status = live.follow(handle, totals, console, started=started, show=show, timeout_secs=RUN_TIMEOUT_SECS)
+            ended = time.time()
+            seconds["run"] = ended - started
+            cpu_after = services.broker_cpu_secs()
+            queues = _queue_stats(client, flow)
+            joins = [{"name": join.name, "ports": len(join.ports), "tokens_waiting": join.tokens_waiting}
+                     for join in client.list_joins(f"^{flow.names.group}#")]
+            outputs = handle.outputs() if status.state == "done" else {}
+        summary: dict[str, Any] = outputs["report.summary"].value if "report.summary" in outputs else {}
+        times = step_times.run_times(flow, read_timings(root / "runs", handle.id), started, ended)
+        result = DemoResult(
+            manifest=manifest, run=handle.id, state=status.state, reason=status.reason, seconds=seconds,
+            summary=summary, check=report_check.CheckResult(), times=times,
+            steps=[{"step": step.step, "engine": step.engine, "done": step.done, "dead": step.dead}
+                   for step in status.steps],
+            queues=queues, joins=joins,
+            broker_cpu_secs=None if cpu_before is None or cpu_after is None else round(cpu_after - cpu_before, 3),
+            folder=str(root) if settings.keep else None,
+        )
+        if status.state != "done":
+            result.check.differences.append(f"the run ended {status.state}: {status.reason}")
+            for dead in status.dead[:5]:
+                result.notes.append(f"dead job {dead.step} {dead.key}: {dead.reason}")
+            return result
+        began = time.perf_counter()
+        with console.status("checking the report in plain Python", spinner="dots") if show else _nothing():
+            result.check = report_check.check_run(
+                manifest, summary, _shard_figure_paths(root / "runs", handle.id, manifest),
+                outputs["report.figures"].uri or "", settings.check_shards)
+        seconds["check"] = time.perf_counter() - began
+        return result
+    finally:
+        services.stop()
+        if settings.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _generate(folder: Path, settings: DemoSettings, console: Console, show: bool) -> Manifest:
+    shards = settings.shards or default_shards(settings.size_bytes)
+    columns = (TextColumn("[bold]generating {task.fields[what]}"), BarColumn(), DownloadColumn(),
+               TransferSpeedColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, disable=not show) as progress:
+        task = progress.add_task("generate", total=settings.size_bytes,
+                                 what=f"event logs ({shards} shards) and users")
+        manifest = generate(folder, settings.size_bytes, shards, settings.seed,
+                            progress=lambda written: progress.update(task, completed=written))
+        progress.update(task, completed=manifest.bytes, total=manifest.bytes)
+    return manifest
+
+
+def _shard_figure_paths(runs: Path, run: str, manifest: Manifest) -> dict[int, str]:
+    from kittiwake.flow.tokens import output_path
+
+    return {shard.index: output_path(str(runs), run, "enrich", "out", [shard.index]) for shard in manifest.shards}
+
+
+def _queue_stats(client: Any, flow: Any) -> list[dict[str, Any]]:
+    queues = [queue for step in flow for queue in (*(step.port_queue(port) for port in step.inputs), step.job_queue)]
+    return [{"queue": row.queue, "size": row.size, "dead": row.dead,
+             "enqueue_rate_1m": round(row.enqueue_rate_1m, 2), "dequeue_rate_1m": round(row.dequeue_rate_1m, 2),
+             "avg_lease_secs": None if row.avg_lease_secs is None else round(row.avg_lease_secs, 3)}
+            for row in client.stats(queues)]
+
+
+# ------------------------------------------------------------------ printing
+
+
+def show_result(console: Console, result: DemoResult) -> None:
+    summary = result.summary
+    if summary:
+        console.print(_report_tables(summary))
+    manifest = result.manifest
+    run_secs = result.seconds.get("run", 0.0)
+    console.print(_times_table(result))
+    console.print(_queues_table(result))
+    if run_secs:
+        console.print(
+            f"[bold]{manifest.lines:,} rows ({manifest.bytes / 1e6:,.1f} MB in {len(manifest.shards)} shards, "
+            f"{manifest.users:,} users) → {summary.get('totals', {}).get('events', 0):,} clean events "
+            f"in {run_secs:.1f} s: {manifest.lines / run_secs:,.0f} rows/s, {manifest.bytes / 1e6 / run_secs:.1f} MB/s"
+        )
+    console.print(
+        f"[dim]generated in {result.seconds.get('generate', 0):.1f} s; spark-worker ready "
+        f"{result.seconds.get('spark_ready_wait', 0):.1f} s after that; broker CPU "
+        + (f"{result.broker_cpu_secs:.2f} s over the run" if result.broker_cpu_secs is not None else "not measured")
+        + (f"; everything kept in {result.folder}" if result.folder else "")
+    )
+    for note in result.notes:
+        console.print(f"[red]{note}")
+    check = result.check
+    if check.ok:
+        console.print(f"[bold green]report checked: OK[/] — shards {', '.join(map(str, check.shards_checked))} "
+                      f"recomputed in plain Python from {check.rows_read:,} raw rows; "
+                      f"{check.figures_compared:,} figures compared exactly")
+    else:
+        console.print("[bold red]report checked: FAILED")
+        for difference in check.differences:
+            console.print(f"[red]  {difference}")
+
+
+def _report_tables(summary: dict[str, Any]) -> Table:
+    outer = Table.grid(padding=(1, 0))
+    totals = summary["totals"]
+    revenue = Table(title=f"revenue per country and plan (top {TOP_ROWS} of "
+                          f"{len(summary['revenue_by_country_plan'])}; all: {totals['revenue']})",
+                    title_justify="left")
+    for column, justify in (("country", "left"), ("plan", "left"), ("events", "right"), ("purchases", "right"),
+                            ("revenue", "right")):
+        revenue.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for row in summary["revenue_by_country_plan"][:TOP_ROWS]:
+        revenue.add_row(row["country"], row["plan"], f"{row['events']:,}", f"{row['purchases']:,}", row["revenue"])
+    types = Table(title="events per type", title_justify="left")
+    for column in ("event type", "events", "purchases", "revenue"):
+        types.add_column(column, justify="left" if column == "event type" else "right")
+    for row in summary["events_by_type"]:
+        types.add_row(row["event_type"], f"{row['events']:,}", f"{row['purchases']:,}", row["revenue"])
+    users = Table(title=f"top {len(summary['top_users'])} users by revenue", title_justify="left")
+    for column in ("user", "segment", "events", "purchases", "revenue"):
+        users.add_column(column, justify="right" if column in ("events", "purchases", "revenue") else "left")
+    for row in summary["top_users"]:
+        users.add_row(str(row["user_id"]), row["segment"], f"{row['events']:,}", f"{row['purchases']:,}", row["revenue"])
+    pages = Table(title=f"top {len(summary['top_pages'])} pages by events", title_justify="left")
+    for column in ("page", "events", "purchases", "revenue"):
+        pages.add_column(column, justify="left" if column == "page" else "right")
+    for row in summary["top_pages"]:
+        pages.add_row(row["url"], f"{row['events']:,}", f"{row['purchases']:,}", row["revenue"])
+    outer.add_row(revenue)
+    outer.add_row(types)
+    outer.add_row(users)
+    outer.add_row(pages)
+    return outer
+
+
+def _times_table(result: DemoResult) -> Table:
+    times = result.times
+    table = Table(title=f"where the time went: {times.wall_secs:.1f} s of run, {times.idle_secs:.2f} s with no step "
+                        f"running (token hand-offs on the critical path)", title_justify="left")
+    for column in ("step", "engine", "jobs", "busy s", "wait ms mean", "wait ms max"):
+        table.add_column(column, justify="left" if column in ("step", "engine") else "right")
+    for step in times.steps:
+        row = step.as_dict()
+        table.add_row(step.step, step.engine, str(step.jobs), f"{step.busy_secs:.2f}",
+                      _ms(row["wait_ms_mean"]), _ms(row["wait_ms_max"]))
+    return table
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def _queues_table(result: DemoResult) -> Table:
+    table = Table(title="broker: the flow's queues (ports and job queues)", title_justify="left")
+    for column in ("queue", "size", "dead", "enqueues/s (1m)", "dequeues/s (1m)", "avg lease ms"):
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    for row in result.queues:
+        lease = "—" if row["avg_lease_secs"] is None else f"{row['avg_lease_secs'] * 1000:,.0f}"
+        table.add_row(row["queue"], str(row["size"]), str(row["dead"]), f"{row['enqueue_rate_1m']:.2f}",
+                      f"{row['dequeue_rate_1m']:.2f}", lease)
+    return table
+
+
+def main(settings: DemoSettings, as_json: bool) -> int:
+    console = Console(stderr=as_json)
+    if not console.is_terminal:  # a log file or a pipe: room for the tables
+        console = Console(stderr=as_json, width=max(console.width, 120))
+    result = run_demo(settings, console, show=not as_json)
+    if as_json:
+        print(json.dumps(result.as_dict()))
+    else:
+        show_result(console, result)
+    return 0 if result.ok else 1

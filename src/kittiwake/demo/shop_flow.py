@@ -1,0 +1,137 @@
+"""The main job's flow: a shop's event logs cleaned, joined and reported on Spark, step by step.
+
+    shards (python, split) ──► clean (spark) ──────┐
+            │                                      ├─► enrich (spark) ──► report (spark, merge)
+            └───────────────► users (python) ──────┘
+
+* `shards` reads the dataset's manifest and emits one token per shard (a
+  split: keys ``<run>/00000000``, ``<run>/00000001``, …);
+* `clean` reads a shard's raw CSV, keeps the well-formed rows, normalises
+  them and drops replays (`transforms.clean`), and writes them as Parquet;
+* `users`, on a python worker, cuts the user table down to the shard's users
+  (the log is sharded by user) with pyarrow;
+* `enrich` is where two inputs meet: the broker's join starts it once the
+  clean events AND the users of the same shard (same key) are there. It joins
+  them and writes the shard's figures (`transforms.figures`);
+* `report` merges the whole sequence — the broker starts it when every
+  shard's figures arrived, the last one flagged final — sums the figures
+  (`transforms.combine`), writes them as Parquet and returns the printed
+  report's rows inline (`summary`).
+
+Spark steps write their own Parquet at the job's output path and return the
+Dataset, so each step's whole Spark time is inside its function; each step
+notes when it was entered and left (`StepClock`) in
+``<data_dir>/<run>/_timings/``, which `kittiwake bench flows` reads to say
+where the time goes. `kittiwake spark-worker kittiwake.demo.shop_flow` and
+`kittiwake worker kittiwake.demo.shop_flow` run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from kittiwake.flow import Dataset, Flow, StepContext, current_step, merge
+
+FLOW_NAME = "shop"
+TIMINGS_DIR = "_timings"
+LEASE_SECS = 120.0  # a Spark job of a big shard runs for a while; the lease is renewed anyway
+
+flow = Flow(FLOW_NAME, lease_secs=LEASE_SECS, max_attempts=3)
+
+
+class StepClock:
+    """Notes when a step's function was entered and left, in the run's `_timings` folder."""
+
+    def __init__(self, context: StepContext) -> None:
+        self.context = context
+        self.entered = time.time()
+
+    def __enter__(self) -> StepClock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None:
+            return
+        context = self.context
+        folder = Path(context.data_dir, context.run, TIMINGS_DIR)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = ".".join([context.step, *(f"{index:08d}" for index in context.indices)]) or context.step
+        record = {"step": context.step, "key": context.key, "entered": self.entered, "left": time.time(),
+                  "attempt": context.attempt, "pid": os.getpid()}
+        temporary = folder / f".{name}.json.tmp"
+        temporary.write_text(json.dumps(record))
+        temporary.replace(folder / f"{name}.json")
+
+
+def read_timings(data_dir: str | Path, run: str) -> list[dict[str, Any]]:
+    """Every step's entry and exit of one run, as `StepClock` wrote them."""
+    folder = Path(data_dir, run, TIMINGS_DIR)
+    return [json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))]
+
+
+@flow.step(inputs={"dataset": flow.input("dataset")}, split=True)
+def shards(ctx: StepContext, dataset: Dataset) -> list[Dataset]:
+    """One token per shard of the dataset (its manifest lists them)."""
+    from kittiwake.demo.dataset import Manifest
+
+    with StepClock(ctx):
+        manifest = Manifest.load(dataset.local_path)
+        return [Dataset.inline({"index": shard.index, "path": shard.path, "user_start": shard.user_start,
+                                 "user_end": shard.user_end, "users_path": manifest.users_path})
+                for shard in manifest.shards]
+
+
+@flow.step(engine="spark", inputs={"shard": shards})
+def clean(spark: Any, shard: dict[str, Any]) -> Dataset:
+    """The shard's well-formed rows, normalised and without replays, as Parquet."""
+    from kittiwake.demo import transforms
+
+    context = current_step()
+    with StepClock(context):
+        path = context.output_path()
+        transforms.clean(transforms.read_events(spark, shard["path"])).write.mode("overwrite").parquet(path)
+    return Dataset.parquet(path)
+
+
+@flow.step(inputs={"shard": shards})
+def users(ctx: StepContext, shard: Dataset) -> Dataset:
+    """The users of the shard (user ids within its range), as Parquet, with pyarrow."""
+    import pyarrow.parquet as parquet
+
+    with StepClock(ctx):
+        spec = shard.value
+        table = parquet.read_table(spec["users_path"], columns=["user_id", "country", "plan"],
+                                   filters=[("user_id", ">=", spec["user_start"]), ("user_id", "<", spec["user_end"])])
+        folder = Path(ctx.output_path())
+        folder.mkdir(parents=True, exist_ok=True)
+        parquet.write_table(table, folder / "part-00000.parquet")
+    return Dataset.parquet(str(folder))
+
+
+@flow.step(engine="spark", inputs={"events": clean, "users": users})
+def enrich(spark: Any, events: Any, users: Any) -> Dataset:
+    """The shard's clean events joined with its users, summed into the shard's figures."""
+    from kittiwake.demo import transforms
+
+    context = current_step()
+    with StepClock(context):
+        path = context.output_path()
+        transforms.figures(transforms.enrich(events, users)).write.mode("overwrite").parquet(path)
+    return Dataset.parquet(path)
+
+
+@flow.step(engine="spark", inputs={"parts": merge(enrich)}, outputs=("figures", "summary"))
+def report(spark: Any, parts: Any) -> dict[str, Any]:
+    """Every shard's figures summed (Parquet) and the printed report's rows (inline)."""
+    from kittiwake.demo import transforms
+
+    context = current_step()
+    with StepClock(context):
+        path = context.output_path("figures")
+        transforms.combine(parts).write.mode("overwrite").parquet(path)
+        summary = transforms.report_rows(spark.read.parquet(path))
+    return {"figures": Dataset.parquet(path), "summary": Dataset.inline(summary)}
