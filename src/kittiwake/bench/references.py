@@ -76,3 +76,8 @@ TARGET_NULL_TASKS_PER_SEC = 20_000.0  # two worker processes, durable broker, th
 TARGET_TASK_LATENCY_MS = {"p50": 1.0, "p99": 5.0, "max": 60.0}  # submit → start
 TARGET_EFFICIENCY = {"16ms": 0.95, "128ms": 0.99}
 TARGET_RATIO_VS_SPARK = 100.0
+
+# Flows (`bench flows`): joins, step start, the pipeline against one plain PySpark script.
+TARGET_JOIN_TOKENS_PER_SEC = 10_000.0  # a three-input join, four producers, durable
+TARGET_STEP_START_MS = {"p50": 20.0, "p99": 100.0}  # last token committed -> Spark step entered
+TARGET_FLOW_OVERHEAD_PERCENT = 10.0  # the demo pipeline vs the same work as one PySpark script

@@ -45,6 +45,8 @@ SCALE_SMALL_QUEUE = "scale.small"  # the empty broker's peer of the big queue
 SCALE_SPREAD_PREFIX = "scale.spread."  # scale.spread.000000 .. one per --queues
 COLD_QUEUE_PREFIX = "cold."  # the cold restart's data directory, written through the store
 TASKS_GROUP = "bench"  # `tasks`: bench#tasks.<figure>, and the submitter's bench#reply.<figure>
+FLOWS_JOIN_GROUP = "bench.join"  # `flows`: the join's ports and job queue, bench.join#in.a …, bench.join#jobs
+FLOWS_PLAIN_GROUP = "bench.plain"  # `flows`: the plain enqueue reference's queues, bench.plain#in.a …
 
 # ---------------------------------------------------------------- filling
 
@@ -104,6 +106,29 @@ class TasksSettings:
     spark_tasks: int = 2000
     durability: str = DURABILITY
 
+
+@dataclass(frozen=True)
+class FlowsSettings:
+    join_keys: int = 100_000  # keys of the three-input join: three tokens each
+    producers: int = 4  # producer processes
+    batch: int = 100  # tokens per enqueue request
+    in_flight: int = 4  # requests outstanding per producer
+    start_samples: int = 200  # step-start samples (one run each)
+    start_warmup: int = 20
+    noop_samples: int = 50  # Spark no-op jobs and lease wake-ups, the step start's references
+    size: str = "300MB"  # the pipeline's dataset, as `kittiwake demo --size`
+    shards: int | None = None  # default: as the demo
+    warmup_size: str = "4MB"  # one unmeasured pass of both pipelines first (JIT, Python workers); "0" skips
+    seed: int = 2025
+    durability: str = DURABILITY
+    only: tuple[str, ...] = ()  # figures to run (FLOWS_FIGURES); empty: all
+
+
+FLOWS_FIGURES = ("joins", "step_start", "overhead")
+
+# `bench flows --quick`: small sizes everywhere, for a smoke test.
+QUICK_FLOWS = {"join_keys": 2000, "start_samples": 10, "start_warmup": 2, "noop_samples": 5, "size": "1MB",
+               "warmup_size": "0"}
 
 # `bench tasks --quick`: small sizes everywhere, for a smoke test.
 QUICK_TASKS = {"tasks": 5000, "latency_tasks": 500, "busy_secs": 0.25, "mixed_busy_secs": 1.0, "spark_tasks": 50}

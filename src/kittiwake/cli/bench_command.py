@@ -1,11 +1,12 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Four subcommands, each starting its own broker on a throwaway directory:
+Five subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
 to disk) and `tasks` (worker processes running null,
-sleep and mixed tasks, against CloudKon, Albatross and PySpark). Each prints a table, and with `--json FILE`
+sleep and mixed tasks, against CloudKon, Albatross and PySpark) and `flows` (a three-input join,
+a Spark step's start, the main job's flow against one PySpark script). Each prints a table, and with `--json FILE`
 writes the report documented in `kittiwake.bench.report`; a latency CDF plot
 goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 """
@@ -21,7 +22,10 @@ from kittiwake.bench.settings import (
     DURABILITIES,
     DURABILITY,
     OPS_FIGURES,
+    FLOWS_FIGURES,
+    QUICK_FLOWS,
     QUICK_TASKS,
+    FlowsSettings,
     LatencySettings,
     OpsSettings,
     ScaleSettings,
@@ -31,6 +35,7 @@ from kittiwake.bench.settings import (
 
 # The defaults of every option (settings imports nothing of the benchmarks, so --help stays light).
 OPS, LATENCY, SCALE, TASKS = OpsSettings(), LatencySettings(), ScaleSettings(), TasksSettings()
+FLOWS = FlowsSettings()
 
 
 def _durability_option(function: Any) -> Any:
@@ -207,3 +212,58 @@ def tasks_command(quick: bool, tasks: int | None, workers: int, bundle: int, max
     show(console, report)
     print_machine(console, report["machine"])
     _finish(console, report, measured, "kittiwake bench tasks", json_path, plot)
+
+
+def _flows_quick_default(name: str) -> str:
+    return f"[default: {getattr(FLOWS, name)}; {QUICK_FLOWS[name]} with --quick]"
+
+
+@bench.command("flows")
+@click.option("--quick", is_flag=True, help="Small sizes everywhere, for a smoke test.")
+@click.option("--join-keys", type=click.IntRange(1), default=None,
+              help=f"Keys of the three-input join (three tokens each)  {_flows_quick_default('join_keys')}")
+@click.option("--producers", type=click.IntRange(1, 64), default=FLOWS.producers, show_default=True,
+              help="Producer processes sending the tokens.")
+@click.option("--batch", type=click.IntRange(1, 10_000), default=FLOWS.batch, show_default=True,
+              help="Tokens per enqueue request.")
+@click.option("--in-flight", type=click.IntRange(1, 1000), default=FLOWS.in_flight, show_default=True,
+              help="Requests outstanding per producer.")
+@click.option("--start-samples", type=click.IntRange(1), default=None,
+              help=f"Runs of the step-start probe  {_flows_quick_default('start_samples')}")
+@click.option("--size", default=None, metavar="SIZE",
+              help=f"The pipeline's generated dataset, as `kittiwake demo --size`  {_flows_quick_default('size')}")
+@click.option("--shards", type=click.IntRange(1, 10_000), default=None,
+              help="Shards of the dataset. Default: as the demo (one per ~24 MB).")
+@click.option("--warmup-size", default=None, metavar="SIZE",
+              help=f"An unmeasured pass of both pipelines first; 0 skips it  {_flows_quick_default('warmup_size')}")
+@click.option("--only", multiple=True, type=click.Choice(FLOWS_FIGURES),
+              help="Run only this figure (repeatable), e.g. to profile the join.")
+@_durability_option
+@_output_options
+def flows_command(quick: bool, join_keys: int | None, producers: int, batch: int, in_flight: int,
+                  start_samples: int | None, size: str | None, shards: int | None, warmup_size: str | None,
+                  only: tuple[str, ...], durability: str, json_path: str | None, plot: str | None,
+                  parent_dir: str | None) -> None:
+    """Pipelines on Spark: join tokens/s vs plain enqueue, Spark step start vs a no-op Spark job, the main job's flow vs one PySpark script."""
+    from kittiwake.bench.flows import run_flows, show
+    from kittiwake.bench.report import print_machine
+    from kittiwake.demo.dataset import parse_size
+    from kittiwake.errors import BadRequest
+
+    console = _console()
+    settings = FlowsSettings(producers=producers, batch=batch, in_flight=in_flight, shards=shards,
+                             durability=durability, only=only)
+    if quick:
+        settings = replace(settings, **QUICK_FLOWS)  # type: ignore[arg-type]
+    chosen = {"join_keys": join_keys, "start_samples": start_samples, "size": size, "warmup_size": warmup_size}
+    settings = replace(settings, **{name: value for name, value in chosen.items() if value is not None})
+    try:
+        parse_size(settings.size)
+        if settings.warmup_size.strip() not in ("", "0"):
+            parse_size(settings.warmup_size)
+    except BadRequest as error:
+        raise click.BadParameter(error.message) from None
+    report, measured = run_flows(settings, console, parent_dir=parent_dir)
+    show(console, report)
+    print_machine(console, report["machine"])
+    _finish(console, report, measured, "kittiwake bench flows", json_path, plot)

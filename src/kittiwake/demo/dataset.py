@@ -53,7 +53,7 @@ MALFORMED_RATE = 0.015
 REPLAY_RATE = 0.02
 GARBAGE_LINES = ("<<<truncated record>>>", "7734,,", "##########", "0,0,0")
 EVENTS_PER_USER = 20  # users = events / this, at least 10 per shard
-ROW_BYTES = 78  # a row's average length in the CSV, measured; sizes rows from bytes
+ROW_BYTES = 81.5  # bytes per distinct row in the CSV, replays and garbage included (measured): rows from a size
 SHARD_BYTES = 24_000_000  # the default shard size: a few seconds of Spark work on one core
 SEED = 2025
 MANIFEST_NAME = "dataset.json"
@@ -146,7 +146,7 @@ def generate(root: str | Path, size_bytes: int, shards: int | None = None, seed:
         raise BadRequest(f"shards must be within 1..10000, not {shards}")
     root = Path(root)
     (root / "events").mkdir(parents=True, exist_ok=True)
-    rows_total = max(shards * 20, size_bytes // ROW_BYTES)
+    rows_total = max(shards * 20, int(size_bytes / ROW_BYTES))
     users = max(10 * shards, rows_total // EVENTS_PER_USER)
     bounds = np.linspace(1, users + 1, shards + 1).astype(np.int64)
     manifest = Manifest(root=str(root), seed=seed, users_path=str(root / "users.parquet"), users=users)

@@ -9,8 +9,10 @@ and write the report. It writes what the flow writes (`cleaned/`,
 
     python -m kittiwake.demo.plain_spark DATASET_DIR OUT_DIR
 
-`run` returns the seconds of each part; `kittiwake bench flows` calls it on
-a session of its own (`start_spark`), with the settings the spark-worker uses.
+`run` returns the report and the seconds of each part; `kittiwake bench
+flows` calls it on the session its Spark worker uses; `main` starts a session
+as the demo's spark-worker does (`local[2]`, the FAIR scheduler,
+`transforms.SESSION_SETTINGS`).
 """
 
 from __future__ import annotations
@@ -48,12 +50,12 @@ def run(spark: Any, manifest: Manifest, out_dir: str | Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    from kittiwake.bench.spark_peer import start_spark
+    from kittiwake.flow.spark_worker import start_session
 
     if len(argv) != 2:
         print("usage: python -m kittiwake.demo.plain_spark DATASET_DIR OUT_DIR", file=sys.stderr)
         return 2
-    spark = start_spark()
+    spark = start_session("local[2]", transforms.SESSION_SETTINGS, app_name="kittiwake-plain-spark")
     try:
         outcome = run(spark, Manifest.load(argv[0]), argv[1])
     finally:

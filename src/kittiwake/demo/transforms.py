@@ -41,10 +41,17 @@ DIMENSIONS = ("country_plan", "event_type", "user", "page")
 REVENUE_TYPE = "decimal(22,2)"
 
 
-def apply_settings(spark: Any) -> None:
-    """Put `SESSION_SETTINGS` on a running session."""
-    for key, value in SESSION_SETTINGS.items():
-        spark.conf.set(key, value)
+def apply_settings(spark: Any, settings: dict[str, str | None] | None = None) -> dict[str, str | None]:
+    """Put `settings` (default `SESSION_SETTINGS`; None unsets) on a running session; returns what
+    they replaced, to put back with another call."""
+    previous: dict[str, str | None] = {}
+    for key, value in (SESSION_SETTINGS if settings is None else settings).items():
+        previous[key] = spark.conf.get(key, None)
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
+    return previous
 
 
 def event_schema() -> Any:

@@ -1,0 +1,437 @@
+"""`kittiwake bench flows`: data pipelines on the broker — joins, step start, and the cost of a flow over plain Spark.
+
+One durable broker subprocess (default flags: fsync), then three figures,
+each against a reference measured in the same run:
+
+1. `join_tokens` — tokens/s through a three-input join (`declare_join` with
+   required ports a, b, c): `--join-keys` keys, their tokens dealt in one
+   random order to `--producers` processes (`join_load`), sent in
+   `enqueue_many` requests of `--batch`; the join starts one job per key in
+   the commit of its last token. The job queue is then drained and checked:
+   one job per key, none twice, each holding its key's three tokens. The
+   reference `plain_enqueue` sends the same tokens with the same producers
+   into plain queues; `ratio` = join rate ÷ plain rate.
+2. `step_start` — a Spark step's start after its last token: `flow_probe`'s
+   two-input step on a warm Spark worker (the benchmark's own session, in
+   this process), from the acknowledgement of the update that brings the
+   last token to the step function's first line. References: a no-op Spark
+   job on the same session (`spark_noop`) and the broker's lease round trip
+   (`lease_round_trip`); `ratio` = no-op job p50 ÷ step start p50.
+3. `overhead` — the main job's flow (`kittiwake.demo.shop_flow`, the same
+   Spark worker, a `kittiwake worker` for its python steps) against
+   `kittiwake.demo.plain_spark`, the same transformations as one PySpark
+   script, on the same generated data and the same session (so the same
+   settings); both must produce the same figures. Overhead = flow ÷ plain
+   − 1, and where the flow's time went, per step (`demo.step_times`).
+
+A warm-up pass of both pipelines on a small dataset (`--warmup-size`) runs
+first, unmeasured. Targets (this 2-core machine): ≥ 10,000 join tokens/s;
+step start p50 ≤ 20 ms, p99 ≤ 100 ms; overhead ≤ 10%. They are printed as
+met or not, never asserted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from array import array
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from kittiwake.bench import flow_probe, join_load, references
+from kittiwake.bench.harness import BrokerProcess, Measured, latency_summary_ms
+from kittiwake.bench.jobs import LoadResult
+from kittiwake.bench.processes import ProcessPool
+from kittiwake.bench.report import (
+    check_target,
+    describe_target,
+    figure,
+    machine_info,
+    numbers_table,
+    progress_bars,
+    show_figures,
+)
+from kittiwake.bench.settings import FLOWS_JOIN_GROUP, FLOWS_PLAIN_GROUP, FlowsSettings
+
+HISTOGRAM_EDGES_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+HISTOGRAM_WIDTH = 40
+PIPELINE_TIMEOUT_SECS = 3600.0
+JOIN_NAME = f"{FLOWS_JOIN_GROUP}#three"
+JOB_QUEUE = f"{FLOWS_JOIN_GROUP}#jobs"
+
+
+def _ports(group: str) -> dict[str, str]:
+    return {port: f"{group}#in.{port}" for port in join_load.JOIN_PORTS}
+
+
+# ------------------------------------------------------------------ joins
+
+
+def _produce(pool: ProcessPool, url: str, ports: dict[str, str], settings: FlowsSettings,
+             progress: Callable[[float, int], None]) -> LoadResult:
+    start_ns = time.monotonic_ns() + 500_000_000  # time for every producer to connect
+    for index in range(settings.producers):
+        pool.start(index, join_load.Produce(url, tuple(ports.items()), settings.join_keys, index, settings.producers,
+                                            settings.batch, settings.in_flight, settings.seed, start_ns))
+    total = settings.join_keys * len(ports)
+    merged = LoadResult(latencies_ns=array("q"))
+    waiting = set(range(settings.producers))
+    failure = None
+    while waiting:
+        done = sum(pool.count(index) for index in range(settings.producers))
+        progress(min(1.0, done / total), done)
+        for index in sorted(waiting):
+            if pool.done(index, 0.05):
+                waiting.discard(index)
+                try:
+                    merged.merge(pool.result(index))
+                except RuntimeError as error:
+                    failure = failure or str(error)
+    progress(1.0, merged.tasks)
+    if failure:
+        raise RuntimeError(failure)
+    return merged
+
+
+def _rate(result: LoadResult) -> Measured:
+    seconds = (result.last_end_ns - result.first_start_ns) / 1e9 if result.ops else 0.0
+    return Measured(result, seconds)
+
+
+def _timed_produce(broker: BrokerProcess, pool: ProcessPool, ports: dict[str, str], settings: FlowsSettings,
+                   progress: Callable[[float, int], None]) -> Measured:
+    cpu_before, wall_before = broker.cpu_secs(), time.monotonic()
+    measured = _rate(_produce(pool, f"kw://{broker.host}:{broker.port}", ports, settings, progress))
+    wall = time.monotonic() - wall_before
+    if wall > 0:
+        measured.broker_cpu_percent = round(100.0 * (broker.cpu_secs() - cpu_before) / wall, 1)
+    return measured
+
+
+def run_joins(settings: FlowsSettings, broker: BrokerProcess,
+              bar: Callable[[str], Callable[[float, int], None]]) -> dict[str, Any]:
+    """The join figure and its plain reference (see the module docstring)."""
+    from kittiwake.client import Client
+
+    join_ports, plain_ports = _ports(FLOWS_JOIN_GROUP), _ports(FLOWS_PLAIN_GROUP)
+    tokens = settings.join_keys * len(join_ports)
+    pool = ProcessPool(settings.producers, join_load.serve)
+    try:
+        with Client(f"kw://{broker.host}:{broker.port}") as client:
+            client.declare_join(JOIN_NAME, JOB_QUEUE, required=join_ports)
+            joined = _timed_produce(broker, pool, join_ports, settings, bar(f"join: {tokens:,} tokens, random order"))
+            drained = join_load.drain_jobs(client, JOB_QUEUE, settings.join_keys, JOIN_NAME, join_ports)
+            left_waiting = sum(info.tokens_waiting for info in client.list_joins(f"^{FLOWS_JOIN_GROUP}#"))
+            plain = _timed_produce(broker, pool, plain_ports, settings, bar(f"plain enqueue: {tokens:,} tokens"))
+            stored = sum(row.size for row in client.stats(list(plain_ports.values())))
+            for queue in plain_ports.values():
+                client.delete_queue(queue)
+            client.drop_join(JOIN_NAME)
+    finally:
+        pool.close()
+    shape = {"keys": settings.join_keys, "tokens": tokens, "ports": len(join_ports), "producers": settings.producers,
+             "batch": settings.batch, "in_flight": settings.in_flight}
+    plain_record = figure(plain, **shape, stored=stored)
+    join_record = figure(
+        joined,
+        ratio=round(joined.tasks_per_sec / plain.tasks_per_sec, 3) if plain.tasks_per_sec else None,
+        reference={"source": "plain enqueue of the same tokens by the same producers, same run",
+                   "tokens_per_s": plain_record["tasks_per_s"]},
+        target={"tasks_per_s_min": references.TARGET_JOIN_TOKENS_PER_SEC},
+        **shape, **drained.as_dict(), tokens_left_waiting=left_waiting,
+    )
+    join_record["meets_target"] = check_target(join_record)
+    return {"join_tokens": join_record, "plain_enqueue": plain_record, "_measured": {"join": joined, "plain": plain}}
+
+
+# ----------------------------------------------------------- Spark figures
+
+
+def _latency_measured(samples_ns: list[int]) -> Measured:
+    result = LoadResult(tasks=len(samples_ns), ops=len(samples_ns), latencies_ns=array("q", samples_ns))
+    return Measured(result, sum(samples_ns) / 1e9)
+
+
+def run_step_start(settings: FlowsSettings, url: str, spark: Any, data_dir: str,
+                   bar: Callable[[str], Callable[[float, int], None]]) -> dict[str, Any]:
+    from kittiwake.client import Client
+
+    total = settings.start_samples + settings.start_warmup
+    update = bar(f"step start: {settings.start_samples:,} runs")
+    with Client(url) as client:
+        starts = flow_probe.step_start_samples(client, data_dir, settings.start_samples, settings.start_warmup,
+                                               progress=lambda done: update(done / total, done))
+    noop = flow_probe.spark_noop_samples(spark, settings.noop_samples)
+    lease = flow_probe.lease_round_trip_samples(url, settings.noop_samples)
+    measured = {"start": _latency_measured(starts), "noop": _latency_measured(noop), "lease": _latency_measured(lease)}
+    noop_ms, lease_ms = latency_summary_ms(noop), latency_summary_ms(lease)
+    start_ms = latency_summary_ms(starts)
+    ratio = round(noop_ms["p50"] / start_ms["p50"], 2) if noop_ms and start_ms and start_ms["p50"] else None
+    record = figure(measured["start"], rate=False, ratio=ratio,
+                    reference={"spark_noop_job_ms": noop_ms, "lease_round_trip_ms": lease_ms},
+                    target={f"latency_ms_{key}_max": value for key, value in references.TARGET_STEP_START_MS.items()})
+    record["meets_target"] = check_target(record)
+    return {"step_start": record, "spark_noop": figure(measured["noop"], rate=False),
+            "lease_round_trip": figure(measured["lease"], rate=False), "_measured": measured}
+
+
+def run_pipeline(url: str, root: Path, manifest: Any, console: Console, label: str) -> tuple[str, dict[str, Any], float, float]:
+    """One run of the shop flow on `manifest`: (run id, outputs, started, ended), times wall-clock seconds."""
+    from kittiwake.client import Client
+    from kittiwake.demo import live
+    from kittiwake.demo.shop_flow import flow
+    from kittiwake.flow import Dataset
+
+    shards = len(manifest.shards)
+    totals = {"shards": 1, "clean": shards, "users": shards, "enrich": shards, "report": 1}
+    with Client(url) as client:
+        started = time.time()
+        handle = flow.run(client, {"dataset": Dataset.path(manifest.root)}, data_dir=str(root / "runs"))
+        with console.status(f"{label}: the flow", spinner="dots"):
+            status = live.follow(handle, totals, console, started=started, show=False,
+                                 timeout_secs=PIPELINE_TIMEOUT_SECS)
+        ended = time.time()
+        if status.state != "done":
+            raise RuntimeError(f"the flow's run {handle.id} ended {status.state}: {status.reason}; "
+                               + "; ".join(f"{dead.step} {dead.key}: {dead.reason}" for dead in status.dead[:3]))
+        return handle.id, handle.outputs(), started, ended
+
+
+def run_overhead(settings: FlowsSettings, url: str, spark: Any, root: Path, manifest: Any,
+                 console: Console) -> dict[str, Any]:
+    from kittiwake.demo import plain_spark, step_times
+    from kittiwake.demo.check import read_figures
+    from kittiwake.demo.shop_flow import flow, read_timings
+
+    run, outputs, started, ended = run_pipeline(url, root, manifest, console, "overhead")
+    flow_secs = ended - started
+    times = step_times.run_times(flow, read_timings(root / "runs", run), started, ended)
+    figures_path = outputs["report.figures"].uri
+    with console.status("overhead: the plain PySpark script", spinner="dots"):
+        plain = plain_spark.run(spark, manifest, root / "plain")
+    plain_secs = plain["seconds"]["total"]
+    same = read_figures(figures_path) == read_figures(root / "plain" / "figures")
+    record: dict[str, Any] = {
+        "flow_s": round(flow_secs, 3), "plain_s": round(plain_secs, 3),
+        "overhead_percent": round(100.0 * (flow_secs / plain_secs - 1.0), 1) if plain_secs else None,
+        "target": {"overhead_percent_max": references.TARGET_FLOW_OVERHEAD_PERCENT},
+        "same_figures": same,
+        "dataset": {"bytes": manifest.bytes, "lines": manifest.lines, "shards": len(manifest.shards)},
+        "flow_times": times.as_dict(),
+        "plain_seconds": {key: round(value, 3) for key, value in plain["seconds"].items()},
+    }
+    record["meets_target"] = check_target(record)
+    return record
+
+
+def _warm_up(settings: FlowsSettings, url: str, spark: Any, root: Path, console: Console) -> float | None:
+    """One unmeasured pass of both pipelines on a small dataset; its seconds, or None when skipped."""
+    from kittiwake.demo import plain_spark
+    from kittiwake.demo.dataset import generate, parse_size
+
+    if settings.warmup_size.strip() in ("", "0"):
+        return None
+    began = time.monotonic()
+    with console.status("warming up: both pipelines on a small dataset", spinner="dots"):
+        manifest = generate(root / "warmup", parse_size(settings.warmup_size), None, settings.seed + 1)
+        run_pipeline(url, root / "warmup-flow", manifest, console, "warm-up")
+        plain_spark.run(spark, manifest, root / "warmup-plain")
+    return time.monotonic() - began
+
+
+def _generate(settings: FlowsSettings, folder: Path, console: Console) -> Any:
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kittiwake.demo.dataset import generate, parse_size
+
+    size = parse_size(settings.size)
+    with Progress(TextColumn("[bold]generating the dataset"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task("generate", total=size)
+        return generate(folder, size, settings.shards, settings.seed,
+                        progress=lambda written: progress.update(task, completed=written))
+
+
+def run_spark_figures(settings: FlowsSettings, url: str, root: Path, console: Console, session: Any,
+                      bar: Callable[[str], Callable[[float, int], None]]) -> dict[str, Any]:
+    """Step start and overhead on one session with an in-process Spark worker and a python worker."""
+    from kittiwake.bench.spark_peer import spark_available
+    from kittiwake.demo import transforms
+    from kittiwake.demo.main_job import FLOW_REFERENCE
+    from kittiwake.demo.services import Services
+    from kittiwake.demo.shop_flow import flow as shop_flow
+    from kittiwake.flow.spark_worker import SparkWorker, start_session
+
+    reason = spark_available()
+    if reason is not None and session is None:
+        return {"error": reason}
+    manifest = _generate(settings, root / "dataset", console) if not settings.only or "overhead" in settings.only else None
+    started_here = False
+    if session is None:
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.getActiveSession()
+    if session is None:
+        with console.status("starting a SparkSession (local[2])", spinner="dots"):
+            session = start_session("local[2]", transforms.SESSION_SETTINGS, app_name="kittiwake-bench-flows")
+        started_here = True
+    previous = transforms.apply_settings(session)
+    services = Services(root, url)
+    worker = SparkWorker([flow_probe.probe, shop_flow], url=url, session=session, concurrency=2)
+    thread = threading.Thread(target=worker.run, name="kittiwake-bench-spark-worker", daemon=True)
+    try:
+        services.start_python_workers(FLOW_REFERENCE, 1, 2)
+        thread.start()
+        if not worker.started.wait(120):
+            raise RuntimeError("the Spark worker did not start")
+        warmup_secs = _warm_up(settings, url, session, root, console)
+        figures: dict[str, Any] = {}
+        if not settings.only or "step_start" in settings.only:
+            figures.update(run_step_start(settings, url, session, str(root / "probe-runs"), bar))
+        if not settings.only or "overhead" in settings.only:
+            figures["overhead"] = run_overhead(settings, url, session, root, manifest, console)
+            figures["overhead"]["warmup_s"] = None if warmup_secs is None else round(warmup_secs, 2)
+        figures["spark"] = {"master": session.sparkContext.master, "version": session.version,
+                            "reused_session": not started_here}
+        return figures
+    finally:
+        worker.stop()
+        thread.join(60)
+        services.stop()
+        transforms.apply_settings(session, previous)
+        if started_here:
+            session.stop()
+
+
+# --------------------------------------------------------------------- run
+
+
+def run_flows(settings: FlowsSettings, console: Console, *, parent_dir: str | None = None,
+              spark_session: Any = None) -> tuple[dict[str, Any], dict[str, Measured]]:
+    """Every figure; the JSON report and the latency samples (for the CDF plot)."""
+    root = Path(tempfile.mkdtemp(prefix="kittiwake-bench-", dir=parent_dir))
+    broker = BrokerProcess(root / "data", root / "broker.log", settings.durability)
+    try:
+        broker.start()
+        url = f"kw://{broker.host}:{broker.port}"
+        joins: dict[str, Any] = {}
+        spark: dict[str, Any] = {}
+        with progress_bars(console) as bar:
+            if not settings.only or "joins" in settings.only:
+                joins = run_joins(settings, broker, bar)
+            if not settings.only or {"step_start", "overhead"} & set(settings.only):
+                spark = run_spark_figures(settings, url, root, console, spark_session, bar)
+        broker_rss_mb = broker.peak_rss_mb()
+    finally:
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    measured: dict[str, Measured] = {}
+    flows: dict[str, Any] = {}
+    for part in (joins, spark):
+        for name, value in part.items():
+            if name == "_measured":
+                continue
+            flows[name] = value
+    spark_measured = spark.get("_measured", {})
+    if "start" in spark_measured:
+        measured["last token → Spark step entered"] = spark_measured["start"]
+        measured["no-op Spark job"] = spark_measured["noop"]
+        measured["lease round trip"] = spark_measured["lease"]
+    report = {"machine": machine_info(), "settings": {**asdict(settings), "broker_peak_rss_mb": broker_rss_mb},
+              "flows": flows}
+    report["flows"]["step_start_histogram"] = histogram(spark_measured["start"].result.latencies_ns) \
+        if "start" in spark_measured else None
+    return report, measured
+
+
+# -------------------------------------------------------------------- show
+
+
+def histogram(samples_ns: Any) -> list[dict[str, Any]]:
+    """Counts of samples per latency bucket (ms), the buckets of `HISTOGRAM_EDGES_MS`."""
+    counts = [0] * (len(HISTOGRAM_EDGES_MS) + 1)
+    for sample in samples_ns:
+        ms = sample / 1e6
+        slot = next((index for index, edge in enumerate(HISTOGRAM_EDGES_MS) if ms < edge), len(HISTOGRAM_EDGES_MS))
+        counts[slot] += 1
+    buckets = []
+    low = 0.0
+    for index, count in enumerate(counts):
+        high = HISTOGRAM_EDGES_MS[index] if index < len(HISTOGRAM_EDGES_MS) else None
+        buckets.append({"from_ms": low, "to_ms": high, "count": count})
+        low = float(high) if high is not None else low
+    return buckets
+
+
+def _histogram_table(buckets: list[dict[str, Any]]) -> Table:
+    table = Table(title="step start latency (last token committed → Spark step entered)", title_justify="left")
+    table.add_column("ms", justify="right")
+    table.add_column("samples", justify="right")
+    table.add_column("")
+    most = max((bucket["count"] for bucket in buckets), default=0) or 1
+    for bucket in buckets:
+        label = f"{bucket['from_ms']:g}–{bucket['to_ms']:g}" if bucket["to_ms"] is not None else f"≥ {bucket['from_ms']:g}"
+        table.add_row(label, f"{bucket['count']:,}", "█" * round(HISTOGRAM_WIDTH * bucket["count"] / most))
+    return table
+
+
+def _overhead_rows(record: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    times = record["flow_times"]
+    plain = record["plain_seconds"]
+    dataset = record["dataset"]
+    rows: list[tuple[str, str, str, bool | None]] = [
+        ("dataset", f"{dataset['bytes'] / 1e6:,.1f} MB, {dataset['lines']:,} rows, {dataset['shards']} shards", "", None),
+        ("the flow (kittiwake.demo.shop_flow)", f"{record['flow_s']:.2f} s", "", None),
+        ("one PySpark script (kittiwake.demo.plain_spark)", f"{record['plain_s']:.2f} s "
+         f"(clean {plain.get('clean', 0):.1f}, enrich + figures {plain.get('enrich_and_figures', 0):.1f}, "
+         f"report {plain.get('report', 0):.1f})", "", None),
+        ("flow ÷ plain − 1", "—" if record["overhead_percent"] is None else f"{record['overhead_percent']:+.1f}%",
+         describe_target(record["target"]), record["meets_target"]),
+        ("same figures from both", "yes" if record["same_figures"] else "NO", "", record["same_figures"]),
+        ("flow: Spark steps' busy time (2 slots)", f"{times['spark_busy_secs']:.2f} s "
+         f"(÷ 2 = {times['spark_busy_secs'] / 2:.2f} s)", "", None),
+        ("flow: python steps' busy time", f"{times['python_busy_secs']:.2f} s", "", None),
+        ("flow: no step running (hand-offs on the critical path)", f"{times['idle_secs']:.2f} s", "", None),
+    ]
+    return rows
+
+
+def _steps_table(record: dict[str, Any]) -> Table:
+    table = Table(title="where the flow's time went, per step (wait: inputs ready → function entered: "
+                        "the broker's hand-off, reading the inputs, a free slot)", title_justify="left")
+    for column in ("step", "engine", "jobs", "busy s", "wait ms mean", "wait ms max"):
+        table.add_column(column, justify="left" if column in ("step", "engine") else "right")
+    for step in record["flow_times"]["steps"]:
+        table.add_row(step["step"], step["engine"], str(step["jobs"]), f"{step['busy_secs']:.2f}",
+                      "—" if step["wait_ms_mean"] is None else f"{step['wait_ms_mean']:,.0f}",
+                      "—" if step["wait_ms_max"] is None else f"{step['wait_ms_max']:,.0f}")
+    return table
+
+
+def show(console: Console, report: dict[str, Any]) -> None:
+    flows = report["flows"]
+    settings = report["settings"]
+    show_figures(console, f"kittiwake bench flows — {settings['producers']} producers, {settings['durability']}, "
+                          "×ref: join ÷ plain enqueue; step start vs a no-op Spark job",
+                 {name: flows[name] for name in ("join_tokens", "plain_enqueue", "step_start", "spark_noop",
+                                                 "lease_round_trip") if name in flows})
+    join = flows.get("join_tokens")
+    if join is not None:
+        verdict = "[green]exactly once" if join["exactly_once"] and not join["tokens_left_waiting"] else "[red]NOT exactly once"
+        console.print(f"join: {join['jobs']:,} jobs drained for {join['keys']:,} keys — {verdict}[/] "
+                      f"(duplicates {join['duplicates']}, missing {join['missing']}, malformed {join['malformed']}, "
+                      f"tokens left waiting {join['tokens_left_waiting']})")
+    if flows.get("step_start_histogram"):
+        console.print(_histogram_table(flows["step_start_histogram"]))
+    if "overhead" in flows:
+        console.print(numbers_table("the main job's flow vs one plain PySpark script, same data and session",
+                                    _overhead_rows(flows["overhead"])))
+        console.print(_steps_table(flows["overhead"]))
+    elif "error" in flows:
+        console.print(f"[yellow]Spark figures not measured: {flows['error']}")
