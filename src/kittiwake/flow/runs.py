@@ -379,14 +379,18 @@ class RunHandle:
         return run_status(self.client, self.record)
 
     def wait(self, timeout: float | None = None, *, poll_secs: float = 0.2) -> RunStatus:
-        """Wait until the run is done, failed or cancelled; TimeoutError after `timeout` seconds."""
+        """Wait until the run is done, failed or cancelled; TimeoutError after `timeout` seconds.
+        A broker that is away meanwhile (a restart) is waited for."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = self.status()
-            if status.finished:
+            try:
+                status = self.status()
+            except errors.Transient:  # the broker restarts: ask again
+                status = None
+            if status is not None and status.finished:
                 return status
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {self.id} is still {status.state} after {timeout} s")
+                raise TimeoutError(f"run {self.id} is still {status.state if status else 'unknown'} after {timeout} s")
             time.sleep(poll_secs)
 
     def outputs(self) -> dict[str, Dataset | list[Dataset]]:
