@@ -57,7 +57,7 @@ def python_workers(broker: BrokerProcess) -> Iterator[Callable[..., Any]]:
         app = flow.kittiwake_app()
         app.url = None
         loop = WorkerLoop(app, WorkerConfig(url=broker.url, concurrency=concurrency, wait_secs=0.2,
-                                            registry_every_secs=0.5))
+                                            registry_every_secs=0.5, shutdown_secs=5))
         stoppers.append(_in_thread(loop.run, loop.stop, f"python-steps-{flow.name}"))
         return loop
 
