@@ -135,6 +135,16 @@ def test_queues_with_pattern_and_min_tasks(broker: BrokerProcess) -> None:
     assert "orders#eu" in table and "logs" in table
 
 
+def test_joins_lists_what_the_broker_holds(broker: BrokerProcess) -> None:
+    assert "no joins" in ok("joins", url=broker.url)
+    with Client(broker.url) as client:
+        client.declare_join("f#j", "f#jobs", required={"a": "f#a"}, optional={"b": "f#b"})
+        client.enqueue("f#a", b"", pid="k")  # the only required port: the job starts at once
+    [row] = ok_json("joins", url=broker.url)
+    assert row["name"] == "f#j" and row["ports"] == [["a", "f#a", "required"], ["b", "f#b", "optional"]]
+    assert "f#jobs" in ok("joins", "--pattern", "^f#", url=broker.url)
+
+
 def test_stats_json_reports_every_field(broker: BrokerProcess) -> None:
     url = broker.url
     ok("enqueue", "work", "--stdin", url=url, stdin="a\nb\nc\n")

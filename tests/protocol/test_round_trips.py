@@ -26,7 +26,7 @@ from kittiwake.client import (
     calls,
 )
 from kittiwake.protocol import REQUEST_TYPES, decode_reply, encode_frame, encode_request
-from kittiwake.protocol.replies import AuthResult, CancelWaitResult
+from kittiwake.protocol.replies import AuthResult, CancelWaitResult, JoinInfo
 from support.wire_pair import PEER, START, WirePair, any_client
 
 OPS_REACHED: set[str] = set()
@@ -172,6 +172,16 @@ def test_dead_letters_are_requeued_and_purged_by_page(client: Any) -> None:
     assert len(rest.outcomes) == 1 and rest.next_pid is None
     assert client.requeue_dead("q", ["zz"]).outcomes[0].code == "TASK_NOT_FOUND"
     assert [view.pid for view in client.peek("q")] == ["a"]
+
+
+def test_joins_are_declared_listed_purged_and_dropped(client: Any) -> None:
+    assert client.declare_join("j", "jobs", required={"a": "in.a"}, sequence={"s": "in.s"}) == "created"
+    client.enqueue("in.a", b"", pid="r1")
+    [info] = client.list_joins()
+    assert isinstance(info, JoinInfo)
+    assert (info.name, info.ports, info.tokens_waiting) == ("j", [("a", "in.a", "required"), ("s", "in.s", "sequence")], 1)
+    assert client.purge_join("j", "r1") == 1
+    assert client.drop_join("j") is True
 
 
 def test_auth_and_cancel_wait_are_answered_with_their_records(pair: WirePair) -> None:

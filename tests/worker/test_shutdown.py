@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from kittiwake import Client
 from support.broker_process import BrokerProcess
 from worker import apps
 from worker.harness import read_lines, wait_for, workers
@@ -27,6 +28,8 @@ def test_sigterm_finishes_the_running_task_and_hands_back_the_rest(broker: Broke
     assert len(started(runs)) == 1
     first = started(runs)[0]
     assert [line.split()[:2] for line in read_lines(runs)] == [["start", first], ["end", first]]
+    with Client(broker.url) as client:  # handed back unstarted: no attempt used
+        assert [view.attempts for view in client.peek("short", n=10)] == [0] * 5
     with workers(broker.url, tmp_path, "--concurrency", "6"):
         results = app.results(handles, timeout=30)  # at-most-once tasks handed back unstarted still run
     assert sorted(results) == sorted(f"least{n}" for n in range(3)) + sorted(f"most{n}" for n in range(3))

@@ -1,4 +1,4 @@
-"""Commands on queues and the broker: queues, stats, delete-queue, ping."""
+"""Commands on queues and the broker: queues, stats, joins, delete-queue, ping."""
 
 from __future__ import annotations
 
@@ -36,6 +36,28 @@ def queues(cli: CliContext, pattern: str | None, min_tasks: int, limit: int) -> 
         say("no queues")
     else:
         print_table(None, ("queue", "size", "leased"), ((r.queue, r.size, r.leased) for r in rows))
+
+
+@click.command("joins")
+@click.option("--pattern", help="Only joins whose name matches this regular expression (as for queues).")
+@pass_cli
+def joins(cli: CliContext, pattern: str | None) -> None:
+    """List the joins the broker holds: job queue, ports (queue and mode) and tokens waiting."""
+    rows = cli.client().list_joins(pattern)
+    if cli.json:
+        print_json(rows)
+    elif not rows:
+        say("no joins")
+    else:
+        print_table(
+            None,
+            ("join", "job queue", "ports", "tokens waiting", "max attempts"),
+            (
+                (r.name, r.job_queue, ", ".join(f"{port}={queue} ({mode})" for port, queue, mode in r.ports),
+                 r.tokens_waiting, r.max_attempts or "-")
+                for r in rows
+            ),
+        )
 
 
 def print_stats(stats: QueueStats) -> None:
@@ -121,4 +143,4 @@ def ping(cli: CliContext) -> None:
         say(f"{client.url} answered in {round_trip_ms:.1f} ms")
 
 
-COMMANDS = [queues, stats, delete_queue, ping]
+COMMANDS = [queues, stats, joins, delete_queue, ping]

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from kittiwake.constants import DEFAULT_LEASE_SECS
-from kittiwake.engine import dead_letters, dependencies, enqueue, failures, inspection, joins, leases, update
+from kittiwake.engine import dead_letters, dependencies, enqueue, failures, inspection, join_index, joins, leases, update
 from kittiwake.engine.dead_letters import DeadLetterPage
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER, EngineState, delete_queue, prune_idle, recover
 from kittiwake.engine.storage import TaskStore
@@ -160,9 +160,9 @@ class Engine:
         return failures.cancel(self.state, keys, reason, now)
 
     def delete_queue(self, queue: str) -> int:
-        joins.check_queues(self.state, [queue], "delete")
+        join_index.check_queues(self.state, [queue], "delete")
         if queue in self.state.join_ports:
-            joins.forget_queue(self.state, queue)
+            join_index.forget_queue(self.state, queue)
         if queue in self.state.queues:
             dependencies.finish_parents_of_deleted_queue(self.state, queue)
         return delete_queue(self.state, queue)

@@ -21,7 +21,7 @@ from typing import Sequence
 
 from kittiwake.constants import PARENT_FAILED_REASON
 from kittiwake import errors
-from kittiwake.engine import joins
+from kittiwake.engine import join_index, joins
 from kittiwake.engine.dependencies import key_exists, link_parents
 from kittiwake.engine.failures import bury
 from kittiwake.engine.head_cache import add_available, enforce_cache, exists, touch
@@ -41,7 +41,7 @@ def enqueue(state: EngineState, tasks: Sequence[NewTask], now: float) -> list[En
         raise errors.BadRequest(f"more than {limits.max_batch} tasks in one request")
     for task in tasks:
         task.validate(limits)
-    joins.check_tokens(state, tasks)
+    join_index.check_tokens(state, tasks)
     mutations: list[Mutation] = []
     outcomes: list[EnqueueOutcome] = []
     for task in tasks:

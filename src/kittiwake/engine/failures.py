@@ -29,7 +29,7 @@ from typing import Sequence
 
 from kittiwake.constants import CANCELLED_REASON, JOINS_QUEUE, PARENT_FAILED_REASON
 from kittiwake import errors
-from kittiwake.engine import joins
+from kittiwake.engine import join_index
 from kittiwake.engine.head_cache import add_available, enforce_cache, find
 from kittiwake.engine.ids import next_fifo_pid
 from kittiwake.engine.mutations import DeleteEdges, DeleteTask, Mutation, PutTask, SetLease
@@ -197,7 +197,7 @@ def cancel(state: EngineState, keys: Sequence[tuple[str, str]], reason: str | No
         queue.size -= 1
         mutations.append(DeleteTask(name, pid))
         if name in state.join_ports:
-            joins.token_left(state, name, pid)
+            join_index.token_left(state, name, pid)
         task.waiting_on = 0
         bury(state, task, reason, now, mutations)
         if task.children:

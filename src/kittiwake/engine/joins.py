@@ -26,34 +26,37 @@ sequence tokens once, nothing else.
 
 Port queues are the joins' alone: a lease naming one is refused, a token
 without a pid (its key), with parents (`after`) or with a malformed sequence
-pid is refused with the request. `purge` garbage-collects the tokens of a key
-and everything below it (a finished or cancelled run); `drop` forgets a join
-(its tokens stay in their queues).
+pid is refused with the request (`join_index`, the checks the lower
+operation modules make). `purge` garbage-collects the tokens of a key and
+everything below it (a finished or cancelled run); `drop` forgets a join
+(its tokens stay in their queues). A job's tokens together may take up to
+the lease reply's 8 MiB; a larger job goes straight to the job queue's
+dead-letter queue (`JOB_TOO_LARGE`), tokens and all.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import msgspec
 
 from kittiwake import errors
-from kittiwake.constants import JOIN_HEADER, JOINS_QUEUE, SEQ_FINAL_HEADER, SEQ_SEPARATOR
-from kittiwake.engine import enqueue as enqueue_ops
+from kittiwake.constants import JOIN_HEADER, JOINS_QUEUE, SEQ_SEPARATOR
 from kittiwake.engine import failures
-from kittiwake.engine.head_cache import enforce_cache, exists, find
-from kittiwake.engine.mutations import DeleteTask, Mutation
+from kittiwake.engine.head_cache import add_available, enforce_cache, exists, find, touch
+from kittiwake.engine.join_index import count, forget_queue
+from kittiwake.engine.mutations import DeleteTask, Mutation, PutTask
 from kittiwake.engine.queue_patterns import name_matcher
 from kittiwake.engine.queue_state import QueueState
-from kittiwake.engine.state import EngineState, flush, forget_if_empty
+from kittiwake.engine.rates import ENQUEUE
+from kittiwake.engine.state import EngineState, flush, forget_if_empty, open_queue, rates_of
 from kittiwake.join_spec import REQUIRED, SEQUENCE, JoinSpec, key_matches, sequence_key
-from kittiwake.model import NewTask, Task, validate_pid
+from kittiwake.model import Task, validate_pid
 
 JOB_TOO_LARGE_REASON = "JOB_TOO_LARGE"
 SCAN_PAGE = 512
 _encode = msgspec.msgpack.Encoder().encode
 _decode_spec = msgspec.msgpack.Decoder(JoinSpec).decode
-NOT_FINAL = -1
 
 
 # ------------------------------------------------------------ declarations
@@ -78,7 +81,7 @@ def declare(state: EngineState, spec: JoinSpec, now: float) -> str:
         _forget(state, old)
         _take(state, JOINS_QUEUE, spec.name, mutations)
         flush(state, mutations)
-    enqueue_ops.enqueue_one(state, NewTask(queue=JOINS_QUEUE, pid=spec.name, data=_encode(spec)), now, mutations)
+    _put(state, Task(queue=JOINS_QUEUE, pid=spec.name, data=_encode(spec), enqueued_at=now), now, mutations)
     flush(state, mutations)
     _index(state, spec)
     return "created" if old is None else "replaced"
@@ -112,29 +115,13 @@ def _forget(state: EngineState, spec: JoinSpec) -> None:
         forget_queue(state, port.queue)
 
 
-def forget_queue(state: EngineState, queue: str) -> None:
-    """A port queue was deleted (or left its join): forget its sequence counts."""
-    for key in [key for key in state.join_sequences if key[0] == queue]:
-        del state.join_sequences[key]
-
-
 def _count_sequences(state: EngineState, queue: str) -> None:
     """Count the waiting tokens of a sequence port from the store (declare, recover)."""
     forget_queue(state, queue)
     for task in _scan(state, queue, None):
         parsed = sequence_key(task.pid)
         if parsed is not None and task.lease_expires_at is None:
-            _count(state, queue, parsed[0], parsed[1], task.headers)
-
-
-def _count(state: EngineState, queue: str, key: str, index: int, headers: dict[str, str] | None) -> list[int]:
-    counter = state.join_sequences.get((queue, key))
-    if counter is None:
-        counter = state.join_sequences[(queue, key)] = [0, NOT_FINAL]
-    counter[0] += 1
-    if headers and SEQ_FINAL_HEADER in headers:
-        counter[1] = index + 1
-    return counter
+            count(state, queue, parsed[0], parsed[1], task.headers)
 
 
 def recover(state: EngineState) -> None:
@@ -163,37 +150,6 @@ def _scan(state: EngineState, queue: str, prefix: str | None) -> Iterable[Task]:
         start = page[-1].pid + "\x00"
 
 
-# ------------------------------------------------------------- validation
-
-
-def check_tokens(state: EngineState, tasks: Sequence[NewTask]) -> None:
-    """Refuse tasks a join's ports cannot take, before any task of the request is applied."""
-    for task in tasks:
-        if task.queue == JOINS_QUEUE:
-            raise errors.BadRequest(f"{JOINS_QUEUE!r} is the broker's own queue: use declare_join")
-        name = state.join_ports.get(task.queue)
-        if name is None:
-            continue
-        mode = state.joins[name].port_of(task.queue).mode
-        where = f"queue {task.queue!r} is port of join {name!r}"
-        if task.pid is None:
-            raise errors.BadRequest(f"{where}: a token needs a pid, its key")
-        if task.after:
-            raise errors.BadRequest(f"{where}: a token cannot wait for parents")
-        if mode == SEQUENCE and sequence_key(task.pid) is None:
-            raise errors.BadRequest(f"{where}: a sequence token's pid is <key>/<index>, got {task.pid[:64]!r}")
-
-
-def check_queues(state: EngineState, queues: Iterable[str], what: str) -> None:
-    """Refuse a lease (or a cancel, a delete) of the joins' own queues."""
-    for queue in queues:
-        if queue == JOINS_QUEUE:
-            raise errors.BadRequest(f"cannot {what} {JOINS_QUEUE!r}: declare_join and drop_join keep it")
-        name = state.join_ports.get(queue)
-        if name is not None and what == "lease":
-            raise errors.BadRequest(f"cannot lease {queue!r}: it is a port of join {name!r}, whose tokens it takes")
-
-
 # ------------------------------------------------------------------ arrival
 
 
@@ -209,7 +165,7 @@ def arrived(state: EngineState, task: Task, now: float, mutations: list[Mutation
         if parsed is None:
             return  # was checked with its request; a requeued dead letter of an older spec
         key = parsed[0]
-        counter = _count(state, task.queue, key, parsed[1], task.headers)
+        counter = count(state, task.queue, key, parsed[1], task.headers)
         if counter[0] != counter[1]:
             return
     else:
@@ -238,7 +194,6 @@ def _complete(state: EngineState, spec: JoinSpec, key: str) -> bool:
 
 def _start_job(state: EngineState, spec: JoinSpec, key: str, now: float, mutations: list[Mutation]) -> None:
     tokens: dict[str, list[dict[str, Any]]] = {}
-    size = 0
     for port in spec.ports:
         if port.mode == SEQUENCE:
             taken = _take_sequence(state, port.queue, key, mutations)
@@ -248,24 +203,31 @@ def _start_job(state: EngineState, spec: JoinSpec, key: str, now: float, mutatio
         tokens[port.name] = [
             {"pid": t.pid, "data": t.data, "headers": t.headers, "sender": t.sender} for t in taken
         ]
-        size += sum(len(t.data) for t in taken)
     flush(state, mutations)
     payload = _encode({"join": spec.name, "key": key, "tokens": tokens})
-    job = NewTask(queue=spec.job_queue, pid=key, data=payload, headers={JOIN_HEADER: spec.name},
-                  max_attempts=spec.max_attempts)
+    job = Task(queue=spec.job_queue, pid=key, data=payload, enqueued_at=now, headers={JOIN_HEADER: spec.name},
+               max_attempts=spec.max_attempts)
     if len(payload) > state.limits.max_reply_data_bytes:
-        # no lease could hand it out: keep the tokens in a dead letter, say why
-        failures.bury(
-            state,
-            Task(queue=spec.job_queue, pid=key, data=payload, enqueued_at=now, headers=job.headers,
-                 max_attempts=spec.max_attempts),
-            f"{JOB_TOO_LARGE_REASON} {len(payload)} bytes of tokens, over {state.limits.max_reply_data_bytes}",
-            now,
-            mutations,
-        )
+        # no lease could hand it out: keep the tokens in a dead letter, and say why
+        reason = f"{JOB_TOO_LARGE_REASON} {len(payload)} bytes of tokens, over {state.limits.max_reply_data_bytes}"
+        failures.bury(state, job, reason, now, mutations)
     else:
-        enqueue_ops.enqueue_one(state, job, now, mutations)
+        _put(state, job, now, mutations)
     flush(state, mutations)
+
+
+def _put(state: EngineState, task: Task, now: float, mutations: list[Mutation]) -> None:
+    """A new available task whose pid is known to be free (a job, a declaration); a job
+    queue may itself be a port of another join."""
+    queue = open_queue(state, task.queue)
+    touch(state, queue)
+    queue.size += 1
+    queue.note_pid(task.pid)
+    add_available(state, queue, task)
+    rates_of(queue).add(ENQUEUE, now)
+    mutations.append(PutTask(task))
+    if task.queue in state.join_ports:
+        arrived(state, task, now, mutations)
 
 
 def _take(state: EngineState, queue_name: str, pid: str, mutations: list[Mutation]) -> Task | None:
@@ -305,23 +267,6 @@ def _take_sequence(state: EngineState, queue_name: str, key: str, mutations: lis
     forget_if_empty(state, queue)
     taken.sort(key=lambda t: sequence_key(t.pid)[1])  # type: ignore[index]
     return taken
-
-
-def token_left(state: EngineState, queue: str, pid: str) -> None:
-    """A token was withdrawn (cancel): a sequence counts one fewer."""
-    name = state.join_ports.get(queue)
-    if name is None or state.joins[name].port_of(queue).mode != SEQUENCE:
-        return
-    parsed = sequence_key(pid)
-    if parsed is None:
-        return
-    counter = state.join_sequences.get((queue, parsed[0]))
-    if counter is not None:
-        counter[0] -= 1
-        if counter[1] == parsed[1] + 1:
-            counter[1] = NOT_FINAL
-        if counter[0] <= 0:
-            del state.join_sequences[(queue, parsed[0])]
 
 
 # ------------------------------------------------------------ purge, views
@@ -375,4 +320,4 @@ def infos(state: EngineState, pattern: str | None = None) -> list[dict[str, Any]
     return out
 
 
-__all__ = ["arrived", "check_queues", "check_tokens", "declare", "drop", "infos", "purge", "recover"]
+__all__ = ["arrived", "declare", "drop", "infos", "purge", "recover"]

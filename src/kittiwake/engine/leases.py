@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from kittiwake.constants import LEASE_EXPIRED_REASON, RELEASED_REASON
 from kittiwake import errors
-from kittiwake.engine import joins
+from kittiwake.engine import join_index
 from kittiwake.engine.dependencies import finish_parent
 from kittiwake.engine.failures import fail_attempt, validate_reason
 from kittiwake.engine.head_cache import add_available, enforce_cache, ensure_head, find, touch
@@ -72,7 +72,7 @@ def validate_lease(state: EngineState, request: LeaseRequest) -> None:
         raise errors.BadRequest(f"more than {MAX_QUEUES_PER_LEASE} queues in one lease")
     for name in request.queues:
         validate_queue(name, limits)
-    joins.check_queues(state, request.queues, "lease")
+    join_index.check_queues(state, request.queues, "lease")
     validate_count(request.max_tasks, "max_tasks", 1, limits.max_batch)
     request.lease_secs = validate_lease_secs(request.lease_secs, limits)
     if request.max_pid is not None:

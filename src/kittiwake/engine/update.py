@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from kittiwake.constants import DEFAULT_LEASE_SECS
 from kittiwake import errors
-from kittiwake.engine import joins
+from kittiwake.engine import join_index
 from kittiwake.engine.enqueue import enqueue_one
 from kittiwake.engine.failures import validate_reason
 from kittiwake.engine.head_cache import enforce_cache
@@ -58,7 +58,7 @@ def update(
         raise errors.BadRequest(f"more than {limits.max_batch} items in one update")
     for task in enqueue:
         task.validate(limits)
-    joins.check_tokens(state, enqueue)
+    join_index.check_tokens(state, enqueue)
     validate_refs(state, [*dequeue, *renew, *release])
     if renew:
         lease_secs = validate_lease_secs(lease_secs, limits)

@@ -25,7 +25,7 @@ The runner decides; this module writes the decision down:
   and the error result second — a crash in between leaves the handle to find
   the task in the dead-letter queue.
 * RETURN: handed back unstarted at shutdown: noted ``[redeliver N]`` so an
-  at-most-once task may still run, then released.
+  at-most-once task may still run, then rejected: released without using an attempt.
 * DROP: nothing to do (the lease was lost; another worker has the task).
 * PARK: a gang that did not assemble keeps its lease and runs again after
   `backoff_secs` on the same worker; the worker loop handles it, the settler
@@ -195,7 +195,7 @@ class Settler:
                 self.retried += 1
             elif outcome.kind is Kind.RETURN:
                 self.client.renew(task, task_lease_secs(outcome.held), note=redeliver_note(task.deliveries, "returned"))
-                self.client.release(task, "RETURNED")
+                self.client.release(task, "RETURNED", reject=True)  # never started: no attempt used
             elif outcome.kind is Kind.FAIL:
                 self._fail(outcome)
                 self.failed += 1
