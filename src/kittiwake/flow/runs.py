@@ -41,7 +41,7 @@ from kittiwake.client import Client
 from kittiwake.constants import DEAD_PID_HEADER, DEAD_REASON_HEADER
 from kittiwake.flow import records
 from kittiwake.flow.dataset import Dataset, as_dataset
-from kittiwake.flow.definition import OPTIONAL, REQUIRED, SEQUENCE, Flow
+from kittiwake.flow.definition import OPTIONAL, REQUIRED, SEQUENCE, FlowDefinition
 from kittiwake.flow.names import FlowNames, check_run_id, new_run_id
 from kittiwake.flow.records import CANCELLED, DONE, FAILED, RUNNING, Ended, RunRecord, RunStatus, StepProgress
 from kittiwake.flow.tokens import JOIN_HEADER, decode, input_tokens, parse_output_pid
@@ -62,7 +62,7 @@ def client_of(client: Any) -> tuple[Client, bool]:
 # ------------------------------------------------------------------ joins
 
 
-def declare_joins(flow: Flow, client: Client) -> dict[str, str]:
+def declare_joins(flow: FlowDefinition, client: Client) -> dict[str, str]:
     """Declare each step's join (its ports and job queue); returns join -> what the broker did."""
     if not flow.steps:
         raise errors.BadRequest(f"flow {flow.name!r} has no steps")
@@ -80,7 +80,7 @@ def declare_joins(flow: Flow, client: Client) -> dict[str, str]:
 
 
 def start_run(
-    flow: Flow, client: Any, inputs: Mapping[str, Any], *, data_dir: Any, run_id: str | None = None
+    flow: FlowDefinition, client: Any, inputs: Mapping[str, Any], *, data_dir: Any, run_id: str | None = None
 ) -> RunHandle:
     client, owned = client_of(client)
     if not isinstance(inputs, Mapping):
@@ -113,7 +113,7 @@ def data_dir_of(value: Any) -> str:
     raise errors.BadRequest(f"data_dir must be a path or URI every worker can reach, not {value!r}")
 
 
-def attach_run(flow: Flow, client: Any, run_id: str) -> RunHandle:
+def attach_run(flow: FlowDefinition, client: Any, run_id: str) -> RunHandle:
     client, owned = client_of(client)
     client.get(flow.names.runs_queue, check_run_id(run_id))  # TaskNotFound: no such run
     return RunHandle(client, flow.names.group, run_id, owned=owned)
@@ -333,14 +333,14 @@ def retry_run(client: Client, record: RunRecord) -> int:
     return requeued
 
 
-def list_runs(flow: Flow | str | None, client: Any, *, limit: int = 100) -> list[RunStatus]:
+def list_runs(flow: FlowDefinition | str | None, client: Any, *, limit: int = 100) -> list[RunStatus]:
     """Status of the runs of one flow (a Flow or its name), or of every flow for None, oldest first."""
     client, owned = client_of(client)
     try:
         if flow is None:
             groups = [q.queue.rsplit("#", 1)[0] for q in client.list_queues(RUNS_PATTERN)]
         else:
-            groups = [flow.names.group if isinstance(flow, Flow) else FlowNames(flow).group]
+            groups = [flow.names.group if isinstance(flow, FlowDefinition) else FlowNames(flow).group]
         found: list[RunStatus] = []
         for group in groups:
             for view in client.peek(f"{group}#runs", max(1, min(limit, PAGE))):

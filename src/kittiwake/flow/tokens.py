@@ -33,7 +33,7 @@ import msgspec
 
 from kittiwake import errors
 from kittiwake.flow.dataset import Dataset
-from kittiwake.flow.definition import OPTIONAL, SEQUENCE, Flow, Step
+from kittiwake.flow.definition import OPTIONAL, SEQUENCE, FlowDefinition, Step
 from kittiwake.flow.names import format_index, key_of, split_key
 
 try:  # the header names of the joins' contract
@@ -167,7 +167,7 @@ def item_keys(step: Step, job: JobInput, count: int) -> list[tuple[list[int], St
 
 
 def job_outputs(
-    flow: Flow,
+    flow: FlowDefinition,
     step: Step,
     job: JobInput,
     items: list[Mapping[str, Dataset]],
@@ -203,7 +203,7 @@ def job_outputs(
     return ordered
 
 
-def input_tokens(flow: Flow, run: str, inputs: Mapping[str, Dataset]) -> list[dict[str, Any]]:
+def input_tokens(flow: FlowDefinition, run: str, inputs: Mapping[str, Dataset]) -> list[dict[str, Any]]:
     """The tokens that start a run: one per flow input and consumer port, at key = run id."""
     tasks: list[dict[str, Any]] = []
     for name, dataset in inputs.items():
