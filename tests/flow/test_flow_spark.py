@@ -69,3 +69,31 @@ def test_a_failed_spark_attempt_is_retried(
     assert status.state == "done", status
     assert worker.settler.retried >= 1
     assert read_totals(spark_session, run.outputs()["totals.out"]) == {r: (t, 2) for r, t in expected.items()}
+
+
+def test_a_stop_cancels_running_spark_jobs_and_hands_them_back_without_an_attempt(
+    client: Client, python_workers, spark_workers, fail_dir: Path, tmp_path: Path
+) -> None:
+    write_parts(tmp_path / "in", 1)
+    (fail_dir / "clean.stall").write_text("60")
+    python_workers(pipelines.sales)
+    worker = spark_workers(pipelines.sales, concurrency=1)
+    worker.shutdown_secs = 0.5
+    run = pipelines.sales.run(client, {"raw": Dataset.path(tmp_path / "in")}, data_dir=tmp_path / "runs")
+    clean_queue = pipelines.sales.steps["clean"].job_queue
+    deadline = time.monotonic() + 60
+    while not any(view.state == "leased" for view in client.peek(clean_queue, 10)):
+        assert time.monotonic() < deadline, run.status()
+        time.sleep(0.05)
+    time.sleep(1.0)  # the stalling Spark job is under way
+    began = time.monotonic()
+    worker.stop()
+    while worker.rejected == 0:
+        assert time.monotonic() - began < 30, "the running job was not handed back"
+        time.sleep(0.05)
+    [job] = client.peek(clean_queue, 10)
+    assert (job.state, job.attempts) == ("available", 0)  # rejected: no attempt counted
+    assert time.monotonic() - began < 20  # the 60 s Spark job was cancelled, not waited for
+    (fail_dir / "clean.stall").unlink()
+    spark_workers(pipelines.sales)
+    assert run.wait(timeout=60).state == "done"

@@ -95,7 +95,7 @@ def test_a_spark_worker_runs_flow_steps_on_a_standalone_cluster(
     try:
         worker_id = worker.wait_ready()
         [record] = [r for r in all_workers(client) if r.id == worker_id]
-        assert record.info["spark_master"] == standalone_cluster
+        assert (record.info["spark_master"], record.info["scheduler_mode"]) == (standalone_cluster, "FAIR")
         python_workers(pipelines.sales)
         run = pipelines.sales.run(client, {"raw": Dataset.path(tmp_path / "in")}, data_dir=tmp_path / "runs")
         status = run.wait(timeout=180)

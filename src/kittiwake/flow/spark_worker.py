@@ -181,7 +181,8 @@ class SparkWorker:
                  session.sparkContext.master, self.concurrency)
         self.registry.start(
             {"host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-             "concurrency": self.concurrency, "started_at": time.time(), "spark_master": session.sparkContext.master},
+             "concurrency": self.concurrency, "started_at": time.time(), "spark_master": session.sparkContext.master,
+             "scheduler_mode": session.sparkContext.getConf().get("spark.scheduler.mode", "FIFO")},
             self.status,
         )
         self.started.set()
