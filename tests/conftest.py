@@ -3,13 +3,14 @@
 * `broker`: a real broker subprocess on a fresh data directory, killed at teardown.
 * `--soak`: enables tests marked `soak` (long runs); without it they are skipped.
 * `spark_session`: one PySpark `local[2]` session for the whole run (Spark starts a JVM
-  in seconds); skipped, with the reason, where PySpark or Java is missing.
+  in seconds); skipped, with the reason, where PySpark or Java is missing (failed under CI=true).
 
 `tests/` is put on `sys.path` so test modules can `from support.broker_process import ...`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -53,6 +54,8 @@ def spark_session() -> Iterator[object]:
 
     reason = spark_available()
     if reason is not None:
+        if os.environ.get("CI") == "true":  # the pipelines run on Spark: CI must run these
+            pytest.fail(f"CI=true and Spark cannot start: {reason}")
         pytest.skip(reason)
     session = start_spark()
     try:

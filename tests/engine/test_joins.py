@@ -112,6 +112,7 @@ def test_a_job_survives_a_restart_and_counts_are_rebuilt(engine: Engine, tmp_pat
         pytest.skip("restart is the SQLite store's")
     engine.declare_join(spec(("parts", "sequence"), ("users", "required")), NOW)
     engine.enqueue([token("parts", "r1/00000000"), token("parts", "r1/00000001", final=True)], NOW)
+    engine.enqueue([token("users", "r2")], NOW)  # a required token waiting across the restart
     engine.store.commit()
     engine.store.close()
     engine = Engine(SqliteStore(tmp_path / "data", durability="os"), head_tasks=4)
@@ -119,6 +120,10 @@ def test_a_job_survives_a_restart_and_counts_are_rebuilt(engine: Engine, tmp_pat
     assert [j["name"] for j in engine.list_joins()] == ["f#join.c"]
     engine.enqueue([token("users", "r1")], NOW)
     assert [job["key"] for job in jobs(engine)] == ["r1"]
+    engine.enqueue([token("users", "r2")], NOW)  # still waiting: collapses
+    assert [t["pid"] for t in engine.peek("f#in.users", 10, None, NOW)] == ["r2"]
+    engine.enqueue([token("parts", "r2/00000000", final=True)], NOW)
+    assert [job["key"] for job in jobs(engine)] == ["r2"]
     engine.store.close()
 
 

@@ -63,7 +63,8 @@ def enqueue_one(state: EngineState, new: NewTask, now: float, mutations: list[Mu
             pid = next_fifo_pid(state, now, mutations)
     else:
         pid = new.pid
-        if exists(state, queue, pid):
+        tokens = state.join_tokens.get(new.queue)  # a join's port: its pids are all in memory
+        if pid in tokens if tokens is not None else exists(state, queue, pid):
             return EnqueueOutcome(new.queue, pid, True)
     if new.unless and any(key_exists(state, q, p) for q, p in new.unless):
         return EnqueueOutcome(new.queue, pid, True)

@@ -4,7 +4,9 @@
 operation modules need of it without importing it (enqueue, update and
 leases refuse what a port queue cannot take; cancel uncounts a withdrawn
 sequence token): the index itself is declared in `state.EngineState`
-(`joins`, `join_ports`, `join_sequences`).
+(`joins`, `join_ports`, `join_sequences`, `join_tokens`): every waiting
+token's pid is in memory, so an arrival looks at the other ports, and dedupes
+itself, without reading the store.
 """
 
 from __future__ import annotations
@@ -59,14 +61,22 @@ def count(state: EngineState, queue: str, key: str, index: int, headers: dict[st
     return counter
 
 
+def has_token(state: EngineState, queue: str, pid: str) -> bool:
+    return pid in state.join_tokens.get(queue, ())
+
+
 def forget_queue(state: EngineState, queue: str) -> None:
-    """A port queue was deleted (or left its join): forget its sequence counts."""
+    """A port queue was deleted (or left its join): forget its tokens and sequence counts."""
+    state.join_tokens.pop(queue, None)
     for key in [key for key in state.join_sequences if key[0] == queue]:
         del state.join_sequences[key]
 
 
 def token_left(state: EngineState, queue: str, pid: str) -> None:
-    """A token was withdrawn (cancel): a sequence counts one fewer."""
+    """A token left its port (cancelled, taken, purged): a sequence counts one fewer."""
+    tokens = state.join_tokens.get(queue)
+    if tokens is not None:
+        tokens.discard(pid)
     name = state.join_ports.get(queue)
     if name is None or state.joins[name].port_of(queue).mode != SEQUENCE:
         return

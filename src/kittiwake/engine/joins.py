@@ -44,7 +44,7 @@ from kittiwake import errors
 from kittiwake.constants import JOIN_HEADER, JOINS_QUEUE, SEQ_SEPARATOR
 from kittiwake.engine import failures
 from kittiwake.engine.head_cache import add_available, enforce_cache, exists, find, touch
-from kittiwake.engine.join_index import count, forget_queue
+from kittiwake.engine.join_index import count, forget_queue, has_token
 from kittiwake.engine.mutations import DeleteTask, Mutation, PutTask
 from kittiwake.engine.queue_patterns import name_matcher
 from kittiwake.engine.queue_state import QueueState
@@ -104,8 +104,7 @@ def _index(state: EngineState, spec: JoinSpec) -> None:
     state.joins[spec.name] = spec
     for port in spec.ports:
         state.join_ports[port.queue] = spec.name
-        if port.mode == SEQUENCE:
-            _count_sequences(state, port.queue)
+        _load_tokens(state, port.queue, port.mode)
 
 
 def _forget(state: EngineState, spec: JoinSpec) -> None:
@@ -115,12 +114,15 @@ def _forget(state: EngineState, spec: JoinSpec) -> None:
         forget_queue(state, port.queue)
 
 
-def _count_sequences(state: EngineState, queue: str) -> None:
-    """Count the waiting tokens of a sequence port from the store (declare, recover)."""
+def _load_tokens(state: EngineState, queue: str, mode: str) -> None:
+    """Read the tokens waiting in a port from the store (declare, recover): their pids, and
+    for a sequence port their counts per key."""
     forget_queue(state, queue)
+    tokens = state.join_tokens[queue] = set()
     for task in _scan(state, queue, None):
-        parsed = sequence_key(task.pid)
-        if parsed is not None and task.lease_expires_at is None:
+        tokens.add(task.pid)
+        parsed = sequence_key(task.pid) if mode == SEQUENCE else None
+        if parsed is not None:
             count(state, queue, parsed[0], parsed[1], task.headers)
 
 
@@ -160,6 +162,7 @@ def arrived(state: EngineState, task: Task, now: float, mutations: list[Mutation
         return
     spec = state.joins[name]
     port = spec.port_of(task.queue)
+    state.join_tokens.setdefault(task.queue, set()).add(task.pid)
     if port.mode == SEQUENCE:
         parsed = sequence_key(task.pid)
         if parsed is None:
@@ -175,14 +178,9 @@ def arrived(state: EngineState, task: Task, now: float, mutations: list[Mutation
         _start_job(state, spec, key, now, mutations)
 
 
-def _has_token(state: EngineState, queue_name: str, key: str) -> bool:
-    queue = state.queues.get(queue_name)
-    return queue is not None and key not in queue.leased and exists(state, queue, key)
-
-
 def _complete(state: EngineState, spec: JoinSpec, key: str) -> bool:
     for port in spec.ports:
-        if port.mode == REQUIRED and not _has_token(state, port.queue, key):
+        if port.mode == REQUIRED and not has_token(state, port.queue, key):
             return False
         if port.mode == SEQUENCE:
             counter = state.join_sequences.get((port.queue, key))
@@ -233,7 +231,7 @@ def _put(state: EngineState, task: Task, now: float, mutations: list[Mutation]) 
 def _take(state: EngineState, queue_name: str, pid: str, mutations: list[Mutation]) -> Task | None:
     """Take an available task out of its queue (gone: a join took it, or a purge)."""
     queue = state.queues.get(queue_name)
-    if queue is None or pid in queue.leased:
+    if queue is None or pid in queue.leased or (queue_name in state.join_ports and not has_token(state, queue_name, pid)):
         return None
     task = find(state, queue, pid)
     if task is None:
@@ -248,6 +246,9 @@ def _remove(state: EngineState, queue: QueueState, task: Task, mutations: list[M
         state.memory_bytes -= task.size_bytes()
     queue.size -= 1
     mutations.append(DeleteTask(queue.name, task.pid))
+    tokens = state.join_tokens.get(queue.name)
+    if tokens is not None:
+        tokens.discard(task.pid)
 
 
 def _take_sequence(state: EngineState, queue_name: str, key: str, mutations: list[Mutation]) -> list[Task]:

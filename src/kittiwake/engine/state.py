@@ -39,8 +39,9 @@ Around them:
 * `memory_bytes` — bytes of every head together; `refills` — head refills
   from the store so far (a figure for tests and stats).
 * `next_prune_at` — when `prune_idle` next scans for idle empty queues.
-* `joins`, `join_ports`, `join_sequences` — the declared joins, which join
-  each port queue belongs to, and the tokens counted per sequence (`joins`).
+* `joins`, `join_ports`, `join_sequences`, `join_tokens` — the declared
+  joins, which join each port queue belongs to, the tokens counted per
+  sequence, and the pids of the tokens waiting in each port (`joins`).
 * `store`, `limits`, `head_tasks`, `cache_bytes` — what the engine was made
   with: the store it reads and writes, the published limits, the head size
   per queue and the memory budget of all heads.
@@ -95,6 +96,7 @@ class EngineState:
     joins: dict[str, JoinSpec] = field(default_factory=dict)
     join_ports: dict[str, str] = field(default_factory=dict)
     join_sequences: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    join_tokens: dict[str, set[str]] = field(default_factory=dict)
 
 
 def open_queue(state: EngineState, name: str) -> QueueState:
