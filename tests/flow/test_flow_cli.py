@@ -1,5 +1,6 @@
-"""`kittiwake flow run | status | list | cancel | retry` as subprocesses against a real broker, with
-the flow's python steps served by a worker loop in the test's process."""
+"""`kittiwake flow run | status | list | cancel | retry` as subprocesses against a real broker, the
+flow's python steps served by `kittiwake worker flow.pipelines:tiny` or by a worker loop in the
+test's process."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from flow import pipelines
 from flow.spark_process import TESTS_DIR
 from support.broker_process import BrokerProcess
+from worker.harness import WorkerProcess
 
 
 def kittiwake(url: str, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -30,10 +32,10 @@ def ok_json(url: str, *args: str, **options: Any) -> Any:
     return json.loads(done.stdout)
 
 
-def test_run_wait_status_and_list(broker: BrokerProcess, python_workers, tmp_path: Path) -> None:
-    python_workers(pipelines.tiny)
-    status = ok_json(broker.url, "flow", "run", "flow.pipelines:tiny", "--input", "numbers=inline:[1, 2, 3]",
-                     "--data-dir", str(tmp_path), "--wait", "--timeout", "60")
+def test_run_wait_status_and_list_with_a_worker_command(broker: BrokerProcess, tmp_path: Path) -> None:
+    with WorkerProcess(broker.url, tmp_path / "worker.log", "--concurrency", "2", app="flow.pipelines:tiny"):
+        status = ok_json(broker.url, "flow", "run", "flow.pipelines:tiny", "--input", "numbers=inline:[1, 2, 3]",
+                         "--data-dir", str(tmp_path), "--wait", "--timeout", "60")
     assert status["state"] == "done" and status["flow"] == "tiny"
     assert status["outputs"]["add.out"][0][1]["value"]["sum"] == 14
     assert {step["step"]: step["done"] for step in status["steps"]} == {"spread": 1, "square": 3, "add": 1}
