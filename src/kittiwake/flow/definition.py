@@ -30,7 +30,7 @@ own under its engine's (`names`).
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from kittiwake import errors

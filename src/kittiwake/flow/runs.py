@@ -38,13 +38,13 @@ from typing import Any, Iterator, Mapping
 
 from kittiwake import errors
 from kittiwake.client import Client
-from kittiwake.constants import DEAD_PID_HEADER, DEAD_REASON_HEADER
+from kittiwake.constants import DEAD_PID_HEADER, DEAD_REASON_HEADER, JOIN_HEADER
 from kittiwake.flow import records
 from kittiwake.flow.dataset import Dataset, as_dataset
 from kittiwake.flow.definition import OPTIONAL, REQUIRED, SEQUENCE, FlowDefinition
 from kittiwake.flow.names import FlowNames, check_run_id, new_run_id
 from kittiwake.flow.records import CANCELLED, DONE, FAILED, RUNNING, Ended, RunRecord, RunStatus, StepProgress
-from kittiwake.flow.tokens import JOIN_HEADER, decode, input_tokens, parse_output_pid
+from kittiwake.flow.tokens import decode, input_tokens, parse_output_pid
 
 PAGE = 1000
 RUNS_PATTERN = r"^flow\.[A-Za-z0-9_-]+#runs$"

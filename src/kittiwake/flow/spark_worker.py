@@ -48,8 +48,8 @@ from kittiwake import errors
 from kittiwake.client import Client, LeasedTask
 from kittiwake.constants import WORKERS_QUEUE
 from kittiwake.flow.definition import FlowDefinition
-from kittiwake.flow.runs import declare_joins
 from kittiwake.flow.jobs import Finisher, FlowJobs, PreparedJob, failure_reason
+from kittiwake.flow.runs import declare_joins
 from kittiwake.flow.spark_steps import job_group, run_spark_job
 from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.heartbeat import Held, LeaseKeeper

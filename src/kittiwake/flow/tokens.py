@@ -32,17 +32,11 @@ from typing import Any, Mapping
 import msgspec
 
 from kittiwake import errors
+from kittiwake.constants import SEQ_FINAL_HEADER
 from kittiwake.flow.dataset import Dataset
 from kittiwake.flow.definition import OPTIONAL, SEQUENCE, FlowDefinition, Step
 from kittiwake.flow.names import format_index, key_of, split_key
 
-try:  # the header names of the joins' contract
-    from kittiwake.constants import JOIN_HEADER, SEQ_FINAL_HEADER
-except ImportError:  # pragma: no cover - a broker without joins
-    JOIN_HEADER = "kittiwake-join"
-    SEQ_FINAL_HEADER = "kittiwake-seq-final"
-
-TOKEN_MAX_ATTEMPTS = 1_000_000  # port queues are never leased; kept for symmetry with markers
 Stack = list[list[Any]]  # [[index, final], ...], outermost first
 
 _encoder = msgspec.msgpack.Encoder()
