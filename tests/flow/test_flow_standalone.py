@@ -88,7 +88,7 @@ def standalone_cluster(tmp_path: Path, spark_session: object) -> Iterator[str]:
 def test_a_spark_worker_runs_flow_steps_on_a_standalone_cluster(
     broker: BrokerProcess, client: Client, python_workers, standalone_cluster: str, tmp_path: Path
 ) -> None:
-    expected = write_parts(tmp_path / "in", 2)
+    expected = write_parts(tmp_path / "in", 1)
     worker = SparkWorkerProcess(broker.url, tmp_path / "spark-worker.log", ["flow.pipelines:sales"],
                                 "--master", standalone_cluster, "--concurrency", "2",
                                 "--conf", "spark.executor.memory=512m", "--conf", "spark.cores.max=1")
@@ -109,4 +109,4 @@ def test_a_spark_worker_runs_flow_steps_on_a_standalone_cluster(
 
     session = SparkSession.getActiveSession()
     assert session is not None
-    assert read_totals(session, run.outputs()["totals.out"]) == {r: (t, 2) for r, t in expected.items()}
+    assert read_totals(session, run.outputs()["totals.out"]) == {r: (t, 1) for r, t in expected.items()}
