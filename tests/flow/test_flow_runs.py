@@ -133,3 +133,14 @@ def test_a_run_needs_every_input_and_nothing_else(client: Client, tmp_path: Path
         pipelines.tiny.run(client, {"numbers": [1], "words": []}, data_dir=tmp_path)
     with pytest.raises(errors.BadRequest):
         pipelines.tiny.run(client, {"numbers": [1]}, data_dir=tmp_path, run_id="a/b")
+
+
+def test_a_done_run_says_which_tokens_never_met_their_partners(client: Client, python_workers, tmp_path: Path) -> None:
+    python_workers(pipelines.tiny)
+    run = pipelines.tiny.run(client, {"numbers": [1]}, data_dir=tmp_path)
+    add = pipelines.tiny.steps["add"]
+    client.enqueue(add.port_queue("squares"), b"x", pid=f"{run.id}/00000005/00000000")  # a sequence that never ends
+    status = run.wait(timeout=30)
+    assert status.state == "done" and status.reason == "1 token(s) never met the rest of their job's inputs (add: 1)"
+    assert {p.step: p.waiting for p in status.steps}["add"] == 1
+    assert sum(joins_waiting(client, pipelines.tiny).values()) == 0  # collected all the same

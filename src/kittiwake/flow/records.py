@@ -60,6 +60,7 @@ class Ended(msgspec.Struct, kw_only=True):
     ended_at: float
     done_jobs: dict[str, int] = {}  # step -> jobs finished
     outputs: dict[str, list[Any]] = {}  # "step.port" -> [[indices, dataset wire], ...]
+    tokens_left: dict[str, int] = {}  # step -> tokens that waited at its ports when the run ended
     reason: str | None = None
 
 

@@ -18,9 +18,11 @@ State (`run_status`), derived from the broker, never stored twice:
 * else: done — and whoever sees that first (a worker after a job, a handle's
   status, the CLI) finishes the run (`finish_run`).
 
-Finishing writes the end (with the outputs and jobs done per step) and
-collects garbage: the run's tokens left in every join (``purge_join``; an
-optional input that came too late, say) and the run's ``done.<run>`` queue.
+Finishing writes the end (with the outputs, jobs done per step and the
+tokens left waiting — an optional input that came too late, an item a step
+left out of a merged sequence — which the end's reason names) and collects
+garbage: those tokens in every join (``purge_join``) and the run's
+``done.<run>`` queue.
 Kept: the record, the end, the ``outputs.<run>`` queue (the results' dataset
 references) and every file under the run's data directory. Cancelling
 writes a cancelled end first, then cancels and purges the run's jobs (queued,
@@ -204,6 +206,9 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
         for name, count in ended.done_jobs.items():
             if name in progress:
                 progress[name].done = count
+        for name, count in ended.tokens_left.items():
+            if name in progress:
+                progress[name].waiting = count
         return status
     live = 0
     for queue in record.job_queues():
@@ -222,9 +227,8 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
             progress[name].dead += 1
         status.dead.append(records.DeadJob(step=name, key=headers.get(DEAD_PID_HEADER, view.pid),
                                            reason=headers.get(DEAD_REASON_HEADER)))
-    for shape in record.steps:
-        for queue, _mode in shape.ports.values():
-            progress[shape.name].waiting += sum(1 for _ in scan_run(client, queue, record.run))
+    for name, count in waiting_tokens(client, record).items():
+        progress[name].waiting = count
     for name, count in _done_counts(client, record).items():
         if name in progress:
             progress[name].done = count
@@ -282,11 +286,24 @@ def finish_run(client: Client, record: RunRecord) -> RunRecord | None:
     lives or is dead."""
     if ended_of(client, record) is not None or has_live_job(client, record) or dead_jobs(client, record):
         return None
+    left = waiting_tokens(client, record)
     ended = Ended(state=DONE, ended_at=time.time(), done_jobs=_done_counts(client, record),
-                  outputs=outputs_of(client, record))
+                  outputs=outputs_of(client, record), tokens_left=left,
+                  reason=f"{sum(left.values())} token(s) never met the rest of their job's inputs "
+                  f"({', '.join(f'{step}: {count}' for step, count in left.items())})" if left else None)
     client.enqueue(f"{record.group}#runs.ended", records.encode(ended), pid=record.run)
     collect_garbage(client, record)
     return record
+
+
+def waiting_tokens(client: Client, record: RunRecord) -> dict[str, int]:
+    """Step -> tokens of the run waiting at its ports (only steps with some)."""
+    counts: dict[str, int] = {}
+    for shape in record.steps:
+        count = sum(1 for queue, _mode in shape.ports.values() for _ in scan_run(client, queue, record.run))
+        if count:
+            counts[shape.name] = count
+    return counts
 
 
 def collect_garbage(client: Client, record: RunRecord) -> int:
