@@ -7,8 +7,8 @@
 * `hints`: a three-input step with one optional input fed by a step that
   emits on that port for some items only.
 
-A step fails on purpose while the file named by `$KITTIWAKE_TEST_FAIL_FILE`
-... exists and names it (see `maybe_fail`).
+Steps fail, sleep or stall on purpose while files in `$KITTIWAKE_TEST_FAIL_DIR` say so
+(`maybe_fail`, `maybe_stall`).
 """
 
 from __future__ import annotations
@@ -45,11 +45,22 @@ def files(ctx: StepContext, folder: Dataset):
         yield Dataset.csv(str(path))
 
 
+def maybe_stall(spark, step: str) -> None:
+    """While `$KITTIWAKE_TEST_FAIL_DIR/<step>.stall` exists: a Spark job of that many seconds (a
+    task sleeping on an executor), which a cancelled job group interrupts."""
+    folder = os.environ.get(FAIL_FILE_ENV)
+    stall = Path(folder, f"{step}.stall") if folder else None
+    if stall is not None and stall.exists():
+        secs = float(stall.read_text() or "5")
+        spark.sparkContext.parallelize([secs], 1).map(lambda s: time.sleep(s) or s).count()
+
+
 @sales.step(engine="spark", inputs={"part": files}, retry_backoff=0.2)
 def clean(spark, part):
     from pyspark.sql import functions as F
 
     maybe_fail("clean")
+    maybe_stall(spark, "clean")
     return part.where(F.col("amount").isNotNull()).withColumn("amount", F.col("amount").cast("long")) \
         .withColumn("part", F.lit(current_step().index))
 

@@ -71,6 +71,7 @@ def spark_worker(
 
     logging.basicConfig(level=os.environ.get("KITTIWAKE_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per closed gateway connection otherwise
     try:
         loaded = [load_flow(reference, [os.getcwd()]) for reference in flows]
     except Exception as error:  # say it once, before a JVM starts

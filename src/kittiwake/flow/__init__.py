@@ -23,23 +23,27 @@
 Data moves between steps as tokens (a `Dataset` reference and a sequence
 stack); each step is a join of the broker, which starts a job once every
 input holds a token with the same key (run id + sequence indices). Module
-map: `definition` (Flow, steps, merge, optional), `dataset`, `names` (queues,
-joins, keys), `tokens` (token and job formats, a job's outputs), `records`
-(run record and status), `runs` (start, status, finish, cancel, retry,
-garbage collection; RunHandle), `context` (StepContext), `jobs` (running one
-job, engine-neutral), `python_steps` (python steps on `kittiwake worker`),
-`spark_steps` (DataFrames in and out), `spark_worker` (the Spark worker).
+map: `pipeline` (Flow), `definition` (the DAG: steps, ports, merge,
+optional), `dataset`, `names` (queues, joins, keys), `tokens` (token and job
+formats, a job's outputs), `records` (run record and status), `runs` (start,
+status, finish, cancel, retry, garbage collection; RunHandle), `context`
+(StepContext), `jobs` (running one job, engine-neutral; ending runs),
+`python_steps` (python steps on `kittiwake worker`), `spark_steps`
+(DataFrames in and out), `spark_worker` (the Spark worker), `loading`
+(MODULE:FLOW references).
 """
 
 from kittiwake.flow.context import StepContext, current_step
 from kittiwake.flow.dataset import Dataset
-from kittiwake.flow.definition import Flow, FlowInput, Input, Output, Step, merge, optional
+from kittiwake.flow.definition import FlowDefinition, FlowInput, Input, Output, Step, merge, optional
+from kittiwake.flow.pipeline import Flow
 from kittiwake.flow.records import RunStatus, StepProgress
 from kittiwake.flow.runs import RunHandle
 
 __all__ = [
     "Dataset",
     "Flow",
+    "FlowDefinition",
     "FlowInput",
     "Input",
     "Output",

@@ -49,7 +49,8 @@ class Dataset:
 
     @classmethod
     def parquet(cls, uri: str | os.PathLike[str]) -> Dataset:
-        """Parquet files at `uri` (a file or a folder of parts; a local path or any URI Spark reads)."""
+        """Parquet files at `uri` (a file or a folder of parts; a local path, made absolute, or any
+        URI Spark reads: file:, hdfs://, s3a://, ...)."""
         return cls("parquet", _uri(uri))
 
     @classmethod
@@ -103,11 +104,12 @@ class Dataset:
 
 
 def _uri(uri: str | os.PathLike[str]) -> str:
+    """A URI as given; a local path made absolute (workers run in other directories)."""
     if isinstance(uri, os.PathLike):
-        return os.fspath(uri)
+        uri = os.fspath(uri)
     if not isinstance(uri, str) or not uri:
         raise errors.BadRequest(f"a dataset uri must be a non-empty string or path, not {uri!r}")
-    return uri
+    return uri if "://" in uri or uri.startswith("file:") else os.path.abspath(uri)
 
 
 def as_dataset(value: Any) -> Dataset:

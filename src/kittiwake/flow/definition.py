@@ -1,6 +1,6 @@
 """Declaring a flow: steps with named input and output ports, wired into a DAG.
 
-    flow = Flow("sales")
+    flow = Flow("sales")          # kittiwake.flow.Flow: this definition and the calls that run it
 
     @flow.step(inputs={"folder": flow.input("raw")}, split=True)
     def files(ctx, folder): ...                       # yields one Dataset per item
@@ -30,7 +30,7 @@ own under its engine's (`names`).
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from kittiwake import errors
@@ -115,7 +115,7 @@ class Step:
 
     Calling a step calls its function (for tests)."""
 
-    flow: Flow
+    flow: FlowDefinition
     name: str
     function: Callable[..., Any]
     engine: str
@@ -165,8 +165,10 @@ class Consumer:
     mode: str
 
 
-class Flow:
-    """A DAG of steps, by name; see the module docstring. `name` names its queues (`names`)."""
+class FlowDefinition:
+    """A DAG of steps, by name; see the module docstring. `name` names its queues (`names`).
+
+    `kittiwake.flow.Flow` adds the calls that run it."""
 
     def __init__(
         self,
@@ -183,10 +185,9 @@ class Flow:
         self.lease_secs = float(lease_secs)
         self.inputs: dict[str, FlowInput] = {}
         self.steps: dict[str, Step] = {}
-        self._app: Any = None
 
     def __repr__(self) -> str:
-        return f"<Flow {self.name} steps={len(self.steps)}>"
+        return f"<{type(self).__name__} {self.name} steps={len(self.steps)}>"
 
     # ---------------------------------------------------------- declaring
 
@@ -319,56 +320,6 @@ class Flow:
 
     def __iter__(self) -> Iterator[Step]:
         return iter(self.steps.values())
-
-    # ------------------------------------------------ running (see `runs`)
-
-    def declare(self, client: Any) -> dict[str, str]:
-        """Declare every step's join in the broker (idempotent); returns join -> created/unchanged/replaced."""
-        from kittiwake.flow.runs import declare_joins
-
-        return declare_joins(self, client)
-
-    def run(
-        self,
-        client: Any,
-        inputs: Mapping[str, Any],
-        *,
-        data_dir: Any,
-        run_id: str | None = None,
-    ) -> Any:
-        """Start a run: `client` is a `kittiwake.Client` or a broker URL; `inputs` gives a Dataset
-        (or an inline value) for each flow input; `data_dir` is where Spark steps write their
-        outputs (``<data_dir>/<run id>/<step>/<port>/<sequence indices>``, a path every worker
-        can reach). `run_id` makes the start idempotent: a run with that id that exists already
-        is returned as it is. Returns a `RunHandle` (id, status(), wait(), outputs(), cancel(),
-        retry())."""
-        from kittiwake.flow.runs import start_run
-
-        return start_run(self, client, inputs, data_dir=data_dir, run_id=run_id)
-
-    def attach(self, client: Any, run_id: str) -> Any:
-        """A `RunHandle` of an existing run (TaskNotFound when there is none)."""
-        from kittiwake.flow.runs import attach_run
-
-        return attach_run(self, client, run_id)
-
-    def runs(self, client: Any, *, limit: int = 100) -> list[Any]:
-        """The status of this flow's runs, oldest first, up to `limit`."""
-        from kittiwake.flow.runs import list_runs
-
-        return list_runs(self, client, limit=limit)
-
-    def kittiwake_app(self) -> Any:
-        """The `App` that runs this flow's python steps (``kittiwake worker MODULE:FLOW`` loads it)."""
-        if self._app is None:
-            from kittiwake.flow.python_steps import flow_app
-
-            self._app = flow_app(self)
-        return self._app
-
-    @property
-    def app(self) -> Any:
-        return self.kittiwake_app()
 
 
 def _positive_int(value: Any, what: str) -> int:

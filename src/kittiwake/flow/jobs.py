@@ -28,7 +28,7 @@ from kittiwake.client import Client, LeasedTask
 from kittiwake.flow import context as step_context
 from kittiwake.flow.context import StepContext
 from kittiwake.flow.dataset import Dataset
-from kittiwake.flow.definition import OPTIONAL, SEQUENCE, Flow, Step
+from kittiwake.flow.definition import OPTIONAL, SEQUENCE, FlowDefinition, Step
 from kittiwake.flow.records import RunRecord
 from kittiwake.flow.runs import ended_of, finish_run, load_record
 from kittiwake.flow.tokens import JobInput, decode_job, job_outputs
@@ -45,7 +45,7 @@ class PreparedJob:
     """A leased job with everything needed to run it; `skip` says why it must not run."""
 
     task: LeasedTask
-    flow: Flow
+    flow: FlowDefinition
     step: Step
     job: JobInput
     record: RunRecord | None
@@ -119,7 +119,7 @@ def failure_reason(error: BaseException) -> str:
 class FlowJobs:
     """Prepares and finishes the jobs of some flows' steps for one worker (see the module docstring)."""
 
-    def __init__(self, flows: Sequence[Flow], client: Client) -> None:
+    def __init__(self, flows: Sequence[FlowDefinition], client: Client) -> None:
         self.flows = {flow.names.group: flow for flow in flows}
         self.client = client
         self._records: OrderedDict[tuple[str, str], RunRecord] = OrderedDict()
@@ -159,7 +159,7 @@ class FlowJobs:
         except errors.KittiwakeError:
             return None
 
-    def _record(self, flow: Flow, run: str) -> RunRecord | None:
+    def _record(self, flow: FlowDefinition, run: str) -> RunRecord | None:
         key = (flow.names.group, run)
         with self._lock:
             record = self._records.get(key)
@@ -175,7 +175,7 @@ class FlowJobs:
                 self._records.popitem(last=False)
         return record
 
-    def _ended_state(self, flow: Flow, record: RunRecord) -> str | None:
+    def _ended_state(self, flow: FlowDefinition, record: RunRecord) -> str | None:
         key = (flow.names.group, record.run)
         with self._lock:
             if key in self._ended:

@@ -8,7 +8,7 @@ import os
 import sys
 
 from kittiwake import errors
-from kittiwake.flow.definition import Flow
+from kittiwake.flow.pipeline import Flow
 
 
 def load_flow(reference: str, sys_path: list[str] | None = None) -> Flow:

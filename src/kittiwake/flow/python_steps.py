@@ -25,7 +25,7 @@ from kittiwake.app.join_handlers import ProgressReporter
 from kittiwake.app.shell import SHELL_TASK
 from kittiwake.client import Client, LeasedTask
 from kittiwake.flow.dataset import as_dataset
-from kittiwake.flow.definition import Flow
+from kittiwake.flow.definition import FlowDefinition
 from kittiwake.flow.jobs import Finisher, FlowJobs, failure_reason, items_of
 
 log = logging.getLogger("kittiwake.flow")
@@ -34,7 +34,7 @@ log = logging.getLogger("kittiwake.flow")
 class PythonSteps:
     """The join handler of one flow's python steps (see the module docstring)."""
 
-    def __init__(self, flow: Flow) -> None:
+    def __init__(self, flow: FlowDefinition) -> None:
         self.flow = flow
         self.lease_secs = flow.lease_secs
         self._jobs: FlowJobs | None = None
@@ -78,7 +78,7 @@ class PythonSteps:
         return None
 
 
-def flow_app(flow: Flow) -> App:
+def flow_app(flow: FlowDefinition) -> App:
     """An App serving exactly the job queues of `flow`'s python steps."""
     app = App()
     app.tasks.pop(SHELL_TASK, None)  # a flow's workers run its steps, not shell commands

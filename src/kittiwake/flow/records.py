@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from kittiwake.flow.definition import Flow
+from kittiwake.flow.definition import FlowDefinition
 
 RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
 STATES = (RUNNING, DONE, FAILED, CANCELLED)
@@ -60,6 +60,7 @@ class Ended(msgspec.Struct, kw_only=True):
     ended_at: float
     done_jobs: dict[str, int] = {}  # step -> jobs finished
     outputs: dict[str, list[Any]] = {}  # "step.port" -> [[indices, dataset wire], ...]
+    tokens_left: dict[str, int] = {}  # step -> tokens that waited at its ports when the run ended
     reason: str | None = None
 
 
@@ -104,7 +105,7 @@ class RunStatus(msgspec.Struct, kw_only=True):
         return msgspec.to_builtins(self)
 
 
-def record_of(flow: Flow, run: str, created_at: float, data_dir: str, inputs: dict[str, Any]) -> RunRecord:
+def record_of(flow: FlowDefinition, run: str, created_at: float, data_dir: str, inputs: dict[str, Any]) -> RunRecord:
     steps = [
         StepShape(
             name=step.name, engine=step.engine, join=step.join, job_queue=step.job_queue,

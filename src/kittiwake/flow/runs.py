@@ -18,9 +18,11 @@ State (`run_status`), derived from the broker, never stored twice:
 * else: done — and whoever sees that first (a worker after a job, a handle's
   status, the CLI) finishes the run (`finish_run`).
 
-Finishing writes the end (with the outputs and jobs done per step) and
-collects garbage: the run's tokens left in every join (``purge_join``; an
-optional input that came too late, say) and the run's ``done.<run>`` queue.
+Finishing writes the end (with the outputs, jobs done per step and the
+tokens left waiting — an optional input that came too late, an item a step
+left out of a merged sequence — which the end's reason names) and collects
+garbage: those tokens in every join (``purge_join``) and the run's
+``done.<run>`` queue.
 Kept: the record, the end, the ``outputs.<run>`` queue (the results' dataset
 references) and every file under the run's data directory. Cancelling
 writes a cancelled end first, then cancels and purges the run's jobs (queued,
@@ -38,13 +40,13 @@ from typing import Any, Iterator, Mapping
 
 from kittiwake import errors
 from kittiwake.client import Client
-from kittiwake.constants import DEAD_PID_HEADER, DEAD_REASON_HEADER
+from kittiwake.constants import DEAD_PID_HEADER, DEAD_REASON_HEADER, JOIN_HEADER
 from kittiwake.flow import records
 from kittiwake.flow.dataset import Dataset, as_dataset
-from kittiwake.flow.definition import OPTIONAL, REQUIRED, SEQUENCE, Flow
+from kittiwake.flow.definition import OPTIONAL, REQUIRED, SEQUENCE, FlowDefinition
 from kittiwake.flow.names import FlowNames, check_run_id, new_run_id
 from kittiwake.flow.records import CANCELLED, DONE, FAILED, RUNNING, Ended, RunRecord, RunStatus, StepProgress
-from kittiwake.flow.tokens import JOIN_HEADER, decode, input_tokens, parse_output_pid
+from kittiwake.flow.tokens import decode, input_tokens, parse_output_pid
 
 PAGE = 1000
 RUNS_PATTERN = r"^flow\.[A-Za-z0-9_-]+#runs$"
@@ -62,7 +64,7 @@ def client_of(client: Any) -> tuple[Client, bool]:
 # ------------------------------------------------------------------ joins
 
 
-def declare_joins(flow: Flow, client: Client) -> dict[str, str]:
+def declare_joins(flow: FlowDefinition, client: Client) -> dict[str, str]:
     """Declare each step's join (its ports and job queue); returns join -> what the broker did."""
     if not flow.steps:
         raise errors.BadRequest(f"flow {flow.name!r} has no steps")
@@ -80,7 +82,7 @@ def declare_joins(flow: Flow, client: Client) -> dict[str, str]:
 
 
 def start_run(
-    flow: Flow, client: Any, inputs: Mapping[str, Any], *, data_dir: Any, run_id: str | None = None
+    flow: FlowDefinition, client: Any, inputs: Mapping[str, Any], *, data_dir: Any, run_id: str | None = None
 ) -> RunHandle:
     client, owned = client_of(client)
     if not isinstance(inputs, Mapping):
@@ -113,7 +115,7 @@ def data_dir_of(value: Any) -> str:
     raise errors.BadRequest(f"data_dir must be a path or URI every worker can reach, not {value!r}")
 
 
-def attach_run(flow: Flow, client: Any, run_id: str) -> RunHandle:
+def attach_run(flow: FlowDefinition, client: Any, run_id: str) -> RunHandle:
     client, owned = client_of(client)
     client.get(flow.names.runs_queue, check_run_id(run_id))  # TaskNotFound: no such run
     return RunHandle(client, flow.names.group, run_id, owned=owned)
@@ -204,6 +206,9 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
         for name, count in ended.done_jobs.items():
             if name in progress:
                 progress[name].done = count
+        for name, count in ended.tokens_left.items():
+            if name in progress:
+                progress[name].waiting = count
         return status
     live = 0
     for queue in record.job_queues():
@@ -222,9 +227,8 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
             progress[name].dead += 1
         status.dead.append(records.DeadJob(step=name, key=headers.get(DEAD_PID_HEADER, view.pid),
                                            reason=headers.get(DEAD_REASON_HEADER)))
-    for shape in record.steps:
-        for queue, _mode in shape.ports.values():
-            progress[shape.name].waiting += sum(1 for _ in scan_run(client, queue, record.run))
+    for name, count in waiting_tokens(client, record).items():
+        progress[name].waiting = count
     for name, count in _done_counts(client, record).items():
         if name in progress:
             progress[name].done = count
@@ -282,11 +286,24 @@ def finish_run(client: Client, record: RunRecord) -> RunRecord | None:
     lives or is dead."""
     if ended_of(client, record) is not None or has_live_job(client, record) or dead_jobs(client, record):
         return None
+    left = waiting_tokens(client, record)
     ended = Ended(state=DONE, ended_at=time.time(), done_jobs=_done_counts(client, record),
-                  outputs=outputs_of(client, record))
+                  outputs=outputs_of(client, record), tokens_left=left,
+                  reason=f"{sum(left.values())} token(s) never met the rest of their job's inputs "
+                  f"({', '.join(f'{step}: {count}' for step, count in left.items())})" if left else None)
     client.enqueue(f"{record.group}#runs.ended", records.encode(ended), pid=record.run)
     collect_garbage(client, record)
     return record
+
+
+def waiting_tokens(client: Client, record: RunRecord) -> dict[str, int]:
+    """Step -> tokens of the run waiting at its ports (only steps with some)."""
+    counts: dict[str, int] = {}
+    for shape in record.steps:
+        count = sum(1 for queue, _mode in shape.ports.values() for _ in scan_run(client, queue, record.run))
+        if count:
+            counts[shape.name] = count
+    return counts
 
 
 def collect_garbage(client: Client, record: RunRecord) -> int:
@@ -333,14 +350,14 @@ def retry_run(client: Client, record: RunRecord) -> int:
     return requeued
 
 
-def list_runs(flow: Flow | str | None, client: Any, *, limit: int = 100) -> list[RunStatus]:
+def list_runs(flow: FlowDefinition | str | None, client: Any, *, limit: int = 100) -> list[RunStatus]:
     """Status of the runs of one flow (a Flow or its name), or of every flow for None, oldest first."""
     client, owned = client_of(client)
     try:
         if flow is None:
             groups = [q.queue.rsplit("#", 1)[0] for q in client.list_queues(RUNS_PATTERN)]
         else:
-            groups = [flow.names.group if isinstance(flow, Flow) else FlowNames(flow).group]
+            groups = [flow.names.group if isinstance(flow, FlowDefinition) else FlowNames(flow).group]
         found: list[RunStatus] = []
         for group in groups:
             for view in client.peek(f"{group}#runs", max(1, min(limit, PAGE))):
@@ -379,14 +396,18 @@ class RunHandle:
         return run_status(self.client, self.record)
 
     def wait(self, timeout: float | None = None, *, poll_secs: float = 0.2) -> RunStatus:
-        """Wait until the run is done, failed or cancelled; TimeoutError after `timeout` seconds."""
+        """Wait until the run is done, failed or cancelled; TimeoutError after `timeout` seconds.
+        A broker that is away meanwhile (a restart) is waited for."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            status = self.status()
-            if status.finished:
+            try:
+                status = self.status()
+            except errors.Transient:  # the broker restarts: ask again
+                status = None
+            if status is not None and status.finished:
                 return status
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"run {self.id} is still {status.state} after {timeout} s")
+                raise TimeoutError(f"run {self.id} is still {status.state if status else 'unknown'} after {timeout} s")
             time.sleep(poll_secs)
 
     def outputs(self) -> dict[str, Dataset | list[Dataset]]:

@@ -47,8 +47,9 @@ from typing import Any, Callable, Mapping, Sequence
 from kittiwake import errors
 from kittiwake.client import Client, LeasedTask
 from kittiwake.constants import WORKERS_QUEUE
-from kittiwake.flow.definition import Flow
+from kittiwake.flow.definition import FlowDefinition
 from kittiwake.flow.jobs import Finisher, FlowJobs, PreparedJob, failure_reason
+from kittiwake.flow.runs import declare_joins
 from kittiwake.flow.spark_steps import job_group, run_spark_job
 from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
@@ -104,7 +105,7 @@ class SparkWorker:
 
     def __init__(
         self,
-        flows: Sequence[Flow],
+        flows: Sequence[FlowDefinition],
         *,
         client: Client | None = None,
         url: str | None = None,
@@ -118,7 +119,7 @@ class SparkWorker:
         worker_id: str | None = None,
         registry_queue: str = WORKERS_QUEUE,
     ) -> None:
-        if not flows or not all(isinstance(flow, Flow) for flow in flows):
+        if not flows or not all(isinstance(flow, FlowDefinition) for flow in flows):
             raise errors.BadRequest("a Spark worker needs one or more kittiwake.flow.Flow")
         if not isinstance(concurrency, int) or not 1 <= concurrency <= 256:
             raise errors.BadRequest(f"concurrency must be 1..256, not {concurrency!r}")
@@ -170,7 +171,7 @@ class SparkWorker:
         """Serve until stopped, then drain; returns why it stopped."""
         session = self.session
         for flow in self.flows:
-            flow.declare(self.client)
+            declare_joins(flow, self.client)
         self.keeper.start()
         slots = [threading.Thread(target=self._slot_loop, args=(n,), name=f"kittiwake-spark-slot-{n}", daemon=True)
                  for n in range(self.concurrency)]
@@ -180,7 +181,8 @@ class SparkWorker:
                  session.sparkContext.master, self.concurrency)
         self.registry.start(
             {"host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-             "concurrency": self.concurrency, "started_at": time.time(), "spark_master": session.sparkContext.master},
+             "concurrency": self.concurrency, "started_at": time.time(), "spark_master": session.sparkContext.master,
+             "scheduler_mode": session.sparkContext.getConf().get("spark.scheduler.mode", "FIFO")},
             self.status,
         )
         self.started.set()

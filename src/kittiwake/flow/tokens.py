@@ -32,17 +32,11 @@ from typing import Any, Mapping
 import msgspec
 
 from kittiwake import errors
+from kittiwake.constants import SEQ_FINAL_HEADER
 from kittiwake.flow.dataset import Dataset
-from kittiwake.flow.definition import OPTIONAL, SEQUENCE, Flow, Step
+from kittiwake.flow.definition import OPTIONAL, SEQUENCE, FlowDefinition, Step
 from kittiwake.flow.names import format_index, key_of, split_key
 
-try:  # the header names of the joins' contract
-    from kittiwake.constants import JOIN_HEADER, SEQ_FINAL_HEADER
-except ImportError:  # pragma: no cover - a broker without joins
-    JOIN_HEADER = "kittiwake-join"
-    SEQ_FINAL_HEADER = "kittiwake-seq-final"
-
-TOKEN_MAX_ATTEMPTS = 1_000_000  # port queues are never leased; kept for symmetry with markers
 Stack = list[list[Any]]  # [[index, final], ...], outermost first
 
 _encoder = msgspec.msgpack.Encoder()
@@ -167,7 +161,7 @@ def item_keys(step: Step, job: JobInput, count: int) -> list[tuple[list[int], St
 
 
 def job_outputs(
-    flow: Flow,
+    flow: FlowDefinition,
     step: Step,
     job: JobInput,
     items: list[Mapping[str, Dataset]],
@@ -203,7 +197,7 @@ def job_outputs(
     return ordered
 
 
-def input_tokens(flow: Flow, run: str, inputs: Mapping[str, Dataset]) -> list[dict[str, Any]]:
+def input_tokens(flow: FlowDefinition, run: str, inputs: Mapping[str, Dataset]) -> list[dict[str, Any]]:
     """The tokens that start a run: one per flow input and consumer port, at key = run id."""
     tasks: list[dict[str, Any]] = []
     for name, dataset in inputs.items():
