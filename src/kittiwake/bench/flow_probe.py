@@ -12,8 +12,8 @@ the job decoded and its run's record read, the slot thread entered.
 
 The references, measured on the same broker and session in the same run:
 `spark_noop_ms` — a Spark job that does nothing
-(``sc.parallelize([0], 1).count()``), what the step would pay to start any
-Spark work; and `lease_round_trip_ms` — one lease of a waiting task, request
+(``spark.range(0, 1, 1, 1).count()``: one task, no Python worker), what the
+step pays to start any Spark work; and `lease_round_trip_ms` — one lease of a waiting task, request
 to reply (a durable write), the broker's share of starting any job.
 """
 
@@ -61,12 +61,12 @@ def step_start_samples(client: Any, data_dir: str, samples: int, warmup: int, pr
 
 
 def spark_noop_samples(spark: Any, samples: int, warmup: int = 3) -> list[int]:
-    """Latencies in ns of a Spark job that does nothing, on `spark`, one at a time."""
-    context = spark.sparkContext
+    """Latencies in ns of a Spark job that does nothing (one task over one row, all in the JVM:
+    ``spark.range(0, 1, 1, 1).count()``), on `spark`, one at a time."""
     latencies: list[int] = []
     for number in range(warmup + samples):
         began = time.perf_counter_ns()
-        context.parallelize([0], 1).count()
+        spark.range(0, 1, 1, 1).count()
         if number >= warmup:
             latencies.append(time.perf_counter_ns() - began)
     return latencies

@@ -119,6 +119,7 @@ class FlowsSettings:
     size: str = "300MB"  # the pipeline's dataset, as `kittiwake demo --size`
     shards: int | None = None  # default: as the demo
     warmup_size: str = "4MB"  # one unmeasured pass of both pipelines first (JIT, Python workers); "0" skips
+    repeats: int = 2  # passes of each pipeline, in ABBA order
     seed: int = 2025
     durability: str = DURABILITY
     only: tuple[str, ...] = ()  # figures to run (FLOWS_FIGURES); empty: all
@@ -128,7 +129,7 @@ FLOWS_FIGURES = ("joins", "step_start", "overhead")
 
 # `bench flows --quick`: small sizes everywhere, for a smoke test.
 QUICK_FLOWS = {"join_keys": 2000, "start_samples": 10, "start_warmup": 2, "noop_samples": 5, "size": "1MB",
-               "warmup_size": "0"}
+               "warmup_size": "0", "repeats": 1}
 
 # `bench tasks --quick`: small sizes everywhere, for a smoke test.
 QUICK_TASKS = {"tasks": 5000, "latency_tasks": 500, "busy_secs": 0.25, "mixed_busy_secs": 1.0, "spark_tasks": 50}

@@ -236,13 +236,15 @@ def _flows_quick_default(name: str) -> str:
               help="Shards of the dataset. Default: as the demo (one per ~24 MB).")
 @click.option("--warmup-size", default=None, metavar="SIZE",
               help=f"An unmeasured pass of both pipelines first; 0 skips it  {_flows_quick_default('warmup_size')}")
+@click.option("--repeats", type=click.IntRange(1, 100), default=None,
+              help=f"Passes of each pipeline in the overhead figure, ABBA order  {_flows_quick_default('repeats')}")
 @click.option("--only", multiple=True, type=click.Choice(FLOWS_FIGURES),
               help="Run only this figure (repeatable), e.g. to profile the join.")
 @_durability_option
 @_output_options
 def flows_command(quick: bool, join_keys: int | None, producers: int, batch: int, in_flight: int,
                   start_samples: int | None, size: str | None, shards: int | None, warmup_size: str | None,
-                  only: tuple[str, ...], durability: str, json_path: str | None, plot: str | None,
+                  repeats: int | None, only: tuple[str, ...], durability: str, json_path: str | None, plot: str | None,
                   parent_dir: str | None) -> None:
     """Pipelines on Spark: join tokens/s vs plain enqueue, Spark step start vs a no-op Spark job, the main job's flow vs one PySpark script."""
     from kittiwake.bench.flows import run_flows, show
@@ -255,7 +257,8 @@ def flows_command(quick: bool, join_keys: int | None, producers: int, batch: int
                              durability=durability, only=only)
     if quick:
         settings = replace(settings, **QUICK_FLOWS)  # type: ignore[arg-type]
-    chosen = {"join_keys": join_keys, "start_samples": start_samples, "size": size, "warmup_size": warmup_size}
+    chosen = {"join_keys": join_keys, "start_samples": start_samples, "size": size, "warmup_size": warmup_size,
+              "repeats": repeats}
     settings = replace(settings, **{name: value for name, value in chosen.items() if value is not None})
     try:
         parse_size(settings.size)
