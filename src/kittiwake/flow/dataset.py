@@ -48,10 +48,13 @@ class Dataset:
     # ------------------------------------------------------------ builders
 
     @classmethod
-    def parquet(cls, uri: str | os.PathLike[str]) -> Dataset:
+    def parquet(cls, uri: str | os.PathLike[str], *, schema: Any = None) -> Dataset:
         """Parquet files at `uri` (a file or a folder of parts; a local path, made absolute, or any
-        URI Spark reads: file:, hdfs://, s3a://, ...)."""
-        return cls("parquet", _uri(uri))
+        URI Spark reads: file:, hdfs://, s3a://, ...). `schema` (a pyspark StructType, its JSON or
+        a DDL string) lets a Spark step read it without the job Spark runs to infer a schema."""
+        if schema is None:
+            return cls("parquet", _uri(uri))
+        return cls("parquet", _uri(uri), options={SCHEMA_OPTION: schema_text(schema)})
 
     @classmethod
     def csv(cls, uri: str | os.PathLike[str], *, header: bool = True, **options: Any) -> Dataset:
@@ -101,6 +104,18 @@ class Dataset:
         if self.kind == "inline":
             return f"Dataset.inline({self.value!r:.60})"
         return f"Dataset.{self.kind}({self.uri!r})"
+
+
+SCHEMA_OPTION = "schema"
+
+
+def schema_text(schema: Any) -> str:
+    """A schema as a token carries it: a StructType's JSON, or the JSON or DDL string given."""
+    if isinstance(schema, str) and schema.strip():
+        return schema
+    if callable(getattr(schema, "json", None)):
+        return str(schema.json())
+    raise errors.BadRequest(f"a schema is a pyspark StructType, its JSON or a DDL string, not {schema!r:.80}")
 
 
 def _uri(uri: str | os.PathLike[str]) -> str:

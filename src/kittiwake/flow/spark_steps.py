@@ -3,7 +3,8 @@
 `run_spark_job` is what a Spark worker's slot does with a prepared job:
 
 * inputs: each token's dataset is read into a DataFrame (`read_dataset`:
-  Parquet and plain paths with ``spark.read.parquet``, CSV with its options,
+  Parquet and plain paths with ``spark.read.parquet`` — with the schema the
+  dataset carries, if any, so that no job runs to infer it — CSV with its options,
   text as one ``value`` column; an inline list of rows through
   ``createDataFrame``, any other inline value as it is). A merge input is
   ONE DataFrame: the union by column name of every part of the sequence, in
@@ -16,8 +17,8 @@
 * outputs: a DataFrame is written as Parquet to
   ``<data_dir>/<run>/<step>/<port>/<indices>`` with mode overwrite — the
   same path on every attempt, so a rerun after a lost worker replaces a
-  half-written one — and its token references it; a Dataset is passed on
-  as it is; None and other values travel inline.
+  half-written one — and its token references it, schema included; a
+  Dataset is passed on as it is; None and other values travel inline.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from functools import reduce
 from typing import Any
 
 from kittiwake import errors
-from kittiwake.flow.dataset import Dataset, as_dataset
+from kittiwake.flow.dataset import SCHEMA_OPTION, Dataset, as_dataset
 from kittiwake.flow.jobs import PreparedJob, items_of
 from kittiwake.flow.tokens import item_keys, output_path
 
@@ -34,7 +35,10 @@ from kittiwake.flow.tokens import item_keys, output_path
 def read_dataset(spark: Any, dataset: Dataset) -> Any:
     """A DataFrame of `dataset` (see the module docstring)."""
     if dataset.kind in ("parquet", "path"):
-        return spark.read.parquet(dataset.uri)
+        schema = dataset.options.get(SCHEMA_OPTION)
+        if schema is None:  # Spark runs a job to read a footer and infer the schema
+            return spark.read.parquet(dataset.uri)
+        return spark.read.schema(spark_schema(schema)).parquet(dataset.uri)
     if dataset.kind == "csv":
         return spark.read.options(**{key: str(value) for key, value in dataset.options.items()}).csv(dataset.uri)
     if dataset.kind == "text":
@@ -47,6 +51,18 @@ def read_dataset(spark: Any, dataset: Dataset) -> Any:
 
         return spark.createDataFrame([], StructType([]))
     return value
+
+
+def spark_schema(text: str) -> Any:
+    """A schema a dataset carries, as `spark.read.schema` takes it: a StructType from its JSON,
+    a DDL string as it is."""
+    if text.lstrip().startswith("{"):
+        import json
+
+        from pyspark.sql.types import StructType
+
+        return StructType.fromJson(json.loads(text))
+    return text
 
 
 def union(parts: list[Any]) -> Any:
@@ -82,7 +98,7 @@ def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None)
                 if _is_dataframe(data):
                     path = output_path(prepared.context.data_dir, prepared.job.run, prepared.step.name, port, indices)
                     data.write.mode("overwrite").parquet(path)
-                    out[port] = Dataset.parquet(path)
+                    out[port] = Dataset.parquet(path, schema=data.schema)
                 else:
                     out[port] = as_dataset(data)
             written.append(out)
