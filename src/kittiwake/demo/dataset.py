@@ -27,9 +27,11 @@ must come out; `dataset.json` beside the files holds it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -46,7 +48,6 @@ PLANS = ("free", "basic", "pro", "team")
 PLAN_WEIGHTS = (0.6, 0.25, 0.12, 0.03)
 PAGES = 400
 URL_HOST = "https://shop.example.com"
-TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 LOG_START_SECS = 1_735_689_600  # 2025-01-01 00:00:00 UTC
 LOG_DAYS = 28
 MALFORMED_RATE = 0.015
@@ -234,15 +235,18 @@ def _write_block(out, rng, shard: Shard, first_event_id: int, rows: int) -> int:
     pages = np.minimum((rng.pareto(1.2, rows) * 20).astype(np.int64), PAGES - 1)
     url_spelling = pages * 4 + np.where(rng.random(rows) < 0.25, rng.integers(1, 4, rows), 0)
 
+    days, times_of_day, two_digits = _spellings()
     dollars = compute.cast(pa.array(cents // 100), pa.string())
-    pennies = compute.utf8_lpad(compute.cast(pa.array(cents % 100), pa.string()), 2, "0")
+    pennies = _spell(cents % 100, two_digits)
     amount = compute.if_else(pa.array(money), compute.binary_join_element_wise(dollars, pennies, "."),
                              pa.scalar(None, pa.string()))
     columns = {
         "event_id": compute.cast(pa.array(np.arange(first_event_id, first_event_id + rows, dtype=np.int64)),
                                  pa.string()),
         "user_id": compute.cast(pa.array(user_ids), pa.string()),
-        "ts": compute.strftime(pa.array(seconds, pa.timestamp("s")), format=TIME_FORMAT),
+        # day and time of day from tables: strftime per row is ten times slower
+        "ts": compute.binary_join_element_wise(_spell((seconds - LOG_START_SECS) // 86400, days),
+                                               _spell((seconds - LOG_START_SECS) % 86400, times_of_day), " "),
         "event_type": _spell(type_spelling, _TYPE_SPELLINGS),
         "amount": amount,
         "url": _spell(url_spelling, _URL_SPELLINGS),
@@ -282,6 +286,15 @@ def _write_block(out, rng, shard: Shard, first_event_id: int, rows: int) -> int:
     shard.replays += len(replayed)
     shard.lines += table.num_rows + pieces
     return written
+
+
+@functools.lru_cache(maxsize=1)
+def _spellings() -> tuple[list[str], list[str], list[str]]:
+    """The log's days (`yyyy-mm-dd`), the times of a day (`hh:mm:ss`) and the numbers 00..99."""
+    start = datetime.fromtimestamp(LOG_START_SECS, timezone.utc)
+    days = [(start + timedelta(days=day)).strftime("%Y-%m-%d") for day in range(LOG_DAYS)]
+    times = [f"{hour:02d}:{minute:02d}:{second:02d}" for hour in range(24) for minute in range(60) for second in range(60)]
+    return days, times, [f"{number:02d}" for number in range(100)]
 
 
 def _spell(codes, spellings: list[str]):  # type: ignore[no-untyped-def]

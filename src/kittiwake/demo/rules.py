@@ -27,7 +27,6 @@ from kittiwake.demo.dataset import EVENT_TYPES, MONEY_TYPES
 ID_PATTERN = r"^[0-9]{1,18}$"
 TIME_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}$"
 SPARK_TIME_PATTERN = "yyyy-MM-dd HH:mm:ss"
-PYTHON_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 AMOUNT_PATTERN = r"^[0-9]{1,9}\.[0-9]{2}$"
 URL_TAIL = r"[?#].*$"
 _ID = re.compile(ID_PATTERN)
@@ -46,7 +45,7 @@ def clean_row(fields: list[str]) -> CleanRow | None:
     event_id, user_id, ts, event_type, amount, url = (list(fields) + [""] * 6)[:6]
     if not (_ID.match(event_id) and _ID.match(user_id) and _TIME.match(ts) and url):
         return None
-    try:  # what strptime(PYTHON_TIME_FORMAT) checks, five times faster: a real date and time of day
+    try:  # what strptime("%Y-%m-%d %H:%M:%S") checks, five times faster: a real date and time of day
         datetime(int(ts[0:4]), int(ts[5:7]), int(ts[8:10]), int(ts[11:13]), int(ts[14:16]), int(ts[17:19]))
     except ValueError:
         return None

@@ -19,7 +19,8 @@
   report's rows inline (`summary`).
 
 Spark steps write their own Parquet at the job's output path and return the
-Dataset, so each step's whole Spark time is inside its function; each step
+Dataset with its schema (so the next step reads it without a schema-inference
+job), so each step's whole Spark time is inside its function; each step
 notes when it was entered and left (`StepClock`) in
 ``<data_dir>/<run>/_timings/``, which `kittiwake bench flows` reads to say
 where the time goes. `kittiwake spark-worker kittiwake.demo.shop_flow` and
@@ -39,6 +40,8 @@ from kittiwake.flow import Dataset, Flow, StepContext, current_step, merge
 FLOW_NAME = "shop"
 TIMINGS_DIR = "_timings"
 LEASE_SECS = 120.0  # a Spark job of a big shard runs for a while; the lease is renewed anyway
+
+USERS_SCHEMA = "user_id BIGINT, country STRING, plan STRING"  # what `users` writes, as DDL
 
 flow = Flow(FLOW_NAME, lease_secs=LEASE_SECS, max_attempts=3)
 
@@ -93,8 +96,9 @@ def clean(spark: Any, shard: dict[str, Any]) -> Dataset:
     context = current_step()
     with StepClock(context):
         path = context.output_path()
-        transforms.clean(transforms.read_events(spark, shard["path"])).write.mode("overwrite").parquet(path)
-    return Dataset.parquet(path)
+        cleaned = transforms.clean(transforms.read_events(spark, shard["path"]))
+        cleaned.write.mode("overwrite").parquet(path)
+    return Dataset.parquet(path, schema=cleaned.schema)
 
 
 @flow.step(inputs={"shard": shards})
@@ -109,7 +113,7 @@ def users(ctx: StepContext, shard: Dataset) -> Dataset:
         folder = Path(ctx.output_path())
         folder.mkdir(parents=True, exist_ok=True)
         parquet.write_table(table, folder / "part-00000.parquet")
-    return Dataset.parquet(str(folder))
+    return Dataset.parquet(str(folder), schema=USERS_SCHEMA)
 
 
 @flow.step(engine="spark", inputs={"events": clean, "users": users})
@@ -120,8 +124,9 @@ def enrich(spark: Any, events: Any, users: Any) -> Dataset:
     context = current_step()
     with StepClock(context):
         path = context.output_path()
-        transforms.figures(transforms.enrich(events, users)).write.mode("overwrite").parquet(path)
-    return Dataset.parquet(path)
+        figures = transforms.figures(transforms.enrich(events, users))
+        figures.write.mode("overwrite").parquet(path)
+    return Dataset.parquet(path, schema=figures.schema)
 
 
 @flow.step(engine="spark", inputs={"parts": merge(enrich)}, outputs=("figures", "summary"))
