@@ -232,7 +232,7 @@ def _write_block(out, rng, shard: Shard, first_event_id: int, rows: int) -> int:
     money = (types == EVENT_TYPES.index("purchase")) | (types == EVENT_TYPES.index("refund"))
     cents = np.where(types == EVENT_TYPES.index("refund"), rng.integers(100, 5_000, rows),
                      rng.integers(199, 40_000, rows))
-    pages = np.minimum((rng.pareto(1.2, rows) * 20).astype(np.int64), PAGES - 1)
+    pages = (rng.pareto(1.2, rows) * 20).astype(np.int64) % PAGES  # a long tail, folded over the catalogue
     url_spelling = pages * 4 + np.where(rng.random(rows) < 0.25, rng.integers(1, 4, rows), 0)
 
     days, times_of_day, two_digits = _spellings()

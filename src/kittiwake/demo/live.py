@@ -60,3 +60,4 @@ def follow(handle: Any, totals: Mapping[str, int], console: Console, *, started:
     finally:
         if live is not None:
             live.stop()
+            console.print()

@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,7 @@ class DemoResult:
     check: report_check.CheckResult
     times: step_times.RunTimes
     steps: list[dict[str, Any]]
-    queues: list[dict[str, Any]]
-    joins: list[dict[str, Any]]
+    joins: list[dict[str, Any]]  # per step: its join and its job queue
     broker_cpu_secs: float | None
     folder: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -96,7 +96,7 @@ class DemoResult:
             "check": {"ok": self.check.ok, "shards_checked": self.check.shards_checked,
                       "rows_read": self.check.rows_read, "figures_compared": self.check.figures_compared,
                       "differences": self.check.differences},
-            "times": self.times.as_dict(), "steps": self.steps, "queues": self.queues, "joins": self.joins,
+            "times": self.times.as_dict(), "steps": self.steps, "joins": self.joins,
             "broker_cpu_secs": self.broker_cpu_secs, "folder": self.folder,
         }
 
@@ -135,9 +135,7 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
             ended = time.time()
             seconds["run"] = ended - started
             cpu_after = services.broker_cpu_secs()
-            queues = _queue_stats(client, flow)
-            joins = [{"name": join.name, "ports": len(join.ports), "tokens_waiting": join.tokens_waiting}
-                     for join in client.list_joins(f"^{flow.names.group}#")]
+            steps = _step_stats(client, flow)
             outputs = handle.outputs() if status.state == "done" else {}
         summary: dict[str, Any] = outputs["report.summary"].value if "report.summary" in outputs else {}
         times = step_times.run_times(flow, read_timings(root / "runs", handle.id), started, ended)
@@ -146,7 +144,7 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
             summary=summary, check=report_check.CheckResult(), times=times,
             steps=[{"step": step.step, "engine": step.engine, "done": step.done, "dead": step.dead}
                    for step in status.steps],
-            queues=queues, joins=joins,
+            joins=steps,
             broker_cpu_secs=None if cpu_before is None or cpu_after is None else round(cpu_after - cpu_before, 3),
             folder=str(root) if settings.keep else None,
         )
@@ -195,12 +193,20 @@ def _shard_figure_paths(runs: Path, run: str, manifest: Manifest) -> dict[int, s
     return {shard.index: output_path(str(runs), run, "enrich", "out", [shard.index]) for shard in manifest.shards}
 
 
-def _queue_stats(client: Any, flow: Any) -> list[dict[str, Any]]:
-    queues = [queue for step in flow for queue in (*(step.port_queue(port) for port in step.inputs), step.job_queue)]
-    return [{"queue": row.queue, "size": row.size, "dead": row.dead,
-             "enqueue_rate_1m": round(row.enqueue_rate_1m, 2), "dequeue_rate_1m": round(row.dequeue_rate_1m, 2),
-             "avg_lease_secs": None if row.avg_lease_secs is None else round(row.avg_lease_secs, 3)}
-            for row in client.stats(queues)]
+def _step_stats(client: Any, flow: Any) -> list[dict[str, Any]]:
+    """Per step: its join's ports and tokens still waiting, and its job queue's statistics."""
+    joins = {join.name: join for join in client.list_joins(f"^{flow.names.group}#")}
+    stats = {row.queue: row for row in client.stats([step.job_queue for step in flow])}
+    rows = []
+    for step in flow:
+        join, row = joins.get(step.join), stats[step.job_queue]
+        ports = ", ".join(f"{port} ({mode})" for port, _queue, mode in join.ports) if join else "—"
+        rows.append({"step": step.name, "join": step.join, "ports": ports,
+                     "tokens_waiting": join.tokens_waiting if join else 0, "job_queue": step.job_queue,
+                     "size": row.size, "dead": row.dead, "enqueue_rate_1m": round(row.enqueue_rate_1m, 2),
+                     "dequeue_rate_1m": round(row.dequeue_rate_1m, 2),
+                     "avg_lease_secs": None if row.avg_lease_secs is None else round(row.avg_lease_secs, 3)})
+    return rows
 
 
 # ------------------------------------------------------------------ printing
@@ -208,8 +214,9 @@ def _queue_stats(client: Any, flow: Any) -> list[dict[str, Any]]:
 
 def show_result(console: Console, result: DemoResult) -> None:
     summary = result.summary
-    if summary:
-        console.print(_report_tables(summary))
+    console.print()
+    for table in _report_tables(summary) if summary else []:
+        console.print(table)
     manifest = result.manifest
     run_secs = result.seconds.get("run", 0.0)
     console.print(_times_table(result))
@@ -239,37 +246,39 @@ def show_result(console: Console, result: DemoResult) -> None:
             console.print(f"[red]  {difference}")
 
 
-def _report_tables(summary: dict[str, Any]) -> Table:
-    outer = Table.grid(padding=(1, 0))
+def _money(text: str) -> str:
+    """A revenue string ("1234567.80") with thousands separators for the tables."""
+    return f"{Decimal(text):,.2f}"
+
+
+def _report_tables(summary: dict[str, Any]) -> list[Table]:
     totals = summary["totals"]
     revenue = Table(title=f"revenue per country and plan (top {TOP_ROWS} of "
-                          f"{len(summary['revenue_by_country_plan'])}; all: {totals['revenue']})",
+                          f"{len(summary['revenue_by_country_plan'])}; in all {_money(totals['revenue'])})",
                     title_justify="left")
     for column, justify in (("country", "left"), ("plan", "left"), ("events", "right"), ("purchases", "right"),
                             ("revenue", "right")):
         revenue.add_column(column, justify=justify)  # type: ignore[arg-type]
     for row in summary["revenue_by_country_plan"][:TOP_ROWS]:
-        revenue.add_row(row["country"], row["plan"], f"{row['events']:,}", f"{row['purchases']:,}", row["revenue"])
+        revenue.add_row(row["country"], row["plan"], f"{row['events']:,}", f"{row['purchases']:,}",
+                        _money(row["revenue"]))
     types = Table(title="events per type", title_justify="left")
     for column in ("event type", "events", "purchases", "revenue"):
         types.add_column(column, justify="left" if column == "event type" else "right")
     for row in summary["events_by_type"]:
-        types.add_row(row["event_type"], f"{row['events']:,}", f"{row['purchases']:,}", row["revenue"])
+        types.add_row(row["event_type"], f"{row['events']:,}", f"{row['purchases']:,}", _money(row["revenue"]))
     users = Table(title=f"top {len(summary['top_users'])} users by revenue", title_justify="left")
-    for column in ("user", "segment", "events", "purchases", "revenue"):
+    for column in ("user", "country/plan", "events", "purchases", "revenue"):
         users.add_column(column, justify="right" if column in ("events", "purchases", "revenue") else "left")
     for row in summary["top_users"]:
-        users.add_row(str(row["user_id"]), row["segment"], f"{row['events']:,}", f"{row['purchases']:,}", row["revenue"])
+        users.add_row(str(row["user_id"]), row["segment"], f"{row['events']:,}", f"{row['purchases']:,}",
+                      _money(row["revenue"]))
     pages = Table(title=f"top {len(summary['top_pages'])} pages by events", title_justify="left")
     for column in ("page", "events", "purchases", "revenue"):
         pages.add_column(column, justify="left" if column == "page" else "right")
     for row in summary["top_pages"]:
-        pages.add_row(row["url"], f"{row['events']:,}", f"{row['purchases']:,}", row["revenue"])
-    outer.add_row(revenue)
-    outer.add_row(types)
-    outer.add_row(users)
-    outer.add_row(pages)
-    return outer
+        pages.add_row(row["url"], f"{row['events']:,}", f"{row['purchases']:,}", _money(row["revenue"]))
+    return [revenue, types, users, pages]
 
 
 def _times_table(result: DemoResult) -> Table:
@@ -290,13 +299,15 @@ def _ms(value: float | None) -> str:
 
 
 def _queues_table(result: DemoResult) -> Table:
-    table = Table(title="broker: the flow's queues (ports and job queues)", title_justify="left")
-    for column in ("queue", "size", "dead", "enqueues/s (1m)", "dequeues/s (1m)", "avg lease ms"):
-        table.add_column(column, justify="left" if column == "queue" else "right")
-    for row in result.queues:
+    table = Table(title="broker: each step is a join — its ports' tokens meet by key and start one job "
+                        "(figures of the step's job queue)", title_justify="left")
+    for column in ("step", "join ports", "jobs run", "tokens left waiting", "jobs left", "dead", "avg lease ms"):
+        table.add_column(column, justify="left" if column in ("step", "join ports") else "right")
+    done = {step["step"]: step["done"] for step in result.steps}
+    for row in result.joins:
         lease = "—" if row["avg_lease_secs"] is None else f"{row['avg_lease_secs'] * 1000:,.0f}"
-        table.add_row(row["queue"], str(row["size"]), str(row["dead"]), f"{row['enqueue_rate_1m']:.2f}",
-                      f"{row['dequeue_rate_1m']:.2f}", lease)
+        table.add_row(row["step"], row["ports"], str(done.get(row["step"], "—")), str(row["tokens_waiting"]),
+                      str(row["size"]), str(row["dead"]), lease)
     return table
 
 
