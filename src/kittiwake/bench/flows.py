@@ -183,22 +183,22 @@ def run_step_start(settings: FlowsSettings, url: str, spark: Any, data_dir: str,
             "lease_round_trip": figure(measured["lease"], rate=False), "_measured": measured}
 
 
-def run_pipeline(url: str, root: Path, manifest: Any, console: Console, label: str) -> tuple[str, dict[str, Any], float, float]:
-    """One run of the shop flow on `manifest`: (run id, outputs, started, ended), times wall-clock seconds."""
+def run_pipeline(url: str, root: Path, manifest: Any, console: Console, label: str,
+                 check: Callable[[], None] = lambda: None) -> tuple[str, dict[str, Any], float, float]:
+    """One run of the shop flow on `manifest`: (run id, outputs, started, ended), times wall-clock
+    seconds; the end is the one the run's end record holds, not the moment a poll saw it."""
     from kittiwake.client import Client
     from kittiwake.demo import live
-    from kittiwake.demo.shop_flow import flow
+    from kittiwake.demo.shop_flow import flow, jobs_per_step
     from kittiwake.flow import Dataset
 
-    shards = len(manifest.shards)
-    totals = {"shards": 1, "clean": shards, "users": shards, "enrich": shards, "report": 1}
     with Client(url) as client:
         started = time.time()
         handle = flow.run(client, {"dataset": Dataset.path(manifest.root)}, data_dir=str(root / "runs"))
         with console.status(f"{label}: the flow", spinner="dots"):
-            status = live.follow(handle, totals, console, started=started, show=False,
-                                 timeout_secs=PIPELINE_TIMEOUT_SECS)
-        ended = time.time()
+            status = live.follow(handle, jobs_per_step(len(manifest.shards)), console, started=started, show=False,
+                                 timeout_secs=PIPELINE_TIMEOUT_SECS, check=check)
+        ended = status.ended_at or time.time()
         if status.state != "done":
             raise RuntimeError(f"the flow's run {handle.id} ended {status.state}: {status.reason}; "
                                + "; ".join(f"{dead.step} {dead.key}: {dead.reason}" for dead in status.dead[:3]))
@@ -214,10 +214,38 @@ def _order(repeats: int) -> list[str]:
     return order
 
 
+class CpuMeter:
+    """CPU seconds of the processes a pass uses: the Spark JVM, this process (the driver's Python,
+    the Spark worker's threads), the broker and the python worker."""
+
+    def __init__(self, spark: Any, broker: BrokerProcess | None, others: Callable[[], list[int]]) -> None:
+        try:
+            self.jvm_pid: int | None = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+        except Exception:  # a remote or unusual session: no JVM figure
+            self.jvm_pid = None
+        self.broker = broker
+        self.others = others
+
+    def read(self) -> dict[str, float | None]:
+        from kittiwake.bench.processes import cpu_secs, process_cpu_secs
+
+        pids = self.others()
+        workers = [process_cpu_secs(pid) for pid in pids]
+        return {"jvm": process_cpu_secs(self.jvm_pid) if self.jvm_pid else None, "python": cpu_secs(),
+                "broker": self.broker.cpu_secs() if self.broker is not None else None,
+                "python_worker": sum(value for value in workers if value is not None) if pids else None}
+
+    @staticmethod
+    def spent(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float | None]:
+        return {key: (round(after[key] - value, 2) if value is not None and after.get(key) is not None else None)
+                for key, value in before.items()}
+
+
 def run_overhead(settings: FlowsSettings, url: str, spark: Any, root: Path, manifest: Any,
-                 console: Console) -> dict[str, Any]:
-    """`settings.repeats` passes of each pipeline (ABBA order); the means, each pass, and where the
-    flow's time went in its fastest pass."""
+                 console: Console, meter: CpuMeter | None = None,
+                 check: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """`settings.repeats` passes of each pipeline (ABBA order); the means, each pass with the CPU it
+    used, and where the flow's time went in its fastest pass."""
     import os
 
     from kittiwake.demo import plain_spark, step_times
@@ -229,9 +257,10 @@ def run_overhead(settings: FlowsSettings, url: str, spark: Any, root: Path, mani
     figures_paths: list[Any] = []
     for number, kind in enumerate(_order(settings.repeats)):
         load = os.getloadavg()[0]
+        cpu_before = meter.read() if meter is not None else None
         if kind == "flow":
             run, outputs, started, ended = run_pipeline(url, root / f"flow-{number}", manifest, console,
-                                                        f"overhead, pass {number + 1}")
+                                                        f"overhead, pass {number + 1}", check)
             seconds = ended - started
             figures_paths.append(outputs["report.figures"].uri)
             if fastest is None or seconds < fastest[0]:
@@ -245,6 +274,8 @@ def run_overhead(settings: FlowsSettings, url: str, spark: Any, root: Path, mani
             figures_paths.append(root / f"plain-{number}" / "figures")
             passes.append({"pipeline": kind, "seconds": round(seconds, 3), "load_average_1m": round(load, 2),
                            "parts": {key: round(value, 3) for key, value in plain["seconds"].items()}})
+        if meter is not None and cpu_before is not None:
+            passes[-1]["cpu_secs"] = CpuMeter.spent(cpu_before, meter.read())
     first = read_figures(figures_paths[0])
     same = all(read_figures(path) == first for path in figures_paths[1:])
     flow_secs = [item["seconds"] for item in passes if item["pipeline"] == "flow"]
@@ -263,8 +294,20 @@ def run_overhead(settings: FlowsSettings, url: str, spark: Any, root: Path, mani
         "plain_seconds": next(item["parts"] for item in passes
                               if item["pipeline"] == "plain" and item["seconds"] == min(plain_secs)),
     }
+    record["cpu_secs"] = {kind: _mean_cpu([item.get("cpu_secs") for item in passes if item["pipeline"] == kind])
+                          for kind in ("flow", "plain")}
     record["meets_target"] = check_target(record)
     return record
+
+
+def _mean_cpu(readings: list[dict[str, float | None] | None]) -> dict[str, float | None] | None:
+    """The mean of each process's CPU seconds over passes (None where one was not measured)."""
+    known = [reading for reading in readings if reading]
+    if not known:
+        return None
+    return {key: (round(sum(reading[key] or 0.0 for reading in known) / len(known), 2)
+                  if all(reading.get(key) is not None for reading in known) else None)
+            for key in known[0]}
 
 
 def _warm_up(settings: FlowsSettings, url: str, spark: Any, root: Path, console: Console) -> float | None:
@@ -295,7 +338,7 @@ def _generate(settings: FlowsSettings, folder: Path, console: Console) -> Any:
                         progress=lambda written: progress.update(task, completed=written))
 
 
-def run_spark_figures(settings: FlowsSettings, url: str, root: Path, console: Console, session: Any,
+def run_spark_figures(settings: FlowsSettings, broker: BrokerProcess, root: Path, console: Console, session: Any,
                       bar: Callable[[str], Callable[[float, int], None]]) -> dict[str, Any]:
     """Step start and overhead on one session with an in-process Spark worker and a python worker."""
     from kittiwake.bench.spark_peer import spark_available
@@ -305,6 +348,7 @@ def run_spark_figures(settings: FlowsSettings, url: str, root: Path, console: Co
     from kittiwake.demo.shop_flow import flow as shop_flow
     from kittiwake.flow.spark_worker import SparkWorker, start_session
 
+    url = f"kw://{broker.host}:{broker.port}"
     reason = spark_available()
     if reason is not None and session is None:
         return {"error": reason}
@@ -332,7 +376,9 @@ def run_spark_figures(settings: FlowsSettings, url: str, root: Path, console: Co
         if not settings.only or "step_start" in settings.only:
             figures.update(run_step_start(settings, url, session, str(root / "probe-runs"), bar))
         if not settings.only or "overhead" in settings.only:
-            figures["overhead"] = run_overhead(settings, url, session, root, manifest, console)
+            meter = CpuMeter(session, broker, services.worker_pids)
+            figures["overhead"] = run_overhead(settings, url, session, root, manifest, console, meter,
+                                               services.check_alive)
             figures["overhead"]["warmup_s"] = None if warmup_secs is None else round(warmup_secs, 2)
         figures["spark"] = {"master": session.sparkContext.master, "version": session.version,
                             "reused_session": not started_here}
@@ -356,14 +402,13 @@ def run_flows(settings: FlowsSettings, console: Console, *, parent_dir: str | No
     broker = BrokerProcess(root / "data", root / "broker.log", settings.durability)
     try:
         broker.start()
-        url = f"kw://{broker.host}:{broker.port}"
         joins: dict[str, Any] = {}
         spark: dict[str, Any] = {}
         with progress_bars(console) as bar:
             if not settings.only or "joins" in settings.only:
                 joins = run_joins(settings, broker, bar)
             if not settings.only or {"step_start", "overhead"} & set(settings.only):
-                spark = run_spark_figures(settings, url, root, console, spark_session, bar)
+                spark = run_spark_figures(settings, broker, root, console, spark_session, bar)
         broker_rss_mb = broker.peak_rss_mb()
     finally:
         broker.stop()
@@ -432,11 +477,26 @@ def _overhead_rows(record: dict[str, Any]) -> list[tuple[str, str, str, bool | N
          describe_target(record["target"]), record["meets_target"]),
         ("flow ÷ plain − 1 (fastest passes)", f"{record['overhead_percent_fastest']:+.1f}%", "", None),
         ("same figures from both", "yes" if record["same_figures"] else "NO", "", record["same_figures"]),
+        *_cpu_rows(record.get("cpu_secs") or {}),
         ("flow's fastest pass: Spark steps' busy time (2 slots)", f"{times['spark_busy_secs']:.2f} s "
          f"(÷ 2 = {times['spark_busy_secs'] / 2:.2f} s)", "", None),
         ("flow: python steps' busy time", f"{times['python_busy_secs']:.2f} s", "", None),
         ("flow: no step running (hand-offs on the critical path)", f"{times['idle_secs']:.2f} s", "", None),
     ]
+    return rows
+
+
+def _cpu_rows(cpu: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """CPU seconds per pass (means), which the machine's load moves less than wall time."""
+    rows: list[tuple[str, str, str, bool | None]] = []
+    for kind, label in (("flow", "the flow"), ("plain", "the script")):
+        spent = cpu.get(kind)
+        if not spent:
+            continue
+        parts = [f"{name} {spent[key]:.1f}" for key, name in (("jvm", "Spark JVM"), ("python", "this process"),
+                                                             ("broker", "broker"), ("python_worker", "python worker"))
+                 if spent.get(key) is not None]
+        rows.append((f"CPU s per pass, {label}", ", ".join(parts), "", None))
     return rows
 
 

@@ -9,6 +9,7 @@ the members of one benchmark (load processes; workers and a submitter).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import resource
 import traceback
 from typing import Any, Callable
@@ -20,6 +21,16 @@ def cpu_secs() -> float:
     """User + system CPU of this process so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu_secs(pid: int) -> float | None:
+    """User + system CPU of process `pid` (all its threads) so far; None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def start_processes(count: int, serve: Callable[[Any, Any], None]) -> list[tuple[Any, Any, Any]]:

@@ -233,7 +233,7 @@ def _flows_quick_default(name: str) -> str:
 @click.option("--size", default=None, metavar="SIZE",
               help=f"The pipeline's generated dataset, as `kittiwake demo --size`  {_flows_quick_default('size')}")
 @click.option("--shards", type=click.IntRange(1, 10_000), default=None,
-              help="Shards of the dataset. Default: as the demo (one per ~24 MB).")
+              help="Shards of the dataset. Default: as the demo (one per ~50 MB).")
 @click.option("--warmup-size", default=None, metavar="SIZE",
               help=f"An unmeasured pass of both pipelines first; 0 skips it  {_flows_quick_default('warmup_size')}")
 @click.option("--repeats", type=click.IntRange(1, 100), default=None,

@@ -29,7 +29,7 @@ def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
 @click.option("--size", default="300MB", show_default=True, callback=_size, metavar="SIZE",
               help="How much event log to generate (B, kB, MB, GB; decimal units).")
 @click.option("--shards", type=click.IntRange(1, 10_000), default=None,
-              help="Files the log is sharded into (one Spark job per shard and step). Default: one per ~24 MB, at least 2.")
+              help="Files the log is sharded into (one Spark job per shard and step). Default: one per ~50 MB, at least 2.")
 @click.option("--check-shards", type=click.IntRange(1, 10_000), default=2, show_default=True,
               help="Shards whose figures are recomputed in plain Python and compared (all of them when more).")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,

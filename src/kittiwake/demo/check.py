@@ -25,7 +25,7 @@ import random
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from kittiwake.demo import rules
 from kittiwake.demo.dataset import Manifest, Shard
@@ -161,6 +161,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _head(value: Iterable[Any] | Any) -> str:
+def _head(value: Any) -> str:
     text = repr(value)
     return text if len(text) < 300 else text[:300] + "…"

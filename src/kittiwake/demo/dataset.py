@@ -55,7 +55,9 @@ REPLAY_RATE = 0.02
 GARBAGE_LINES = ("<<<truncated record>>>", "7734,,", "##########", "0,0,0")
 EVENTS_PER_USER = 20  # users = events / this, at least 10 per shard
 ROW_BYTES = 81.5  # bytes per distinct row in the CSV, replays and garbage included (measured): rows from a size
-SHARD_BYTES = 24_000_000  # the default shard size: a few seconds of Spark work on one core
+# The default shard size: a Spark job's fixed cost (planning, a broadcast, the commit) is about half
+# a second of CPU, so the flow's per-shard jobs should each have several seconds of work.
+SHARD_BYTES = 50_000_000
 SEED = 2025
 MANIFEST_NAME = "dataset.json"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?b?)\s*$", re.IGNORECASE)
@@ -130,7 +132,7 @@ def parse_size(text: str | int) -> int:
 
 
 def default_shards(size_bytes: int) -> int:
-    """One shard per ~24 MB, at least 2 (so the split has something to split)."""
+    """One shard per ~50 MB, at least 2 (so the split has something to split)."""
     return max(2, round(size_bytes / SHARD_BYTES))
 
 

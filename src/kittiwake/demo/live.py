@@ -9,7 +9,7 @@ queued (their join completed, no worker has leased them yet), running
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -38,9 +38,11 @@ def progress_table(status: Any, totals: Mapping[str, int], elapsed_secs: float) 
 
 
 def follow(handle: Any, totals: Mapping[str, int], console: Console, *, started: float,
-           show: bool = True, timeout_secs: float | None = None) -> Any:
+           show: bool = True, timeout_secs: float | None = None,
+           check: Callable[[], None] = lambda: None) -> Any:
     """Poll `handle` until its run is done, failed or cancelled, drawing the table; the last status.
 
+    `check` is called at every poll and may raise (a worker the run needs has exited);
     TimeoutError after `timeout_secs`."""
     deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
     status = handle.status()
@@ -55,6 +57,7 @@ def follow(handle: Any, totals: Mapping[str, int], console: Console, *, started:
                 return status
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {handle.id} is still {status.state} after {timeout_secs:.0f} s")
+            check()
             time.sleep(POLL_SECS)
             status = handle.status()
     finally:

@@ -24,6 +24,7 @@ import json
 import shutil
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -105,7 +106,7 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
     """Everything the module docstring says; the services are stopped and the folder removed
     (unless `settings.keep`) before it returns."""
     from kittiwake.client import Client
-    from kittiwake.demo.shop_flow import flow, read_timings
+    from kittiwake.demo.shop_flow import flow, jobs_per_step, read_timings
     from kittiwake.flow import Dataset
 
     root = settings.keep or Path(tempfile.mkdtemp(prefix="kittiwake-demo-"))
@@ -113,7 +114,7 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
     services = Services(root, settings.url)
     seconds: dict[str, float] = {}
     try:
-        with console.status("starting the broker", spinner="dots") if show else _nothing():
+        with console.status("starting the broker", spinner="dots") if show else nullcontext():
             url = services.start_broker()
         spark = services.start_spark_worker(FLOW_REFERENCE, settings.spark_master, settings.spark_concurrency,
                                             SESSION_SETTINGS)
@@ -122,16 +123,15 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
         manifest = _generate(root / "dataset", settings, console, show)
         seconds["generate"] = time.perf_counter() - began
         began = time.perf_counter()
-        with console.status("waiting for the spark-worker's SparkSession", spinner="dots") if show else _nothing():
+        with console.status("waiting for the spark-worker's SparkSession", spinner="dots") if show else nullcontext():
             spark.wait_for(" ready", SPARK_READY_TIMEOUT_SECS)
         seconds["spark_ready_wait"] = time.perf_counter() - began
-        shards = len(manifest.shards)
-        totals = {"shards": 1, "clean": shards, "users": shards, "enrich": shards, "report": 1}
         with Client(url) as client:
             cpu_before = services.broker_cpu_secs()
             started = time.time()
             handle = flow.run(client, {"dataset": Dataset.path(str(root / "dataset"))}, data_dir=str(root / "runs"))
-            status = live.follow(handle, totals, console, started=started, show=show, timeout_secs=RUN_TIMEOUT_SECS)
+            status = live.follow(handle, jobs_per_step(len(manifest.shards)), console, started=started, show=show,
+                                 timeout_secs=RUN_TIMEOUT_SECS, check=services.check_alive)
             ended = time.time()
             seconds["run"] = ended - started
             cpu_after = services.broker_cpu_secs()
@@ -154,7 +154,7 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
                 result.notes.append(f"dead job {dead.step} {dead.key}: {dead.reason}")
             return result
         began = time.perf_counter()
-        with console.status("checking the report in plain Python", spinner="dots") if show else _nothing():
+        with console.status("checking the report in plain Python", spinner="dots") if show else nullcontext():
             result.check = report_check.check_run(
                 manifest, summary, _shard_figure_paths(root / "runs", handle.id, manifest),
                 outputs["report.figures"].uri or "", settings.check_shards)
@@ -164,14 +164,6 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
         services.stop()
         if settings.keep is None:
             shutil.rmtree(root, ignore_errors=True)
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _generate(folder: Path, settings: DemoSettings, console: Console, show: bool) -> Manifest:

@@ -115,6 +115,26 @@ class Services:
         self.workers.append(worker)
         return worker
 
+    def worker_pids(self) -> list[int]:
+        """The python workers' processes: each command's supervisor and its children."""
+        pids: list[int] = []
+        for service in self.workers:
+            pids.append(service.process.pid)
+            try:
+                children = Path(f"/proc/{service.process.pid}/task/{service.process.pid}/children").read_text()
+            except OSError:
+                continue
+            pids += [int(pid) for pid in children.split()]
+        return pids
+
+    def check_alive(self) -> None:
+        """RuntimeError, with its log's end, if a worker or the broker has exited."""
+        for service in [*self.workers, *([self.spark] if self.spark else [])]:
+            if service.process.poll() is not None:
+                raise RuntimeError(f"{service.name} exited (code {service.process.returncode}){service.log_tail()}")
+        if self.broker is not None and self.broker.process is not None and self.broker.process.poll() is not None:
+            raise RuntimeError(f"the broker exited (code {self.broker.process.returncode})")
+
     def stop(self) -> None:
         """Workers first (they finish what they hold), then the broker."""
         for service in [*self.workers, *([self.spark] if self.spark else [])]:

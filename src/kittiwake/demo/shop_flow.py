@@ -70,6 +70,11 @@ class StepClock:
         temporary.replace(folder / f"{name}.json")
 
 
+def jobs_per_step(shards: int) -> dict[str, int]:
+    """How many jobs each step runs for a dataset of `shards` shards."""
+    return {"shards": 1, "clean": shards, "users": shards, "enrich": shards, "report": 1}
+
+
 def read_timings(data_dir: str | Path, run: str) -> list[dict[str, Any]]:
     """Every step's entry and exit of one run, as `StepClock` wrote them."""
     folder = Path(data_dir, run, TIMINGS_DIR)
