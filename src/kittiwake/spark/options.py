@@ -146,9 +146,9 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
 
 
 def stream_options(options: Mapping[str, str]) -> StreamOptions:
-    _known(options, STREAM_OPTIONS, "a stream")
     if _text(options, "pattern") is not None:
         raise BadRequest("a stream consumes one queue: give option 'queue', not 'pattern'")
+    _known(options, STREAM_OPTIONS, "a stream")
     queue = _text(options, "queue")
     if queue is None:
         raise BadRequest("a stream needs option 'queue': the queue it consumes")
