@@ -5,6 +5,7 @@ ends empty, by the queue checker's count (lost, unexpected, duplicated; docs/tes
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 import kittiwake.spark
 from kittiwake import Client
+from kittiwake.spark import stream_log
 from support.broker_process import BrokerProcess
 from support.checker import DELIVER, DEQUEUE, ENQUEUE, History, Result, check
 
@@ -97,12 +99,29 @@ def test_a_driver_killed_mid_batch_loses_and_repeats_nothing(broker: BrokerProce
             driver.wait(timeout=30)
             history.crash(f"driver killed during batch {batch}")
         assert client.stats(["jobs"])[0].leased > 0, "the killed driver held a batch"
+        logged = stream_log.load(client, "jobs.stream.sink")
+        number = logged_batch(checkpoint, batch)
+        in_flight = sorted(task.pid for task in logged.pending[number].tasks)
 
         run_until_idle(start(spark, broker.url, "jobs", tmp_path))  # the same checkpoint, in this driver
+        assert sink_batch(spark, tmp_path / "sink", batch) == in_flight  # the replay had the same tasks
         result = checked(spark, client, history, "jobs", tmp_path)
     print(result.format())
     assert result.valid and not result.duplicated, result.format()
     assert result.acked == 200 and result.drained == 0
+
+
+def logged_batch(checkpoint: Path, spark_batch: int) -> int:
+    """The stream's batch number that ends Spark's batch `spark_batch`, from Spark's offset log."""
+    offsets = (checkpoint / "offsets" / str(spark_batch)).read_text().splitlines()
+    return json.loads(offsets[-1])["batch"]
+
+
+def sink_batch(spark: Any, sink: Path, spark_batch: int) -> list[str]:
+    """The pids the Parquet sink committed for one Spark batch (its metadata log lists the files)."""
+    entries = (sink / "_spark_metadata" / str(spark_batch)).read_text().splitlines()[1:]
+    files = [json.loads(entry)["path"] for entry in entries]
+    return sorted(row.pid for row in spark.read.parquet(*files).select("pid").collect()) if files else []
 
 
 def wait_for_a_batch_in_flight(driver: subprocess.Popen[bytes], checkpoint: Path, driver_log: Path) -> int:
