@@ -1,14 +1,14 @@
 """`spark.read.format("kittiwake")`: tasks as rows, read with `peek`, never leased.
 
-Planning (on the driver) lists the queues to read — the one `queue`, or every
-non-empty queue matching `pattern` (`list_queues`) — with their sizes (`stats`
-and `list_queues` need the admin right on a queue; without it a named queue is
-read in `partitions` ranges, or one, whatever its size), and
-makes about `partitions` Spark partitions of about equal size: a queue larger
-than its share is cut into pid ranges (`pid_ranges`, a few `peek` probes), and
-small queues share a partition. By default there is one partition per queue
-(at most `DEFAULT_QUEUE_PARTITIONS`), and one per `DEFAULT_TASKS_PER_PARTITION`
-tasks where that gives more.
+Planning (on the driver) lists the queues to read with their sizes — the one
+`queue` (`stats`), or every non-empty queue matching `pattern` (`list_queues`)
+— and makes about `partitions` Spark partitions of about equal size: a queue
+larger than its share is cut into pid ranges (`pid_ranges`, a few `peek`
+probes), and small queues share a partition. By default there is one
+partition per queue (at most `DEFAULT_QUEUE_PARTITIONS`), or one per
+`DEFAULT_TASKS_PER_PARTITION` tasks where that gives more. Sizes need the
+admin right on a queue (`stats`, `list_queues`); a user with only consume
+reads a named queue in `partitions` ranges (default one), whatever its size.
 
 Reading (in each Spark task) pages through its ranges with `peek`, `page_size`
 tasks per request, from the range's first pid to the next range's. The read
@@ -93,13 +93,16 @@ def plan(client: Client, options: ReadOptions) -> list[list[PidRange]]:
     total = sum(size for _, size in sizes)
     target = options.partitions or default_partitions(len(sizes), total)
     share = max(1, math.ceil(total / target))
-    pieces: list[tuple[PidRange, float]] = []  # a range and its estimated size
+    partitions: list[list[PidRange]] = []
+    whole: list[tuple[PidRange, int]] = []  # queues read whole, with their sizes
     for name, size in sizes:
         parts = math.ceil(size / share)
-        cuts = pid_ranges.boundaries(_prober(client, name), parts) if parts > 1 else []
-        spans = pid_ranges.ranges(cuts)
-        pieces.extend((PidRange(name, start, stop), size / len(spans)) for start, stop in spans)
-    return pack(pieces, share)
+        if parts > 1:
+            cuts = pid_ranges.boundaries(_prober(client, name), parts)
+            partitions.extend([PidRange(name, start, stop)] for start, stop in pid_ranges.ranges(cuts))
+        else:
+            whole.append((PidRange(name), size))
+    return partitions + pack(whole, share)
 
 
 def _unsized_ranges(client: Client, options: ReadOptions) -> list[tuple[str | None, str | None]]:
@@ -113,17 +116,17 @@ def default_partitions(queues: int, total: int) -> int:
     return max(min(queues, DEFAULT_QUEUE_PARTITIONS), math.ceil(total / DEFAULT_TASKS_PER_PARTITION))
 
 
-def pack(pieces: list[tuple[PidRange, float]], share: float) -> list[list[PidRange]]:
-    """Consecutive ranges grouped until each group holds about `share` tasks."""
+def pack(queues: list[tuple[PidRange, int]], share: int) -> list[list[PidRange]]:
+    """Queues read whole, grouped in name order until each group holds about `share` tasks."""
     groups: list[list[PidRange]] = []
     current: list[PidRange] = []
-    held = 0.0
-    for pid_range, size in pieces:
+    held = 0
+    for pid_range, size in queues:
         current.append(pid_range)
         held += size
-        if held >= share * 0.999:  # a float share of exactly `share` closes the group
+        if held >= share:
             groups.append(current)
-            current, held = [], 0.0
+            current, held = [], 0
     if current:
         groups.append(current)
     return groups
