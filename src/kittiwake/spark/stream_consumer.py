@@ -36,6 +36,12 @@ done.
    recorded in the log as the next batch (`stream_log.append`) before the
    answer names it; nothing leased, the same answer as before.
 
+Two ways of running a query break the rule that `latest()` follows a finished
+batch, and are not supported: asynchronous progress tracking (Spark may ask
+before its commit log is written) and `Trigger.AvailableNow` (PySpark 4.0
+wraps a Python stream so that it is asked once, before the restart state is
+known: the run takes one batch, and later runs find nothing new).
+
 While a batch is held, the `LeaseRenewer` keeps its leases alive. A
 restarted driver loads the log (`stream_log.load`), renews the leases of the
 pending batches at once, and serves replays from the log's records, so a
@@ -46,9 +52,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
-from typing import TypeVar
 
 from kittiwake import errors
 from kittiwake.client import Client
@@ -56,16 +59,11 @@ from kittiwake.model import ItemOutcome, LeaseRef
 from kittiwake.spark import stream_log
 from kittiwake.spark.lease_renewer import LeaseRenewer
 from kittiwake.spark.options import StreamOptions
+from kittiwake.spark.retries import retrying
 from kittiwake.spark.rows import LoggedTask, logged
 from kittiwake.spark.stream_log import LoggedBatch
 
 log = logging.getLogger("kittiwake.spark.stream_consumer")
-
-T = TypeVar("T")
-
-RETRY_DEADLINE_SECS = 60.0
-RETRY_FIRST_PAUSE_SECS = 0.1
-RETRY_MAX_PAUSE_SECS = 2.0
 
 
 class StreamConsumer:
@@ -195,7 +193,11 @@ class StreamConsumer:
     def leases_lost(self, outcomes: list[ItemOutcome]) -> None:
         with self._lock:
             leases = {lease.pid: lease.lease_id for batch in self.pending.values() for lease in batch.leases()}
-            self.lost.update((outcome.pid, leases[outcome.pid]) for outcome in outcomes if outcome.pid in leases)
+            # a renewal that crossed the batch's commit finds its task gone: that is no loss
+            outcomes = [outcome for outcome in outcomes if outcome.pid in leases]
+            self.lost.update((outcome.pid, leases[outcome.pid]) for outcome in outcomes)
+        if not outcomes:
+            return
         log.warning(
             "stream %s: %d leases could not be renewed (%s): the driver was away longer than lease_secs; the batch "
             "is still finished with them unless another consumer took the tasks",
@@ -204,18 +206,3 @@ class StreamConsumer:
             ", ".join(sorted({outcome.code or "" for outcome in outcomes})),
         )
 
-
-def retrying(call: Callable[[], T], deadline_secs: float = RETRY_DEADLINE_SECS) -> T:
-    """`call()`, repeated after `Transient` failures (a broker restarting) for up to `deadline_secs`;
-    only for calls that are safe to repeat."""
-    deadline = time.monotonic() + deadline_secs
-    pause = RETRY_FIRST_PAUSE_SECS
-    while True:
-        try:
-            return call()
-        except errors.Transient as exc:
-            if time.monotonic() + pause > deadline:
-                raise
-            log.info("broker not available, retrying in %.1f s: %s", pause, exc)
-            time.sleep(pause)
-            pause = min(pause * 2, RETRY_MAX_PAUSE_SECS)

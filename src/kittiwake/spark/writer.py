@@ -24,7 +24,6 @@ it has a pid.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,12 +34,11 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 from kittiwake import errors
 from kittiwake.client import Client
 from kittiwake.spark.options import WriteOptions
+from kittiwake.spark.retries import retrying
 
 log = logging.getLogger("kittiwake.spark.writer")
 
 RETRY_DEADLINE_SECS = 30.0
-RETRY_FIRST_PAUSE_SECS = 0.1
-RETRY_MAX_PAUSE_SECS = 2.0
 
 STRING_COLUMNS = ("queue", "pid", "receiver", "sender")
 OPTIONAL_COLUMNS = frozenset({"queue", "pid", "receiver", "sender", "headers"})
@@ -144,19 +142,11 @@ def totals(messages: list[WriterCommitMessage | None]) -> WriteReport:
 
 
 def enqueue(client: Client, batch: list[dict[str, Any]], report: WriteReport) -> None:
-    """One `enqueue_many`, repeated after a transient failure only when repeating is safe."""
-    idempotent = all("pid" in task for task in batch)
-    deadline = time.monotonic() + RETRY_DEADLINE_SECS
-    pause = RETRY_FIRST_PAUSE_SECS
-    while True:
-        try:
-            outcomes = client.enqueue_many(batch)
-            break
-        except errors.Transient:
-            if not idempotent or time.monotonic() + pause > deadline:
-                raise
-            time.sleep(pause)
-            pause = min(pause * 2, RETRY_MAX_PAUSE_SECS)
+    """One `enqueue_many`, repeated after a transient failure only when every task has a pid."""
+    if all("pid" in task for task in batch):
+        outcomes = retrying(lambda: client.enqueue_many(batch), RETRY_DEADLINE_SECS)
+    else:
+        outcomes = client.enqueue_many(batch)
     collapsed = sum(1 for outcome in outcomes if outcome.collapsed)
     report.collapsed += collapsed
     report.enqueued += len(outcomes) - collapsed
