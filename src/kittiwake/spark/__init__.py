@@ -22,7 +22,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from kittiwake.spark.source import FORMAT, KittiwakeDataSource
+try:  # PySpark's Python data sources exist from PySpark 4.0 on, and import PyArrow when they run
+    import pyarrow  # noqa: F401
+    import pyspark.sql.datasource  # noqa: F401
+except ImportError as missing:
+    raise ImportError(
+        f"kittiwake.spark needs PySpark 4 and PyArrow ({missing}): pip install 'kittiwake[spark]'"
+    ) from missing
+
+from kittiwake.spark.source import FORMAT, KittiwakeDataSource  # noqa: E402
 
 __all__ = ["FORMAT", "KittiwakeDataSource", "register"]
 
