@@ -136,4 +136,4 @@ class PeersSettings:
     redis_url: str = PEERS_REDIS_URL
     pg_dsn: str = PEERS_PG_DSN
     stall_secs: float = 120.0  # a drain with no task done for this long fails
-    max_drain_secs: float = 600.0  # a drain still running after this is reported as partial, at its rate
+    max_drain_secs: float = 300.0  # a drain still running after this is reported as partial, at its rate

@@ -40,5 +40,8 @@ class Submitter:
         with app.connection_for_write() as connection:
             return connection.default_channel.client.llen(PEERS_QUEUE)
 
+    def purge(self) -> None:
+        app.control.purge()
+
     def close(self) -> None:
         app.close()

@@ -39,5 +39,8 @@ class Submitter:
     def waiting(self) -> int | None:
         return broker.client.llen(f"dramatiq:{PEERS_QUEUE}")
 
+    def purge(self) -> None:
+        broker.flush(PEERS_QUEUE)
+
     def close(self) -> None:
         broker.close()

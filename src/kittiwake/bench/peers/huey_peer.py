@@ -37,5 +37,8 @@ class Submitter:
     def waiting(self) -> int | None:
         return huey.pending_count()
 
+    def purge(self) -> None:
+        huey.flush()
+
     def close(self) -> None:
         pass

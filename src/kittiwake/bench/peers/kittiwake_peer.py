@@ -64,5 +64,8 @@ class Submitter:
         queues = app.client.list_queues(pattern=f"^{PEERS_QUEUE}$")
         return sum(queue.size for queue in queues)
 
+    def purge(self) -> None:
+        app.client.delete_queue(PEERS_QUEUE)
+
     def close(self) -> None:
         app.close()

@@ -64,6 +64,9 @@ class Submitter:
         rows = self.runner.run(self.queries.queue_size())
         return sum(row.count for row in rows)
 
+    def purge(self) -> None:
+        self.runner.run(self.queries.clear_queue())
+
     def close(self) -> None:
         self.runner.run(self.connection.close())
         self.runner.close()

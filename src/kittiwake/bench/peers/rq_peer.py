@@ -47,5 +47,8 @@ class Submitter:
     def waiting(self) -> int | None:
         return self.queue.count
 
+    def purge(self) -> None:
+        self.queue.empty()
+
     def close(self) -> None:
         self.redis.close()

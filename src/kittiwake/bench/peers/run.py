@@ -8,20 +8,22 @@ on its own service: a fresh Kittiwake broker (durable, default flags) on a
 throwaway directory; the claimed Redis database, emptied before and after;
 pgqueuer's own schema. For each system, in this order:
 
-1. latency: workers started; one warm-up task (not counted); then
-   `--latency-samples` tasks one at a time, `latency_gap_secs` apart, on
-   the otherwise idle system — submit → start, p50 and p99; workers stopped.
-2. single submit/s: `--submits` tasks one by one from one thread, workers
-   stopped.
-3. bulk submit/s: the rest of `--tasks` through the tool's bulk API, in
+1. single submit/s: `--submits` tasks one by one from one thread, with no
+   worker running.
+2. bulk submit/s: the rest of `--tasks` through the tool's bulk API, in
    calls of `PEERS_BULK_CHUNK` (no bulk API: "—", and they go one by one).
-4. drain tasks/s: workers started on that backlog of `--tasks`; the rate is
+3. drain tasks/s: workers started on that backlog of `--tasks`; the rate is
    tasks ÷ (first task's start → last task's end), both read from the
    tally every task appends to — one clock, no polling in the figure, and
    the workers' start-up is not counted (it is reported apart, as
    `from_workers_start_s`). The kept-results row ends when the submitter
-   holds every result. A drain that has not finished within
-   `max_drain_secs` is reported as partial, at the rate it reached.
+   holds every result. Then the tasks left in the queue are counted (0
+   when all drained). A drain not finished within `max_drain_secs` is
+   reported as partial, at the rate it reached; the rest of its backlog is
+   purged through the tool's own call and the workers are started again.
+4. submit → start on the now idle system: one warm-up task (not counted),
+   then `--latency-samples` tasks one at a time, `latency_gap_secs` apart;
+   p50 and p99. The workers stop.
 
 The submitting side runs in a process of its own (`submitter`), so no
 system's import-time set-up meets another's, and this process only
@@ -60,6 +62,7 @@ from kittiwake.bench.peers import tally
 from kittiwake.bench.peers.services import PostgresSchema, RedisDatabase
 from kittiwake.bench.peers.submitter import (
     CLOSE,
+    PURGE,
     WAITING,
     Collect,
     Collected,
@@ -85,9 +88,8 @@ from kittiwake.errors import BadRequest
 
 PAYLOAD_SEED = 1024
 POLL_SECS = 0.05
-WARMUP_TIMEOUT_SECS = 120.0  # workers start up (imports, connections) before the warm-up task runs
+WARMUP_TIMEOUT_SECS = 120.0  # workers started again after a partial drain boot before the warm-up task runs
 SAMPLE_TIMEOUT_SECS = 30.0  # an idle system starts one task within this, or the figure fails
-COLLECT_TIMEOUT_SECS = 600.0
 KITTIWAKE_SERVICE = "Kittiwake broker, --durability fsync (default): an ok reply means the task is on disk"
 
 Bar = Callable[[str], Callable[[float, int], None]]
@@ -226,23 +228,7 @@ class SystemRun:
         record = self.record
         record["bulk_submit"]["api"] = bulk_api
 
-        # 1. submit → start on an idle system
-        self._start_workers()
-        _call(self.pool, Sample(1, self.payload, str(self.tally_path), 0.0, WARMUP_TIMEOUT_SECS),
-              watch=self._watch_workers)
-        sampled: Sampled = _call(
-            self.pool, Sample(settings.latency_samples, self.payload, str(self.tally_path), settings.latency_gap_secs,
-                              SAMPLE_TIMEOUT_SECS),
-            self.bar(f"{label}: submit → start ×{settings.latency_samples:,}"), settings.latency_samples,
-            watch=self._watch_workers)
-        self._stop_workers()
-        latency = latency_summary_ms(sampled.latencies_ns)
-        record["latency"] = {"samples": len(sampled.latencies_ns), "latency_ms": latency,
-                             "gap_secs": settings.latency_gap_secs}
-        record.update(latency_ms=latency, samples=len(sampled.latencies_ns))
-        offset = tally.count(self.tally_path)  # the warm-up task and the samples
-
-        # 2, 3. the backlog, with the workers stopped
+        # 1, 2. the backlog, with no worker running
         singles = min(settings.submits, settings.tasks)
         single: Submitted = _call(self.pool, Submit(singles, self.payload),
                                   self.bar(f"{label}: submit one by one ×{singles:,}"), singles)
@@ -258,25 +244,46 @@ class SystemRun:
                 record["bulk_submit"].update(tasks=bulk.tasks, seconds=round(bulk.seconds, 4),
                                              tasks_per_s=_rate(bulk.tasks_per_sec))
 
-        # 4. the drain
-        self._drain(offset)
+        # 3. the drain
+        complete = self._drain()
+        if complete:
+            record["drain"]["left_in_queue"] = _call(self.pool, WAITING)
+        else:  # what is left would keep the workers busy: drop it, and start them again on an empty queue
+            self._stop_workers()
+            _call(self.pool, PURGE)
+            self._start_workers()
 
-    def _drain(self, offset: int) -> None:
+        # 4. submit → start on the idle system: one warm-up task (not counted), then the samples
+        _call(self.pool, Sample(1, self.payload, str(self.tally_path), 0.0, WARMUP_TIMEOUT_SECS),
+              watch=self._watch_workers)
+        sampled: Sampled = _call(
+            self.pool, Sample(settings.latency_samples, self.payload, str(self.tally_path), settings.latency_gap_secs,
+                              SAMPLE_TIMEOUT_SECS),
+            self.bar(f"{label}: submit → start ×{settings.latency_samples:,}"), settings.latency_samples,
+            watch=self._watch_workers)
+        latency = latency_summary_ms(sampled.latencies_ns)
+        record["latency"] = {"samples": len(sampled.latencies_ns), "latency_ms": latency,
+                             "gap_secs": settings.latency_gap_secs}
+        record.update(latency_ms=latency, samples=len(sampled.latencies_ns))
+        self._stop_workers()
+        _call(self.pool, CLOSE)
+
+    def _drain(self) -> bool:
+        """Start the workers on the backlog and wait for it; whether it all ran within the limit."""
         system, settings = self.system, self.settings
         expected = settings.tasks
         progress = self.bar(f"{system.label}: drain ×{expected:,}")
         self._start_workers()
         assert self.workers is not None and self.pool is not None
         if system.keeps_results:
-            self.pool.start(0, Collect(min(COLLECT_TIMEOUT_SECS, settings.max_drain_secs)))
+            self.pool.start(0, Collect(settings.max_drain_secs))
         deadline = time.monotonic() + settings.max_drain_secs
         last_count, last_change = -1, time.monotonic()
         partial = False
         while True:
-            done = tally.count(self.tally_path) - offset
+            done = tally.count(self.tally_path)
             progress(min(1.0, done / expected), done)
-            results_in = not system.keeps_results or self.pool.done(0)
-            if done >= expected and results_in:
+            if done >= expected and (not system.keeps_results or self.pool.done(0)):
                 break
             now = time.monotonic()
             if done != last_count:
@@ -291,28 +298,30 @@ class SystemRun:
             time.sleep(POLL_SECS)
         record = self.record
         drain = record["drain"]
-        span = tally.span(self.tally_path, offset)
-        done = tally.count(self.tally_path) - offset
-        drain.update(done=done, complete=done >= expected and not partial)
+        span = tally.span(self.tally_path)
+        done = tally.count(self.tally_path)
         if span is None:
             raise PeerFailed("no task of the backlog ran")
         first_start, last_end = span
-        if system.keeps_results and not partial:
-            collected: Collected = self.pool.result(0)
-            drain["results"] = collected.results
-            last_end = max(last_end, collected.finished_at)
+        if system.keeps_results:
+            if partial:
+                self.pool.close()  # still waiting for results: the process goes, a new one takes over
+                self.pool = ProcessPool(1, serve)
+                _call(self.pool, Open(system.module_path, dict(system.submitter_options), dict(self.env)))
+            else:
+                collected: Collected = self.pool.result(0)
+                drain["results"] = collected.results
+                last_end = max(last_end, collected.finished_at)
         seconds = last_end - first_start
-        drain.update(seconds=round(seconds, 4), tasks_per_s=_rate(done / seconds if seconds > 0 else None),
+        drain.update(done=done, complete=not partial, seconds=round(seconds, 4),
+                     tasks_per_s=_rate(done / seconds if seconds > 0 else None),
                      from_workers_start_s=round(last_end - self.workers.started_at, 4))
         record["tasks_per_s"] = drain["tasks_per_s"]
         if partial:
             record["status"] = "partial"
-            record["reason"] = (f"{done:,} of {expected:,} tasks done within --max-drain-secs "
-                                f"{settings.max_drain_secs:g}; the rate is theirs")
-            return
-        drain["left_in_queue"] = _call(self.pool, WAITING)
-        self._stop_workers()
-        _call(self.pool, CLOSE)
+            record["reason"] = (f"{done:,} of {expected:,} tasks ran within --max-drain-secs "
+                                f"{settings.max_drain_secs:g}; the drain rate is theirs, the rest was purged")
+        return not partial
 
 
 def _rate(value: float | None) -> float | None:

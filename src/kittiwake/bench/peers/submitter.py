@@ -1,9 +1,10 @@
 """The submitting side of `kittiwake bench peers`, run in a process of its own per system.
 
 A system's module (`kittiwake_peer`, `celery_peer`, …) has a `Submitter`
-class with the tool's own calls behind four methods: `submit(payload)` (one
+class with the tool's own calls behind five methods: `submit(payload)` (one
 task), `submit_many(payloads)` (its bulk API), `waiting()` (tasks left in
-its queue) and `close()`; Kittiwake's kept-results row adds `collect(timeout)`.
+its queue), `purge()` (drop them) and `close()`; Kittiwake's kept-results row
+adds `collect(timeout)` and `forget()`.
 The benchmark sends this process one job at a time (`processes.ProcessPool`):
 
 * `Open`: set the environment (broker URL, tally file), import the module,
@@ -16,7 +17,10 @@ The benchmark sends this process one job at a time (`processes.ProcessPool`):
   its start; then pause `gap_secs` and go on. Submit time is taken before
   the call, so the call's own round trip is part of the figure, as it is
   of what a user waits for.
-* `WAITING`, `CLOSE`.
+* `WAITING`: tasks left in the queue, asked again for up to `SETTLE_SECS`
+  until none is (the tally is written inside the task, a moment before the
+  tool acknowledges it).
+* `PURGE`, `CLOSE`.
 
 The progress counter shows tasks submitted or samples taken.
 """
@@ -37,7 +41,9 @@ from kittiwake.bench.peers import tally
 from kittiwake.bench.processes import serve_jobs
 
 WAITING = "waiting"
+PURGE = "purge"
 CLOSE = "close"
+SETTLE_SECS = 5.0
 PROGRESS_EVERY = 25  # submits between updates of the progress counter
 SAMPLE_POLL_SECS = 0.0005  # how often a sample looks at the tally file
 
@@ -156,7 +162,14 @@ def _run(job: Any, counter: Synchronized) -> Any:
         results = _Session.submitter.collect(job.timeout_secs)
         return Collected(results, time.time())
     if job == WAITING:
-        return _Session.submitter.waiting()
+        deadline = time.monotonic() + SETTLE_SECS
+        while True:
+            waiting = _Session.submitter.waiting()
+            if not waiting or time.monotonic() > deadline:
+                return waiting
+            time.sleep(0.1)
+    if job == PURGE:
+        return _Session.submitter.purge()
     if job == CLOSE:
         submitter, _Session.submitter = _Session.submitter, None
         if submitter is not None:

@@ -36,8 +36,10 @@ def _end_with_parent() -> None:
 class WorkerGroup:
     """Commands started together, in sessions of their own, and stopped together."""
 
-    def __init__(self, commands: Sequence[Sequence[str]], env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(self, commands: Sequence[Sequence[str]], env: Mapping[str, str], log_path: Path,
+                 stop_secs: float = STOP_SECS) -> None:
         self.commands = [list(command) for command in commands]
+        self.stop_secs = stop_secs
         self.env = dict(env)
         self.log_path = log_path
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -66,7 +68,7 @@ class WorkerGroup:
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_SECS
+        deadline = time.monotonic() + self.stop_secs
         for process in self.processes:
             try:
                 process.wait(max(0.0, deadline - time.monotonic()))
