@@ -186,21 +186,28 @@ class SystemRun:
             return None
         raise ValueError(f"unknown service {system.service}")
 
-    def release(self) -> None:
-        """Stop everything this row started; empty what it used."""
+    def release(self) -> str | None:
+        """Stop everything this row started and empty what it used, each step whatever the others
+        did; what went wrong, if anything."""
+        problems = []
+        steps: list[Callable[[], object]] = []
         if self.workers is not None:
-            self.workers.stop()
-            self.workers = None
+            steps.append(self.workers.stop)
         if self.pool is not None:  # closed with CLOSE after a whole run; otherwise ended as it stands
-            self.pool.close()
-            self.pool = None
+            steps.append(self.pool.close)
         if self.broker is not None:
-            self.broker.stop()
-            self.broker = None
+            steps.append(self.broker.stop)
         if self.system.service == "redis" and self.redis.claimed:
-            self.redis.empty()
+            steps.append(self.redis.empty)
         if self.system.service == "postgres":
-            self.postgres.drop()
+            steps.append(self.postgres.drop)
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:
+                problems.append(f"{type(exc).__name__}: {exc}")
+        self.workers = self.pool = self.broker = None
+        return "; ".join(problems) or None
 
     # ------------------------------------------------------------- phases
 
@@ -375,11 +382,14 @@ def _run_system(system: System, settings: PeersSettings, root: Path, payload: st
             console.print(f"[yellow]{system.label}: skipped — {reason}")
         else:
             row.run()
-    except (PeerFailed, RuntimeError, OSError, TimeoutError) as exc:
-        row.record.update(status="failed", reason=str(exc), errors=1)
-        console.print(f"[red]{system.label}: failed — {str(exc).splitlines()[0]}")
+    except Exception as exc:  # one system failing (its service, its workers, its client) ends its row only
+        text = str(exc) if isinstance(exc, PeerFailed) else f"{type(exc).__name__}: {exc}"
+        row.record.update(status="failed", reason=text, errors=1)
+        console.print(f"[red]{system.label}: failed — {text.splitlines()[0] if text else ''}")
     finally:
-        row.release()
+        problem = row.release()
+        if problem:
+            console.print(f"[red]{system.label}: clean-up — {problem}")
     return row.record
 
 
