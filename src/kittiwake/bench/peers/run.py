@@ -206,7 +206,9 @@ class SystemRun:
                 step()
             except Exception as exc:
                 problems.append(f"{type(exc).__name__}: {exc}")
-        self.workers = self.pool = self.broker = None
+        self.workers = None
+        self.pool = None
+        self.broker = None
         return "; ".join(problems) or None
 
     # ------------------------------------------------------------- phases
