@@ -39,6 +39,9 @@ GANG_SUFFIX = ".gang"
 NODE_SEPARATOR = "@"
 """`<queue>@<node>` is the local queue of `<queue>`'s tasks whose data is on `<node>` (`app.locality`)."""
 
+STREAM_LOG_INFIX = ".stream."
+"""`<queue>.stream.<name>` is the batch log of the Spark stream `<name>` over `<queue>` (`spark.stream_log`)."""
+
 RESERVED_SUFFIXES = (DELAYED_SUFFIX, DEAD_SUFFIX, TICKS_DONE_SUFFIX)
 """Endings a task definition's queue may not have: Kittiwake uses such queues itself."""
 

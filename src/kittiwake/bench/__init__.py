@@ -1,4 +1,4 @@
-"""Benchmarks, run from the CLI (`kittiwake bench ops | latency | scale | tasks`).
+"""Benchmarks, run from the CLI (`kittiwake bench ops | latency | scale | tasks | peers`).
 
 Each benchmark starts its own broker subprocess on a throwaway directory,
 drives it from separate load processes, prints a table, and writes JSON in
@@ -19,4 +19,5 @@ Albatross on task scheduling — and with the targets of the benchmark issues
 * `spark_peer`: the same null tasks on PySpark `local[2]`, for `tasks`.
 * `report`: machine facts, figure records, tables, JSON, CDF plot.
 * `cold_restart`: `scale`'s restart over millions of tasks written straight through the store.
+* `peers`: Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer (a package).
 """

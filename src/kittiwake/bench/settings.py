@@ -48,6 +48,17 @@ TASKS_GROUP = "bench"  # `tasks`: bench#tasks.<figure>, and the submitter's benc
 FLOWS_JOIN_GROUP = "bench.join"  # `flows`: the join's ports and job queue, bench.join#in.a …, bench.join#jobs
 FLOWS_PLAIN_GROUP = "bench.plain"  # `flows`: the plain enqueue reference's queues, bench.plain#in.a …
 
+# ------------------------------------------------------------------ peers
+
+PEERS_QUEUE = "bench"  # `peers`: the queue (Kittiwake, Celery, RQ, Dramatiq) or Huey's name every system uses
+PEERS_BULK_CHUNK = 1000  # tasks per call of each system's bulk API (Kittiwake: app.map's chunk)
+PEERS_REDIS_URL_ENV = "KITTIWAKE_BENCH_REDIS_URL"  # how the Redis peers' modules find their database
+PEERS_REDIS_URL = "redis://127.0.0.1:6379/12"  # a database of its own: emptied before and after each peer
+PEERS_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"  # pgqueuer's objects go to a schema of their own
+PEERS_SCHEMA_PREFIX = "kittiwake_bench_peers_"  # + this run's pid; dropped at the end
+KITTIWAKE_SYSTEM = "kittiwake"  # the reference row, always run
+PEER_SYSTEMS = ("kittiwake-results", "celery", "rq", "dramatiq", "huey", "pgqueuer")  # what --peers chooses from
+
 # ---------------------------------------------------------------- filling
 
 FILL_BATCH = 500  # tasks per request when queues are filled before a figure (unmeasured)
@@ -138,3 +149,17 @@ QUICK_TASKS = {"tasks": 5000, "latency_tasks": 500, "busy_secs": 0.25, "mixed_bu
 def quick_settings(settings: TasksSettings) -> TasksSettings:
     """The --quick sizes, for smoke tests."""
     return replace(settings, **QUICK_TASKS)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PeersSettings:
+    tasks: int = 20_000  # the drain's backlog: `submits` one by one, the rest in bulk
+    submits: int = 2000  # submitted one by one, one thread
+    latency_samples: int = 200  # submit → start, one task at a time on an idle system
+    latency_gap_secs: float = 0.05  # pause after each sample
+    peers: tuple[str, ...] = PEER_SYSTEMS
+    processes: int = 2  # worker processes of every system
+    redis_url: str = PEERS_REDIS_URL
+    pg_dsn: str = PEERS_PG_DSN
+    stall_secs: float = 120.0  # a drain with no task done for this long fails
+    max_drain_secs: float = 300.0  # a drain still running after this is reported as partial, at its rate

@@ -1,12 +1,14 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Five subcommands, each starting its own broker on a throwaway directory:
+Six subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
-to disk) and `tasks` (worker processes running null,
-sleep and mixed tasks, against CloudKon, Albatross and PySpark) and `flows` (a three-input join,
-a Spark step's start, the main job's flow against one PySpark script). Each prints a table, and with `--json FILE`
+to disk), `tasks` (worker processes running null,
+sleep and mixed tasks, against CloudKon, Albatross and PySpark), `peers`
+(Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer;
+its `--plot` is a bar chart of every system's drain rate and latency) and `flows` (a three-input
+join, a Spark step's start, the main job's flow against one PySpark script). Each prints a table, and with `--json FILE`
 writes the report documented in `kittiwake.bench.report`; a latency CDF plot
 goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 """
@@ -21,20 +23,22 @@ import click
 from kittiwake.bench.settings import (
     DURABILITIES,
     DURABILITY,
-    OPS_FIGURES,
     FLOWS_FIGURES,
+    OPS_FIGURES,
+    PEER_SYSTEMS,
     QUICK_FLOWS,
     QUICK_TASKS,
     FlowsSettings,
     LatencySettings,
     OpsSettings,
+    PeersSettings,
     ScaleSettings,
     TasksSettings,
     quick_settings,
 )
 
 # The defaults of every option (settings imports nothing of the benchmarks, so --help stays light).
-OPS, LATENCY, SCALE, TASKS = OpsSettings(), LatencySettings(), ScaleSettings(), TasksSettings()
+OPS, LATENCY, SCALE, TASKS, PEERS = OpsSettings(), LatencySettings(), ScaleSettings(), TasksSettings(), PeersSettings()
 FLOWS = FlowsSettings()
 
 
@@ -80,7 +84,7 @@ def _quick_default(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: throughput, latency, scale, tasks (each on a fresh broker)."""
+    """Measure the broker: throughput, latency, scale, tasks, peers (each on a fresh broker)."""
 
 
 @bench.command("ops")
@@ -212,6 +216,63 @@ def tasks_command(quick: bool, tasks: int | None, workers: int, bundle: int, max
     show(console, report)
     print_machine(console, report["machine"])
     _finish(console, report, measured, "kittiwake bench tasks", json_path, plot)
+
+
+def split_peers(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return PEER_SYSTEMS
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    unknown = [name for name in names if name not in PEER_SYSTEMS]
+    if unknown:
+        raise click.BadParameter(f"unknown: {', '.join(unknown)}; choose from {','.join(PEER_SYSTEMS)}")
+    return names
+
+
+@bench.command("peers")
+@click.option("--tasks", type=click.IntRange(1), default=PEERS.tasks, show_default=True,
+              help="The drain's backlog: --submits of them one by one, the rest through each bulk API.")
+@click.option("--submits", type=click.IntRange(0), default=PEERS.submits, show_default=True,
+              help="Tasks submitted one by one from one thread (at most --tasks).")
+@click.option("--latency-samples", type=click.IntRange(1), default=PEERS.latency_samples, show_default=True,
+              help="submit → start samples, one task at a time on an idle system.")
+@click.option("--latency-gap", "latency_gap_secs", type=click.FloatRange(0.0), default=PEERS.latency_gap_secs,
+              show_default=True, help="Seconds between two latency samples.")
+@click.option("--peers", callback=split_peers, default=None, metavar="NAME,NAME",
+              help=f"Peers to run beside Kittiwake  [default: {','.join(PEER_SYSTEMS)}]")
+@click.option("--processes", type=click.IntRange(1, 64), default=PEERS.processes, show_default=True,
+              help="Worker processes of every system.")
+@click.option("--redis-url", default=PEERS.redis_url, show_default=True,
+              help="The Redis database of the Redis peers; emptied before and after each (never FLUSHALL).")
+@click.option("--pg-dsn", default=PEERS.pg_dsn, show_default=True,
+              help="The PostgreSQL database of pgqueuer; its objects go to a schema of this run's own.")
+@click.option("--max-drain-secs", type=click.FloatRange(1.0), default=PEERS.max_drain_secs, show_default=True,
+              help="A drain still running after this is reported as partial, at the rate it reached.")
+@click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
+              help="Where to create the throwaway directory (default: the system temp dir).")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a bar chart (PNG) of drain and latency here; needs matplotlib. Default: next to --json.")
+@click.option("--json", "--json-out", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the report as JSON to FILE ('-' for stdout).")
+def peers_command(tasks: int, submits: int, latency_samples: int, latency_gap_secs: float, peers: tuple[str, ...],
+                  processes: int, redis_url: str, pg_dsn: str, max_drain_secs: float, parent_dir: str | None,
+                  plot: str | None, json_path: str | None) -> None:
+    """Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer: submit, drain, latency."""
+    from kittiwake.bench.peers.run import run_peers
+    from kittiwake.bench.peers.show import show, write_chart
+    from kittiwake.bench.report import plot_path, print_machine, write_json
+
+    console = _console()
+    settings = PeersSettings(tasks=tasks, submits=min(submits, tasks), latency_samples=latency_samples,
+                             latency_gap_secs=latency_gap_secs, peers=peers, processes=processes,
+                             redis_url=redis_url, pg_dsn=pg_dsn, max_drain_secs=max_drain_secs)
+    report = run_peers(settings, console, parent_dir=parent_dir)
+    show(console, report)
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
+    target = plot_path(plot, json_path)
+    if write_chart(target, report):
+        console.print(f"[dim]bar chart written to {target}")
 
 
 def _flows_quick_default(name: str) -> str:

@@ -1,0 +1,133 @@
+"""What `kittiwake bench peers` shows: one table row per system, and a bar chart.
+
+The table: single and bulk submit/s, drain tasks/s, Kittiwake's drain ÷ the
+peer's, submit → start p50 and p99, whether an acknowledged enqueue survives
+a power cut on the service as configured, and the row's notes (why it was
+skipped, failed or partial). The chart (`--plot`, matplotlib's headless Agg
+backend) has two panels: drain tasks/s, and submit → start p50 and p99 on a
+log scale; systems without figures are left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _rate(value: float | None) -> str:
+    return f"{value:,.0f}" if value else "—"
+
+
+def _ms(latency: Mapping[str, float] | None, key: str) -> str:
+    if not latency:
+        return "—"
+    value = latency[key]
+    return f"{value:.2f}" if value < 100 else f"{value:,.0f}"
+
+
+def _durable(value: bool | None) -> str:
+    return "—" if value is None else ("[green]yes" if value else "[yellow]no")
+
+
+def _note(record: Mapping[str, Any]) -> str:
+    status = record["status"]
+    if status == "ok":
+        return ""
+    reason = (record.get("reason") or "").splitlines()[0][:160]
+    colour = {"skipped": "yellow", "failed": "red", "partial": "yellow"}.get(status, "white")
+    return f"[{colour}]{status}: {reason}"
+
+
+def peers_table(report: Mapping[str, Any]) -> Table:
+    settings = report["settings"]
+    title = (f"kittiwake bench peers — {settings['tasks']:,} tasks drained by {settings['processes']} worker "
+             f"processes, {settings['submits']:,} single submits, {settings['latency_samples']:,} latency samples, "
+             f"{settings['payload_bytes']:,} B payload")
+    table = Table(title=title, title_justify="left")
+    table.add_column("system")
+    table.add_column("version")
+    table.add_column("single submit/s", justify="right")
+    table.add_column("bulk submit/s", justify="right")
+    table.add_column("drain tasks/s", justify="right")
+    table.add_column("Kittiwake ÷ peer", justify="right")
+    table.add_column("p50 ms", justify="right")
+    table.add_column("p99 ms", justify="right")
+    table.add_column("durable", justify="center")
+    table.add_column("notes")
+    for record in report["peers"].values():
+        ratio = record.get("ratio")
+        table.add_row(
+            record["label"],
+            record.get("version") or "—",
+            _rate(record["single_submit"]["tasks_per_s"]),
+            _rate(record["bulk_submit"]["tasks_per_s"]),
+            _rate(record["tasks_per_s"]),
+            f"{ratio:,.2f}×" if ratio else "—",
+            _ms(record.get("latency_ms"), "p50"),
+            _ms(record.get("latency_ms"), "p99"),
+            _durable(record.get("durable")),
+            _note(record),
+        )
+    return table
+
+
+def show(console: Console, report: Mapping[str, Any]) -> None:
+    console.print(peers_table(report))
+    for record in report["peers"].values():
+        if record.get("service"):
+            console.print(f"[dim]{record['label']}: {record['service']}; workers: {record['workers']}"
+                          + (f"; bulk: {record['bulk_submit']['api']}" if record["bulk_submit"].get("api") else ""))
+        for change in record.get("changed_settings") or ():
+            console.print(f"[dim]  changed: {change}")
+    load = report["load_average"]
+    console.print(f"[dim]drain = tasks ÷ (first task's start → last task's end), workers' start-up not counted; "
+                  f"submit → start one task at a time, {report['settings']['latency_gap_secs']:g} s apart, on an "
+                  f"idle system. Load average before and after: {load['before'][0]:.2f}, {load['after'][0]:.2f} "
+                  f"(other processes on this machine)")
+
+
+def write_chart(path: str | None, report: Mapping[str, Any]) -> bool:
+    """Drain tasks/s and submit → start p50/p99 per system as a PNG; False without matplotlib or figures."""
+    if not path:
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError:
+        return False
+    records = [record for record in report["peers"].values() if record.get("tasks_per_s") or record.get("latency_ms")]
+    if not records:
+        return False
+    labels = [record["label"].replace(", ", "\n") for record in records]
+    positions = list(range(len(records)))
+    figure, (drain_axes, latency_axes) = pyplot.subplots(1, 2, figsize=(13, 5))
+    drain = [record.get("tasks_per_s") or 0.0 for record in records]
+    colours = ["tab:blue" if record["system"].startswith("kittiwake") else "tab:gray" for record in records]
+    bars = drain_axes.bar(positions, drain, color=colours)
+    drain_axes.bar_label(bars, labels=[f"{value:,.0f}" if value else "—" for value in drain], fontsize=8)
+    drain_axes.set_xticks(positions, labels, fontsize=8)
+    drain_axes.set_ylabel("tasks/s")
+    drain_axes.set_title(f"drain: {report['settings']['tasks']:,} null tasks, "
+                         f"{report['settings']['processes']} worker processes")
+    drain_axes.grid(True, axis="y", alpha=0.3)
+    width = 0.38
+    for shift, key, colour in ((-width / 2, "p50", "tab:green"), (width / 2, "p99", "tab:orange")):
+        values = [(record.get("latency_ms") or {}).get(key) or 0.0 for record in records]
+        latency_bars = latency_axes.bar([p + shift for p in positions], values, width, label=key, color=colour)
+        latency_axes.bar_label(latency_bars, labels=[f"{v:.3g}" if v else "" for v in values], fontsize=7)
+    latency_axes.set_yscale("log")
+    latency_axes.set_xticks(positions, labels, fontsize=8)
+    latency_axes.set_ylabel("ms (log scale)")
+    latency_axes.set_title(f"submit → start on an idle system, {report['settings']['latency_samples']:,} samples")
+    latency_axes.grid(True, axis="y", which="both", alpha=0.3)
+    latency_axes.legend()
+    figure.suptitle(f"kittiwake bench peers — {report['machine']['cpu_model']}, {report['machine']['cores']} cores",
+                    fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+    return True

@@ -1,0 +1,86 @@
+"""The null task every system of `kittiwake bench peers` runs, and the tally it leaves.
+
+Every system runs the same function body, `null_task(payload)`: it takes the
+1 KB payload, does nothing with it, and returns nothing. To count what ran
+and when, without a second broker on the path, it appends one record of 16
+bytes — its start and end, `time.time()` as two little-endian doubles — to
+the tally file named by `$KITTIWAKE_BENCH_TALLY`, with one `write` on a
+descriptor opened `O_APPEND`. An append of a few bytes is atomic, so worker
+threads and forked worker processes (RQ forks one per task) may share the
+file; the cost is one system call per task, the same for every system and
+far below any broker's round trip.
+
+The benchmark reads the file from outside: its size says how many tasks ran
+(`count`), its records when the first started and the last ended
+(`span`), and a new record's start is the moment a sampled task began
+(`start_of`). Wall-clock time is the one clock every process shares.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from pathlib import Path
+
+TALLY_ENV = "KITTIWAKE_BENCH_TALLY"
+RECORD = struct.Struct("<dd")  # started, ended (time.time())
+
+_descriptor: int | None = None
+_descriptor_pid = 0
+
+
+def _tally_descriptor() -> int:
+    """This process's descriptor of the tally file (a forked child opens its own)."""
+    global _descriptor, _descriptor_pid
+    if _descriptor is None or _descriptor_pid != os.getpid():
+        path = os.environ.get(TALLY_ENV)
+        if not path:
+            raise RuntimeError(f"${TALLY_ENV} names no tally file")
+        _descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        _descriptor_pid = os.getpid()
+    return _descriptor
+
+
+def null_task(payload: str | bytes) -> None:
+    """The benchmark's task: takes a payload, does nothing, returns nothing (and is counted)."""
+    started = time.time()
+    descriptor = _tally_descriptor()
+    os.write(descriptor, RECORD.pack(started, time.time()))
+
+
+# ------------------------------------------------------------ the reading side
+
+
+def count(path: Path) -> int:
+    """How many tasks have run so far."""
+    try:
+        return os.stat(path).st_size // RECORD.size
+    except FileNotFoundError:
+        return 0
+
+
+def records(path: Path, first: int = 0) -> list[tuple[float, float]]:
+    """(started, ended) of every task from record `first` on."""
+    try:
+        with open(path, "rb") as tally:
+            tally.seek(first * RECORD.size)
+            data = tally.read()
+    except FileNotFoundError:
+        return []
+    whole = len(data) // RECORD.size * RECORD.size
+    return [RECORD.unpack_from(data, offset) for offset in range(0, whole, RECORD.size)]
+
+
+def span(path: Path, first: int = 0) -> tuple[float, float] | None:
+    """When the first of the tasks from record `first` on started and the last ended."""
+    found = records(path, first)
+    if not found:
+        return None
+    return min(started for started, _ in found), max(ended for _, ended in found)
+
+
+def start_of(path: Path, index: int) -> float | None:
+    """When task number `index` (0-based, in the order they ended) started; None before it ran."""
+    found = records(path, index)
+    return found[0][0] if found else None

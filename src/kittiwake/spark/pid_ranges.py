@@ -1,0 +1,124 @@
+"""Cutting one queue into pid ranges of about equal size, from a handful of `peek` probes.
+
+A batch read splits a large queue so that Spark reads its parts in parallel.
+The broker has no "pid at rank r" request, only `peek(from_pid=x, n=1)`: the
+smallest pid at or after `x`. So the cut is made in pid space, not by rank:
+
+1. the first pid is one probe; the last is found a character at a time — the
+   largest next character `c` for which a pid at or after `prefix + c` exists
+   is a binary search over printable ASCII (seven probes), and a probe at
+   `prefix + " "` (space is the smallest printable character) tells whether
+   the last pid goes on at all. The walk stops a few characters after the
+   last pid parts from the first (enough to place the cuts), at a character
+   beyond ASCII (then the bound is rough), or at `MAX_DEPTH`;
+2. the first and last pids are read as numbers whose digits are their
+   characters, in the base of the characters they use (ten for the digits of
+   FIFO pids), and `parts - 1` points are spread evenly between them;
+3. each point is snapped to the real pid at or after it (one probe each), and
+   repeats are dropped.
+
+FIFO pids (the broker's clock in microseconds) and other evenly spread pids
+give parts of about equal size; any pids at all give ranges that cover the
+queue exactly once — only their sizes can be uneven. The pure functions take
+the probe as an argument (`Probe`); `kittiwake.spark.batch_reader` passes one
+that peeks at the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Probe = Callable[[str | None], "str | None"]
+"""The smallest pid at or after the argument (None: the first pid), or None past the last."""
+
+MAX_DEPTH = 64  # characters of the last pid worth finding
+DEPTH_AFTER_DIVERGENCE = 6  # characters past the first one where the last pid leaves the first
+SMALLEST = " "  # the smallest printable character
+ASCII_LOW, ASCII_HIGH = 0x20, 0x7E  # printable ASCII
+BEYOND_ASCII = "\u00a1"  # the smallest printable character past ASCII (U+0080..U+00A0 are not)
+ROUGH_TOP = "\U0010fffd"  # stands for "some character beyond ASCII" in a rough upper bound
+
+
+def boundaries(probe: Probe, parts: int) -> list[str]:
+    """Up to `parts - 1` real pids, sorted, that cut the queue into ranges [None, b1), [b1, b2), …,
+    [bk, None) of about equal size; [] for an empty queue or `parts` ≤ 1."""
+    if parts <= 1:
+        return []
+    first = probe(None)
+    if first is None:
+        return []
+    last = last_pid(probe, first)
+    cuts = set()
+    for point in spread(first, last, parts):
+        found = probe(point)
+        if found is not None and found > first:
+            cuts.add(found)
+    return sorted(cuts)
+
+
+def ranges(cuts: list[str]) -> list[tuple[str | None, str | None]]:
+    """The ranges (start inclusive, stop exclusive; None is open) that `cuts` make."""
+    edges: list[str | None] = [None, *cuts, None]
+    return [(edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
+
+
+def last_pid(probe: Probe, first: str) -> str:
+    """The last pid, or a string close to it from below (see the module docstring)."""
+    prefix = ""
+    diverged_at: int | None = None
+    while len(prefix) < MAX_DEPTH:
+        if probe(prefix + SMALLEST) is None:
+            return prefix  # nothing sorts after the prefix: it is the last pid
+        if probe(prefix + BEYOND_ASCII) is not None:
+            return prefix + ROUGH_TOP
+        low, high = ASCII_LOW, ASCII_HIGH  # probe(prefix + chr(low)) holds: the space found above
+        while low < high:
+            middle = (low + high + 1) // 2
+            if probe(prefix + chr(middle)) is not None:
+                low = middle
+            else:
+                high = middle - 1
+        prefix += chr(low)
+        if diverged_at is None and not first.startswith(prefix):
+            diverged_at = len(prefix)
+        if diverged_at is not None and len(prefix) - diverged_at >= DEPTH_AFTER_DIVERGENCE:
+            return prefix
+    return prefix
+
+
+def spread(first: str, last: str, parts: int) -> list[str]:
+    """`parts - 1` strings evenly spaced between `first` and `last`, each cut short before any
+    character a pid cannot hold (so each may be probed)."""
+    length = min(max(len(first), len(last)), MAX_DEPTH)
+    low_end, high_end = first[:length], last[:length]
+    code_points = [ord(c) for c in low_end + high_end]
+    smallest, largest = min(code_points), max(code_points)
+    base = largest - smallest + 2  # digit 0 is "no character": a shorter string sorts first
+
+    def value(text: str) -> int:
+        number = 0
+        for index in range(length):
+            number = number * base + (ord(text[index]) - smallest + 1 if index < len(text) else 0)
+        return number
+
+    low, high = value(low_end), value(high_end)
+    if high <= low:
+        return []
+    points = []
+    for step in range(1, parts):
+        number = low + (high - low) * step // parts
+        digits = []
+        for _ in range(length):
+            number, digit = divmod(number, base)
+            digits.append(digit)
+        text = ""
+        for digit in reversed(digits):
+            if digit == 0:
+                break
+            character = chr(smallest + digit - 1)
+            if not character.isprintable():
+                break
+            text += character
+        if text:
+            points.append(text)
+    return points

@@ -1,0 +1,77 @@
+"""Cutting a queue into pid ranges from `peek` probes (`kittiwake.spark.pid_ranges`), against a
+sorted list standing in for the queue: the ranges cover every pid exactly once, whatever the pids;
+evenly spread pids give parts of about equal size; the probes stay few."""
+
+from __future__ import annotations
+
+import bisect
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kittiwake.model import fifo_pid
+from kittiwake.spark import pid_ranges
+
+
+class SortedQueue:
+    """The pids of one queue, probed as `peek(from_pid=x, n=1)` would, counting the probes."""
+
+    def __init__(self, pids: list[str]) -> None:
+        self.pids = sorted(set(pids))
+        self.probes = 0
+
+    def probe(self, from_pid: str | None) -> str | None:
+        self.probes += 1
+        index = 0 if from_pid is None else bisect.bisect_left(self.pids, from_pid)
+        return self.pids[index] if index < len(self.pids) else None
+
+    def split(self, parts: int) -> list[list[str]]:
+        spans = pid_ranges.ranges(pid_ranges.boundaries(self.probe, parts))
+        return [
+            [pid for pid in self.pids if (start is None or pid >= start) and (stop is None or pid < stop)]
+            for start, stop in spans
+        ]
+
+
+pid_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x2FF).filter(str.isprintable), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(pid_text, min_size=0, max_size=60), st.integers(1, 9))
+def test_the_ranges_cover_every_pid_exactly_once(pids: list[str], parts: int) -> None:
+    queue = SortedQueue(pids)
+    cuts = pid_ranges.boundaries(queue.probe, parts)
+    assert cuts == sorted(set(cuts)) and set(cuts) <= set(queue.pids)
+    assert len(cuts) <= parts - 1
+    assert not queue.pids or queue.pids[0] not in cuts  # the first pid never starts a second range
+    parts_read = queue.split(parts)
+    assert [pid for part in parts_read for pid in part] == queue.pids
+    assert all(parts_read[1:]), "a range after the first starts at a real pid, so it is never empty"
+
+
+def test_fifo_pids_split_into_parts_of_about_equal_size() -> None:
+    start = 1_795_000_000_000_000
+    queue = SortedQueue([fifo_pid(start + 37 * index) for index in range(10_000)])
+    sizes = [len(part) for part in queue.split(4)]
+    assert len(sizes) == 4 and sum(sizes) == 10_000
+    assert all(2_000 <= size <= 3_000 for size in sizes), sizes
+    assert queue.probes < 200
+
+
+def test_named_pids_split_evenly_too() -> None:
+    queue = SortedQueue([f"order-{index:06d}" for index in range(0, 50_000, 7)])
+    sizes = [len(part) for part in queue.split(5)]
+    assert len(sizes) == 5 and all(abs(size - len(queue.pids) / 5) < len(queue.pids) / 10 for size in sizes), sizes
+
+
+def test_one_pid_one_part_and_an_empty_queue_have_no_cuts() -> None:
+    assert pid_ranges.boundaries(SortedQueue(["only"]).probe, 4) == []
+    assert pid_ranges.boundaries(SortedQueue([]).probe, 4) == []
+    assert pid_ranges.boundaries(SortedQueue(["a", "b"]).probe, 1) == []
+    assert pid_ranges.ranges([]) == [(None, None)]
+
+
+def test_pids_beyond_ascii_still_split_correctly() -> None:
+    queue = SortedQueue([f"\u00e9t\u00e9-{index:03d}" for index in range(100)] + ["z\u4e16\u754c"])
+    parts = queue.split(3)
+    assert [pid for part in parts for pid in part] == queue.pids
