@@ -23,6 +23,7 @@ def test_quick_run_measures_joins_step_start_and_overhead(tmp_path: Path, spark_
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert not list(tmp_path.glob("kittiwake-bench-*")), "the broker's throwaway directory is left behind"
+    assert report_path.with_suffix(".png").stat().st_size > 0  # the latency CDF, next to the JSON
     flows = json.loads(report_path.read_text())["flows"]
 
     join = flows["join_tokens"]
