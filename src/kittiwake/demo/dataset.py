@@ -58,6 +58,7 @@ ROW_BYTES = 81.5  # bytes per distinct row in the CSV, replays and garbage inclu
 # The default shard size: a Spark job's fixed cost (planning, a broadcast, the commit) is about half
 # a second of CPU, so the flow's per-shard jobs should each have several seconds of work.
 SHARD_BYTES = 50_000_000
+BLOCK_ROWS = 250_000  # rows drawn and formatted at a time: bounded memory, a smooth progress bar
 SEED = 2025
 MANIFEST_NAME = "dataset.json"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?b?)\s*$", re.IGNORECASE)
@@ -173,9 +174,6 @@ def generate(root: str | Path, size_bytes: int, shards: int | None = None, seed:
         manifest.shards.append(shard)
     manifest.save()
     return manifest
-
-
-BLOCK_ROWS = 250_000  # rows drawn and formatted at a time: bounded memory, a smooth progress bar
 
 
 def _write_users(path: str, users: int, seed: int) -> None:
