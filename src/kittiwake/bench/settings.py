@@ -129,7 +129,7 @@ class FlowsSettings:
     noop_samples: int = 50  # Spark no-op jobs and lease wake-ups, the step start's references
     size: str = "300MB"  # the pipeline's dataset, as `kittiwake demo --size`
     shards: int | None = None  # default: as the demo
-    warmup_size: str = "4MB"  # one unmeasured pass of both pipelines first (JIT, Python workers); "0" skips
+    warmup_size: str = "50MB"  # one unmeasured pass of both pipelines first (the JIT warms up); "0" skips
     repeats: int = 2  # passes of each pipeline, in ABBA order
     seed: int = 2025
     durability: str = DURABILITY

@@ -31,12 +31,12 @@ from kittiwake.demo.dataset import EVENT_COLUMNS
 
 # Session settings both drivers use (runtime SQL settings: a running session takes them too).
 # Measured with `kittiwake bench flows` on two cores: adaptive execution re-plans every stage,
-# which costs the flow's many small jobs more than it saves; four shuffle partitions and 12 MB
-# splits keep both cores busy in a shard's job and in the whole dataset's.
+# which costs the flow's many small jobs more than it saves; with two shuffle partitions and
+# 25 MB splits a 50 MB shard's job still keeps both cores busy, with the fewest tasks and files.
 SESSION_SETTINGS = {
     "spark.sql.session.timeZone": "UTC",
-    "spark.sql.shuffle.partitions": "4",
-    "spark.sql.files.maxPartitionBytes": str(12 * 1024 * 1024),
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.files.maxPartitionBytes": str(25 * 1000 * 1000),
     "spark.sql.adaptive.enabled": "false",
 }
 FIGURE_COLUMNS = ("dimension", "key", "detail", "events", "purchases", "revenue")
