@@ -30,21 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from kittiwake.bench.task_processes import null_task
+from kittiwake.flow.spark_worker import LOG4J2_ERRORS_ONLY
 
 SPARK_MASTER = "local[2]"
 APP_NAME = "kittiwake-bench-tasks"
 WARMUP_TASKS = 2
-# Spark logs at WARN to the terminal by default, into the benchmark's tables;
-# its driver JVM gets this log4j2 configuration instead (errors only).
-LOG4J2_ERRORS_ONLY = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
-"""
+# Spark logs at WARN to the terminal by default, into the benchmark's tables; its driver JVM gets
+# the Spark worker's log4j2 configuration instead (errors only): LOG4J2_ERRORS_ONLY
 
 
 @dataclass
