@@ -135,6 +135,19 @@ def test_a_run_needs_every_input_and_nothing_else(client: Client, tmp_path: Path
         pipelines.tiny.run(client, {"numbers": [1]}, data_dir=tmp_path, run_id="a/b")
 
 
+def test_wait_collects_what_a_finisher_that_died_after_the_end_left(client: Client, python_workers, tmp_path: Path) -> None:
+    """A run's end is written before its garbage is collected: a finisher killed in between leaves
+    tokens behind an ended run. Waiting on the run collects them."""
+    python_workers(pipelines.tiny)
+    run = pipelines.tiny.run(client, {"numbers": [1]}, data_dir=tmp_path)
+    assert run.wait(timeout=30).state == "done"
+    add = pipelines.tiny.steps["add"]
+    client.enqueue(add.port_queue("squares"), b"x", pid=f"{run.id}/00000007/00000000")  # left behind
+    assert sum(joins_waiting(client, pipelines.tiny).values()) == 1
+    assert run.wait(timeout=30).state == "done"
+    assert sum(joins_waiting(client, pipelines.tiny).values()) == 0
+
+
 def test_a_done_run_says_which_tokens_never_met_their_partners(client: Client, python_workers, tmp_path: Path) -> None:
     python_workers(pipelines.tiny)
     run = pipelines.tiny.run(client, {"numbers": [1]}, data_dir=tmp_path)

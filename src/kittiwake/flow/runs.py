@@ -397,7 +397,8 @@ class RunHandle:
 
     def wait(self, timeout: float | None = None, *, poll_secs: float = 0.2) -> RunStatus:
         """Wait until the run is done, failed or cancelled; TimeoutError after `timeout` seconds.
-        A broker that is away meanwhile (a restart) is waited for."""
+        A broker that is away meanwhile (a restart) is waited for. A run that ended done or
+        cancelled has its garbage collected when this returns."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -405,6 +406,10 @@ class RunHandle:
             except errors.Transient:  # the broker restarts: ask again
                 status = None
             if status is not None and status.finished:
+                if status.state in (DONE, CANCELLED):
+                    # the end is written before the garbage is collected (by whoever finished the
+                    # run, maybe still at it, maybe dead since): once wait returns, it is collected
+                    collect_garbage(self.client, self.record)
                 return status
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"run {self.id} is still {status.state if status else 'unknown'} after {timeout} s")
