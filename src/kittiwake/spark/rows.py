@@ -56,8 +56,7 @@ def timestamp(epoch_secs: float) -> datetime:
     return datetime.fromtimestamp(epoch_secs, tz=timezone.utc)
 
 
-def view_row(task: Any) -> Row:
-    """A row from a `TaskView` (peek)."""
+def _row(task: Any, state: str) -> Row:
     return (
         task.queue,
         task.pid,
@@ -66,22 +65,18 @@ def view_row(task: Any) -> Row:
         task.receiver,
         task.headers,
         timestamp(task.enqueued_at),
-        task.state,
+        state,
     )
+
+
+def view_row(task: Any) -> Row:
+    """A row from a `TaskView` (peek)."""
+    return _row(task, task.state)
 
 
 def logged_row(task: LoggedTask) -> Row:
     """A row from a task of a stream's batch log."""
-    return (
-        task.queue,
-        task.pid,
-        task.data,
-        task.sender,
-        task.receiver,
-        task.headers,
-        timestamp(task.enqueued_at),
-        STREAM_STATE,
-    )
+    return _row(task, STREAM_STATE)
 
 
 def logged(task: Any) -> LoggedTask:
