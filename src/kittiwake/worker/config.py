@@ -20,7 +20,6 @@ DEFAULT_WAIT_SECS = 1.0
 DEFAULT_SHUTDOWN_SECS = 30.0
 DEFAULT_REGISTRY_EVERY_SECS = 2.0
 DEFAULT_DELAYED_POLL_SECS = 0.5
-DEFAULT_PREFETCH_PER_SLOT = 4
 DEFAULT_STEAL_AFTER_SECS = 2.0
 # The supervisor hands the broker URL to its processes here, not in the JSON on their
 # command line: a URL may carry a token, and command lines are visible to every local user.
@@ -35,7 +34,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     queues: list[str] | None = None  # None: every queue the app's tasks are defined on
     processes: int = 1
     concurrency: int = 1  # tasks run at once per process (threads)
-    prefetch: int | None = None  # leased tasks waiting for a free slot; None: 4 per slot
+    prefetch: int | None = None  # leased tasks waiting for a free slot; None: sized from run times (`prefetch`)
     max_tasks_per_child: int | None = None
     max_memory_mb: float | None = None
     shutdown_secs: float = DEFAULT_SHUTDOWN_SECS  # SIGTERM: time running tasks get to finish
@@ -52,10 +51,6 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     scale_window_secs: float = 2.0  # a backlog not shrinking over this long adds a process
     scale_idle_secs: float = 10.0  # an empty backlog this long retires a process
     sys_path: list[str] = []  # prepended to sys.path in worker processes (where the app module is)
-
-    @property
-    def prefetch_tasks(self) -> int:
-        return self.prefetch if self.prefetch is not None else DEFAULT_PREFETCH_PER_SLOT * self.concurrency
 
     def to_json(self) -> str:
         return msgspec.json.encode(self).decode()

@@ -4,15 +4,18 @@ Threads of a worker process and what each owns:
 
 * leasers (one per lease class: the queues sharing a lease length and rate
   limit): long-poll `lease` for up to the free capacity (`concurrency` running
-  + `prefetch` waiting), and, every `delayed_poll_secs`, lease the due tasks
+  + the prefetch waiting: sized from observed run times unless `--prefetch`
+  fixes it, see `prefetch`), once half the prefetch is free so that leases
+  come in bundles, and, every `delayed_poll_secs`, lease the due tasks
   of the ``.delayed`` queues with ``max_pid = pid_at(now)`` (a delayed task is
   leased and run straight from there once due). A rate-limited queue is
   leased with ``rate_per_sec``: the broker's token bucket spans every worker.
-* slots (`concurrency` threads): run one task at a time (`TaskRunner`) and
-  pass the outcome to the settler — except a gang task that did not assemble,
+* slots (`concurrency` threads): run one task at a time (`TaskRunner`),
+  free its unit of capacity and pass the outcome to the settler — except a gang task that did not assemble,
   which is parked: it keeps its lease and takes a slot again after a pause.
 * settler: takes every outcome waiting and applies them together
-  (`Settler`: one update per consistency group for finished tasks).
+  (`Settler`: one update per consistency group for finished tasks, results
+  included); outcomes that end while an update is on its way ride the next.
 * heartbeat (`LeaseKeeper`): renews held leases, carries progress.
 * registry (`WorkerRegistry`): this process's record in ``_workers``.
 
@@ -54,6 +57,7 @@ from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.config import WorkerConfig
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
 from kittiwake.worker.outcomes import Kind, Outcome, Settler
+from kittiwake.worker.prefetch import Prefetch
 from kittiwake.worker.registry import WorkerRegistry
 from kittiwake.worker.runner import TaskRunner
 
@@ -140,7 +144,8 @@ class WorkerLoop:
             os.environ["KITTIWAKE_NODE"] = config.node
             self.queues += [local_queue_of(name, config.node) for name in self.queues if NODE_SEPARATOR not in name]
         self.classes = lease_classes(app, self.queues)
-        self.capacity = Capacity(config.concurrency + config.prefetch_tasks, clock)
+        self.prefetch = Prefetch(config.concurrency, config.prefetch)
+        self.capacity = Capacity(self.prefetch.total(), clock)
         self.keeper = LeaseKeeper(self.client, clock)
         self.settler = Settler(self.client, clock)
         self.runner = TaskRunner(
@@ -220,8 +225,8 @@ class WorkerLoop:
         slots = [self._spawn(self._slot_loop, f"kittiwake-slot-{n}") for n in range(self.config.concurrency)]
         leasers = [self._spawn(self._lease_loop, f"kittiwake-lease-{n}", lease_class)
                    for n, lease_class in enumerate(self.classes)]
-        log.info("worker %s serving %s (concurrency %d, prefetch %d)", self.id, ", ".join(self.queues),
-                 self.config.concurrency, self.config.prefetch_tasks)
+        log.info("worker %s serving %s (concurrency %d, prefetch %s)", self.id, ", ".join(self.queues),
+                 self.config.concurrency, "adaptive" if self.prefetch.adaptive else self.prefetch.fixed)
         try:
             while not self._stop_leasing.wait(0.5):
                 pass
@@ -271,13 +276,17 @@ class WorkerLoop:
 
     def _lease_loop(self, lease_class: LeaseClass) -> None:
         delayed_due_at = 0.0
-        share = max(1, self.capacity.total // max(1, len(self.classes)))
         busy = len(self.classes) == 1
         worked_at = self.clock()
         while not self._stop_leasing.is_set():
+            self.capacity.resize(self.prefetch.total())
+            total = self.capacity.total
             # a class whose last lease came back empty asks for its share only, so that
             # idle queues do not hold the capacity a busy one could use during their long-poll
-            want = self.capacity.take(self.capacity.total if busy else share, timeout=self.config.wait_secs)
+            most = total if busy else max(1, total // len(self.classes))
+            # with tasks ahead of the slots, wait until half of them ran: one lease, many tasks
+            least = max(1, (total - self.config.concurrency) // 2) if busy else 1
+            want = self.capacity.take(most, timeout=self.config.wait_secs, least=least)
             want = self._within_task_budget(want)
             if want <= 0:
                 continue
@@ -306,6 +315,7 @@ class WorkerLoop:
                 self._stop_leasing.wait(1.0)
             finally:
                 self.capacity.give(want - len(tasks))
+            self.prefetch.leased(want, len(tasks))
             busy = bool(tasks) or len(self.classes) == 1
             if not busy:
                 # let another class's leaser, woken by the capacity just given back, take it:
@@ -367,6 +377,7 @@ class WorkerLoop:
             if held is None:
                 return
             if self._returning.is_set() or held.lost:
+                self.capacity.give(1)
                 self._outcomes.put(Outcome(held, Kind.DROP if held.lost else Kind.RETURN))
                 continue
             self.started += 1
@@ -376,15 +387,18 @@ class WorkerLoop:
             except BaseException as error:  # a bug here must not lose the task: let it come back
                 log.exception("running %s/%s", held.task.queue, held.task.pid)
                 outcome = Outcome(held, Kind.DROP, reason=str(error))
+            ran_secs = self.clock() - started
             with self._busy_lock:
-                self._busy_secs += self.clock() - started
+                self._busy_secs += ran_secs
                 held.ended = True  # counted: the status must not count it again while it settles
             if outcome.kind is Kind.PARK:
                 self._park(held, outcome.backoff_secs)
                 continue
+            self.prefetch.observe(ran_secs)
             if outcome.kind is Kind.DONE and held.definition is not None and held.definition.name in self.app.periodics:
                 self._mark_tick(outcome)
-            self._check_recycle()  # before the settler frees this task's capacity for another lease
+            self._check_recycle()  # before this task's capacity is freed for another lease
+            self.capacity.give(1)
             self._outcomes.put(outcome)
 
     def _park(self, held: Held, pause_secs: float) -> None:
@@ -461,7 +475,6 @@ class WorkerLoop:
             for outcome in batch:
                 self.keeper.drop(outcome.held)
             self.finished += sum(1 for outcome in batch if outcome.kind is not Kind.RETURN)
-            self.capacity.give(len(batch))
 
 
 def resident_memory_bytes() -> int:
