@@ -41,7 +41,7 @@ from kittiwake.app.definitions import (
     TaskDefinition,
     make_options,
 )
-from kittiwake.app.envelope import delayed_pid, delayed_queue_of, gang_queue_of, reply_queue_for
+from kittiwake.app.envelope import delayed_pid, delayed_queue_of, gang_queue_of, reply_queue_for, time_ordered_id
 from kittiwake.app.handles import Handle, results_of
 from kittiwake.app.job import Job
 from kittiwake.app.join_handlers import JoinHandler
@@ -244,8 +244,8 @@ class App:
         options = definition.options
         if key is not None:
             validate_pid(key, Limits(), "key")
-        task_id = key or task_id or uuid.uuid4().hex
         now = self.clock()
+        task_id = key or task_id or time_ordered_id(now)
         due: float | None = None
         if delay is not None and at is not None:
             raise ValueError("give delay= or at=, not both")
@@ -263,7 +263,7 @@ class App:
         slot = reply_queue = submission = None
         if not options.ignore_result:
             reply_queue = reply_queue_for(options.queue, self.id, self.reply_prefix)
-            submission = uuid.uuid4().hex
+            submission = time_ordered_id(now)
             headers[REPLY_TO_HEADER] = reply_queue
             headers[SUBMISSION_HEADER] = submission
             slot = self.collector.slot(submission)

@@ -21,13 +21,12 @@ refuses a graph with a cycle.
 
 from __future__ import annotations
 
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from kittiwake.app.definitions import DEFAULT_MAP_CHUNK, TaskDefinition
-from kittiwake.app.envelope import delayed_pid, delayed_queue_of
+from kittiwake.app.envelope import delayed_pid, delayed_queue_of, time_ordered_id
 from kittiwake.app.handles import Handle, results_of
 
 
@@ -104,7 +103,7 @@ class Job:
     ) -> Node:
         """A node calling `task(*args, **kwargs)` once every task in `after` finished."""
         definition = self.app.definition_of(task)
-        task_id = key or uuid.uuid4().hex
+        task_id = key or time_ordered_id(self.app.clock())
         queue, pid = definition.queue, task_id
         options: dict[str, Any] = {"task_id": task_id}
         if key is not None:
