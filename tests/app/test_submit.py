@@ -32,6 +32,18 @@ def test_the_same_idempotency_key_twice_makes_one_task(broker: BrokerProcess, ap
     assert [line.split()[:2] for line in runs.read_text().splitlines()] == [["start", "once"], ["end", "once"]]
 
 
+def test_tasks_without_a_key_are_served_in_submission_order(broker: BrokerProcess, app) -> None:
+    """Their ids sort by submission time: a queue hands them out in the order they were submitted
+    (with random ids it handed them out in random order)."""
+    handles = [apps.echo.submit(n) for n in range(20)] + apps.echo.map(range(20, 60), chunk=7)
+    job = app.job()
+    nodes = [job.add(apps.echo, n) for n in range(60, 70)]
+    job.submit()
+    expected = [handle.pid for handle in handles] + [node.pid for node in nodes]
+    assert [view.pid for view in app.client.peek("tests", 100)] == expected
+    assert len(set(expected)) == 70
+
+
 def test_map_bundles_many_tasks_per_request(broker: BrokerProcess, app, tmp_path: Path) -> None:
     requests = []
     enqueue_many = app.client.enqueue_many
