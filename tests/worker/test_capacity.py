@@ -81,3 +81,17 @@ def test_resizing_moves_the_free_units_and_keeps_the_taken_ones() -> None:
     assert capacity.take(1, timeout=0.0) == 0
     capacity.give(1)
     assert capacity.take(5, timeout=0.0) == 1
+
+
+def test_a_waiting_leaser_returns_at_once_when_the_total_shrinks() -> None:
+    capacity = Capacity(8)
+    assert capacity.take(8, timeout=0.0) == 8
+    got: list[int] = []
+    leaser = threading.Thread(target=lambda: got.append(capacity.take(8, timeout=30.0, least=4)))
+    leaser.start()
+    time.sleep(0.05)
+    started = time.monotonic()
+    capacity.resize(2)
+    leaser.join(5.0)
+    assert got == [0] and time.monotonic() - started < 5.0
+    assert capacity.free == -6  # six tasks held above the new total: the leaser gives them back

@@ -32,16 +32,18 @@ class Capacity:
         self._condition = threading.Condition()
 
     def take(self, most: int, timeout: float, least: int = 1) -> int:
-        """Up to `most` free units, once at least `least` are free; 0 after `timeout`."""
+        """Up to `most` free units, once at least `least` are free; 0 after `timeout`, or at
+        once when the total shrinks meanwhile (the leaser has tasks to give back)."""
         least = max(1, min(least, most))
         deadline = self.clock() + timeout
         with self._condition:
+            total = self.total
             if self.free - self._claims < least:
                 self._needs.append(least)
                 try:
                     while self.free - self._claims < least:
                         remaining = deadline - self.clock()
-                        if remaining <= 0:
+                        if remaining <= 0 or self.total < total:
                             return 0
                         self._condition.wait(remaining)
                 finally:

@@ -162,6 +162,7 @@ class WorkerLoop:
         self.leased = 0
         self._budget_lock = threading.Lock()
         self.finished = 0
+        self.given_back = 0  # tasks handed back unstarted when the prefetch shrank
         self._busy_secs = 0.0
         self._busy_lock = threading.Lock()
         self._status_at = self.clock()
@@ -280,6 +281,7 @@ class WorkerLoop:
         worked_at = self.clock()
         while not self._stop_leasing.is_set():
             self.capacity.resize(self.prefetch.total())
+            self._give_back_excess()
             total = self.capacity.total
             # a class whose last lease came back empty asks for its share only, so that
             # idle queues do not hold the capacity a busy one could use during their long-poll
@@ -328,6 +330,29 @@ class WorkerLoop:
                 held = Held(task, lease_class.lease_secs, now)
                 self.keeper.hold(held)
                 self._ready.put(held)
+
+    def _give_back_excess(self) -> None:
+        """The prefetch shrank (a slow run was seen): tasks waiting for a slot beyond it go back to
+        the broker unstarted (no attempt used), so that a free slot elsewhere runs them now rather
+        than after this process's slow tasks. A task that ran before (a parked gang) stays."""
+        excess = -self.capacity.free
+        kept: list[Held] = []
+        while excess > 0:
+            try:
+                held = self._ready.get_nowait()
+            except queue.Empty:
+                break
+            if held is None or held.definition is not None:
+                kept.append(held)  # type: ignore[arg-type]
+                continue
+            excess -= 1
+            self.given_back += 1
+            with self._budget_lock:
+                self.leased -= 1  # --max-tasks-per-child counts the tasks it runs
+            self.capacity.give(1)
+            self._outcomes.put(Outcome(held, Kind.RETURN))
+        for held in kept:
+            self._ready.put(held)
 
     def _steal(self, lease_class: LeaseClass) -> list[LeasedTask]:
         """Idle for --steal-after: lease one task from another node's local queue (Albatross's
@@ -395,6 +420,8 @@ class WorkerLoop:
                 self._park(held, outcome.backoff_secs)
                 continue
             self.prefetch.observe(ran_secs)
+            if self.prefetch.total() < self.capacity.total:
+                self.capacity.resize(self.prefetch.total())  # the leaser gives back what now waits too long
             if outcome.kind is Kind.DONE and held.definition is not None and held.definition.name in self.app.periodics:
                 self._mark_tick(outcome)
             self._check_recycle()  # before this task's capacity is freed for another lease
