@@ -57,7 +57,7 @@ from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.config import WorkerConfig
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
 from kittiwake.worker.outcomes import Kind, Outcome, Settler
-from kittiwake.worker.prefetch import Prefetch
+from kittiwake.worker.prefetch import SLOW_SECS, Prefetch
 from kittiwake.worker.registry import WorkerRegistry
 from kittiwake.worker.runner import TaskRunner
 
@@ -332,10 +332,10 @@ class WorkerLoop:
                 self._ready.put(held)
 
     def _give_back_excess(self) -> None:
-        """The prefetch shrank (a slow run was seen): tasks waiting for a slot beyond it go back to
+        """The prefetch shrank after a slow run (`Prefetch.slow`): tasks waiting for a slot beyond it go back to
         the broker unstarted (no attempt used), so that a free slot elsewhere runs them now rather
         than after this process's slow tasks. A task that ran before (a parked gang) stays."""
-        excess = -self.capacity.free
+        excess = -self.capacity.free if self.prefetch.slow() else 0
         kept: list[Held] = []
         while excess > 0:
             try:
@@ -420,7 +420,7 @@ class WorkerLoop:
                 self._park(held, outcome.backoff_secs)
                 continue
             self.prefetch.observe(ran_secs)
-            if self.prefetch.total() < self.capacity.total:
+            if ran_secs >= SLOW_SECS and self.prefetch.total() < self.capacity.total:
                 self.capacity.resize(self.prefetch.total())  # the leaser gives back what now waits too long
             if outcome.kind is Kind.DONE and held.definition is not None and held.definition.name in self.app.periodics:
                 self._mark_tick(outcome)

@@ -7,10 +7,14 @@ leaves null tasks waiting on round trips, and is 4 seconds of work a peer
 could have started for a 1 s task. So the default is sized from the work:
 
 * hold about `AHEAD_SECS` of work per slot beyond the tasks running, at the
-  slowest run among the last `WINDOW` runs — one slow task in the mix keeps
-  the prefetch at zero, so a slow task never waits behind a busy slot while
-  another worker's slot is free (a run time below `FLOOR_SECS` counts as
-  that, so null tasks lease `MOST_AHEAD` at a time, not an unbounded batch);
+  mean of the last `WINDOW` run times (a mean below `FLOOR_SECS` counts as
+  that, so null tasks lease `MOST_AHEAD` at a time). The mean, not the
+  slowest: a null task's run measured across a thread switch takes
+  milliseconds now and then, which would shrink the prefetch for nothing;
+* once a run of `SLOW_SECS` or more is among the last `WINDOW` (`slow`), the
+  tasks held beyond the new prefetch are handed back unstarted by the worker
+  loop: they would wait behind a slot busy for that long while another
+  worker's slot may be free;
 * before the first run is seen, lease for the slots only (a queue of long
   tasks is not grabbed on a guess), then at most double the reach after
   each lease the broker filled (slow start);
@@ -27,7 +31,8 @@ from collections import deque
 
 AHEAD_SECS = 0.1  # work held per slot beyond the running tasks
 WINDOW = 64  # runs the estimate looks back over
-FLOOR_SECS = 50e-6  # shorter runs count as this long
+FLOOR_SECS = 50e-6  # a shorter mean run time counts as this long
+SLOW_SECS = 0.25  # a run this long: what waits beyond the prefetch goes back to the broker
 MOST_AHEAD = 2000  # tasks leased ahead at most, per process
 
 
@@ -79,10 +84,15 @@ class Prefetch:
         with self._lock:
             if not self._runs:
                 return 0
-            slowest = max(max(self._runs), FLOOR_SECS)
+            mean = max(sum(self._runs) / len(self._runs), FLOOR_SECS)
             reach = self._reach
-        by_time = int(self.ahead_secs * self.slots / slowest)
+        by_time = int(self.ahead_secs * self.slots / mean)
         return max(0, min(by_time, self.most, reach))
+
+    def slow(self) -> bool:
+        """Whether a run of `SLOW_SECS` or more is among the last `WINDOW`."""
+        with self._lock:
+            return bool(self._runs) and max(self._runs) >= SLOW_SECS
 
     def total(self) -> int:
         """Tasks this process may hold that have not finished running: its slots and what waits for them."""
