@@ -42,18 +42,22 @@ class TaskRun(NamedTuple):
     thread: int
 
 _descriptor: int | None = None
-_descriptor_pid = 0
+_descriptor_key: tuple[int, str] = (0, "")  # the process and the file it was opened for
 
 
 def _tally_descriptor() -> int:
-    """This process's descriptor of the tally file (a forked child opens its own)."""
-    global _descriptor, _descriptor_pid
-    if _descriptor is None or _descriptor_pid != os.getpid():
-        path = os.environ.get(TALLY_ENV)
-        if not path:
-            raise RuntimeError(f"${TALLY_ENV} names no tally file")
+    """This process's descriptor of the tally file (a forked child, or a new file named in the
+    environment, opens its own)."""
+    global _descriptor, _descriptor_key
+    path = os.environ.get(TALLY_ENV)
+    if not path:
+        raise RuntimeError(f"${TALLY_ENV} names no tally file")
+    key = (os.getpid(), path)
+    if _descriptor is None or _descriptor_key != key:
+        if _descriptor is not None:  # this process's copy of the old file's descriptor
+            os.close(_descriptor)
         _descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        _descriptor_pid = os.getpid()
+        _descriptor_key = key
     return _descriptor
 
 
