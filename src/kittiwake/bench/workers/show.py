@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from rich.console import Console
 from rich.table import Table
 
+from kittiwake.bench import references
 from kittiwake.bench.report import describe_target
 from kittiwake.bench.workers.run import Timeline
 from kittiwake.bench.workers.slots import slot_timelines
@@ -53,11 +54,12 @@ def _reference(record: Mapping[str, Any]) -> str:
     if reference.get("tasks_per_s"):
         return f"lean ceiling {reference['tasks_per_s']:,.0f}/s"
     if reference.get("makespan_s") is not None:
-        return f"ideal {reference['makespan_s']:.2f} s vs {record['from_submit_s']:.2f} s"
+        return f"ideal {reference['makespan_s']:.2f} s, took {record['from_submit_s']:.2f} s"
     return "—"
 
 
 def _notes(record: Mapping[str, Any]) -> str:
+    """Only what needs a reader's attention: a failure, tasks left behind, slots that ran nothing."""
     if record["status"] != "ok":
         return f"[red]{record['status']}: {(record.get('reason') or '').splitlines()[0][:160]}"
     notes = []
@@ -65,14 +67,29 @@ def _notes(record: Mapping[str, Any]) -> str:
         notes.append(f"[yellow]{record['left_in_queue']:,} left in the queue")
     if record.get("slots_seen") is not None and record["slots_seen"] < record["slots"]:
         notes.append(f"[yellow]{record['slots_seen']} of {record['slots']} slots ran a task")
-    if record.get("makespan_s") is not None:
-        notes.append(f"first start → last end {record['makespan_s']:.2f} s")
-    if record.get("idle_while_waiting_over_limit"):
-        notes.append(f"{record['idle_while_waiting_over_limit']} stretches over the limit, "
-                     f"{record['idle_while_waiting_total_s']:.2f} slot-s in all")
-    if record.get("submit_tasks_per_s"):
-        notes.append(f"submit {record['submit_tasks_per_s']:,.0f}/s")
     return "; ".join(notes)
+
+
+def _details(record: Mapping[str, Any]) -> str | None:
+    """One line of where the time went, under the table."""
+    if record["status"] != "ok":
+        return None
+    parts = [f"app.map took {record['submit_s']:.2f} s ({record['submit_tasks_per_s'] or 0:,.0f} tasks/s), "
+             f"first task started {record['first_start_after_submit_ms']:,.0f} ms after the first submit"]
+    if record.get("after_submit_s") is not None:
+        parts.append(f"the end came {record['after_submit_s']:.2f} s after app.map returned")
+    if record.get("makespan_s") is not None:
+        parts.append(f"first start → last end {record['makespan_s']:.2f} s; "
+                     f"{record['idle_while_waiting_over_limit']} stretches idle while waiting over "
+                     f"{references.TARGET_WORKERS_IDLE_WHILE_WAITING_MS:g} ms, "
+                     f"{record['idle_while_waiting_total_s']:.2f} slot-s in all, the longest on slot "
+                     f"{record['idle_while_waiting_slot'] or '—'}")
+    cpu = [f"{what} {record[key]:.0f}%" for what, key in (("broker", "broker_cpu_percent"),
+                                                          ("workers", "workers_cpu_percent"))
+           if record.get(key) is not None]
+    if cpu:
+        parts.append("CPU " + ", ".join(cpu) + " of one core")
+    return f"{record['label']}: " + "; ".join(parts)
 
 
 def workers_table(report: Mapping[str, Any]) -> Table:
@@ -82,23 +99,25 @@ def workers_table(report: Mapping[str, Any]) -> Table:
              f"{' ' + extra if extra else ''}, default flags otherwise; {settings['durability']} broker; "
              f"app.map chunk {settings['chunk']:,}")
     table = Table(title=title, title_justify="left")
-    table.add_column("figure")
-    table.add_column("workers")
+    table.add_column("figure", no_wrap=True)
+    table.add_column("slots", no_wrap=True)
     table.add_column("tasks", justify="right")
     table.add_column("tasks/s", justify="right")
     table.add_column("efficiency", justify="right")
-    table.add_column("longest idle while waiting", justify="right")
-    table.add_column("reference")
+    table.add_column("idle while waiting, longest", justify="right")
+    table.add_column("reference", no_wrap=True)
     table.add_column("× ref", justify="right")
-    table.add_column("target")
+    table.add_column("target", no_wrap=True)
     table.add_column("met", justify="center")
-    table.add_column("notes")
-    for record in report["workers"].values():
+    notes = [_notes(record) for record in report["workers"].values()]
+    if any(notes):
+        table.add_column("notes")
+    for record, note in zip(report["workers"].values(), notes):
         met = record.get("meets_target")
         idle = record.get("idle_while_waiting_ms")
         table.add_row(
             record["label"],
-            (f"{settings['processes']} × {record['slots'] // settings['processes']} slots"
+            (f"{settings['processes']} × {record['slots'] // settings['processes']}"
              if record.get("slots") else "—"),
             f"{record['tasks']:,}" if record.get("tasks") else "—",
             _rate(record.get("tasks_per_s")),
@@ -108,13 +127,17 @@ def workers_table(report: Mapping[str, Any]) -> Table:
             f"{record['ratio']:.2f}" if record.get("ratio") else "—",
             _target(record),
             "" if met is None else ("[green]yes" if met else "[red]no"),
-            _notes(record),
+            *([note] if any(notes) else []),
         )
     return table
 
 
 def show(console: Console, report: Mapping[str, Any]) -> None:
     console.print(workers_table(report))
+    for record in report["workers"].values():
+        line = _details(record)
+        if line:
+            console.print(f"[dim]{line}")
     lean = report.get("lean_ceiling")
     if lean:
         text = f"{lean['tasks_per_s']:,.0f} tasks/s" if lean.get("tasks_per_s") else f"failed: {lean.get('error')}"
@@ -122,8 +145,8 @@ def show(console: Console, report: Mapping[str, Any]) -> None:
     load = report["load_average"]
     console.print("[dim]drains: tasks ÷ (first submit → last task's end, or last result collected); efficiency: "
                   "run time ÷ (slots × first start → last end); idle while waiting: the longest stretch one slot "
-                  "ran nothing while a submitted task had not started. Load average before and after: "
-                  f"{load['before'][0]:.2f}, {load['after'][0]:.2f} (other processes on this machine)")
+                  "ran nothing while a submitted task had not started; × ref above 1 is better. Load average "
+                  f"before and after: {load['before'][0]:.2f}, {load['after'][0]:.2f} (other processes on this machine)")
 
 
 def _drain_panel(axes: Any, report: Mapping[str, Any]) -> None:
