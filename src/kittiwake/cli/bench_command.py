@@ -90,7 +90,7 @@ def _quick_default(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: throughput, latency, scale, tasks, peers (each on a fresh broker)."""
+    """Measure the broker: throughput, latency, scale, tasks, peers, workers, flows (each on a fresh broker)."""
 
 
 @bench.command("ops")
