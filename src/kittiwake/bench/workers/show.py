@@ -95,8 +95,9 @@ def _details(record: Mapping[str, Any]) -> str | None:
 def workers_table(report: Mapping[str, Any]) -> Table:
     settings = report["settings"]
     extra = " ".join(settings["worker_args"])
-    title = (f"kittiwake bench workers — `kittiwake worker --processes {settings['processes']}`"
-             f"{' ' + extra if extra else ''}, default flags otherwise; {settings['durability']} broker; "
+    title = (f"kittiwake bench workers — `kittiwake worker --processes {settings['processes']}"
+             f"{' ' + extra if extra else ''}`, {'other' if extra else 'default'} flags "
+             f"{'at their defaults' if extra else 'otherwise'}; {settings['durability']} broker; "
              f"app.map chunk {settings['chunk']:,}")
     table = Table(title=title, title_justify="left")
     table.add_column("figure", no_wrap=True)
