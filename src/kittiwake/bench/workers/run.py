@@ -224,7 +224,7 @@ class FigureRun:
             now = time.monotonic()
             if done != last_count:
                 last_count, last_change = done, now
-            elif now - last_change > self.settings.stall_secs:
+            elif done < expected and now - last_change > self.settings.stall_secs:  # results: app.results' timeout
                 raise FigureFailed(f"stalled: {done:,} of {expected:,} tasks done, none in the last "
                                    f"{self.settings.stall_secs:.0f}s{self.workers.log_tail()}")
             self._watch()

@@ -147,7 +147,8 @@ def show(console: Console, report: Mapping[str, Any]) -> None:
     console.print("[dim]drains: tasks ÷ (first submit → last task's end, or last result collected); efficiency: "
                   "run time ÷ (slots × first start → last end); idle while waiting: the longest stretch one slot "
                   "ran nothing while a submitted task had not started; × ref above 1 is better. Load average "
-                  f"before and after: {load['before'][0]:.2f}, {load['after'][0]:.2f} (other processes on this machine)")
+                  f"before and after: {load['before'][0]:.2f}, {load['after'][0]:.2f} "
+                  "(other processes on this machine)")
 
 
 def _drain_panel(axes: Any, report: Mapping[str, Any]) -> None:
