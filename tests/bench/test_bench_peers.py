@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,22 @@ def test_the_tally_counts_every_run_and_keeps_its_start(tmp_path: Path, monkeypa
     assert tally.start_of(path, 3) == tally.records(path)[3][0]
     assert tally.start_of(path, 4) is None
     assert tally.count(tmp_path / "absent") == 0 and tally.span(tmp_path / "absent") is None
+    forked = tally.records(path)[3]
+    assert forked.pid == child and {run.pid for run in tally.records(path)[:3]} == {os.getpid()}
+
+
+def test_a_tally_record_names_the_thread_that_ran_the_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "tally.bin"
+    monkeypatch.setenv(tally.TALLY_ENV, str(path))
+    threads = [threading.Thread(target=tally.sleep_task, args=(0.02,)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    runs = tally.records(path)
+    assert len(runs) == 2 and {run.pid for run in runs} == {os.getpid()}
+    assert {run.thread for run in runs} == {thread.native_id for thread in threads}
+    assert all(run.ended - run.started >= 0.02 for run in runs)
 
 
 def test_stopping_a_worker_group_ends_the_children_its_command_left(tmp_path: Path) -> None:

@@ -81,3 +81,9 @@ TARGET_RATIO_VS_SPARK = 100.0
 TARGET_JOIN_TOKENS_PER_SEC = 10_000.0  # a three-input join, four producers, durable
 TARGET_STEP_START_MS = {"p50": 20.0, "p99": 100.0}  # last token committed -> Spark step entered
 TARGET_FLOW_OVERHEAD_PERCENT = 10.0  # the demo pipeline vs the same work as one PySpark script
+
+# Workers (`bench workers`): the App and `kittiwake worker` with its default flags, durable broker.
+TARGET_WORKERS_MAP_TASKS_PER_SEC = 15_000.0  # app.map drain, two processes of one slot, ignore_result
+TARGET_WORKERS_MAP_RESULTS_TASKS_PER_SEC = 12_000.0  # the same, every result collected with app.results
+TARGET_WORKERS_EFFICIENCY = 0.99  # 1 s tasks on two processes of four slots
+TARGET_WORKERS_IDLE_WHILE_WAITING_MS = 20.0  # no slot idle while a task waits, beyond about one lease round trip

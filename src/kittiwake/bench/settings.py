@@ -59,6 +59,10 @@ PEERS_SCHEMA_PREFIX = "kittiwake_bench_peers_"  # + this run's pid; dropped at t
 KITTIWAKE_SYSTEM = "kittiwake"  # the reference row, always run
 PEER_SYSTEMS = ("kittiwake-results", "celery", "rq", "dramatiq", "huey", "pgqueuer")  # what --peers chooses from
 
+# ---------------------------------------------------------------- workers
+
+WORKERS_QUEUE = "bench.workers"  # `workers`: the queue of every task of its app (a fresh broker per figure)
+
 # ---------------------------------------------------------------- filling
 
 FILL_BATCH = 500  # tasks per request when queues are filled before a figure (unmeasured)
@@ -163,3 +167,26 @@ class PeersSettings:
     pg_dsn: str = PEERS_PG_DSN
     stall_secs: float = 120.0  # a drain with no task done for this long fails
     max_drain_secs: float = 300.0  # a drain still running after this is reported as partial, at its rate
+
+
+WORKERS_FIGURES = ("map_drain", "map_results", "efficiency", "mix")
+
+
+@dataclass(frozen=True)
+class WorkersSettings:
+    """`kittiwake bench workers`: the App and `kittiwake worker` with its default flags."""
+
+    tasks: int = 100_000  # null tasks in each map drain
+    processes: int = 2  # `kittiwake worker --processes`
+    concurrency: int = 4  # `--concurrency` of the efficiency and mix figures (the drains use the default, 1)
+    rounds: int = 4  # the efficiency figure: rounds × slots tasks of sleep_secs
+    sleep_secs: float = 1.0  # the long tasks of the efficiency and mix figures
+    short_secs: float = 0.001  # the short tasks of the mix
+    mix_short: int = 2000  # short tasks in the mix
+    mix_long_per_slot: int = 2  # long tasks in the mix, per slot
+    mix_seed: int = 34  # the mix's order
+    chunk: int = PEERS_BULK_CHUNK  # app.map's chunk
+    worker_args: tuple[str, ...] = ()  # more `kittiwake worker` options, for A/B runs (e.g. --prefetch=1000)
+    only: tuple[str, ...] = ()  # figures to run (WORKERS_FIGURES); empty: all
+    stall_secs: float = 60.0  # a figure with no task done for this long fails
+    durability: str = DURABILITY

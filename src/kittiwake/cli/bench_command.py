@@ -1,13 +1,16 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Six subcommands, each starting its own broker on a throwaway directory:
+Seven subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
 to disk), `tasks` (worker processes running null,
 sleep and mixed tasks, against CloudKon, Albatross and PySpark), `peers`
 (Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer;
-its `--plot` is a bar chart of every system's drain rate and latency) and `flows` (a three-input
+its `--plot` is a bar chart of every system's drain rate and latency), `workers` (the App and
+`kittiwake worker` with its default flags: app.map drains, efficiency of sleeping tasks on slots,
+a mix of short and long tasks and its longest idle-while-waiting; its `--plot` draws the drains
+and each slot's timeline) and `flows` (a three-input
 join, a Spark step's start, the main job's flow against one PySpark script). Each prints a table, and with `--json FILE`
 writes the report documented in `kittiwake.bench.report`; a latency CDF plot
 goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
@@ -34,12 +37,15 @@ from kittiwake.bench.settings import (
     PeersSettings,
     ScaleSettings,
     TasksSettings,
+    WORKERS_FIGURES,
+    WorkersSettings,
     quick_settings,
 )
 
 # The defaults of every option (settings imports nothing of the benchmarks, so --help stays light).
 OPS, LATENCY, SCALE, TASKS, PEERS = OpsSettings(), LatencySettings(), ScaleSettings(), TasksSettings(), PeersSettings()
 FLOWS = FlowsSettings()
+WORKERS = WorkersSettings()
 
 
 def _durability_option(function: Any) -> Any:
@@ -84,7 +90,7 @@ def _quick_default(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: throughput, latency, scale, tasks, peers (each on a fresh broker)."""
+    """Measure the broker: throughput, latency, scale, tasks, peers, workers, flows (each on a fresh broker)."""
 
 
 @bench.command("ops")
@@ -273,6 +279,67 @@ def peers_command(tasks: int, submits: int, latency_samples: int, latency_gap_se
     target = plot_path(plot, json_path)
     if write_chart(target, report):
         console.print(f"[dim]bar chart written to {target}")
+
+
+def split_figures(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    unknown = [name for name in names if name not in WORKERS_FIGURES]
+    if unknown:
+        raise click.BadParameter(f"unknown: {', '.join(unknown)}; choose from {','.join(WORKERS_FIGURES)}")
+    return names
+
+
+@bench.command("workers")
+@click.option("--tasks", type=click.IntRange(1), default=WORKERS.tasks, show_default=True,
+              help="Null tasks in each app.map drain.")
+@click.option("--processes", type=click.IntRange(1, 64), default=WORKERS.processes, show_default=True,
+              help="kittiwake worker --processes, every figure.")
+@click.option("--concurrency", type=click.IntRange(1, 1000), default=WORKERS.concurrency, show_default=True,
+              help="kittiwake worker --concurrency of the efficiency and mix figures (the drains run the default, 1).")
+@click.option("--rounds", type=click.IntRange(1, 10_000), default=WORKERS.rounds, show_default=True,
+              help="The efficiency figure runs rounds × slots sleeping tasks.")
+@click.option("--sleep-secs", type=click.FloatRange(0.001, 3600), default=WORKERS.sleep_secs, show_default=True,
+              help="How long the efficiency figure's tasks and the mix's long tasks sleep.")
+@click.option("--mix-short", type=click.IntRange(0), default=WORKERS.mix_short, show_default=True,
+              help=f"Tasks of {WORKERS.short_secs * 1000:g} ms in the mix (beside {WORKERS.mix_long_per_slot} long "
+                   "tasks per slot).")
+@click.option("--only", callback=split_figures, default=None, metavar="NAME,NAME",
+              help=f"Run only these figures  [default: {','.join(WORKERS_FIGURES)}]")
+@click.option("--worker-arg", "worker_args", multiple=True, metavar="OPTION",
+              help="Advanced, for A/B runs: one more option of every kittiwake worker command (repeatable), "
+                   "e.g. --worker-arg=--prefetch=1000. The figures are then no longer the defaults'.")
+@click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
+              help="Where to create the throwaway directory (default: the system temp dir).")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a chart (PNG) of the drains and of each slot's timeline here; needs matplotlib "
+                   "(pip install kittiwake[plot]). Default: next to --json.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the report as JSON to FILE ('-' for stdout).")
+def workers_command(tasks: int, processes: int, concurrency: int, rounds: int, sleep_secs: float, mix_short: int,
+                    only: tuple[str, ...], worker_args: tuple[str, ...], json_path: str | None, plot: str | None,
+                    parent_dir: str | None) -> None:
+    """The App and `kittiwake worker` with default flags: app.map drains, efficiency on slots, a 1 ms / 1 s mix."""
+    from kittiwake.bench.report import plot_path, print_machine, write_json
+    from kittiwake.bench.workers.run import run_workers
+    from kittiwake.bench.workers.show import show, write_chart
+
+    console = _console()
+    settings = replace(WORKERS, tasks=tasks, processes=processes, concurrency=concurrency, rounds=rounds,
+                       sleep_secs=sleep_secs, mix_short=mix_short, only=only, worker_args=worker_args)
+    report, timelines = run_workers(settings, console, parent_dir=parent_dir)
+    show(console, report)
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
+    target = plot_path(plot, json_path)
+    if target:
+        if write_chart(target, report, timelines):
+            console.print(f"[dim]chart written to {target}")
+        else:
+            console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot]) "
+                          "or no figure ran")
 
 
 def _flows_quick_default(name: str) -> str:
