@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kittiwake.worker.prefetch import AHEAD_SECS, FLOOR_SECS, MOST_AHEAD, SLOW_SECS, WINDOW, Prefetch
+from kittiwake.worker.prefetch import AHEAD_SECS, FLOOR_SECS, MOST_AHEAD, WINDOW, Prefetch
 
 
 def ramped(prefetch: Prefetch, leases: int = 20) -> Prefetch:
@@ -55,18 +55,15 @@ def test_the_prefetch_follows_the_mean_run_time_of_the_window() -> None:
         prefetch.observe(0.00001)
     mean = max((0.005 + (WINDOW - 1) * 0.00001) / WINDOW, FLOOR_SECS)
     assert abs(prefetch.ahead() - AHEAD_SECS / mean) <= 1
-    assert not prefetch.slow()
 
 
-def test_a_slow_run_in_the_window_says_so_until_it_leaves_it() -> None:
-    prefetch = ramped(Prefetch(1))
-    prefetch.observe(SLOW_SECS)
-    for _ in range(WINDOW - 1):
-        prefetch.observe(0.001)
-        assert prefetch.slow()
-    prefetch.observe(0.001)  # the slow run left the window
-    assert not prefetch.slow()
-    assert abs(prefetch.ahead() - AHEAD_SECS / 0.001) <= 1
+def test_work_ahead_is_for_the_slots_not_stuck_on_slow_runs() -> None:
+    prefetch = ramped(Prefetch(4))
+    prefetch.observe(0.001)
+    assert abs(prefetch.ahead() - AHEAD_SECS * 4 / 0.001) <= 1
+    assert abs(prefetch.ahead(stuck=3) - AHEAD_SECS * 1 / 0.001) <= 1
+    assert prefetch.ahead(stuck=4) == 0
+    assert prefetch.total(stuck=4) == 4
 
 
 def test_work_held_ahead_is_about_ahead_secs_per_slot() -> None:
@@ -100,6 +97,6 @@ def test_the_prefetch_stays_within_its_bounds(slots: int, runs: list[float], lea
     assert 0 <= ahead <= MOST_AHEAD
     assert prefetch.total() == slots + ahead
     recent = runs[: min(len(leases), len(runs))][-WINDOW:]
-    assert prefetch.slow() == (bool(recent) and max(recent) >= SLOW_SECS)
     if recent and sum(recent) / len(recent) > AHEAD_SECS * slots:
         assert ahead == 0
+    assert prefetch.ahead(stuck=slots) == 0

@@ -162,7 +162,8 @@ class WorkerLoop:
         self.leased = 0
         self._budget_lock = threading.Lock()
         self.finished = 0
-        self.given_back = 0  # tasks handed back unstarted when the prefetch shrank
+        self.given_back = 0  # tasks handed back unstarted while slots were stuck on slow runs
+        self._running: list[float | None] = [None] * config.concurrency  # per slot: when its run started
         self._busy_secs = 0.0
         self._busy_lock = threading.Lock()
         self._status_at = self.clock()
@@ -223,7 +224,7 @@ class WorkerLoop:
             self.status,
         )
         self._settler_thread = self._spawn(self._settle_loop, "kittiwake-settler")
-        slots = [self._spawn(self._slot_loop, f"kittiwake-slot-{n}") for n in range(self.config.concurrency)]
+        slots = [self._spawn(self._slot_loop, f"kittiwake-slot-{n}", n) for n in range(self.config.concurrency)]
         leasers = [self._spawn(self._lease_loop, f"kittiwake-lease-{n}", lease_class)
                    for n, lease_class in enumerate(self.classes)]
         log.info("worker %s serving %s (concurrency %d, prefetch %s)", self.id, ", ".join(self.queues),
@@ -280,15 +281,18 @@ class WorkerLoop:
         busy = len(self.classes) == 1
         worked_at = self.clock()
         while not self._stop_leasing.is_set():
-            self.capacity.resize(self.prefetch.total())
-            self._give_back_excess()
+            stuck = self._stuck_slots()
+            self.capacity.resize(self.prefetch.total(stuck))
+            if stuck:
+                self._give_back_excess()
             total = self.capacity.total
             # a class whose last lease came back empty asks for its share only, so that
             # idle queues do not hold the capacity a busy one could use during their long-poll
             most = total if busy else max(1, total // len(self.classes))
             # with tasks ahead of the slots, wait until half of them ran: one lease, many tasks
             least = max(1, (total - self.config.concurrency) // 2) if busy else 1
-            want = self.capacity.take(most, timeout=self.config.wait_secs, least=least)
+            # waits a short while only: a slot becoming stuck changes what may be held
+            want = self.capacity.take(most, timeout=min(self.config.wait_secs, SLOW_SECS), least=least)
             want = self._within_task_budget(want)
             if want <= 0:
                 continue
@@ -332,10 +336,10 @@ class WorkerLoop:
                 self._ready.put(held)
 
     def _give_back_excess(self) -> None:
-        """The prefetch shrank after a slow run (`Prefetch.slow`): tasks waiting for a slot beyond it go back to
-        the broker unstarted (no attempt used), so that a free slot elsewhere runs them now rather
+        """Slots are stuck on slow runs (see `prefetch`): tasks waiting beyond what the other slots
+        take soon go back to the broker unstarted (no attempt used), so that a free slot elsewhere runs them now rather
         than after this process's slow tasks. A task that ran before (a parked gang) stays."""
-        excess = -self.capacity.free if self.prefetch.slow() else 0
+        excess = -self.capacity.free
         kept: list[Held] = []
         while excess > 0:
             try:
@@ -396,7 +400,12 @@ class WorkerLoop:
 
     # ------------------------------------------------------------------ slots
 
-    def _slot_loop(self) -> None:
+    def _stuck_slots(self) -> int:
+        """Slots whose run has lasted `SLOW_SECS` or more."""
+        now = self.clock()
+        return sum(1 for started in self._running if started is not None and now - started >= SLOW_SECS)
+
+    def _slot_loop(self, index: int) -> None:
         while True:
             held = self._ready.get()
             if held is None:
@@ -406,12 +415,13 @@ class WorkerLoop:
                 self._outcomes.put(Outcome(held, Kind.DROP if held.lost else Kind.RETURN))
                 continue
             self.started += 1
-            started = self.clock()
+            started = self._running[index] = self.clock()
             try:
                 outcome = self.runner.run(held)
             except BaseException as error:  # a bug here must not lose the task: let it come back
                 log.exception("running %s/%s", held.task.queue, held.task.pid)
                 outcome = Outcome(held, Kind.DROP, reason=str(error))
+            self._running[index] = None
             ran_secs = self.clock() - started
             with self._busy_lock:
                 self._busy_secs += ran_secs
@@ -420,8 +430,6 @@ class WorkerLoop:
                 self._park(held, outcome.backoff_secs)
                 continue
             self.prefetch.observe(ran_secs)
-            if ran_secs >= SLOW_SECS and self.prefetch.total() < self.capacity.total:
-                self.capacity.resize(self.prefetch.total())  # the leaser gives back what now waits too long
             if outcome.kind is Kind.DONE and held.definition is not None and held.definition.name in self.app.periodics:
                 self._mark_tick(outcome)
             self._check_recycle()  # before this task's capacity is freed for another lease

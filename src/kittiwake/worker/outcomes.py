@@ -24,8 +24,10 @@ The runner decides; this module writes the decision down:
   (at-most-once keeps one spare attempt) `release(bury=True)` comes first
   and the error result second — a crash in between leaves the handle to find
   the task in the dead-letter queue.
-* RETURN: handed back unstarted at shutdown: noted ``[redeliver N]`` so an
-  at-most-once task may still run, then rejected: released without using an attempt.
+* RETURN: handed back unstarted (at shutdown, or waiting behind slots stuck
+  on slow runs): noted ``[redeliver N]`` so an at-most-once task may still
+  run, then rejected: released without using an attempt. Two requests per
+  batch (a renew with the note, a release), whatever its size.
 * DROP: nothing to do (the lease was lost; another worker has the task).
 * PARK: a gang that did not assemble keeps its lease and runs again after
   `backoff_secs` on the same worker; the worker loop handles it, the settler
@@ -65,7 +67,7 @@ class Kind(enum.Enum):
     DONE = "done"  # dequeue + result
     RETRY = "retry"  # keep the lease for the backoff, then the broker offers it again
     FAIL = "fail"  # dead-letter + error result
-    RETURN = "return"  # unstarted at shutdown: give back
+    RETURN = "return"  # unstarted: give back
     DROP = "drop"  # not ours any more
     PARK = "park"  # keep the lease, free the slot, run again after backoff_secs (a gang not yet assembled)
 
@@ -115,15 +117,21 @@ class Settler:
 
     def settle(self, outcomes: list[Outcome]) -> None:
         by_group: dict[str, list[Outcome]] = {}
+        returned: dict[tuple[float, int], list[Outcome]] = {}
         for outcome in outcomes:
             outcome.held.finishing = True
             if outcome.kind is Kind.DONE:  # even with a lost renewal: a late dequeue may still finish it
                 by_group.setdefault(group_of(outcome.task.queue), []).append(outcome)
+            elif outcome.kind is Kind.RETURN and not outcome.held.lost:
+                returned.setdefault((outcome.held.lease_secs, outcome.task.deliveries), []).append(outcome)
             else:
                 self._settle_one(outcome)
         for batch in by_group.values():
             for start in range(0, len(batch), MAX_BATCH_ITEMS // 2):
                 self._finish_batch(batch[start : start + MAX_BATCH_ITEMS // 2])
+        for (lease_secs, deliveries), batch in returned.items():
+            for start in range(0, len(batch), MAX_BATCH_ITEMS):
+                self._return_batch(batch[start : start + MAX_BATCH_ITEMS], lease_secs, deliveries)
 
     # ------------------------------------------------------------------ done
 
@@ -182,6 +190,22 @@ class Settler:
                 if uncertain and error.code in errors.LEASE_LOST_CODES:
                     return
                 raise
+
+    # ---------------------------------------------------------------- return
+
+    def _return_batch(self, outcomes: list[Outcome], lease_secs: float, deliveries: int) -> None:
+        """Tasks never started, given back: a clean note (an at-most-once task may run again),
+        then a reject (no attempt used) — two requests for the whole batch."""
+        tasks = [outcome.task for outcome in outcomes]
+        try:
+            renewed = self.client.renew(tasks, lease_secs, note=redeliver_note(deliveries, "returned"))
+            still_ours = [task for task, result in zip(tasks, renewed) if result.ok]
+            if still_ours:
+                self.client.release(still_ours, "RETURNED", reject=True)
+            self.dropped += len(tasks) - len(still_ours)
+        except errors.KittiwakeError as error:
+            for outcome in outcomes:
+                self._gone(outcome, error)
 
     # ----------------------------------------------------------------- others
 

@@ -11,10 +11,13 @@ could have started for a 1 s task. So the default is sized from the work:
   that, so null tasks lease `MOST_AHEAD` at a time). The mean, not the
   slowest: a null task's run measured across a thread switch takes
   milliseconds now and then, which would shrink the prefetch for nothing;
-* once a run of `SLOW_SECS` or more is among the last `WINDOW` (`slow`), the
-  tasks held beyond the new prefetch are handed back unstarted by the worker
-  loop: they would wait behind a slot busy for that long while another
-  worker's slot may be free;
+* a slot whose run has lasted `SLOW_SECS` or more is *stuck*: it will not
+  take from the prefetch soon, so the work held ahead is sized for the other
+  slots only, and with every slot stuck nothing is held ahead — the worker
+  loop hands the tasks waiting beyond that back to the broker unstarted,
+  where another worker's free slot takes them (in a mix of short and slow
+  tasks, a slow task queued behind slow runs would otherwise start a slow
+  run late, and the mix's end would wait for it);
 * before the first run is seen, lease for the slots only (a queue of long
   tasks is not grabbed on a guess), then at most double the reach after
   each lease the broker filled (slow start);
@@ -32,7 +35,7 @@ from collections import deque
 AHEAD_SECS = 0.1  # work held per slot beyond the running tasks
 WINDOW = 64  # runs the estimate looks back over
 FLOOR_SECS = 50e-6  # a shorter mean run time counts as this long
-SLOW_SECS = 0.25  # a run this long: what waits beyond the prefetch goes back to the broker
+SLOW_SECS = 0.25  # a slot running this long is stuck: it takes nothing from the prefetch soon
 MOST_AHEAD = 2000  # tasks leased ahead at most, per process
 
 
@@ -77,23 +80,19 @@ class Prefetch:
             with self._lock:
                 self._reach = min(max(self.most, 1), self._reach * 2)
 
-    def ahead(self) -> int:
-        """Tasks to hold beyond the running ones."""
+    def ahead(self, stuck: int = 0) -> int:
+        """Tasks to hold beyond the running ones while `stuck` slots have run `SLOW_SECS` or more."""
         if self.fixed is not None:
             return self.fixed
+        taking = self.slots - max(0, stuck)
         with self._lock:
-            if not self._runs:
+            if not self._runs or taking <= 0:
                 return 0
             mean = max(sum(self._runs) / len(self._runs), FLOOR_SECS)
             reach = self._reach
-        by_time = int(self.ahead_secs * self.slots / mean)
+        by_time = int(self.ahead_secs * taking / mean)
         return max(0, min(by_time, self.most, reach))
 
-    def slow(self) -> bool:
-        """Whether a run of `SLOW_SECS` or more is among the last `WINDOW`."""
-        with self._lock:
-            return bool(self._runs) and max(self._runs) >= SLOW_SECS
-
-    def total(self) -> int:
+    def total(self, stuck: int = 0) -> int:
         """Tasks this process may hold that have not finished running: its slots and what waits for them."""
-        return self.slots + self.ahead()
+        return self.slots + self.ahead(stuck)
