@@ -39,6 +39,7 @@ worker treats it:
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import sys
@@ -196,6 +197,7 @@ class TaskDefinition:
         self.app = app
         self.function = function
         self.options = options
+        self.is_coroutine = inspect.iscoroutinefunction(function)  # asked at every run
         self.__name__ = getattr(function, "__name__", options.name)
         self.__doc__ = function.__doc__
         self.__wrapped__ = function

@@ -28,7 +28,6 @@ report a TIMEOUT after the run, not stop it.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import multiprocessing
 import os
@@ -62,7 +61,7 @@ def call_function(definition: TaskDefinition, context: task_context.TaskContext,
     try:
         function = definition.function
         call_args = (context, *args) if definition.options.bind else tuple(args)
-        if inspect.iscoroutinefunction(function):
+        if definition.is_coroutine:
             return asyncio.run(function(*call_args, **kwargs))
         return function(*call_args, **kwargs)
     finally:
