@@ -250,16 +250,24 @@ def plot_path(plot: str | None, json_path: str | None) -> str | None:
     return None
 
 
-def write_cdf_plot(path: str | None, title: str, series: Mapping[str, Measured | None]) -> bool:
-    """A latency CDF per figure (log x axis); False, silently, without matplotlib or samples."""
-    if not path:
-        return False
+def headless_pyplot() -> Any:
+    """matplotlib's pyplot drawing to files only, or None when the `plot` extra is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as pyplot
     except ImportError:
+        return None
+    return pyplot
+
+
+def write_cdf_plot(path: str | None, title: str, series: Mapping[str, Measured | None]) -> bool:
+    """A latency CDF per figure (log x axis); False, silently, without matplotlib or samples."""
+    if not path:
+        return False
+    pyplot = headless_pyplot()
+    if pyplot is None:
         return False
     figure_, axes = pyplot.subplots(figsize=(8, 5))
     drawn = False

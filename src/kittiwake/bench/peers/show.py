@@ -15,6 +15,8 @@ from typing import Any, Mapping
 from rich.console import Console
 from rich.table import Table
 
+from kittiwake.bench.report import headless_pyplot
+
 
 def _rate(value: float | None) -> str:
     return f"{value:,.0f}" if value else "—"
@@ -92,12 +94,8 @@ def write_chart(path: str | None, report: Mapping[str, Any]) -> bool:
     """Drain tasks/s and submit → start p50/p99 per system as a PNG; False without matplotlib or figures."""
     if not path:
         return False
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as pyplot
-    except ImportError:
+    pyplot = headless_pyplot()
+    if pyplot is None:
         return False
     records = [record for record in report["peers"].values() if record.get("tasks_per_s") or record.get("latency_ms")]
     if not records:

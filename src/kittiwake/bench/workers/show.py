@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kittiwake.bench import references
-from kittiwake.bench.report import describe_target
+from kittiwake.bench.report import describe_target, headless_pyplot
 from kittiwake.bench.workers.run import Timeline
 from kittiwake.bench.workers.slots import slot_timelines
 
@@ -198,12 +198,8 @@ def write_chart(path: str | None, report: Mapping[str, Any], timelines: Mapping[
     """The drains and each slot figure's timeline as a PNG; False without matplotlib or anything to draw."""
     if not path:
         return False
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as pyplot
-    except ImportError:
+    pyplot = headless_pyplot()
+    if pyplot is None:
         return False
     drains = any(name in report["workers"] for name in ("map_drain", "map_results"))
     panels = int(drains) + len(timelines)
