@@ -43,8 +43,10 @@ run. Any other redelivery of an at-most-once task means a worker was lost.
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import datetime, timezone
+from typing import Callable
 
 from kittiwake.constants import (
     DELAYED_SUFFIX,
@@ -58,6 +60,19 @@ from kittiwake.constants import (
 from kittiwake.model import group_of, pid_at
 
 REDELIVER_NOTE = re.compile(r"^\[redeliver (\d+)\] ?")
+
+
+def new_ids(count: int, random_bytes: Callable[[int], bytes] = os.urandom) -> list[str]:
+    """`count` fresh task or submission ids: random (version 4) UUIDs as 32 hex digits, the
+    form of `uuid.uuid4().hex`, drawn from one read of `random_bytes` for the lot."""
+    pool = random_bytes(16 * count)
+    ids = []
+    for start in range(0, 16 * count, 16):
+        raw = bytearray(pool[start : start + 16])
+        raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+        raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+        ids.append(raw.hex())
+    return ids
 
 
 def delayed_queue_of(queue: str) -> str:

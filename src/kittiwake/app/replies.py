@@ -75,6 +75,18 @@ class ReplyCollector:
                 self._slots[submission] = slot
             return slot
 
+    def slots(self, submissions: list[str]) -> list[ResultSlot]:
+        """`slot` of each submission, under one hold of the lock."""
+        made = []
+        with self._lock:
+            for submission in submissions:
+                slot = self._slots.get(submission)
+                if slot is None:
+                    slot = ResultSlot.empty()
+                    self._slots[submission] = slot
+                made.append(slot)
+        return made
+
     def capture(self, task_id: str) -> ResultCapture:
         """Start keeping the results of `task_id` that arrive from now on (held weakly: keep it)."""
         capture = ResultCapture(task_id)
