@@ -15,42 +15,76 @@ bundles before the one that failed are enqueued, none after it is sent.
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
 from typing import Any, Callable, Generic, TypeVar
 
 Bundle = TypeVar("Bundle")
 
 
 class BundleSender(Generic[Bundle]):
-    """Calls `send(bundle)` in a background thread, one bundle at a time; use it as a context manager."""
+    """Calls `send(bundle)` in a background thread, one bundle at a time; use it as a context manager.
 
-    def __init__(self, send: Callable[[Bundle], Any]) -> None:
+    The thread is a daemon, started on the first bundle: a process may exit with a request in
+    flight, as it may from any other blocking call.
+    """
+
+    def __init__(self, send: Callable[[Bundle], Any], name: str = "kittiwake-bundles") -> None:
         self._send = send
-        self._executor: ThreadPoolExecutor | None = None
-        self._in_flight: Future[Any] | None = None
+        self._name = name
+        self._changed = threading.Condition()
+        self._next: list[Bundle] = []  # the bundle handed over and not yet taken (at most one)
+        self._busy = False  # a bundle handed over has not been answered yet
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
 
     def send(self, bundle: Bundle) -> None:
         """Send `bundle` once the one before it has been answered; raises that one's error, if it failed
         (and then `bundle` is not sent)."""
         self.wait()
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="kittiwake-bundles")
-        self._in_flight = self._executor.submit(self._send, bundle)
+        with self._changed:
+            if self._closed:
+                raise RuntimeError("the bundle sender is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._next.append(bundle)
+            self._busy = True
+            self._changed.notify_all()
 
     def wait(self) -> None:
         """Wait for the bundle in flight; raises its error, if it failed."""
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            in_flight.result()
+        with self._changed:
+            self._changed.wait_for(lambda: not self._busy)
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
 
     def close(self) -> None:
         """Wait for the bundle in flight (raising its error) and stop the thread."""
         try:
             self.wait()
         finally:
-            if self._executor is not None:
-                self._executor.shutdown(wait=True)
-                self._executor = None
+            with self._changed:
+                self._closed = True
+                self._changed.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._next or self._closed)
+                if not self._next:
+                    return
+                bundle = self._next.pop()
+            error: BaseException | None = None
+            try:
+                self._send(bundle)
+            except BaseException as exc:  # handed to the submitter's next call
+                error = exc
+            with self._changed:
+                self._error = error
+                self._busy = False
+                self._changed.notify_all()
 
     def __enter__(self) -> BundleSender[Bundle]:
         return self
