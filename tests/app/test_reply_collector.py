@@ -37,7 +37,7 @@ def test_results_waiting_in_a_reply_queue_reach_their_slots_and_leave_it(broker:
         collector.watch("_replies.collector-test")
         try:
             for slot in slots:
-                assert slot.event.wait(30)
+                assert slot.wait(30)
             assert [(slot.ok, slot.value) for slot in slots] == [(True, index) for index in range(2500)]
             assert collector.received == 2500
             deadline = time.monotonic() + 30

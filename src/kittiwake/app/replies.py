@@ -64,6 +64,7 @@ class ReplyCollector:
         self._captures: dict[str, weakref.WeakSet[ResultCapture]] = {}
         self._queues: dict[str, None] = {}
         self._lock = threading.Lock()
+        self._arrivals = threading.Condition(threading.Lock())  # shared by every slot: see ResultSlot
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -79,7 +80,7 @@ class ReplyCollector:
         with self._lock:
             slot = self._slots.get(submission)
             if slot is None:
-                slot = ResultSlot.empty()
+                slot = ResultSlot(self._arrivals)
                 self._slots[submission] = slot
             return slot
 
@@ -90,7 +91,7 @@ class ReplyCollector:
             for submission in submissions:
                 slot = self._slots.get(submission)
                 if slot is None:
-                    slot = ResultSlot.empty()
+                    slot = ResultSlot(self._arrivals)
                     self._slots[submission] = slot
                 made.append(slot)
         return made
@@ -175,12 +176,13 @@ class ReplyCollector:
             return 0
         load_result = self._serializer.load_result
         outcomes = [(task, *load_result(task.data)) for task in tasks]
-        with self._lock:
+        with self._lock, self._arrivals:
             slots = self._slots
             for task, ok, value in outcomes:
                 slot = slots.get(task.pid)
                 if slot is not None:
-                    slot.set(ok, value)
+                    slot.fill(ok, value)
+            self._arrivals.notify_all()
             captured = []
             for task, ok, value in outcomes if self._captures else ():
                 task_id = (task.headers or {}).get(TASK_ID_HEADER)
