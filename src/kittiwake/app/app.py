@@ -246,7 +246,7 @@ class App:
         options = definition.options
         if key is not None:
             validate_pid(key, Limits(), "key")
-        task_id = key or task_id or uuid.uuid4().hex
+        task_id = key or task_id or new_ids(1)[0]
         now = self.clock()
         due: float | None = None
         if delay is not None and at is not None:
@@ -265,7 +265,7 @@ class App:
         slot = reply_queue = submission = None
         if not options.ignore_result:
             reply_queue = reply_queue_for(options.queue, self.id, self.reply_prefix)
-            submission = uuid.uuid4().hex
+            submission = new_ids(1)[0]
             headers[REPLY_TO_HEADER] = reply_queue
             headers[SUBMISSION_HEADER] = submission
             slot = self.collector.slot(submission)
