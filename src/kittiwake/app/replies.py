@@ -135,27 +135,37 @@ class ReplyCollector:
             thread.join(timeout)
 
     def _run(self) -> None:
-        with BundleSender(self._dequeue, name=f"kittiwake-replies-done-{self._app_id}") as dequeuer:
-            while not self._stop.is_set():
-                queues = self.queues
-                if not queues:
-                    self._wake.wait(WAIT_SECS)
-                    self._wake.clear()
-                    continue
-                try:
-                    received = self.collect_once(queues, WAIT_SECS, dequeuer.send)
-                    if 1 < received < BATCH_RESULTS:
-                        self._stop.wait(LINGER_SECS)  # results are flowing: let more gather for the next lease
-                except errors.Transient as error:
-                    if self._stop.is_set():
-                        return
-                    log.warning("collecting results: %s; retrying", error)
-                    self._stop.wait(RETRY_PAUSE_SECS)
-                except Exception:  # never let the collector die: handles would hang
-                    if self._stop.is_set():
-                        return
-                    log.exception("collecting results failed; retrying")
-                    self._stop.wait(RETRY_PAUSE_SECS)
+        dequeuer: BundleSender[list[LeasedTask]] = BundleSender(
+            self._dequeue, name=f"kittiwake-replies-done-{self._app_id}")
+        try:
+            self._collect(dequeuer)
+        finally:
+            try:
+                dequeuer.close()  # the last batch's dequeue; if it fails, its leases run out
+            except Exception as error:
+                log.debug("dequeuing the last results on stopping: %s", error)
+
+    def _collect(self, dequeuer: BundleSender[list[LeasedTask]]) -> None:
+        while not self._stop.is_set():
+            queues = self.queues
+            if not queues:
+                self._wake.wait(WAIT_SECS)
+                self._wake.clear()
+                continue
+            try:
+                received = self.collect_once(queues, WAIT_SECS, dequeuer.send)
+                if 1 < received < BATCH_RESULTS:
+                    self._stop.wait(LINGER_SECS)  # results are flowing: let more gather for the next lease
+            except errors.Transient as error:
+                if self._stop.is_set():
+                    return
+                log.warning("collecting results: %s; retrying", error)
+                self._stop.wait(RETRY_PAUSE_SECS)
+            except Exception:  # never let the collector die: handles would hang
+                if self._stop.is_set():
+                    return
+                log.exception("collecting results failed; retrying")
+                self._stop.wait(RETRY_PAUSE_SECS)
 
     def _dequeue(self, tasks: list[LeasedTask]) -> None:
         self._client().dequeue(tasks)
