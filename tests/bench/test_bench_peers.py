@@ -28,11 +28,12 @@ from kittiwake.errors import BadRequest
 
 REDIS_URL = "redis://127.0.0.1:6379/13"  # not the default database, so a run by hand is left alone
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-TASKS, SUBMITS, SAMPLES = 50, 20, 10
+TASKS, SUBMITS, THREADED, SAMPLES = 50, 20, 40, 10
 LATENCY_KEYS = {"p50", "p90", "p99", "p999", "max"}
 RECORD_KEYS = {"tasks_per_s", "latency_ms", "samples", "errors", "ratio", "reference", "target", "meets_target",
                "system", "label", "version", "status", "reason", "service", "durable", "workers",
-               "worker_commands", "changed_settings", "single_submit", "bulk_submit", "drain", "latency"}
+               "worker_commands", "changed_settings", "single_submit", "bulk_submit", "threaded_submit", "drain",
+               "latency"}
 SKIP_WORDS = ("not installed", "unreachable", "in use by another run", "refused")
 
 
@@ -54,7 +55,8 @@ def _leftover_workers(marker: str) -> list[int]:
 def test_peers_runs_kittiwake_and_every_peer_whose_service_is_up(tmp_path: Path) -> None:
     report_path, chart_path = tmp_path / "peers.json", tmp_path / "peers.png"
     result = CliRunner().invoke(bench, [
-        "peers", "--tasks", str(TASKS), "--submits", str(SUBMITS), "--latency-samples", str(SAMPLES),
+        "peers", "--tasks", str(TASKS), "--submits", str(SUBMITS), "--threaded-submits", str(THREADED),
+        "--latency-samples", str(SAMPLES),
         "--redis-url", REDIS_URL, "--pg-dsn", PG_DSN, "--dir", str(tmp_path),
         "--json-out", str(report_path), "--plot", str(chart_path),
     ], catch_exceptions=False)
@@ -82,6 +84,13 @@ def test_peers_runs_kittiwake_and_every_peer_whose_service_is_up(tmp_path: Path)
         assert record["single_submit"]["tasks"] == SUBMITS
         assert isinstance(record["single_submit"]["tasks_per_s"], float)
         assert record["bulk_submit"]["tasks"] == TASKS - SUBMITS and record["bulk_submit"]["api"]
+        threaded = record["threaded_submit"]
+        assert threaded["threads"] == report["settings"]["submit_threads"] == 8
+        if name == "pgqueuer":  # one connection on one event loop: no figure, and the reason
+            assert threaded["tasks"] == 0 and threaded["tasks_per_s"] is None and threaded["reason"]
+        else:
+            assert threaded["tasks"] == THREADED and isinstance(threaded["tasks_per_s"], float), (name, threaded)
+            assert threaded["reason"] is None
         assert record["samples"] == SAMPLES and set(record["latency_ms"]) == LATENCY_KEYS
         assert record["latency_ms"]["p50"] <= record["latency_ms"]["p99"] <= record["latency_ms"]["max"]
         assert isinstance(record["durable"], bool) and record["service"]
@@ -207,9 +216,28 @@ def test_a_peer_whose_service_is_down_gets_the_reason() -> None:
               "single_submit": {"tasks_per_s": None}, "bulk_submit": {"tasks_per_s": None}, "tasks_per_s": None,
               "latency_ms": None, "durable": None}
     settings = {"tasks": 1, "processes": 2, "submits": 0, "latency_samples": 1, "payload_bytes": 1024}
-    table = peers_table({"settings": settings, "peers": {"celery": record}})
+    table = peers_table({"settings": settings, "peers": {"celery": record}})  # a report from before the threaded phase
     assert table.row_count == 1
     assert "skipped" in str(list(table.columns[-1].cells)[0])
+    assert [column.header for column in table.columns][2:5] == ["single submit/s", "8-thread submit/s", "bulk submit/s"]
+    assert list(table.columns[3].cells) == ["—"]
+
+
+def test_a_threaded_figure_shows_in_its_column_and_a_missing_one_says_why() -> None:
+    def record(label: str, threaded: dict[str, Any]) -> dict[str, Any]:
+        return {"label": label, "version": "1", "status": "ok", "reason": None, "ratio": None,
+                "single_submit": {"tasks_per_s": 100.0}, "bulk_submit": {"tasks_per_s": 1000.0},
+                "threaded_submit": threaded, "tasks_per_s": 50.0, "latency_ms": None, "durable": True}
+
+    settings = {"tasks": 1, "processes": 2, "submits": 0, "latency_samples": 1, "payload_bytes": 1024,
+                "submit_threads": 8}
+    table = peers_table({"settings": settings, "peers": {
+        "kittiwake": record("Kittiwake", {"threads": 8, "tasks": 2000, "tasks_per_s": 6123.4, "reason": None}),
+        "pgqueuer": record("pgqueuer", {"threads": 8, "tasks": 0, "tasks_per_s": None, "reason": "one event loop"}),
+    }})
+    assert list(table.columns[3].cells) == ["6,123", "—"]
+    notes = [str(cell) for cell in table.columns[-1].cells]
+    assert notes[0] == "" and "one event loop" in notes[1]
 
 
 def test_settings_no_run_can_use_are_refused() -> None:
@@ -217,5 +245,7 @@ def test_settings_no_run_can_use_are_refused() -> None:
         check_settings(PeersSettings(peers=("sidekiq",)))
     with pytest.raises(BadRequest):
         check_settings(PeersSettings(tasks=0))
+    with pytest.raises(BadRequest):
+        check_settings(PeersSettings(threaded_submits=-1))
     result = CliRunner().invoke(bench, ["peers", "--peers", "celery,sidekiq"])
     assert result.exit_code == 2 and "sidekiq" in result.output

@@ -27,6 +27,7 @@ results (`reply_prefix="alice.replies."`).
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import time
@@ -34,6 +35,7 @@ import uuid
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
+from kittiwake.app.bundles import BundleSender
 from kittiwake.app.collapse import follow_collapsed
 from kittiwake.app.definitions import (
     DEFAULT_MAP_CHUNK,
@@ -41,7 +43,7 @@ from kittiwake.app.definitions import (
     TaskDefinition,
     make_options,
 )
-from kittiwake.app.envelope import delayed_pid, delayed_queue_of, gang_queue_of, reply_queue_for, time_ordered_id
+from kittiwake.app.envelope import delayed_pid, delayed_queue_of, gang_queue_of, new_ids, reply_queue_for
 from kittiwake.app.handles import Handle, results_of
 from kittiwake.app.job import Job
 from kittiwake.app.join_handlers import JoinHandler
@@ -245,7 +247,7 @@ class App:
         if key is not None:
             validate_pid(key, Limits(), "key")
         now = self.clock()
-        task_id = key or task_id or time_ordered_id(now)
+        task_id = key or task_id or new_ids(1, now)[0]
         due: float | None = None
         if delay is not None and at is not None:
             raise ValueError("give delay= or at=, not both")
@@ -263,7 +265,7 @@ class App:
         slot = reply_queue = submission = None
         if not options.ignore_result:
             reply_queue = reply_queue_for(options.queue, self.id, self.reply_prefix)
-            submission = time_ordered_id(now)
+            submission = new_ids(1, now)[0]
             headers[REPLY_TO_HEADER] = reply_queue
             headers[SUBMISSION_HEADER] = submission
             slot = self.collector.slot(submission)
@@ -307,21 +309,61 @@ class App:
             follow_collapsed(self, tasks[start : start + chunk], handles[start : start + chunk], outcomes)
 
     def map(self, task: TaskDefinition | str, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]:
-        """One task per item, called as `task(item)`, submitted `chunk` per request; returns the handles."""
+        """One task per item, called as `task(item)`, submitted `chunk` per request; returns the handles.
+
+        The next bundle is prepared while the one before it is in flight (`bundles`); no keys, so
+        nothing collapses."""
         definition = self.definition_of(task)
         chunk = max(1, min(chunk, MAX_BATCH))
         handles: list[Handle] = []
-        bundle: list[dict[str, Any]] = []
-        for item in items:
-            prepared, handle = self.prepare(definition, (item,), {})
-            bundle.append(prepared)
-            handles.append(handle)
-            if len(bundle) >= chunk:
-                self.client.enqueue_many(bundle)  # no keys: nothing collapses
-                bundle = []
-        if bundle:
-            self.client.enqueue_many(bundle)
+        if isinstance(items, (list, tuple, range)) and len(items) <= chunk:
+            bundle, handles = self.prepare_bundle(definition, items)
+            if bundle:
+                self.client.enqueue_many(bundle)
+            return handles
+        remaining = iter(items)
+        with BundleSender(self.client.enqueue_many) as sender:
+            while part := list(itertools.islice(remaining, chunk)):
+                bundle, made = self.prepare_bundle(definition, part)
+                sender.send(bundle)
+                handles.extend(made)
         return handles
+
+    def prepare_bundle(
+        self, definition: TaskDefinition, items: Iterable[Any]
+    ) -> tuple[list[dict[str, Any]], list[Handle]]:
+        """`prepare(definition, (item,), {})` for each item, sharing what the calls share: one
+        clock reading, the reply queue, one draw of ids and one lock for the result slots."""
+        options = definition.options
+        name, queue, max_attempts = options.name, options.queue, options.broker_max_attempts
+        calls = [self.serializer.dump_call(name, (item,), {}) for item in items]
+        now = self.clock()
+        submitted_at = f"{now:.6f}"
+        count = len(calls)
+        if options.ignore_result:
+            task_ids = new_ids(count, now)
+            tasks = [
+                {"queue": queue, "pid": task_id, "data": call, "max_attempts": max_attempts,
+                 "headers": {TASK_ID_HEADER: task_id, SUBMITTED_AT_HEADER: submitted_at}}
+                for task_id, call in zip(task_ids, calls)
+            ]
+            return tasks, [Handle(self, task_id, name, queue, task_id, None) for task_id in task_ids]
+        task_ids, submissions = new_ids(count, now), new_ids(count, now)
+        reply_queue = reply_queue_for(queue, self.id, self.reply_prefix)
+        collector = self.collector
+        slots = collector.slots(submissions)
+        collector.watch(reply_queue)
+        tasks = [
+            {"queue": queue, "pid": task_id, "data": call, "max_attempts": max_attempts,
+             "headers": {TASK_ID_HEADER: task_id, SUBMITTED_AT_HEADER: submitted_at, REPLY_TO_HEADER: reply_queue,
+                         SUBMISSION_HEADER: submission}}
+            for task_id, submission, call in zip(task_ids, submissions, calls)
+        ]
+        handles = [
+            Handle(self, task_id, name, queue, task_id, slot, reply_queue, submission)
+            for task_id, submission, slot in zip(task_ids, submissions, slots)
+        ]
+        return tasks, handles
 
     def job(self) -> Job:
         """A `Job`: build a graph of tasks with `add`, then submit it in bundles."""

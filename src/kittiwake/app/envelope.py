@@ -4,7 +4,7 @@ What the submitter and the worker must agree on; the names themselves are
 declared in `kittiwake.constants`:
 
 * a task defined with ``queue="emails"`` is enqueued into ``emails`` with
-  pid = its task id (a new `time_ordered_id`, or the idempotency key given
+  pid = its task id (a new id from `new_ids`, or the idempotency key given
   to ``submit(key=...)``), so a second submission with the same key
   collapses into the first (the broker dedupes by pid for as long as the
   task exists); ids that sort by submission time keep a queue in submission
@@ -31,7 +31,7 @@ Headers (all strings):
 
 * ``kittiwake-task-id``: the task's identity, the same on every delivery
   (and on its result, so a submitter can tell whose result it is);
-* ``kittiwake-submission``: this submission's identity (a `time_ordered_id`), new at
+* ``kittiwake-submission``: this submission's identity (from `new_ids`), new at
   every submit, echoed as the pid of the result: it tells two runs of the
   same key apart;
 * ``kittiwake-reply-to``: the reply queue; absent when nobody wants the result;
@@ -47,9 +47,11 @@ run. Any other redelivery of an at-most-once task means a worker was lost.
 
 from __future__ import annotations
 
-import random
+import os
 import re
+import threading
 from datetime import datetime, timezone
+from typing import Callable
 
 from kittiwake.constants import (
     DELAYED_SUFFIX,
@@ -63,6 +65,23 @@ from kittiwake.constants import (
 from kittiwake.model import group_of, pid_at
 
 REDELIVER_NOTE = re.compile(r"^\[redeliver (\d+)\] ?")
+
+
+_ids_lock = threading.Lock()
+_last_micros = 0  # the time part of the last id this process drew
+
+
+def new_ids(count: int, epoch_secs: float, random_bytes: Callable[[int], bytes] = os.urandom) -> list[str]:
+    """`count` fresh task or submission ids, each sorting after every id this process drew
+    before: 14 hex digits of microseconds (`epoch_secs`, kept strictly increasing in this
+    process, so that a bundle sorts in its submission order), then 64 random bits from one
+    read of `random_bytes` for the lot. 30 characters: never a broker's FIFO pid (17 digits)."""
+    global _last_micros
+    with _ids_lock:
+        first = max(int(epoch_secs * 1_000_000), _last_micros + 1, 0)
+        _last_micros = first + count - 1
+    pool = random_bytes(8 * count).hex()
+    return [f"{first + index:014x}{pool[16 * index : 16 * index + 16]}" for index in range(count)]
 
 
 def delayed_queue_of(queue: str) -> str:
@@ -93,13 +112,6 @@ def result_pid(headers: dict[str, str], pid: str) -> str:
     """The pid of a task's result in its reply queue: its submission id (its task id, or its
     own pid, for a task submitted without one)."""
     return headers.get(SUBMISSION_HEADER) or headers.get(TASK_ID_HEADER) or pid
-
-
-def time_ordered_id(epoch_secs: float) -> str:
-    """A new id that sorts by `epoch_secs` (microseconds, 14 hex digits), then 64 random bits:
-    30 characters, never mistaken for a broker's FIFO pid (17 decimal digits)."""
-    micros = max(0, int(epoch_secs * 1_000_000))
-    return f"{micros:014x}{random.getrandbits(64):016x}"
 
 
 def delayed_pid(due_epoch_secs: float, task_id: str) -> str:

@@ -97,7 +97,7 @@ class Handle:
 
     def done(self) -> bool:
         """Whether the result has arrived (it does not ask the broker)."""
-        return self.slot is not None and self.slot.event.is_set()
+        return self.slot is not None and self.slot.is_set()
 
     def result(self, timeout: float | None = None) -> Any:
         """The task's return value; raises TaskFailed, ResultUnavailable, or TimeoutError after `timeout` s."""
@@ -105,13 +105,13 @@ class Handle:
         check_every = FIRST_CHECK_SECS
         gone_since: float | None = None
         while True:
-            if self.slot is not None and self.slot.event.is_set():
+            if self.slot is not None and self.slot.is_set():
                 return self._outcome()
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 raise TimeoutError(f"no result for task {self.id} within {timeout} s")
             wait = check_every if deadline is None else min(check_every, deadline - now)
-            if self.slot is not None and self.slot.event.wait(wait):
+            if self.slot is not None and self.slot.wait(wait):
                 return self._outcome()
             if self.slot is None:
                 time.sleep(wait)
@@ -120,7 +120,7 @@ class Handle:
             except errors.Transient:
                 continue  # the broker is away for a moment (restarting?): keep waiting
             if isinstance(state, RemoteError):
-                if self.slot is not None and self.slot.event.is_set():
+                if self.slot is not None and self.slot.is_set():
                     return self._outcome()  # an error result beat the check
                 raise TaskFailed.for_task(self.id, state)
             if state is None:
@@ -176,7 +176,7 @@ class Handle:
 
     def status(self) -> TaskStatus:
         """(state, progress, note) as the broker and the reply queue tell it now."""
-        if self.slot is not None and self.slot.event.is_set():
+        if self.slot is not None and self.slot.is_set():
             if self.slot.ok:
                 return TaskStatus("done", 1.0, None)
             error: RemoteError = self.slot.value

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from kittiwake.app.definitions import DEFAULT_MAP_CHUNK, TaskDefinition
-from kittiwake.app.envelope import delayed_pid, delayed_queue_of, time_ordered_id
+from kittiwake.app.envelope import delayed_pid, delayed_queue_of, new_ids
 from kittiwake.app.handles import Handle, results_of
 
 
@@ -103,7 +103,7 @@ class Job:
     ) -> Node:
         """A node calling `task(*args, **kwargs)` once every task in `after` finished."""
         definition = self.app.definition_of(task)
-        task_id = key or time_ordered_id(self.app.clock())
+        task_id = key or new_ids(1, self.app.clock())[0]
         queue, pid = definition.queue, task_id
         options: dict[str, Any] = {"task_id": task_id}
         if key is not None:

@@ -6,7 +6,9 @@ enqueues the result there with pid = the submission id the task carries
 (`envelope.SUBMISSION_HEADER`), in the same atomic update that dequeues the
 task. One collector thread per app long-polls all of the app's reply queues,
 leases results in batches, hands each to the `ResultSlot` of its submission,
-and dequeues the batch in one request.
+and dequeues the batch in one request, sent from a second thread
+(`bundles.BundleSender`) while the collector leases the next batch: the two
+requests meet in one broker pass, and so share its commit.
 
 Slots are keyed by submission, not by task id: an idempotency key names a
 task id that can run again once its first run finished, and each run's
@@ -31,10 +33,12 @@ import weakref
 from typing import Callable
 
 from kittiwake import errors
+from kittiwake.app.bundles import BundleSender
 from kittiwake.app.result_slots import ResultCapture, ResultSlot
 from kittiwake.app.serialization import Serializer
 from kittiwake.client import Client
 from kittiwake.constants import TASK_ID_HEADER
+from kittiwake.protocol.replies import LeasedTask
 
 log = logging.getLogger("kittiwake.app.replies")
 
@@ -42,6 +46,10 @@ WAIT_SECS = 1.0  # long-poll; also how long a newly watched reply queue may wait
 BATCH_RESULTS = 1000
 LEASE_SECS = 5.0  # a batch is handed over in milliseconds; a lost lease reply costs this long
 RETRY_PAUSE_SECS = 0.5
+# After a partial batch of several results, wait this long before the next lease: while results
+# flow, fewer, larger batches cost the broker (and the workers waiting on it) fewer passes. A lone
+# result (one task waited for at a time) never waits.
+LINGER_SECS = 0.02
 MAX_CAPTURED_TASK_IDS = 1024  # beyond this many, forget task ids whose captures were dropped
 
 
@@ -56,6 +64,7 @@ class ReplyCollector:
         self._captures: dict[str, weakref.WeakSet[ResultCapture]] = {}
         self._queues: dict[str, None] = {}
         self._lock = threading.Lock()
+        self._arrivals = threading.Condition(threading.Lock())  # shared by every slot: see ResultSlot
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -71,9 +80,21 @@ class ReplyCollector:
         with self._lock:
             slot = self._slots.get(submission)
             if slot is None:
-                slot = ResultSlot.empty()
+                slot = ResultSlot(self._arrivals)
                 self._slots[submission] = slot
             return slot
+
+    def slots(self, submissions: list[str]) -> list[ResultSlot]:
+        """`slot` of each submission, under one hold of the lock."""
+        made = []
+        with self._lock:
+            for submission in submissions:
+                slot = self._slots.get(submission)
+                if slot is None:
+                    slot = ResultSlot(self._arrivals)
+                    self._slots[submission] = slot
+                made.append(slot)
+        return made
 
     def capture(self, task_id: str) -> ResultCapture:
         """Start keeping the results of `task_id` that arrive from now on (held weakly: keep it)."""
@@ -114,6 +135,17 @@ class ReplyCollector:
             thread.join(timeout)
 
     def _run(self) -> None:
+        dequeuer: BundleSender[list[LeasedTask]] = BundleSender(
+            self._dequeue, name=f"kittiwake-replies-done-{self._app_id}")
+        try:
+            self._collect(dequeuer)
+        finally:
+            try:
+                dequeuer.close()  # the last batch's dequeue; if it fails, its leases run out
+            except Exception as error:
+                log.debug("dequeuing the last results on stopping: %s", error)
+
+    def _collect(self, dequeuer: BundleSender[list[LeasedTask]]) -> None:
         while not self._stop.is_set():
             queues = self.queues
             if not queues:
@@ -121,7 +153,9 @@ class ReplyCollector:
                 self._wake.clear()
                 continue
             try:
-                self.collect_once(queues, WAIT_SECS)
+                received = self.collect_once(queues, WAIT_SECS, dequeuer.send)
+                if 1 < received < BATCH_RESULTS:
+                    self._stop.wait(LINGER_SECS)  # results are flowing: let more gather for the next lease
             except errors.Transient as error:
                 if self._stop.is_set():
                     return
@@ -133,8 +167,16 @@ class ReplyCollector:
                 log.exception("collecting results failed; retrying")
                 self._stop.wait(RETRY_PAUSE_SECS)
 
-    def collect_once(self, queues: list[str], wait_secs: float) -> int:
-        """Lease one batch of results, hand them over, dequeue them; returns how many."""
+    def _dequeue(self, tasks: list[LeasedTask]) -> None:
+        self._client().dequeue(tasks)
+
+    def collect_once(
+        self, queues: list[str], wait_secs: float, dequeue: Callable[[list[LeasedTask]], None] | None = None
+    ) -> int:
+        """Lease one batch of results, hand them over, dequeue them; returns how many.
+
+        `dequeue` (default: at once, in this thread) finishes the batch; the collector's own
+        loop passes a `BundleSender`'s, so that the batch is dequeued while the next is leased."""
         client = self._client()
         tasks = client.lease(
             queues, max_tasks=BATCH_RESULTS, lease_secs=LEASE_SECS, wait_secs=wait_secs,
@@ -142,16 +184,25 @@ class ReplyCollector:
         )
         if not tasks or self._stop.is_set():
             return 0
-        for task in tasks:
-            ok, value = self._serializer.load_result(task.data)
-            task_id = (task.headers or {}).get(TASK_ID_HEADER)
-            with self._lock:
-                slot = self._slots.get(task.pid)
-                captures = list(self._captures.get(task_id, ())) if task_id is not None and self._captures else []
-            if slot is not None:
-                slot.set(ok, value)
-            for capture in captures:
-                capture.offer(task.enqueued_at, task.pid, ok, value)
+        load_result = self._serializer.load_result
+        outcomes = [(task, *load_result(task.data)) for task in tasks]
+        with self._lock, self._arrivals:
+            slots = self._slots
+            for task, ok, value in outcomes:
+                slot = slots.get(task.pid)
+                if slot is not None:
+                    slot.fill(ok, value)
+            self._arrivals.notify_all()
+            captured = []
+            for task, ok, value in outcomes if self._captures else ():
+                task_id = (task.headers or {}).get(TASK_ID_HEADER)
+                for capture in self._captures.get(task_id, ()) if task_id is not None else ():
+                    captured.append((capture, task, ok, value))
+        for capture, task, ok, value in captured:
+            capture.offer(task.enqueued_at, task.pid, ok, value)
         self.received += len(tasks)
-        client.dequeue(tasks)
+        if dequeue is None:
+            client.dequeue(tasks)
+        else:
+            dequeue(tasks)
         return len(tasks)

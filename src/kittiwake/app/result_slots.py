@@ -15,23 +15,50 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(slots=True, weakref_slot=True)
 class ResultSlot:
-    """Where the collector puts a task's result; shared by every handle of the same run."""
+    """Where the collector puts a task's result; shared by every handle of the same run.
 
-    event: threading.Event
-    ok: bool = False
-    value: Any = None
+    A slot has no lock of its own: the slots of one collector share one condition
+    (`arrivals`), notified once per batch of results, so that a slot costs what a small
+    object costs — a bulk submit makes one per task — and handing over a batch of a
+    thousand results is one notification, not a thousand.
+    """
+
+    __slots__ = ("arrivals", "done", "ok", "value", "__weakref__")
+
+    def __init__(self, arrivals: threading.Condition) -> None:
+        self.arrivals = arrivals
+        self.done = False
+        self.ok = False
+        self.value: Any = None
 
     @classmethod
-    def empty(cls) -> ResultSlot:
-        return cls(threading.Event())
+    def empty(cls, arrivals: threading.Condition | None = None) -> ResultSlot:
+        return cls(arrivals if arrivals is not None else threading.Condition(threading.Lock()))
+
+    def is_set(self) -> bool:
+        return self.done
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the outcome is in, waiting up to `timeout` seconds for it."""
+        if self.done:
+            return True
+        with self.arrivals:
+            return self.arrivals.wait_for(lambda: self.done, timeout)
 
     def set(self, ok: bool, value: Any) -> None:
-        if self.event.is_set():
-            return  # the first outcome wins (a duplicate run's result is ignored)
+        with self.arrivals:
+            if self.fill(ok, value):
+                self.arrivals.notify_all()
+
+    def fill(self, ok: bool, value: Any) -> bool:
+        """Set the outcome without notifying (hold `arrivals`, and notify once for the batch);
+        whether it was taken — the first outcome wins, a duplicate run's result is ignored."""
+        if self.done:
+            return False
         self.ok, self.value = ok, value
-        self.event.set()
+        self.done = True
+        return True
 
 
 @dataclass(slots=True, weakref_slot=True, eq=False)  # eq=False: hashed by identity, for the WeakSet

@@ -52,6 +52,7 @@ FLOWS_PLAIN_GROUP = "bench.plain"  # `flows`: the plain enqueue reference's queu
 
 PEERS_QUEUE = "bench"  # `peers`: the queue (Kittiwake, Celery, RQ, Dramatiq) or Huey's name every system uses
 PEERS_BULK_CHUNK = 1000  # tasks per call of each system's bulk API (Kittiwake: app.map's chunk)
+PEERS_SUBMIT_THREADS = 8  # `peers`: threads submitting one task per call at once, in the threaded submit phase
 PEERS_REDIS_URL_ENV = "KITTIWAKE_BENCH_REDIS_URL"  # how the Redis peers' modules find their database
 PEERS_REDIS_URL = "redis://127.0.0.1:6379/12"  # a database of its own: emptied before and after each peer
 PEERS_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"  # pgqueuer's objects go to a schema of their own
@@ -159,6 +160,7 @@ def quick_settings(settings: TasksSettings) -> TasksSettings:
 class PeersSettings:
     tasks: int = 20_000  # the drain's backlog: `submits` one by one, the rest in bulk
     submits: int = 2000  # submitted one by one, one thread
+    threaded_submits: int = 2000  # after the latency phase: one by one from PEERS_SUBMIT_THREADS threads at once
     latency_samples: int = 200  # submit → start, one task at a time on an idle system
     latency_gap_secs: float = 0.05  # pause after each sample
     peers: tuple[str, ...] = PEER_SYSTEMS

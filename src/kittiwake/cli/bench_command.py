@@ -29,6 +29,7 @@ from kittiwake.bench.settings import (
     FLOWS_FIGURES,
     OPS_FIGURES,
     PEER_SYSTEMS,
+    PEERS_SUBMIT_THREADS,
     QUICK_FLOWS,
     QUICK_TASKS,
     FlowsSettings,
@@ -239,6 +240,9 @@ def split_peers(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="The drain's backlog: --submits of them one by one, the rest through each bulk API.")
 @click.option("--submits", type=click.IntRange(0), default=PEERS.submits, show_default=True,
               help="Tasks submitted one by one from one thread (at most --tasks).")
+@click.option("--threaded-submits", type=click.IntRange(0), default=PEERS.threaded_submits, show_default=True,
+              help=f"Tasks submitted one by one from {PEERS_SUBMIT_THREADS} threads at once, after the latency "
+                   "samples, no worker running (0 skips).")
 @click.option("--latency-samples", type=click.IntRange(1), default=PEERS.latency_samples, show_default=True,
               help="submit → start samples, one task at a time on an idle system.")
 @click.option("--latency-gap", "latency_gap_secs", type=click.FloatRange(0.0), default=PEERS.latency_gap_secs,
@@ -259,7 +263,7 @@ def split_peers(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="Write a bar chart (PNG) of drain and latency here; needs matplotlib. Default: next to --json.")
 @click.option("--json", "--json-out", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the report as JSON to FILE ('-' for stdout).")
-def peers_command(tasks: int, submits: int, latency_samples: int, latency_gap_secs: float, peers: tuple[str, ...],
+def peers_command(tasks: int, submits: int, threaded_submits: int, latency_samples: int, latency_gap_secs: float, peers: tuple[str, ...],
                   processes: int, redis_url: str, pg_dsn: str, max_drain_secs: float, parent_dir: str | None,
                   plot: str | None, json_path: str | None) -> None:
     """Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer: submit, drain, latency."""
@@ -268,7 +272,8 @@ def peers_command(tasks: int, submits: int, latency_samples: int, latency_gap_se
     from kittiwake.bench.report import plot_path, print_machine, write_json
 
     console = _console()
-    settings = PeersSettings(tasks=tasks, submits=min(submits, tasks), latency_samples=latency_samples,
+    settings = PeersSettings(tasks=tasks, submits=min(submits, tasks), threaded_submits=threaded_submits,
+                             latency_samples=latency_samples,
                              latency_gap_secs=latency_gap_secs, peers=peers, processes=processes,
                              redis_url=redis_url, pg_dsn=pg_dsn, max_drain_secs=max_drain_secs)
     report = run_peers(settings, console, parent_dir=parent_dir)

@@ -47,6 +47,7 @@ async def create() -> AsyncIterator[PgQueuer]:
 
 class Submitter:
     bulk_api = f'queries.enqueue(["null"] * n, payloads, [0] * n), {PEERS_BULK_CHUNK} jobs per call'
+    threaded_submit = "its client is one asyncpg connection on one event loop, not shared between threads"
 
     def __init__(self) -> None:
         self.runner = asyncio.Runner()

@@ -24,6 +24,10 @@ pgqueuer's own schema. For each system, in this order:
 4. submit → start on the now idle system: one warm-up task (not counted),
    then `--latency-samples` tasks one at a time, `latency_gap_secs` apart;
    p50 and p99. The workers stop.
+5. threaded submit/s: `--threaded-submits` tasks one by one through the
+   same single submit, from `PEERS_SUBMIT_THREADS` threads of the submitter
+   at once, with no worker running (a system whose client cannot be shared
+   between threads shows "—" and why); then the queue is purged.
 
 The submitting side runs in a process of its own (`submitter`), so no
 system's import-time set-up meets another's, and this process only
@@ -82,6 +86,7 @@ from kittiwake.bench.settings import (
     KITTIWAKE_SYSTEM,
     PEERS_BULK_CHUNK,
     PEERS_REDIS_URL_ENV,
+    PEERS_SUBMIT_THREADS,
     PeersSettings,
 )
 from kittiwake.errors import BadRequest
@@ -275,6 +280,17 @@ class SystemRun:
                              "gap_secs": settings.latency_gap_secs}
         record.update(latency_ms=latency, samples=len(sampled.latencies_ns))
         self._stop_workers()
+
+        # 5. single submits from several threads at once, no worker running; then the queue is emptied
+        if settings.threaded_submits:
+            count = settings.threaded_submits
+            threaded: Submitted = _call(
+                self.pool, Submit(count, self.payload, threads=PEERS_SUBMIT_THREADS),
+                self.bar(f"{label}: submit one by one from {PEERS_SUBMIT_THREADS} threads ×{count:,}"), count)
+            record["threaded_submit"].update(tasks=threaded.tasks, seconds=round(threaded.seconds, 4),
+                                             tasks_per_s=_rate(threaded.tasks_per_sec), reason=threaded.reason)
+            if threaded.tasks:
+                _call(self.pool, PURGE)
         _call(self.pool, CLOSE)
 
     def _drain(self) -> bool:
@@ -353,6 +369,8 @@ def _blank_record(system: System, settings: PeersSettings) -> dict[str, Any]:
         "latency": None,
         "single_submit": {"tasks": 0, "seconds": None, "tasks_per_s": None},
         "bulk_submit": {"tasks": 0, "seconds": None, "tasks_per_s": None, "api": None},
+        "threaded_submit": {"threads": PEERS_SUBMIT_THREADS, "tasks": 0, "seconds": None, "tasks_per_s": None,
+                            "reason": None},
         "drain": {"tasks": settings.tasks, "done": 0, "complete": False, "seconds": None, "tasks_per_s": None,
                   "from_workers_start_s": None, "left_in_queue": None},
         # the record every benchmark writes (`report.figure`): the drain's rate, submit → start
@@ -411,8 +429,10 @@ def check_settings(settings: PeersSettings) -> None:
     if unknown:
         raise BadRequest(f"unknown peers: {', '.join(unknown)}; choose from "
                          f"{', '.join(name for name in SYSTEMS if name != KITTIWAKE_SYSTEM)}")
-    if settings.tasks < 1 or settings.submits < 0 or settings.latency_samples < 1 or settings.processes < 1:
-        raise BadRequest("tasks, latency samples and processes must be at least 1, submits at least 0")
+    if (settings.tasks < 1 or settings.submits < 0 or settings.threaded_submits < 0 or settings.latency_samples < 1
+            or settings.processes < 1):
+        raise BadRequest("tasks, latency samples and processes must be at least 1, submits and threaded submits "
+                         "at least 0")
     if settings.latency_gap_secs < 0 or settings.stall_secs <= 0 or settings.max_drain_secs <= 0:
         raise BadRequest("the latency gap must be at least 0 s, the stall and drain limits above 0 s")
 
@@ -448,7 +468,7 @@ def run_peers(settings: PeersSettings, console: Console, *, parent_dir: str | No
     return {
         "machine": machine_info(),
         "settings": {**asdict(settings), "peers": list(settings.peers), "payload_bytes": len(payload),
-                     "bulk_chunk": PEERS_BULK_CHUNK},
+                     "bulk_chunk": PEERS_BULK_CHUNK, "submit_threads": PEERS_SUBMIT_THREADS},
         # other processes on the machine take cores from every system alike: 1, 5, 15 min load averages
         "load_average": {"before": [round(value, 2) for value in load_before],
                          "after": [round(value, 2) for value in os.getloadavg()]},

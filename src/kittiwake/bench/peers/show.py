@@ -1,11 +1,14 @@
 """What `kittiwake bench peers` shows: one table row per system, and a bar chart.
 
-The table: single and bulk submit/s, drain tasks/s, Kittiwake's drain ÷ the
-peer's, submit → start p50 and p99, whether an acknowledged enqueue survives
-a power cut on the service as configured, and the row's notes (why it was
-skipped, failed or partial). The chart (`--plot`, matplotlib's headless Agg
-backend) has two panels: drain tasks/s, and submit → start p50 and p99 on a
-log scale; systems without figures are left out.
+The table: single, threaded (one by one from several threads at once) and
+bulk submit/s, drain tasks/s, Kittiwake's drain ÷ the peer's, submit → start
+p50 and p99, whether an acknowledged enqueue survives a power cut on the
+service as configured, and the row's notes (why it was skipped, failed or
+partial, or why it has no threaded figure). The chart (`--plot`,
+matplotlib's headless Agg backend) has three panels: the three submit rates
+(log scale), drain tasks/s, and submit → start p50 and p99 (log scale);
+systems without figures are left out. A report written before the threaded
+phase existed shows "—" there.
 """
 
 from __future__ import annotations
@@ -33,10 +36,19 @@ def _durable(value: bool | None) -> str:
     return "—" if value is None else ("[green]yes" if value else "[yellow]no")
 
 
+def _threads(report: Mapping[str, Any]) -> int:
+    return int(report["settings"].get("submit_threads", 8))
+
+
+def _threaded(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    return record.get("threaded_submit") or {}
+
+
 def _note(record: Mapping[str, Any]) -> str:
     status = record["status"]
     if status == "ok":
-        return ""
+        reason = _threaded(record).get("reason")
+        return f"[dim]threaded submit: {reason}" if reason else ""
     reason = (record.get("reason") or "").splitlines()[0][:160]
     colour = {"skipped": "yellow", "failed": "red", "partial": "yellow"}.get(status, "white")
     return f"[{colour}]{status}: {reason}"
@@ -51,6 +63,7 @@ def peers_table(report: Mapping[str, Any]) -> Table:
     table.add_column("system")
     table.add_column("version")
     table.add_column("single submit/s", justify="right")
+    table.add_column(f"{_threads(report)}-thread submit/s", justify="right")
     table.add_column("bulk submit/s", justify="right")
     table.add_column("drain tasks/s", justify="right")
     table.add_column("Kittiwake ÷ peer", justify="right")
@@ -64,6 +77,7 @@ def peers_table(report: Mapping[str, Any]) -> Table:
             record["label"],
             record.get("version") or "—",
             _rate(record["single_submit"]["tasks_per_s"]),
+            _rate(_threaded(record).get("tasks_per_s")),
             _rate(record["bulk_submit"]["tasks_per_s"]),
             _rate(record["tasks_per_s"]),
             f"{ratio:,.2f}×" if ratio else "—",
@@ -91,7 +105,8 @@ def show(console: Console, report: Mapping[str, Any]) -> None:
 
 
 def write_chart(path: str | None, report: Mapping[str, Any]) -> bool:
-    """Drain tasks/s and submit → start p50/p99 per system as a PNG; False without matplotlib or figures."""
+    """Submit rates, drain tasks/s and submit → start p50/p99 per system as a PNG; False without
+    matplotlib or figures."""
     if not path:
         return False
     pyplot = headless_pyplot()
@@ -102,7 +117,21 @@ def write_chart(path: str | None, report: Mapping[str, Any]) -> bool:
         return False
     labels = [record["label"].replace(", ", "\n") for record in records]
     positions = list(range(len(records)))
-    figure, (drain_axes, latency_axes) = pyplot.subplots(1, 2, figsize=(13, 5))
+    figure, (submit_axes, drain_axes, latency_axes) = pyplot.subplots(1, 3, figsize=(19, 5))
+    width = 0.27
+    submits = (("single", lambda record: record["single_submit"].get("tasks_per_s"), "tab:purple"),
+               (f"{_threads(report)} threads", lambda record: _threaded(record).get("tasks_per_s"), "tab:cyan"),
+               ("bulk", lambda record: record["bulk_submit"].get("tasks_per_s"), "tab:olive"))
+    for shift, (name, rate_of, colour) in zip((-width, 0.0, width), submits):
+        values = [rate_of(record) or 0.0 for record in records]
+        submit_bars = submit_axes.bar([p + shift for p in positions], values, width, label=name, color=colour)
+        submit_axes.bar_label(submit_bars, labels=[f"{v:,.0f}" if v else "—" for v in values], fontsize=6)
+    submit_axes.set_yscale("log")
+    submit_axes.set_xticks(positions, labels, fontsize=8)
+    submit_axes.set_ylabel("tasks/s (log scale)")
+    submit_axes.set_title("submit, no worker running")
+    submit_axes.grid(True, axis="y", which="both", alpha=0.3)
+    submit_axes.legend(fontsize=8)
     drain = [record.get("tasks_per_s") or 0.0 for record in records]
     colours = ["tab:blue" if record["system"].startswith("kittiwake") else "tab:gray" for record in records]
     bars = drain_axes.bar(positions, drain, color=colours)

@@ -10,7 +10,11 @@ The benchmark sends this process one job at a time (`processes.ProcessPool`):
 * `Open`: set the environment (broker URL, tally file), import the module,
   make its `Submitter`.
 * `Submit`: `count` tasks one by one from this one thread, or in calls of
-  `chunk` through the bulk API; the time of the whole loop.
+  `chunk` through the bulk API, or one by one from `threads` threads at once
+  (`count` split between them, started together); the time of the whole
+  loop. A submitter whose `threaded_submit` attribute gives a reason cannot
+  share its client between threads: nothing is submitted, and the reason
+  is returned.
 * `Collect`: wait for every result (the kept-results row's drain ends here).
 * `Sample`: submit → start latency. One task at a time on an idle system:
   read the clock, submit, wait until the tally has one more record, take
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -61,6 +66,7 @@ class Submit:
     payload: str
     bulk: bool = False
     chunk: int = 1000
+    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class Sample:
 class Submitted:
     tasks: int
     seconds: float
+    reason: str | None = None  # why nothing was submitted
 
     @property
     def tasks_per_sec(self) -> float | None:
@@ -106,6 +113,8 @@ class _Session:
 
 def _submit(job: Submit, counter: Synchronized) -> Submitted:
     submitter = _Session.submitter
+    if job.threads > 1:
+        return _submit_from_threads(submitter, job, counter)
     begin = time.perf_counter()
     if job.bulk:
         done = 0
@@ -121,6 +130,46 @@ def _submit(job: Submit, counter: Synchronized) -> Submitted:
                 counter.value = index
     seconds = time.perf_counter() - begin
     counter.value = job.count
+    return Submitted(job.count, seconds)
+
+
+def _submit_from_threads(submitter: Any, job: Submit, counter: Synchronized) -> Submitted:
+    """`job.count` single submits from `job.threads` threads, all released at once."""
+    unsupported = getattr(submitter, "threaded_submit", None)
+    if unsupported:
+        return Submitted(0, 0.0, reason=unsupported)
+    shares = [job.count // job.threads + (1 if index < job.count % job.threads else 0) for index in range(job.threads)]
+    start = threading.Barrier(job.threads + 1)
+    counting = threading.Lock()  # the shared counter has no lock of its own
+    failures: list[BaseException] = []
+
+    def submit_share(share: int) -> None:
+        start.wait()
+        try:
+            for index in range(share):
+                submitter.submit(job.payload)
+                if index % PROGRESS_EVERY == 0:
+                    with counting:
+                        counter.value += min(PROGRESS_EVERY, share - index)
+        except BaseException as exc:  # raised in the submitter process once every thread ended
+            failures.append(exc)
+
+    threads = [threading.Thread(target=submit_share, args=(share,), name=f"submit-{index}")
+               for index, share in enumerate(shares)]
+    counter.value = 0
+    for thread in threads:
+        thread.start()
+    start.wait()
+    begin = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - begin
+    if failures:
+        raise failures[0]
+    counter.value = job.count
+    forget = getattr(submitter, "forget", None)
+    if forget is not None:  # a submitter that keeps handles waits for none of these
+        forget()
     return Submitted(job.count, seconds)
 
 
