@@ -95,6 +95,27 @@ def test_a_fifo_enqueue_reads_nothing_when_only_other_shapes_of_pid_sort_above_i
     assert CountingStore.reads == 0
 
 
+def test_an_explicit_pid_above_every_pid_of_the_queue_is_not_looked_up(clock, restart):
+    """Ids that grow with time (an app's) cannot exist yet: no store read per task, even with a
+    head too small to know the queue, and still none after a restart."""
+    class CountingStore(MemoryStore):
+        reads = 0
+
+        def load_task(self, queue, pid):
+            CountingStore.reads += 1
+            return super().load_task(queue, pid)
+
+    engine = Engine(CountingStore(), head_tasks=2)
+    put(engine, clock.now, "q", *[f"{n:014x}" for n in range(1, 20)])
+    CountingStore.reads = 0
+    outcomes = put(engine, clock.now, "q", *[f"{n:014x}" for n in range(20, 40)])
+    assert CountingStore.reads == 0 and not any(o.collapsed for o in outcomes)
+    again = put(engine, clock.now, "q", f"{3:014x}", f"{39:014x}")  # below the bound: looked up, found
+    assert [o.collapsed for o in again] == [True, True] and CountingStore.reads >= 1
+    engine = restart(engine, head_tasks=2)
+    assert [o.collapsed for o in put(engine, clock.now, "q", f"{5:014x}", f"{40:014x}")] == [True, False]
+
+
 def test_delayed_tasks_are_leased_only_when_due(engine, clock):
     put(engine, clock.now, "q", pid_at(clock.now + 60.0), data=b"in a minute")
     put(engine, clock.now, "q", None, data=b"now")

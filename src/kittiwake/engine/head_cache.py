@@ -109,6 +109,6 @@ def find(state: EngineState, queue: QueueState, pid: str) -> Task | None:
 def exists(state: EngineState, queue: QueueState, pid: str) -> bool:
     if pid in queue.leased or pid in queue.available:
         return True
-    if queue.covers(pid) and not queue.blocked:
-        return False
+    if pid > queue.max_pid or (queue.covers(pid) and not queue.blocked):
+        return False  # above every pid the queue ever had (ids that grow with time), or known absent
     return state.store.load_task(queue.name, pid) is not None
