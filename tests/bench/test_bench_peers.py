@@ -98,6 +98,9 @@ def test_peers_runs_kittiwake_and_every_peer_whose_service_is_up(tmp_path: Path)
             assert record["reference"]["tasks_per_s"] == peers["kittiwake"]["tasks_per_s"]
             assert record["ratio"] > 0
     assert peers["kittiwake"]["durable"] is True
+    disk = report["disk_commit"]  # the floor under a durable submit → start, same run, same pauses
+    assert disk["samples"] == SAMPLES and set(disk["latency_ms"]) == LATENCY_KEYS
+    assert disk["pause_secs"] == report["settings"]["latency_gap_secs"]
     if "kittiwake-results" in ran:
         assert peers["kittiwake-results"]["drain"]["results"] == TASKS
     assert chart_path.stat().st_size > 0

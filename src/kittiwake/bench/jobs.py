@@ -77,13 +77,15 @@ class WakeProbe:
 @dataclass(frozen=True)
 class FsyncProbe:
     """Write 4 KiB and os.fsync it, `samples` times (or until `max_secs`), in `directory`:
-    over a block of a file written beforehand (`append=False`), or at its end."""
+    over a block of a file written beforehand (`append=False`), or at its end; `pause_secs`
+    apart (an idle system's commit: a disk and CPUs that went quiet are slower to answer)."""
 
     directory: str
     samples: int
     append: bool = False
     max_secs: float = 20.0
     block_bytes: int = FSYNC_BLOCK_BYTES
+    pause_secs: float = 0.0
 
 
 @dataclass

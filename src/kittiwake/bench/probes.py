@@ -102,6 +102,8 @@ def run_fsync_probe(job: FsyncProbe, counter: Synchronized) -> LoadResult:
             counter.value = index + 1
             if time.monotonic() - started > job.max_secs:
                 break
+            if job.pause_secs:
+                time.sleep(job.pause_secs)
     finally:
         os.close(descriptor)
         os.unlink(path)

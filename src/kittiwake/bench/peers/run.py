@@ -41,7 +41,10 @@ The report (`report`'s JSON style): `{"machine", "settings", "load_average",
 (Kittiwake's drain ÷ this system's: above 1, Kittiwake is ahead),
 `reference`, `target`, `meets_target`, and `status` (`ok`, `partial`,
 `skipped`, `failed`) with its `reason`, the service and its durability, the
-worker command, the settings changed, and the phases' own records.
+worker command, the settings changed, and the phases' own records; and
+`disk_commit`: the floor under a durable submit → start, measured in the same
+run — 4 KiB written over a block of a synced file and fsynced, with the
+latency samples' pause between two (`latency_ms`, `samples`).
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ from typing import Any, Callable
 from rich.console import Console
 
 from kittiwake.bench.harness import BrokerProcess, latency_summary_ms
+from kittiwake.bench.jobs import FsyncProbe
+from kittiwake.bench.probes import run_fsync_probe
 from kittiwake.bench.peers import tally
 from kittiwake.bench.peers.services import PostgresSchema, RedisDatabase
 from kittiwake.bench.peers.submitter import (
@@ -450,10 +455,12 @@ def run_peers(settings: PeersSettings, console: Console, *, parent_dir: str | No
     previous_sigterm = None
     if threading.current_thread() is threading.main_thread():
         previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_signal)  # a SIGTERM cleans up like Ctrl-C
+    disk_commit: dict[str, Any] = {}
     try:
         with progress_bars(console) as bar:
             for system in systems:
                 records[system.name] = _run_system(system, settings, root, payload, bar, redis, postgres, console)
+            disk_commit = _disk_commit(settings, root, bar)
     finally:
         try:
             redis.release()
@@ -473,4 +480,33 @@ def run_peers(settings: PeersSettings, console: Console, *, parent_dir: str | No
         "load_average": {"before": [round(value, 2) for value in load_before],
                          "after": [round(value, 2) for value in os.getloadavg()]},
         "peers": records,
+        "disk_commit": disk_commit,
     }
+
+
+def _disk_commit(settings: PeersSettings, root: Path, bar: Bar) -> dict[str, Any]:
+    """The disk's own durable write, paused like the latency samples: what a durable system's
+    submit → start cannot go below on this machine."""
+    samples = settings.latency_samples
+    progress = bar("disk: 4 KiB + fsync, paused like the samples")
+    counter = _Counter(lambda done: progress(done / samples, done))
+    probed = run_fsync_probe(FsyncProbe(str(root), samples, pause_secs=settings.latency_gap_secs), counter)
+    return {"latency_ms": latency_summary_ms(probed.latencies_ns), "samples": len(probed.latencies_ns),
+            "pause_secs": settings.latency_gap_secs}
+
+
+class _Counter:
+    """What a probe updates as it goes (`value`), forwarded to a progress bar."""
+
+    def __init__(self, report: Callable[[int], None]) -> None:
+        self._report = report
+        self._value = 0
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    @value.setter
+    def value(self, done: int) -> None:
+        self._value = done
+        self._report(done)

@@ -86,6 +86,11 @@ def peers_table(report: Mapping[str, Any]) -> Table:
             _durable(record.get("durable")),
             _note(record),
         )
+    disk = report.get("disk_commit") or {}
+    if disk.get("latency_ms"):
+        table.add_row("disk: 4 KiB + fsync (reference)", "—", "—", "—", "—", "—", "—",
+                      _ms(disk["latency_ms"], "p50"), _ms(disk["latency_ms"], "p99"), "yes",
+                      f"{disk['pause_secs']:g} s apart, as the samples")
     return table
 
 
