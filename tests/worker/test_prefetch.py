@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kittiwake.worker.prefetch import AHEAD_SECS, FLOOR_SECS, MOST_AHEAD, WINDOW, Prefetch
+from kittiwake.worker.prefetch import AHEAD_SECS, FLOOR_SECS, MOST_AHEAD, SLOW_SECS, WINDOW, Prefetch
 
 
 def ramped(prefetch: Prefetch, leases: int = 20) -> Prefetch:
@@ -55,6 +55,13 @@ def test_the_prefetch_follows_the_mean_run_time_of_the_window() -> None:
         prefetch.observe(0.00001)
     mean = max((0.005 + (WINDOW - 1) * 0.00001) / WINDOW, FLOOR_SECS)
     assert abs(prefetch.ahead() - AHEAD_SECS / mean) <= 1
+
+
+def test_tasks_slow_on_average_are_not_leased_ahead() -> None:
+    prefetch = ramped(Prefetch(8))
+    for _ in range(WINDOW):
+        prefetch.observe(SLOW_SECS * 1.01)
+    assert prefetch.ahead() == 0  # by time alone it would be 7
 
 
 def test_work_ahead_is_for_the_slots_not_stuck_on_slow_runs() -> None:

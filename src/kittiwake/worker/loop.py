@@ -283,7 +283,7 @@ class WorkerLoop:
         while not self._stop_leasing.is_set():
             stuck = self._stuck_slots()
             self.capacity.resize(self.prefetch.total(stuck))
-            if stuck:
+            if stuck >= self.config.concurrency:
                 self._give_back_excess()
             total = self.capacity.total
             # a class whose last lease came back empty asks for its share only, so that
@@ -336,8 +336,8 @@ class WorkerLoop:
                 self._ready.put(held)
 
     def _give_back_excess(self) -> None:
-        """Slots are stuck on slow runs (see `prefetch`): tasks waiting beyond what the other slots
-        take soon go back to the broker unstarted (no attempt used), so that a free slot elsewhere runs them now rather
+        """Every slot is stuck on a slow run (see `prefetch`): tasks waiting for one go back to the
+        broker unstarted (no attempt used), so that a free slot elsewhere runs them now rather
         than after this process's slow tasks. A task that ran before (a parked gang) stays."""
         excess = -self.capacity.free
         kept: list[Held] = []

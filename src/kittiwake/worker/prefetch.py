@@ -11,13 +11,16 @@ could have started for a 1 s task. So the default is sized from the work:
   that, so null tasks lease `MOST_AHEAD` at a time). The mean, not the
   slowest: a null task's run measured across a thread switch takes
   milliseconds now and then, which would shrink the prefetch for nothing;
-* a slot whose run has lasted `SLOW_SECS` or more is *stuck*: it will not
-  take from the prefetch soon, so the work held ahead is sized for the other
-  slots only, and with every slot stuck nothing is held ahead — the worker
-  loop hands the tasks waiting beyond that back to the broker unstarted,
-  where another worker's free slot takes them (in a mix of short and slow
-  tasks, a slow task queued behind slow runs would otherwise start a slow
-  run late, and the mix's end would wait for it);
+* tasks whose mean run time is `SLOW_SECS` or more are not leased ahead at
+  all: a lease round trip is a small part of each run, and a task waiting
+  behind one would wait for a whole run;
+* in a mix, a slot whose run has lasted `SLOW_SECS` or more is *stuck*: it
+  will not take from the prefetch soon, so the work held ahead is sized for
+  the other slots only, and with every slot stuck nothing is held ahead —
+  the worker loop then hands the tasks waiting back to the broker
+  unstarted, where another worker's free slot takes them (a slow task
+  queued behind slow runs would otherwise start a slow run late, and the
+  mix's end would wait for it);
 * before the first run is seen, lease for the slots only (a queue of long
   tasks is not grabbed on a guess), then at most double the reach after
   each lease the broker filled (slow start);
@@ -35,7 +38,7 @@ from collections import deque
 AHEAD_SECS = 0.1  # work held per slot beyond the running tasks
 WINDOW = 64  # runs the estimate looks back over
 FLOOR_SECS = 50e-6  # a shorter mean run time counts as this long
-SLOW_SECS = 0.25  # a slot running this long is stuck: it takes nothing from the prefetch soon
+SLOW_SECS = 0.1  # a slot running this long is stuck: it takes nothing from the prefetch soon
 MOST_AHEAD = 2000  # tasks leased ahead at most, per process
 
 
@@ -90,6 +93,8 @@ class Prefetch:
                 return 0
             mean = max(sum(self._runs) / len(self._runs), FLOOR_SECS)
             reach = self._reach
+        if mean >= SLOW_SECS:
+            return 0  # slow tasks: a lease round trip is a small part of a run; hold nothing they would wait on
         by_time = int(self.ahead_secs * taking / mean)
         return max(0, min(by_time, self.most, reach))
 
