@@ -19,7 +19,7 @@ goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -225,14 +225,19 @@ def tasks_command(quick: bool, tasks: int | None, workers: int, bundle: int, max
     _finish(console, report, measured, "kittiwake bench tasks", json_path, plot)
 
 
-def split_peers(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
-    if value is None:
-        return PEER_SYSTEMS
-    names = tuple(name.strip() for name in value.split(",") if name.strip())
-    unknown = [name for name in names if name not in PEER_SYSTEMS]
-    if unknown:
-        raise click.BadParameter(f"unknown: {', '.join(unknown)}; choose from {','.join(PEER_SYSTEMS)}")
-    return names
+def name_list(choices: tuple[str, ...], default: tuple[str, ...]) -> Callable[..., tuple[str, ...]]:
+    """A click callback: NAME,NAME among `choices` (`default` when not given), unknown names refused."""
+
+    def split(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
+        if value is None:
+            return default
+        names = tuple(name.strip() for name in value.split(",") if name.strip())
+        unknown = [name for name in names if name not in choices]
+        if unknown:
+            raise click.BadParameter(f"unknown: {', '.join(unknown)}; choose from {','.join(choices)}")
+        return names
+
+    return split
 
 
 @bench.command("peers")
@@ -247,7 +252,7 @@ def split_peers(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="submit → start samples, one task at a time on an idle system.")
 @click.option("--latency-gap", "latency_gap_secs", type=click.FloatRange(0.0), default=PEERS.latency_gap_secs,
               show_default=True, help="Seconds between two latency samples.")
-@click.option("--peers", callback=split_peers, default=None, metavar="NAME,NAME",
+@click.option("--peers", callback=name_list(PEER_SYSTEMS, PEER_SYSTEMS), default=None, metavar="NAME,NAME",
               help=f"Peers to run beside Kittiwake  [default: {','.join(PEER_SYSTEMS)}]")
 @click.option("--processes", type=click.IntRange(1, 64), default=PEERS.processes, show_default=True,
               help="Worker processes of every system.")
@@ -286,16 +291,6 @@ def peers_command(tasks: int, submits: int, threaded_submits: int, latency_sampl
         console.print(f"[dim]bar chart written to {target}")
 
 
-def split_figures(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    names = tuple(name.strip() for name in value.split(",") if name.strip())
-    unknown = [name for name in names if name not in WORKERS_FIGURES]
-    if unknown:
-        raise click.BadParameter(f"unknown: {', '.join(unknown)}; choose from {','.join(WORKERS_FIGURES)}")
-    return names
-
-
 @bench.command("workers")
 @click.option("--tasks", type=click.IntRange(1), default=WORKERS.tasks, show_default=True,
               help="Null tasks in each app.map drain.")
@@ -310,7 +305,7 @@ def split_figures(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--mix-short", type=click.IntRange(0), default=WORKERS.mix_short, show_default=True,
               help=f"Tasks of {WORKERS.short_secs * 1000:g} ms in the mix (beside {WORKERS.mix_long_per_slot} long "
                    "tasks per slot).")
-@click.option("--only", callback=split_figures, default=None, metavar="NAME,NAME",
+@click.option("--only", callback=name_list(WORKERS_FIGURES, ()), default=None, metavar="NAME,NAME",
               help=f"Run only these figures  [default: {','.join(WORKERS_FIGURES)}]")
 @click.option("--worker-arg", "worker_args", multiple=True, metavar="OPTION",
               help="Advanced, for A/B runs: one more option of every kittiwake worker command (repeatable), "
