@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
+from kittiwake.byte_sizes import parse_byte_size
 from kittiwake.errors import BadRequest
 
 EVENT_COLUMNS = ("event_id", "user_id", "ts", "event_type", "amount", "url")
@@ -61,8 +61,6 @@ SHARD_BYTES = 50_000_000
 BLOCK_ROWS = 250_000  # rows drawn and formatted at a time: bounded memory, a smooth progress bar
 SEED = 2025
 MANIFEST_NAME = "dataset.json"
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]?b?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9}
 
 
 @dataclass
@@ -120,13 +118,7 @@ class Manifest:
 
 def parse_size(text: str | int) -> int:
     """Bytes from `300MB`, `1.5GB`, `800kB` or a plain number of bytes (decimal units)."""
-    if isinstance(text, int):
-        size = text
-    else:
-        match = _SIZE.match(text)
-        if not match:
-            raise BadRequest(f"a size is a number with an optional unit (B, kB, MB, GB), not {text!r}")
-        size = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    size = parse_byte_size(text)
     if size < 10_000:
         raise BadRequest(f"the dataset must be at least 10kB, not {size} bytes")
     return size
