@@ -27,6 +27,7 @@ LAZY_COMMANDS = {
     "auth": "kittiwake.cli.auth_command:auth",
     "flow": "kittiwake.cli.flow_commands:flow",
     "spark-worker": "kittiwake.cli.spark_worker_command:spark_worker",
+    "gen-data": "kittiwake.cli.gen_data_command:gen_data",
 }
 
 

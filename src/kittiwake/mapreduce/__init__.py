@@ -1,0 +1,1 @@
+"""The MapReduce apps and the input data they run on."""
