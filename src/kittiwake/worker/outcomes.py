@@ -217,9 +217,6 @@ class Settler:
             elif outcome.kind is Kind.RETRY:
                 self.client.renew(task, max(0.01, outcome.backoff_secs), note=outcome.reason)
                 self.retried += 1
-            elif outcome.kind is Kind.RETURN:
-                self.client.renew(task, task_lease_secs(outcome.held), note=redeliver_note(task.deliveries, "returned"))
-                self.client.release(task, "RETURNED", reject=True)  # never started: no attempt used
             elif outcome.kind is Kind.FAIL:
                 self._fail(outcome)
                 self.failed += 1
@@ -247,7 +244,3 @@ def _call_settled(outcomes: list[Outcome]) -> None:
                 outcome.settled()
             except Exception:  # a hook's bug must not stop the settler
                 log.exception("after settling %s/%s", outcome.task.queue, outcome.task.pid)
-
-
-def task_lease_secs(held: Held) -> float:
-    return held.lease_secs
