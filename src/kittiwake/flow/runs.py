@@ -161,8 +161,9 @@ def scan_run(client: Client, queue: str, run: str, *, dead: bool = False) -> Ite
         yield from _scan_prefix(client, queue, run + "~")
 
 
-def _scan_prefix(client: Client, queue: str, prefix: str) -> Iterator[Any]:
-    start, seen = prefix, None
+def _scan_prefix(client: Client, queue: str, prefix: str = "") -> Iterator[Any]:
+    """The tasks of `queue` whose pids start with `prefix` (every task: ""), a page at a time."""
+    start, seen = prefix or None, None
     while True:
         page = client.peek(queue, PAGE, start)
         for view in page:
@@ -246,35 +247,19 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
 
 def _done_counts(client: Client, record: RunRecord) -> dict[str, int]:
     counts: dict[str, int] = {}
-    queue = f"{record.group}#done.{record.run}"
-    start: str | None = None
-    while True:
-        page = client.peek(queue, PAGE, start)
-        for view in page:
-            if view.pid == start:
-                continue
-            name = view.pid.split("/", 1)[0]
-            counts[name] = counts.get(name, 0) + 1
-        if len(page) < PAGE:
-            return counts
-        start = page[-1].pid
+    for view in _scan_prefix(client, f"{record.group}#done.{record.run}"):
+        name = view.pid.split("/", 1)[0]
+        counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def outputs_of(client: Client, record: RunRecord) -> dict[str, list[Any]]:
     """"step.port" -> [[indices, dataset wire], ...] from ``outputs.<run>``, in index order."""
     outputs: dict[str, list[Any]] = {}
-    queue = f"{record.group}#outputs.{record.run}"
-    start: str | None = None
-    while True:
-        page = client.peek(queue, PAGE, start)
-        for view in page:
-            if view.pid == start:
-                continue
-            name, indices = parse_output_pid(view.pid)
-            outputs.setdefault(name, []).append([indices, decode(view.data)["dataset"]])
-        if len(page) < PAGE:
-            return outputs
-        start = page[-1].pid
+    for view in _scan_prefix(client, f"{record.group}#outputs.{record.run}"):
+        name, indices = parse_output_pid(view.pid)
+        outputs.setdefault(name, []).append([indices, decode(view.data)["dataset"]])
+    return outputs
 
 
 # --------------------------------------------------------------- finishing
