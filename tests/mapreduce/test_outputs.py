@@ -15,6 +15,7 @@ from kittiwake.mapreduce.outputs import (
     canonical_of_native,
     canonical_of_spark,
     is_globally_sorted,
+    sort_output_check,
 )
 
 
@@ -74,10 +75,12 @@ def test_sort_keeps_file_order_and_strips_each_layouts_line_ending(tmp_path: Pat
     })
     assert canonical_of_native("sort", native) == canonical_of_spark("sort", spark) == _expected(records)
     assert is_globally_sorted(native, "native") and is_globally_sorted(spark, "spark")
+    assert sort_output_check(native, "native") == (_expected(records), True)
 
     shuffled = _write(tmp_path / "shuffled", {"part-00000-u-c000.txt": records[1] + b"\n" + records[0] + b"\n"})
     assert canonical_of_spark("sort", shuffled) != _expected(records[:2])  # order counts for sort
     assert not is_globally_sorted(shuffled, "spark")
+    assert sort_output_check(shuffled, "spark") == (_expected([records[1], records[0]]), False)
     # each file sorted, but the files out of order
     across = _write(tmp_path / "across", {"part-r-00000.bin": records[3] + b"\r\n",
                                           "part-r-00001.bin": records[0] + b"\r\n"})

