@@ -106,3 +106,17 @@ def test_a_job_with_a_cycle_is_refused(app) -> None:
     first.parents.append(second)
     with pytest.raises(ValueError, match="cycle"):
         job.submit()
+
+
+def test_a_node_with_a_node_name_waits_in_that_nodes_local_queue(broker: BrokerProcess, app) -> None:
+    job = app.job()
+    local = job.add(apps.node, "x", "local", node="n1")
+    child = job.add(apps.node, "x", "child", after=[local])
+    assert local.queue == "tests#dag@n1" and child.queue == "tests#dag"
+    handles = job.submit()
+    assert handles[local].queue == "tests#dag@n1"
+    assert app.client.get("tests#dag@n1", local.pid).pid == local.pid
+    with pytest.raises(ValueError, match="node= or delay="):
+        job.add(apps.node, "x", "late", node="n1", delay=5)
+    with pytest.raises(ValueError, match="node"):
+        job.add(apps.node, "x", "bad", node="no spaces")

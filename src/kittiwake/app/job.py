@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 from kittiwake.app.definitions import DEFAULT_MAP_CHUNK, TaskDefinition
 from kittiwake.app.envelope import delayed_pid, delayed_queue_of, new_ids
 from kittiwake.app.handles import Handle, results_of
+from kittiwake.app.locality import local_queue_of
 
 
 class JobSubmitter(Protocol):
@@ -99,15 +100,22 @@ class Job:
         after: Iterable[Any] = (),
         key: str | None = None,
         delay: float | None = None,
+        node: str | None = None,
         **kwargs: Any,
     ) -> Node:
-        """A node calling `task(*args, **kwargs)` once every task in `after` finished."""
+        """A node calling `task(*args, **kwargs)` once every task in `after` finished; with
+        `node`, waiting in that node's local queue (data locality, see `locality`)."""
         definition = self.app.definition_of(task)
         task_id = key or new_ids(1, self.app.clock())[0]
         queue, pid = definition.queue, task_id
         options: dict[str, Any] = {"task_id": task_id}
         if key is not None:
             options["key"] = key
+        if node is not None:
+            if delay is not None and delay > 0:
+                raise ValueError("give node= or delay=, not both: a delayed task waits in the shared queue")
+            queue = local_queue_of(definition.queue, node)
+            options["node"] = node
         if delay is not None and delay > 0:
             due = self.app.clock() + delay
             queue, pid = delayed_queue_of(definition.queue), delayed_pid(due, task_id)
