@@ -7,13 +7,22 @@ heartbeat carries the latest report to the broker with its next lease
 renewal (`renew(progress=..., note=...)`), where ``handle.status()`` and
 ``kittiwake get`` show it. Reports are coalesced: only the latest one
 between two heartbeats travels.
+
+`enqueue_on_success(queue, data, pid=...)` adds a task to the update that
+finishes the run: it is enqueued in the same atomic step that dequeues this
+task and posts its result, and only if the run succeeds — never by a run that
+failed, was lost with its worker, or lost its lease (TaskMaster's atomic
+dequeue-and-enqueue). Such tasks must be in the running task's consistency
+group (the part of its queue name before ``#``).
 """
 
 from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Mapping
+
+from kittiwake.model import Limits, group_of, validate_pid, validate_queue
 
 ProgressReporter = Callable[[float, "str | None"], None]
 
@@ -36,6 +45,7 @@ class TaskContext:
     deliveries: int = 1  # times leased, this time included (crashes count too)
     headers: dict[str, str] = field(default_factory=dict)
     reporter: ProgressReporter = _ignore_progress
+    outbox: list[dict[str, Any]] = field(default_factory=list)  # tasks for the finishing update
 
     def progress(self, fraction: float, note: str | None = None) -> None:
         """Report progress from 0 to 1 with an optional note ("resized 40 of 100 images")."""
@@ -43,6 +53,24 @@ class TaskContext:
         if not 0.0 <= fraction <= 1.0:
             raise ValueError(f"progress must be from 0 to 1, got {fraction}")
         self.reporter(fraction, note)
+
+    def enqueue_on_success(
+        self, queue: str, data: bytes | str, *, pid: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
+        """Enqueue a task when, and only when, this run finishes successfully (see the module)."""
+        from kittiwake.client.calls import task_fields
+
+        limits = Limits()
+        validate_queue(queue, limits)
+        if pid is not None:
+            validate_pid(pid, limits, "pid", queue)
+        item = {key: value for key, value in task_fields(queue, data, pid=pid, headers=headers).items()
+                if value is not None}
+        if group_of(queue) != group_of(self.queue):
+            raise ValueError(
+                f"{queue!r} is not in the consistency group of {self.queue!r}: one update cannot span groups"
+            )
+        self.outbox.append(item)
 
 
 def current_task() -> TaskContext:

@@ -96,7 +96,8 @@ class Sandbox:
         self, name: str, payload: bytes, context_fields: dict[str, Any], timeout: float,
         on_progress: Callable[[float, str | None], None],
     ) -> tuple[bool, Any]:
-        """(True, result payload) or (False, RemoteError); raises TimedOut after killing the child."""
+        """(True, (result payload, tasks to enqueue on success)) or (False, RemoteError); raises
+        TimedOut after killing the child."""
         self._connection.send((name, payload, context_fields))
         deadline = time.monotonic() + timeout
         while True:
@@ -113,7 +114,7 @@ class Sandbox:
             if kind == "progress":
                 on_progress(message[1], message[2])
             elif kind == "result":
-                return True, message[1]
+                return True, (message[1], message[2])
             elif kind == "error":
                 return False, RemoteError.from_wire(message[1])
 
@@ -161,7 +162,7 @@ def sandbox_main(connection: Connection, app_reference: str, sys_path: list[str]
             definition = app.tasks[name]
             context = task_context.TaskContext(reporter=report, **fields)
             value = call_function(definition, context, args, kwargs)
-            connection.send(("result", serializer.dump_result(value)))
+            connection.send(("result", serializer.dump_result(value), context.outbox))
         except BaseException as error:  # everything travels back as an error result
             connection.send(("error", remote_error(error).to_wire()))
 
@@ -235,9 +236,12 @@ class TaskRunner:
                 ok, value = self._run_sandboxed(held, name, fields, timeout)
                 if not ok:
                     return self._failed_run(held, definition, value, exception=None)
-                return Outcome(held, Kind.DONE, payload=value)
+                payload, outbox = value
+                return Outcome(held, Kind.DONE, payload=None if definition.options.ignore_result else payload,
+                               enqueue=outbox)
             context = task_context.TaskContext(reporter=lambda f, n: self.keeper.report(held, f, n), **fields)
             value = call_function(definition, context, args, kwargs)
+            outbox = context.outbox
         except TimedOut as error:
             return self._failed_run(held, definition, RemoteError("TimeoutError", str(error), reason="TIMEOUT"), None)
         except Exception as error:
@@ -247,7 +251,7 @@ class TaskRunner:
             message = f"the task ran {ran_secs:.1f} s, over its timeout of {timeout} s"
             return self._failed_run(held, definition, RemoteError("TimeoutError", message, reason="TIMEOUT"), None)
         payload = None if definition.options.ignore_result else self.serializer.dump_result(value)
-        return Outcome(held, Kind.DONE, payload=payload)
+        return Outcome(held, Kind.DONE, payload=payload, enqueue=outbox)
 
     def _run_join(self, held: Held, handler: Any) -> Outcome:
         """A job a broker join started, run by the app's handler for its queue (`app.join_handlers`):
@@ -297,7 +301,7 @@ class TaskRunner:
             message = f"gang {assembled.info['gang']} lost {', '.join(lost)} before its rank ended"
             return self._failed_run(held, definition, RemoteError("WorkerLost", message, reason="WORKER_LOST"), None)
         payload = None if options.ignore_result else self.serializer.dump_result(value)
-        return Outcome(held, Kind.DONE, payload=payload)
+        return Outcome(held, Kind.DONE, payload=payload, enqueue=context.outbox)
 
     def _run_member(self, held: Held, join_args: list[Any]) -> Outcome:
         """A gang join: take a rank in the gang and run the gang's function with it. The join stays
