@@ -1,0 +1,212 @@
+"""`run_native`: one MapReduce job on Kittiwake's workers, from input files to part files.
+
+The driver does no data work beyond sort's sample: it lists the input's part
+files, picks the job's directories, samples sort's splits, submits the whole
+graph as one `Job` — a map per file (``node=`` its partition's node when
+nodes are given, round robin, so workers with ``--node`` run their own and
+steal from the others when idle), a reduce per reducer with ``after=`` its
+maps — and waits for the results. Grep's reducer r depends only on its range
+of maps; wordcount's and sort's on every map, through barrier tasks of at
+most `BARRIER_GROUP` maps each (below `Limits.max_batch`, the most parents a
+task may name): a map that finishes then updates one waiting task in the
+broker, not every reducer. When the job ends (done or failed) the driver deletes the locations
+queue and the intermediate directories.
+
+The figures it returns are the job's wall time from the first call (sort's
+sampling included, as Spark's ``orderBy`` samples in its own job) to the last
+part file, and the sum of the tasks' own run times: `overhead` is the share of
+the slots' time not spent in a task's code (scheduling, fetching, idling).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from kittiwake.app import App
+from kittiwake.app.envelope import new_ids
+from kittiwake.errors import BadRequest
+from kittiwake.mapreduce.gen_data import MANIFEST_NAME
+from kittiwake.mapreduce.partitioners import sample_splits, validate_reducers
+from kittiwake.mapreduce.spec import (
+    DEFAULT_BLOCK_BYTES,
+    DEFAULT_SPILL_BYTES,
+    GREP,
+    SORT,
+    JobSpec,
+    validate_app,
+    validate_pattern,
+)
+from kittiwake.mapreduce.tasks import BARRIER_TASK, MAP_TASK, REDUCE_TASK, make_app
+
+DEFAULT_REDUCERS = 4
+BARRIER_GROUP = 5_000
+MEMORY_ROOT = Path("/dev/shm")
+Progress = Callable[[int, int], None]  # (tasks done, tasks in all)
+
+
+@dataclass
+class NativeRun:
+    """What one job did."""
+
+    app: str
+    input_bytes: int
+    maps: int
+    reducers: int
+    tasks: int  # every task submitted: maps, reduces, barriers
+    seconds: float  # first call to last part file
+    busy_seconds: float  # the map and reduce tasks' own run times, summed
+    map_seconds: float  # first call to the last map's result
+    spilled_maps: int
+    output_bytes: int
+    processes: int  # worker processes that ran a map
+    local_maps: int  # maps run on the node their partition names
+    stolen_maps: int  # maps of one node's partition run by another node's worker
+    slots: int | None = None
+    overhead: float | None = None  # 1 - busy / (seconds × slots), with `slots` known
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mb_s(self) -> float:
+        return self.input_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["mb_s"] = round(self.mb_s, 2)
+        return record
+
+
+def input_files(input_dir: Path) -> list[Path]:
+    """The partition files of a `gen-data` directory (or any directory of part files), in name order."""
+    if not input_dir.is_dir():
+        raise BadRequest(f"input directory {input_dir} does not exist")
+    files = sorted(path for path in input_dir.iterdir()
+                   if path.is_file() and path.name.startswith("part-") and path.name != MANIFEST_NAME)
+    if not files:
+        raise BadRequest(f"{input_dir} holds no part-* files")
+    return files
+
+
+def _job_dirs(job: str, work_dir: Path | None) -> tuple[Path, Path]:
+    spill_root = (work_dir or Path(tempfile.gettempdir())) / "kittiwake-mapreduce"
+    memory_root = MEMORY_ROOT / "kittiwake-mapreduce" if MEMORY_ROOT.is_dir() else spill_root / "memory"
+    return memory_root / job, spill_root / job
+
+
+def run_native(
+    url: str | None,
+    app_name: str,
+    input_dir: Path | str,
+    out_dir: Path | str,
+    *,
+    reducers: int = DEFAULT_REDUCERS,
+    pattern: str | bytes | None = None,
+    nodes: Sequence[str] = (),
+    spill_bytes: int = DEFAULT_SPILL_BYTES,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    work_dir: Path | None = None,
+    slots: int | None = None,
+    timeout: float = 3600.0,
+    progress: Progress | None = None,
+    app: App | None = None,
+) -> NativeRun:
+    """Run `app_name` over `input_dir`'s part files into `out_dir` (new or empty) on the workers of
+    the broker at `url` (or of `app`, a `make_app` app); returns the job's figures. Raises the first
+    task failure (`TaskFailed`) or TimeoutError after `timeout` seconds."""
+    started = time.perf_counter()
+    validate_app(app_name)
+    validate_reducers(reducers)
+    grep_pattern = validate_pattern(pattern) if app_name == GREP else b""
+    if timeout <= 0:
+        raise BadRequest("timeout must be above zero")
+    if isinstance(nodes, str):
+        raise BadRequest("nodes is a list of node names")
+    files = input_files(Path(input_dir))
+    out = Path(out_dir).absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadRequest(f"output directory {out} exists and is not empty")
+    out.mkdir(parents=True, exist_ok=True)
+    owned = app is None
+    app = app or make_app(url)
+    job = new_ids(1, time.time())[0]
+    memory_dir, spill_dir = _job_dirs(job, work_dir)
+    locations_queue = f"mapreduce.locations.{job}"
+    try:
+        spec = JobSpec(
+            app=app_name, job=job, maps=len(files), reducers=reducers, out_dir=str(out),
+            memory_dir=str(memory_dir), spill_dir=str(spill_dir), locations_queue=locations_queue,
+            spill_bytes=spill_bytes, block_bytes=block_bytes, pattern=grep_pattern,
+            splits=tuple(sample_splits(files, reducers)) if app_name == SORT else (),
+        )
+        record = spec.as_dict()
+        graph = app.job()
+        maps = [graph.add(MAP_TASK, record, index, str(path.absolute()),
+                          node=nodes[index % len(nodes)] if nodes else None)
+                for index, path in enumerate(files)]
+        barriers = []
+        if app_name != GREP and reducers > 1:
+            barriers = [graph.add(BARRIER_TASK, after=maps[start:start + BARRIER_GROUP])
+                        for start in range(0, len(maps), BARRIER_GROUP)]
+        reduces = []
+        for reducer in range(reducers):
+            parents = ([maps[index] for index in spec.maps_of_reducer(reducer)] if app_name == GREP
+                       else barriers or maps)
+            reduces.append(graph.add(REDUCE_TASK, record, reducer, after=parents))
+        handles = graph.submit()
+        total = len(maps) + len(reduces)
+        deadline = time.monotonic() + timeout
+        map_results = []
+        for done, node in enumerate(maps, 1):
+            map_results.append(handles[node].result(max(0.0, deadline - time.monotonic())))
+            if progress is not None:
+                progress(done, total)
+        map_seconds = time.perf_counter() - started
+        reduce_results = []
+        for done, node in enumerate(reduces, len(maps) + 1):
+            reduce_results.append(handles[node].result(max(0.0, deadline - time.monotonic())))
+            if progress is not None:
+                progress(done, total)
+        seconds = time.perf_counter() - started
+    finally:
+        _clean_up(app, locations_queue, memory_dir, spill_dir)
+        if owned:
+            app.close()
+    busy = sum(result["seconds"] for result in map_results + reduce_results)
+    return NativeRun(
+        app=app_name,
+        input_bytes=sum(path.stat().st_size for path in files),
+        maps=len(maps),
+        reducers=reducers,
+        tasks=len(maps) + len(barriers) + len(reduces),
+        seconds=seconds,
+        busy_seconds=busy,
+        map_seconds=map_seconds,
+        spilled_maps=sum(1 for result in map_results if result["spilled"]),
+        output_bytes=sum(result["output_bytes"] for result in reduce_results),
+        processes=len({result["process"] for result in map_results}),
+        local_maps=sum(1 for result in map_results if _placement(result) == "local"),
+        stolen_maps=sum(1 for result in map_results if _placement(result) == "stolen"),
+        slots=slots,
+        overhead=(1 - busy / (seconds * slots)) if slots else None,
+    )
+
+
+def _placement(result: dict[str, Any]) -> str:
+    """"local", "stolen" or "shared": where a map ran against where its partition is."""
+    queue, _, node = str(result.get("queue", "")).partition("@")
+    if not node:
+        return "shared"
+    return "local" if node == result.get("node") else "stolen"
+
+
+def _clean_up(app: App, locations_queue: str, *directories: Path) -> None:
+    try:
+        app.client.delete_queue(locations_queue)
+    except Exception:  # noqa: BLE001 - a job's failure must not be hidden by its clean-up
+        pass
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)

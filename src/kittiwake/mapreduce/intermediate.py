@@ -1,0 +1,144 @@
+"""A map task's intermediate output: kept in memory, spilled to disk past a threshold, and where it lives.
+
+A map task adds byte segments for each reducer (`MapOutput.add`). They stay
+in the process's memory until the buffered bytes pass `spill_bytes`; then the
+buffer is written to one spill file on disk (`spill_dir`) and emptied. When
+the map ends (`finish`) what is left goes to one file in `memory_dir` — on
+Linux a directory of ``/dev/shm``, memory that another process of the same
+machine can read — if nothing spilled, or to a last spill file otherwise
+(Albatross §5.4: "unless the size of the output exceeds the available memory
+limit, the worker writes the intermediate results to the memory").
+
+Every file is written under a name of its own (the map index and a random
+suffix, so two deliveries of one map never share a file) and renamed into
+place complete; `finish` returns the `Location` — each file's path and the
+(offset, length) of every reducer's segment in it — only once every file is
+in place. The map task records that location in the broker, so a map killed
+at any point leaves at most unreferenced files, never a half-written one that
+a reducer could read. A reducer reads its segments with `read_segments`.
+
+Intermediate files are read by path: reducers on another machine need the
+directories on a shared file system (the driver removes them when the job
+ends).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from kittiwake.errors import BadRequest
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """One intermediate file: its path and, per reducer, the (offset, length) of that reducer's bytes."""
+
+    path: str
+    segments: tuple[tuple[int, int], ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "segments": [list(segment) for segment in self.segments]}
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a map's output lives: its files in the order written (spills first)."""
+
+    files: tuple[SegmentFile, ...]
+    spilled: int = 0  # how many of the files went to disk because the buffer was full
+    bytes: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"files": [file.as_dict() for file in self.files], "spilled": self.spilled, "bytes": self.bytes}
+
+    @classmethod
+    def from_dict(cls, record: Any) -> Location:
+        try:
+            files = tuple(
+                SegmentFile(str(item["path"]), tuple((int(offset), int(length)) for offset, length in item["segments"]))
+                for item in record["files"]
+            )
+            return cls(files, int(record.get("spilled", 0)), int(record.get("bytes", 0)))
+        except (KeyError, TypeError, ValueError) as error:
+            raise BadRequest(f"not an intermediate location: {error}") from None
+
+
+@dataclass
+class MapOutput:
+    """The output of one map task for `reducers` reducers, buffered then spilled (see the module)."""
+
+    name: str  # the file name stem, e.g. "map-00042"
+    reducers: int
+    memory_dir: Path
+    spill_dir: Path
+    spill_bytes: int
+    _buffers: list[list[bytes]] = field(init=False)
+    _buffered: int = field(init=False, default=0)
+    _files: list[SegmentFile] = field(init=False, default_factory=list)
+    _total: int = field(init=False, default=0)
+    _spilled: int = field(init=False, default=0)
+    _token: str = field(init=False, default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def __post_init__(self) -> None:
+        if self.reducers < 1:
+            raise BadRequest("a map output needs at least one reducer")
+        if self.spill_bytes < 1:
+            raise BadRequest("spill_bytes must be at least 1")
+        self._buffers = [[] for _ in range(self.reducers)]
+
+    def add(self, reducer: int, data: bytes) -> None:
+        """Append `data` to reducer `reducer`'s segment; spills when the buffer passes `spill_bytes`."""
+        if not 0 <= reducer < self.reducers:
+            raise BadRequest(f"reducer {reducer} out of range 0..{self.reducers - 1}")
+        if not data:
+            return
+        self._buffers[reducer].append(data)
+        self._buffered += len(data)
+        if self._buffered > self.spill_bytes:
+            self._write(self.spill_dir, spill=True)
+
+    def finish(self) -> Location:
+        """Write what is buffered (to memory if nothing spilled) and say where everything is."""
+        if self._buffered or not self._files:
+            self._write(self.spill_dir if self._files else self.memory_dir, spill=bool(self._files))
+        return Location(tuple(self._files), self._spilled, self._total)
+
+    def _write(self, directory: Path, *, spill: bool) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{self.name}-{self._token}-{len(self._files)}.seg"
+        partial = path.with_name(path.name + ".partial")
+        segments = []
+        offset = 0
+        with open(partial, "wb") as handle:
+            for chunks in self._buffers:
+                length = 0
+                for chunk in chunks:
+                    handle.write(chunk)
+                    length += len(chunk)
+                segments.append((offset, length))
+                offset += length
+        os.replace(partial, path)
+        self._files.append(SegmentFile(str(path), tuple(segments)))
+        self._total += offset
+        self._buffers = [[] for _ in range(self.reducers)]
+        self._buffered = 0
+        self._spilled += spill
+
+
+def read_segments(location: Location, reducer: int) -> Iterator[bytes]:
+    """Reducer `reducer`'s non-empty segments of one map's output, in the order they were written."""
+    for file in location.files:
+        if reducer >= len(file.segments):
+            raise BadRequest(f"{file.path} has no segment for reducer {reducer}")
+        offset, length = file.segments[reducer]
+        if length:
+            with open(file.path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read(length)
+            if len(data) != length:
+                raise BadRequest(f"{file.path} is shorter than its location says")
+            yield data
