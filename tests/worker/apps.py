@@ -216,3 +216,25 @@ def gang_step(path: str, tag: str, sleep_secs: float) -> str:
 def gang_step_patient(path: str, tag: str, sleep_secs: float) -> str:
     """A gang of three that waits ten seconds for its slots."""
     return run_rank(path, tag, sleep_secs)
+
+
+@app.task(queue="outbox", lease_secs=2.0, max_attempts=2, retry_backoff=0.05, bind=True)
+def records_then(task: TaskContext, tag: str, fail: bool) -> str:
+    """Adds a record to `outbox.records` that commits only with this run's success, then fails if asked."""
+    task.enqueue_on_success("outbox.records", f"{tag} attempt {task.attempt}", pid=tag)
+    if fail:
+        raise RuntimeError(f"{tag} fails")
+    return tag
+
+
+@app.task(queue="outbox", lease_secs=2.0, max_attempts=1, bind=True, timeout=30)
+def records_sandboxed(task: TaskContext, tag: str) -> str:
+    """The same record from the timeout sandbox: it crosses the pipe with the result."""
+    task.enqueue_on_success("outbox.records", f"{tag} sandboxed", pid=tag)
+    return tag
+
+
+@app.task(queue="outbox", max_attempts=1, bind=True)
+def records_elsewhere(task: TaskContext) -> None:
+    """Asks for a record in another consistency group: refused before anything is sent."""
+    task.enqueue_on_success("other#records", "x")

@@ -120,6 +120,8 @@ def run_native(
     started = time.perf_counter()
     validate_app(app_name)
     validate_reducers(reducers)
+    if pattern is not None and app_name != GREP:
+        raise BadRequest(f"only grep takes a pattern, not {app_name}")
     grep_pattern = validate_pattern(pattern) if app_name == GREP else b""
     if timeout <= 0:
         raise BadRequest("timeout must be above zero")

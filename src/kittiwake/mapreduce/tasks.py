@@ -163,7 +163,7 @@ def make_app(url: str | None = None, *, lease_secs: float = DEFAULT_LEASE_SECS, 
 
     app.task(name=MAP_TASK, queue=QUEUE, lease_secs=lease_secs, max_attempts=MAX_ATTEMPTS)(map_partition)
     app.task(name=REDUCE_TASK, queue=QUEUE, lease_secs=lease_secs, max_attempts=MAX_ATTEMPTS)(reduce_partition)
-    app.task(name=BARRIER_TASK, queue=QUEUE, ignore_result=True)(_barrier)
+    app.task(name=BARRIER_TASK, queue=QUEUE, lease_secs=lease_secs, ignore_result=True)(_barrier)
     return app
 
 
