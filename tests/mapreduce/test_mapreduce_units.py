@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from pathlib import Path
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 
 from kittiwake.errors import BadRequest
 from kittiwake.mapreduce import gen_data, grep, sort, wordcount
-from kittiwake.mapreduce.intermediate import Location, MapOutput, read_segments
+from kittiwake.mapreduce.intermediate import Location, MapOutput, SegmentFile, read_segments
 from kittiwake.mapreduce.partitioners import sample_splits, word_boundaries
 from kittiwake.mapreduce.spec import JobSpec
 from kittiwake.mapreduce.tasks import read_blocks
@@ -127,7 +126,7 @@ def test_a_small_output_stays_in_memory_in_one_file(tmp_path: Path) -> None:
     assert location.spilled == 0 and len(location.files) == 1 and location.bytes == 5
     assert Path(location.files[0].path).parent == tmp_path / "memory"
     assert [list(read_segments(location, reducer)) for reducer in range(3)] == [[b"aaa"], [], [b"cc"]]
-    assert Location.from_dict(json.loads(json.dumps(location.as_dict()))) == location
+    assert Location.decode(location.encode()) == location
     assert not (tmp_path / "disk").exists()
 
 
@@ -149,10 +148,12 @@ def test_bad_locations_and_reducers_are_refused(tmp_path: Path) -> None:
     with pytest.raises(BadRequest):
         output.add(2, b"x")
     with pytest.raises(BadRequest):
-        Location.from_dict({"files": [{"path": "x"}]})
+        Location.decode(b'[[["x"]]]')
+    with pytest.raises(BadRequest):
+        Location.decode(b"not json")
     location = output.finish()
     Path(location.files[0].path).write_bytes(b"")
-    truncated = Location.from_dict({"files": [{"path": location.files[0].path, "segments": [[0, 5], [5, 0]]}]})
+    truncated = Location((SegmentFile(location.files[0].path, ((0, 5), (5, 0))),))
     with pytest.raises(BadRequest, match="shorter"):
         list(read_segments(truncated, 0))
     with pytest.raises(BadRequest):

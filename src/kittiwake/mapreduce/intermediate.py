@@ -27,44 +27,42 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass, field
+
+import msgspec
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from kittiwake.errors import BadRequest
 
 
-@dataclass(frozen=True)
-class SegmentFile:
+class SegmentFile(msgspec.Struct, frozen=True, array_like=True):
     """One intermediate file: its path and, per reducer, the (offset, length) of that reducer's bytes."""
 
     path: str
     segments: tuple[tuple[int, int], ...]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "segments": [list(segment) for segment in self.segments]}
 
-
-@dataclass(frozen=True)
-class Location:
+class Location(msgspec.Struct, frozen=True, array_like=True):
     """Where a map's output lives: its files in the order written (spills first)."""
 
     files: tuple[SegmentFile, ...]
     spilled: int = 0  # how many of the files went to disk because the buffer was full
     bytes: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"files": [file.as_dict() for file in self.files], "spilled": self.spilled, "bytes": self.bytes}
+    def encode(self) -> bytes:
+        """The location as compact JSON (arrays, not maps: a reducer decodes one per map)."""
+        return _ENCODER.encode(self)
 
     @classmethod
-    def from_dict(cls, record: Any) -> Location:
+    def decode(cls, data: bytes) -> Location:
         try:
-            files = tuple(
-                SegmentFile(str(item["path"]), tuple((int(offset), int(length)) for offset, length in item["segments"]))
-                for item in record["files"]
-            )
-            return cls(files, int(record.get("spilled", 0)), int(record.get("bytes", 0)))
-        except (KeyError, TypeError, ValueError) as error:
+            return _DECODER.decode(data)
+        except msgspec.DecodeError as error:
             raise BadRequest(f"not an intermediate location: {error}") from None
+
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(Location)
 
 
 @dataclass

@@ -24,7 +24,6 @@ tasks in ``mapreduce@<node>`` when their partition has a node).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -93,7 +92,7 @@ def _map_partition(spec_record: dict[str, Any], index: int, path: str) -> dict[s
             output.add(reducer, segment)
     location = output.finish()
     task = current_task()
-    task.enqueue_on_success(spec.locations_queue, json.dumps(location.as_dict()), pid=location_pid(index))
+    task.enqueue_on_success(spec.locations_queue, location.encode(), pid=location_pid(index))
     return {"seconds": time.perf_counter() - started, "bytes": size, "output_bytes": location.bytes,
             "spilled": location.spilled, "process": os.getpid(), "queue": task.queue,
             "node": os.environ.get("KITTIWAKE_NODE")}
@@ -105,15 +104,14 @@ def locations(app: App, spec: JobSpec, maps: range) -> Iterator[Location]:
     while expected < maps.stop:
         page = app.client.peek(spec.locations_queue, min(LOCATIONS_PAGE, maps.stop - expected),
                                location_pid(expected))
+        pids = [view.pid for view in page]
+        if pids != [location_pid(index) for index in range(expected, expected + len(page))] or not page:
+            missing = next((index for index, pid in enumerate(pids, expected) if pid != location_pid(index)),
+                           expected + len(page))
+            raise BadRequest(f"map {missing} of job {spec.job} recorded no output location")
         for view in page:
-            if view.pid != location_pid(expected):
-                raise BadRequest(f"map {expected} of job {spec.job} recorded no output location")
-            yield Location.from_dict(json.loads(view.data))
-            expected += 1
-            if expected == maps.stop:
-                return
-        if not page:
-            raise BadRequest(f"map {expected} of job {spec.job} recorded no output location")
+            yield Location.decode(view.data)
+        expected += len(page)
 
 
 def _reduce_partition(app: App, spec_record: dict[str, Any], reducer: int) -> dict[str, Any]:

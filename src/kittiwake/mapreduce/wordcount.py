@@ -7,16 +7,19 @@ Map (`map_block`): the block's words become one Arrow binary array without a
 copy — every `\\n` turned into a space, then each word is the bytes up to and
 including the space after it — and Arrow's hash kernel counts them
 (`value_counts`, C++, the GIL released). The counts are cut into the fixed
-word ranges of `partitioners.word_boundaries` and each range is written as an
-Arrow IPC stream: the map-side combine keeps a map's output to its distinct
-words (a few KB to a few hundred KB).
+word ranges of `partitioners.word_boundaries` (by each word's first byte,
+with numpy) and each range is written as raw buffers (`encode_segment`): the
+map-side combine keeps a map's output to its distinct words (a few KB to a
+few hundred KB).
 
-Reduce (`reduce`): the segments of every map are concatenated and summed per
-word (Arrow's hash aggregation), sorted, and written as text.
+Reduce (`reduce`): the segments of every map are joined into one Arrow table
+with a few numpy steps per segment (`decode_segments`), summed per word
+(Arrow's hash aggregation), sorted, and written as text.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -30,6 +33,7 @@ UNIT = b"\n"  # blocks are cut after a line break
 OUTPUT_SUFFIX = ".txt"
 _SCHEMA = pa.schema([("word", pa.large_binary()), ("count", pa.int64())])
 _LINES_PER_CHUNK = 65_536
+_HEADER = struct.Struct("<qq")
 
 
 def count_words(block: bytes) -> pa.Table:
@@ -49,39 +53,65 @@ def count_words(block: bytes) -> pa.Table:
     return pa.Table.from_arrays([counted.field(0), counted.field(1)], schema=_SCHEMA)
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, _SCHEMA) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+def encode_segment(counts: pa.Table) -> bytes:
+    """A run of (word, count) rows as bytes: row count and data length (two little-endian int64),
+    each word's length (int64), the words' bytes, the counts (int64)."""
+    if counts.num_rows == 0:
+        return b""
+    words = counts.column("word").combine_chunks()
+    rows = len(words)
+    offsets = np.frombuffer(words.buffers()[1], dtype=np.int64, count=rows + 1, offset=words.offset * 8)
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = memoryview(words.buffers()[2])[first:last]
+    values = counts.column("count").combine_chunks()
+    numbers = np.frombuffer(values.buffers()[1], dtype=np.int64, count=rows, offset=values.offset * 8)
+    return b"".join((_HEADER.pack(rows, last - first), np.diff(offsets).tobytes(), data, numbers.tobytes()))
+
+
+def decode_segments(segments: Iterable[bytes]) -> pa.Table:
+    """Every row of `segments` (`encode_segment`'s format) as one table: slices per segment, the
+    arrays built once for all."""
+    lengths, data, numbers = [], [], []
+    for segment in segments:
+        rows, size = _HEADER.unpack_from(segment)
+        view = memoryview(segment)
+        words_at = _HEADER.size + 8 * rows
+        lengths.append(view[_HEADER.size:words_at])
+        data.append(view[words_at:words_at + size])
+        numbers.append(view[words_at + size:words_at + size + 8 * rows])
+    if not lengths:
+        return _SCHEMA.empty_table()
+    word_lengths = np.frombuffer(b"".join(lengths), dtype=np.int64)
+    offsets = np.zeros(len(word_lengths) + 1, dtype=np.int64)
+    np.cumsum(word_lengths, out=offsets[1:])
+    words = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(word_lengths), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
+    )
+    counts = pa.array(np.frombuffer(b"".join(numbers), dtype=np.int64))
+    return pa.Table.from_arrays([words, counts], schema=_SCHEMA)
 
 
 def map_block(block: bytes, spec: JobSpec) -> list[bytes]:
-    """One IPC segment per reducer (empty bytes for a reducer with no word in this block)."""
+    """One segment per reducer (empty bytes for a reducer with no word in this block)."""
     counts = count_words(block)
     if counts.num_rows == 0:
         return [b""] * spec.reducers
-    words = counts.column("word")
-    segments = []
-    bounds: list[bytes | None] = [None, *word_boundaries(spec.reducers), None]
-    for low, high in zip(bounds, bounds[1:]):
-        mask = None
-        if low is not None:
-            mask = pc.greater_equal(words, pa.scalar(low, pa.large_binary()))
-        if high is not None:
-            below = pc.less(words, pa.scalar(high, pa.large_binary()))
-            mask = below if mask is None else pc.and_(mask, below)
-        part = counts if mask is None else counts.filter(mask)
-        segments.append(_ipc(part) if part.num_rows else b"")
-    return segments
+    words = counts.column("word").chunk(0)
+    offsets = np.frombuffer(words.buffers()[1], dtype=np.int64, count=len(words) + 1, offset=words.offset * 8)
+    first_bytes = np.frombuffer(words.buffers()[2], dtype=np.uint8)[offsets[:-1]]  # every word has its space
+    owners = np.searchsorted(np.frombuffer(b"".join(word_boundaries(spec.reducers)), dtype=np.uint8),
+                             first_bytes, side="right")
+    grouped = counts.take(pa.array(np.argsort(owners, kind="stable")))
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(owners, minlength=spec.reducers))))
+    return [encode_segment(grouped.slice(bounds[r], bounds[r + 1] - bounds[r])) for r in range(spec.reducers)]
 
 
 def reduce(segments: Iterable[bytes], spec: JobSpec) -> Iterator[bytes]:
     """`word<TAB>count` lines, sorted by word, for every word in `segments`."""
-    tables = [pa.ipc.open_stream(segment).read_all() for segment in segments]
-    if not tables:
+    table = decode_segments(segments)
+    if table.num_rows == 0:
         return
-    summed = pa.concat_tables(tables).group_by("word").aggregate([("count", "sum")]).sort_by("word")
+    summed = table.group_by("word").aggregate([("count", "sum")]).sort_by("word")
     words = pc.binary_slice(summed.column("word"), 0, -1).to_pylist()  # drop the trailing space
     counts = summed.column("count_sum").to_pylist()
     for start in range(0, len(words), _LINES_PER_CHUNK):
