@@ -28,6 +28,7 @@ LAZY_COMMANDS = {
     "flow": "kittiwake.cli.flow_commands:flow",
     "spark-worker": "kittiwake.cli.spark_worker_command:spark_worker",
     "gen-data": "kittiwake.cli.gen_data_command:gen_data",
+    "mapreduce": "kittiwake.cli.mapreduce_command:mapreduce",
 }
 
 
