@@ -87,3 +87,10 @@ TARGET_WORKERS_MAP_TASKS_PER_SEC = 15_000.0  # app.map drain, two processes of o
 TARGET_WORKERS_MAP_RESULTS_TASKS_PER_SEC = 12_000.0  # the same, every result collected with app.results
 TARGET_WORKERS_EFFICIENCY = 0.99  # 1 s tasks on two processes of four slots
 TARGET_WORKERS_IDLE_WHILE_WAITING_MS = 20.0  # no slot idle while a task waits, beyond about one lease round trip
+
+# `bench mapreduce` (Albatross §5.4, Figs 59/61/63): Kittiwake's MB/s ÷ Spark's on the same input, per
+# partition size in bytes, at least; and Kittiwake's MB/s from 1 MB to 100 MB partitions varying by at
+# most this share of its highest ((max - min) / max).
+TARGET_MAPREDUCE_RATIO = {100_000: 10.0, 1_000_000: 4.0, 100_000_000: 0.8}
+TARGET_MAPREDUCE_SPREAD = 0.30
+MAPREDUCE_SPREAD_RANGE = (1_000_000, 100_000_000)

@@ -192,3 +192,27 @@ class WorkersSettings:
     only: tuple[str, ...] = ()  # figures to run (WORKERS_FIGURES); empty: all
     stall_secs: float = 60.0  # a figure with no task done for this long fails
     durability: str = DURABILITY
+
+
+MAPREDUCE_APPS = ("grep", "wordcount", "sort")  # `bench mapreduce --app`, and the order of its rows
+MAPREDUCE_PARTITION_SIZES = ("100KB", "1MB", "10MB", "100MB")  # Albatross Figs 59/61/63's x axis
+
+
+@dataclass(frozen=True)
+class MapReduceSettings:
+    """`kittiwake bench mapreduce`: the MapReduce apps on Kittiwake's workers and on PySpark, same input."""
+
+    apps: tuple[str, ...] = MAPREDUCE_APPS
+    size_bytes: int = 1_000_000_000  # every dataset: one per kind and partition size
+    partition_sizes: tuple[int, ...] = (100_000, 1_000_000, 10_000_000, 100_000_000)
+    reducers: int = 4  # reduce tasks on both systems (Spark: spark.sql.shuffle.partitions)
+    nodes: int = 2  # `kittiwake worker --node n<i>` commands, one process each
+    concurrency: int = 2  # `--concurrency` of each worker command
+    pattern: str | None = None  # grep's; None: the seed's fourth most frequent word
+    seed: int = 0  # gen-data's seed
+    data_dir: str | None = None  # where datasets are kept and reused; None: a temp dir removed at the end
+    spark_master: str = "local[2]"
+    spark_driver_memory: str = "4g"
+    sample_bytes: int = 20_000_000  # the reference check's input, at most
+    warmup_partitions: int = 2  # input files of each warm-up job
+    durability: str = DURABILITY

@@ -27,7 +27,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from kittiwake.bench.task_processes import null_task
 from kittiwake.flow.spark_worker import LOG4J2_ERRORS_ONLY
@@ -80,8 +80,9 @@ def _on_path(program: str) -> bool:
     return any(Path(folder, program).exists() for folder in os.environ.get("PATH", "").split(os.pathsep) if folder)
 
 
-def start_spark(master: str = SPARK_MASTER) -> Any:
-    """A SparkSession on `master` with its UI, console progress and WARN logging off.
+def start_spark(master: str = SPARK_MASTER, config: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession on `master` with its UI, console progress and WARN logging off, plus `config`
+    (settings read at JVM start, such as `spark.driver.memory`, apply only to a session started here).
 
     Python workers run this interpreter, so they import what the driver imports."""
     from pyspark.sql import SparkSession
@@ -91,8 +92,11 @@ def start_spark(master: str = SPARK_MASTER) -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log_config = Path(tempfile.gettempdir(), "kittiwake-spark-log4j2.properties")
     log_config.write_text(LOG4J2_ERRORS_ONLY)
+    builder = SparkSession.builder
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
     session = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName(APP_NAME)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -1,6 +1,6 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Seven subcommands, each starting its own broker on a throwaway directory:
+Eight subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
@@ -10,8 +10,10 @@ sleep and mixed tasks, against CloudKon, Albatross and PySpark), `peers`
 its `--plot` is a bar chart of every system's drain rate and latency), `workers` (the App and
 `kittiwake worker` with its default flags: app.map drains, efficiency of sleeping tasks on slots,
 a mix of short and long tasks and its longest idle-while-waiting; its `--plot` draws the drains
-and each slot's timeline) and `flows` (a three-input
-join, a Spark step's start, the main job's flow against one PySpark script). Each prints a table, and with `--json FILE`
+and each slot's timeline), `flows` (a three-input
+join, a Spark step's start, the main job's flow against one PySpark script) and `mapreduce`
+(grep, wordcount and sort on `kittiwake worker --node` commands against PySpark on the same
+gen-data input, MB/s against partition size; its `--plot` draws a panel per app). Each prints a table, and with `--json FILE`
 writes the report documented in `kittiwake.bench.report`; a latency CDF plot
 goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 """
@@ -27,6 +29,8 @@ from kittiwake.bench.settings import (
     DURABILITIES,
     DURABILITY,
     FLOWS_FIGURES,
+    MAPREDUCE_APPS,
+    MAPREDUCE_PARTITION_SIZES,
     OPS_FIGURES,
     PEER_SYSTEMS,
     PEERS_SUBMIT_THREADS,
@@ -34,6 +38,7 @@ from kittiwake.bench.settings import (
     QUICK_TASKS,
     FlowsSettings,
     LatencySettings,
+    MapReduceSettings,
     OpsSettings,
     PeersSettings,
     ScaleSettings,
@@ -91,7 +96,7 @@ def _quick_default(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: throughput, latency, scale, tasks, peers, workers, flows (each on a fresh broker)."""
+    """Measure the broker: throughput, latency, scale, tasks, peers, workers, flows, mapreduce (each on a fresh broker)."""
 
 
 @bench.command("ops")
@@ -398,3 +403,89 @@ def flows_command(quick: bool, join_keys: int | None, producers: int, batch: int
     show(console, report)
     print_machine(console, report["machine"])
     _finish(console, report, measured, "kittiwake bench flows", json_path, plot)
+
+
+MAPREDUCE = MapReduceSettings()
+
+
+def _byte_size(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    from kittiwake.byte_sizes import parse_byte_size
+    from kittiwake.errors import BadRequest
+
+    try:
+        size = parse_byte_size(value)
+    except BadRequest as error:
+        raise click.BadParameter(error.message) from None
+    if size < 100:
+        raise click.BadParameter(f"must be at least 100 bytes, not {value!r}")
+    return size
+
+
+def _byte_sizes(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    sizes = tuple(_byte_size(ctx, param, part.strip()) for part in value.split(",") if part.strip())
+    if not sizes:
+        raise click.BadParameter("give at least one size, e.g. 100KB,1MB")
+    if len(set(sizes)) != len(sizes):
+        raise click.BadParameter("a size is given twice")
+    return tuple(sorted(sizes))
+
+
+@bench.command("mapreduce")
+@click.option("--app", "app_name", type=click.Choice([*MAPREDUCE_APPS, "all"]), default="all", show_default=True,
+              help="The MapReduce app to run; all runs grep, wordcount and sort.")
+@click.option("--size", default="1GB", show_default=True, callback=_byte_size, metavar="SIZE",
+              help="Bytes of every dataset (B, KB, MB, GB, decimal units, as gen-data).")
+@click.option("--partition-sizes", default=",".join(MAPREDUCE_PARTITION_SIZES), show_default=True,
+              callback=_byte_sizes, metavar="SIZE,SIZE",
+              help="Bytes per input file, one dataset (and one row per app) each; each at most --size.")
+@click.option("--reducers", type=click.IntRange(1, 10_000), default=MAPREDUCE.reducers, show_default=True,
+              help="Reduce tasks on both systems (Spark: spark.sql.shuffle.partitions).")
+@click.option("--nodes", type=click.IntRange(1, 64), default=MAPREDUCE.nodes, show_default=True,
+              help="kittiwake worker --node n0, n1, … commands (map tasks placed round robin on them).")
+@click.option("--concurrency", type=click.IntRange(1, 1000), default=MAPREDUCE.concurrency, show_default=True,
+              help="--concurrency of each worker command.")
+@click.option("--pattern", default=None,
+              help="Grep's literal pattern. Default: the fourth most frequent word of the seed's vocabulary.")
+@click.option("--seed", type=int, default=MAPREDUCE.seed, show_default=True, help="gen-data's seed.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=None,
+              help="Keep the datasets here and reuse those already made with the same kind, sizes and seed. "
+                   "Default: a temp dir removed at the end.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a chart (PNG) of MB/s against partition size, a panel per app; needs matplotlib. "
+                   "Default: next to --json.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the report as JSON to FILE ('-' for stdout).")
+def mapreduce_command(app_name: str, size: int, partition_sizes: tuple[int, ...], reducers: int, nodes: int,
+                      concurrency: int, pattern: str | None, seed: int, data_dir: str | None, plot: str | None,
+                      json_path: str | None) -> None:
+    """Grep, wordcount and sort on Kittiwake's workers vs PySpark, same input: MB/s against partition size."""
+    from kittiwake.bench.report import plot_path, print_machine, write_json
+
+    too_large = [value for value in partition_sizes if value > size]
+    if too_large:
+        raise click.BadParameter(f"{too_large[0]:,} bytes is larger than --size ({size:,} bytes)",
+                                 param_hint="'--partition-sizes'")
+    if pattern is not None and (not pattern or "\n" in pattern or "\r" in pattern):
+        raise click.BadParameter("a grep pattern is one non-empty line", param_hint="'--pattern'")
+    from kittiwake.bench.mapreduce.run import run_mapreduce
+    from kittiwake.bench.mapreduce.show import show, write_chart
+    from kittiwake.bench.spark_peer import spark_available
+
+    reason = spark_available()
+    if reason is not None:
+        raise click.ClickException(f"bench mapreduce runs Spark beside Kittiwake: {reason}")
+    console = _console()
+    settings = replace(MAPREDUCE, apps=MAPREDUCE_APPS if app_name == "all" else (app_name,), size_bytes=size,
+                       partition_sizes=partition_sizes, reducers=reducers, nodes=nodes, concurrency=concurrency,
+                       pattern=pattern, seed=seed, data_dir=data_dir)
+    report = run_mapreduce(settings, console)
+    show(console, report)
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
+    target = plot_path(plot, json_path)
+    if target:
+        if write_chart(target, report):
+            console.print(f"[dim]chart written to {target}")
+        else:
+            console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot])")
