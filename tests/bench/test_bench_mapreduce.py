@@ -93,3 +93,38 @@ def test_a_kept_dataset_is_reused_and_a_damaged_one_written_again(tmp_path: Path
     assert not rewritten.reused and rewritten.input_bytes == first.input_bytes
     other_seed = ensure_dataset(tmp_path, "text", 300_000, 100_000, 8)
     assert not other_seed.reused and other_seed.path != first.path
+
+
+def test_targets_are_judged_per_app_and_unrun_sizes_are_not_judged() -> None:
+    from kittiwake.bench.mapreduce.targets import evaluate_targets
+
+    def row(size: int, native: float, ratio: float | None) -> dict[str, object]:
+        return {"app": "grep", "partition_size_bytes": size, "native_mb_s": native, "ratio": ratio}
+
+    rows = [row(100_000, 10.0, 12.0), row(1_000_000, 40.0, 3.0), row(10_000_000, 50.0, 2.0)]
+    checks = {(check["target"], check["partition_size_bytes"]): check
+              for check in evaluate_targets(rows, ["grep"])["checks"]}
+    assert checks[("ratio_min", 100_000)]["met"] is True
+    assert checks[("ratio_min", 1_000_000)]["met"] is False
+    assert checks[("ratio_min", 100_000_000)]["met"] is None
+    spread = checks[("native_spread_max", None)]
+    assert spread["value"] == pytest.approx(0.2) and spread["met"] is True  # 1 MB and 10 MB only
+
+
+def test_a_job_stops_waiting_when_a_worker_command_exits(tmp_path: Path) -> None:
+    import sys
+    import threading
+
+    from kittiwake.bench.mapreduce.run import Cluster, _watched
+    from kittiwake.bench.peers.worker_group import WorkerGroup
+
+    workers = WorkerGroup([[sys.executable, "-c", "raise SystemExit(3)"]], dict(os.environ), tmp_path / "workers.log")
+    workers.start()
+    never = threading.Event()
+    try:
+        cluster = Cluster(broker=None, workers=workers, url="", nodes=["n0"], slots=1)  # type: ignore[arg-type]
+        with pytest.raises(RuntimeError, match="exited with code 3"):
+            _watched(cluster, lambda: never.wait(60))
+    finally:
+        never.set()
+        workers.stop()

@@ -214,5 +214,5 @@ class MapReduceSettings:
     spark_master: str = "local[2]"
     spark_driver_memory: str = "4g"
     sample_bytes: int = 20_000_000  # the reference check's input, at most
-    warmup_partitions: int = 2  # input files of each warm-up job
+    warmup_bytes: int = 2_000_000  # input of each warm-up job: the smallest partitions' first files, at least one
     durability: str = DURABILITY

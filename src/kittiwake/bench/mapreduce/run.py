@@ -63,6 +63,7 @@ from kittiwake.errors import BadRequest
 WORKER_APP = "kittiwake.mapreduce.tasks:app"
 READY_TIMEOUT_SECS = 60.0  # for every worker command to hold its registry record
 POLL_SECS = 0.05
+WATCH_SECS = 0.2  # how often the worker commands are checked while a job runs
 JOB_TIMEOUT_SECS = 3600.0
 SORT = "sort"
 GREP = "grep"
@@ -93,7 +94,7 @@ def check_settings(settings: MapReduceSettings) -> None:
             raise BadRequest(f"the partition size {size:,} bytes is larger than the size {settings.size_bytes:,} bytes")
     if len(set(settings.partition_sizes)) != len(settings.partition_sizes):
         raise BadRequest("a partition size is given twice")
-    for name in ("reducers", "nodes", "concurrency", "sample_bytes", "warmup_partitions"):
+    for name in ("reducers", "nodes", "concurrency", "sample_bytes", "warmup_bytes"):
         value = getattr(settings, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise BadRequest(f"{name} must be a positive integer, not {value!r}")
@@ -193,6 +194,28 @@ def _pattern_for(app: str, pattern: str) -> str | None:
     return pattern if app == GREP else None
 
 
+def _watched(cluster: Cluster, call: Callable[[], Any]) -> Any:
+    """`call()` in a thread while this one watches the worker commands: a command that exits (or is
+    stopped from outside) raises here at once instead of leaving the job waiting for its timeout."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="mapreduce-driver", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(WATCH_SECS)
+        if thread.is_alive():
+            cluster.watch()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def run_native_job(cluster: Cluster, app: str, input_dir: Path, out_dir: Path, settings: MapReduceSettings,
                    pattern: str, bar: Bar | None = None) -> Any:
     from kittiwake.mapreduce.driver import run_native
@@ -200,11 +223,10 @@ def run_native_job(cluster: Cluster, app: str, input_dir: Path, out_dir: Path, s
     def progress(done: int, total: int) -> None:
         if bar is not None:
             bar(done / total, done)
-        cluster.watch()
 
-    return run_native(None, app, input_dir, out_dir, reducers=settings.reducers, pattern=_pattern_for(app, pattern),
-                      nodes=cluster.nodes, slots=cluster.slots, progress=progress, timeout=JOB_TIMEOUT_SECS,
-                      app=cluster.app)
+    return _watched(cluster, lambda: run_native(
+        None, app, input_dir, out_dir, reducers=settings.reducers, pattern=_pattern_for(app, pattern),
+        nodes=cluster.nodes, slots=cluster.slots, progress=progress, timeout=JOB_TIMEOUT_SECS, app=cluster.app))
 
 
 def run_spark_job(spark: Any, app: str, input_dir: Path, out_dir: Path, partition_bytes: int,
@@ -236,15 +258,18 @@ def compare_outputs(app: str, native_out: Path, spark_out: Path) -> PairRun:
 
 
 def run_pair(cluster: Cluster, spark: Any, app: str, input_dir: Path, partition_bytes: int, work: Path,
-             settings: MapReduceSettings, pattern: str, native_bar: Bar | None = None,
-             spark_bar: Bar | None = None) -> PairRun:
-    """`app` over `input_dir` on Kittiwake then on Spark, outputs compared then removed."""
+             settings: MapReduceSettings, pattern: str, label: str = "",
+             bar: Callable[[str], Bar] | None = None) -> PairRun:
+    """`app` over `input_dir` on Kittiwake then on Spark, outputs compared then removed; with `bar`,
+    a progress bar per system, named after `label`."""
     native_out, spark_out = work / "native-out", work / "spark-out"
     for path in (native_out, spark_out):
         shutil.rmtree(path, ignore_errors=True)
     try:
-        native = run_native_job(cluster, app, input_dir, native_out, settings, pattern, native_bar)
-        spark_run = run_spark_job(spark, app, input_dir, spark_out, partition_bytes, settings, pattern, spark_bar)
+        native = run_native_job(cluster, app, input_dir, native_out, settings, pattern,
+                                bar(f"{label}: Kittiwake") if bar else None)
+        spark_run = run_spark_job(spark, app, input_dir, spark_out, partition_bytes, settings, pattern,
+                                  bar(f"{label}: Spark") if bar else None)
         pair = compare_outputs(app, native_out, spark_out)
         pair.native, pair.spark = native, spark_run
         return pair
@@ -292,10 +317,10 @@ def warm_up(cluster: Cluster, spark: Any, datasets: list[Dataset], work: Path, s
         smallest = min((dataset for dataset in datasets if dataset.kind == KIND_OF_APP[app]),
                        key=lambda dataset: dataset.partition_size_bytes)
         sample = work / f"warmup-{app}"
-        make_sample(smallest, sample, 1, min_files=settings.warmup_partitions)
+        make_sample(smallest, sample, settings.warmup_bytes)
         try:
             run_pair(cluster, spark, app, sample, smallest.partition_size_bytes, work, settings, pattern,
-                     bar(f"warm-up {app}: Kittiwake"), bar(f"warm-up {app}: Spark"))
+                     f"warm-up {app}", bar)
         finally:
             shutil.rmtree(sample, ignore_errors=True)
     return time.monotonic() - begin
@@ -313,7 +338,7 @@ def reference_check(cluster: Cluster, spark: Any, datasets: list[Dataset], work:
         try:
             files = make_sample(source, sample, settings.sample_bytes)
             pair = run_pair(cluster, spark, app, sample, source.partition_size_bytes, work, settings, pattern,
-                            bar(f"reference {app}: Kittiwake"), bar(f"reference {app}: Spark"))
+                            f"reference {app}", bar)
             expected = reference(app, files, _pattern_for(app, pattern))
             checks[app] = {"sample_bytes": sum(path.stat().st_size for path in files), "files": len(files),
                            "partition_size_bytes": source.partition_size_bytes,
@@ -321,6 +346,7 @@ def reference_check(cluster: Cluster, spark: Any, datasets: list[Dataset], work:
                            "lines": expected.lines}
         except Exception as exc:  # the check fails, the benchmark goes on
             checks[app] = {"sample_bytes": None, "equal": False, "error": f"{type(exc).__name__}: {exc}"}
+            cluster.watch()  # a worker command that exited ends the benchmark
         finally:
             shutil.rmtree(sample, ignore_errors=True)
     return checks
@@ -391,7 +417,7 @@ def run_mapreduce(settings: MapReduceSettings, console: Console) -> dict[str, An
                     pair, error = None, None
                     try:
                         pair = run_pair(cluster, spark, app, dataset.path, dataset.partition_size_bytes, work,
-                                        settings, pattern, bar(f"{label}: Kittiwake"), bar(f"{label}: Spark"))
+                                        settings, pattern, label, bar)
                     except Exception as exc:  # one run failing ends its row only
                         error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                         console.print(f"[red]{label}: failed — {error}")
