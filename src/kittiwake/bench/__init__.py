@@ -20,4 +20,6 @@ Albatross on task scheduling — and with the targets of the benchmark issues
 * `report`: machine facts, figure records, tables, JSON, CDF plot.
 * `cold_restart`: `scale`'s restart over millions of tasks written straight through the store.
 * `peers`: Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer (a package).
+* `mapreduce`: grep, wordcount and sort on `kittiwake worker --node` commands against PySpark on the same
+  gen-data input, MB/s against partition size (a package).
 """

@@ -13,8 +13,10 @@ the call to the collected list. Start-up is reported apart: starting the
 session (JVM and all) and one warm-up job of two tasks (it forks the Python
 worker daemon), neither of which is in the rate.
 
-A session that already runs in this process (a test suite shares one) is
-used as it is and left running; otherwise one is started and stopped again.
+`start_spark` is also how `bench mapreduce` starts its session (with
+`spark.driver.memory` among its settings). A session that already runs in
+this process (a test suite shares one) is used as it is and left running;
+otherwise one is started and stopped again.
 PySpark is an optional dependency (`pip install kittiwake[spark]`) and needs
 Java; without either the peer reports why instead of a rate.
 """
@@ -85,6 +87,8 @@ def start_spark(master: str = SPARK_MASTER, config: Mapping[str, str] | None = N
     (settings read at JVM start, such as `spark.driver.memory`, apply only to a session started here).
 
     Python workers run this interpreter, so they import what the driver imports."""
+    if config is not None and not all(isinstance(key, str) and isinstance(value, str) for key, value in config.items()):
+        raise ValueError(f"Spark settings are str keys and str values, not {dict(config)!r}")
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

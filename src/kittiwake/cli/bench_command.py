@@ -13,9 +13,9 @@ a mix of short and long tasks and its longest idle-while-waiting; its `--plot` d
 and each slot's timeline), `flows` (a three-input
 join, a Spark step's start, the main job's flow against one PySpark script) and `mapreduce`
 (grep, wordcount and sort on `kittiwake worker --node` commands against PySpark on the same
-gen-data input, MB/s against partition size; its `--plot` draws a panel per app). Each prints a table, and with `--json FILE`
-writes the report documented in `kittiwake.bench.report`; a latency CDF plot
-goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
+gen-data input, MB/s against partition size; its `--plot` draws a panel per app). Each prints a
+table, and with `--json FILE` writes the report documented in `kittiwake.bench.report`; a latency
+CDF plot goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _quick_default(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: throughput, latency, scale, tasks, peers, workers, flows, mapreduce (each on a fresh broker)."""
+    """Measure the broker: ops, latency, scale, tasks, peers, workers, flows, mapreduce (each on a fresh broker)."""
 
 
 @bench.command("ops")

@@ -111,6 +111,8 @@ def sample_source(datasets: list[Dataset], kind: str, at_least_bytes: int = 1_00
 
 def size_label(size: int) -> str:
     """`100KB`, `1MB`, `1.5GB`, `512B`: a byte size as the command takes it (decimal units)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise BadRequest(f"a size is a number of bytes, not {size!r}")
     for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
         if size >= scale:
             return f"{size / scale:g}{unit}"
