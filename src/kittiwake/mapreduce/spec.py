@@ -20,7 +20,6 @@ GREP = "grep"
 SORT = "sort"
 APPS = (WORDCOUNT, GREP, SORT)
 MAX_PATTERN_BYTES = 1024
-DEFAULT_PATTERN = "xyz"  # grep's default: on gen-data's corpus, in about one line of a thousand
 DEFAULT_SPILL_BYTES = 64_000_000  # a map's buffered output past this goes to disk
 DEFAULT_BLOCK_BYTES = 16_000_000  # a map reads and processes its partition this much at a time
 
