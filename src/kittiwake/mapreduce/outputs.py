@@ -38,11 +38,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from kittiwake.errors import BadRequest
+from kittiwake.mapreduce.spec import APPS, GREP, SORT, WORDCOUNT, validate_app
 
-WORDCOUNT = "wordcount"
-GREP = "grep"
-SORT = "sort"
-APPS = (WORDCOUNT, GREP, SORT)
 NATIVE = "native"
 SPARK = "spark"
 STYLES = (NATIVE, SPARK)
@@ -157,8 +154,7 @@ def _file_lines(path: Path, ending: bytes) -> Iterator[bytes]:
 
 
 def check_app(app: str) -> None:
-    if app not in APPS:
-        raise BadRequest(f"app must be one of {', '.join(APPS)}, not {app!r}")
+    validate_app(app)
 
 
 def check_style(style: str) -> None:

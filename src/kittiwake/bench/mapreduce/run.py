@@ -59,14 +59,13 @@ from kittiwake.bench.peers.worker_group import WorkerGroup
 from kittiwake.bench.report import machine_info, progress_bars
 from kittiwake.bench.settings import MAPREDUCE_APPS, MapReduceSettings
 from kittiwake.errors import BadRequest
+from kittiwake.mapreduce.spec import GREP, SORT
 
 WORKER_APP = "kittiwake.mapreduce.tasks:app"
 READY_TIMEOUT_SECS = 60.0  # for every worker command to hold its registry record
 POLL_SECS = 0.05
 WATCH_SECS = 0.2  # how often the worker commands are checked while a job runs
 JOB_TIMEOUT_SECS = 3600.0
-SORT = "sort"
-GREP = "grep"
 
 Bar = Callable[[float, int], None]
 
