@@ -109,7 +109,7 @@ def _outcome_known(error: BaseException) -> bool:
 
 def _failure(error: BaseException, *, committing: bool = False) -> StorageFailure:
     fault = classify(error)
-    message = str(error).strip() or type(error).__name__
+    message = " ".join(str(error).split()) or type(error).__name__  # libpq's messages span lines
     return StorageFailure(f"PostgreSQL: {message}", fault=fault, outcome_known=not committing or _outcome_known(error))
 
 
