@@ -168,6 +168,9 @@ class PostgresStore:
         try:
             self._db = self._connect()
             self.version_found = self._migrate()
+            # queue → generation, cached as the SQLite store caches it. Several brokers on one schema
+            # will need to read it from the table (or be told of drops): another broker's drop would
+            # go unseen here, and writes would land in the dropped generation.
             self._gens: dict[str, int] = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
         except psycopg.Error as exc:
             self._close_quietly()
