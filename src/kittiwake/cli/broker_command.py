@@ -41,7 +41,8 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="TCP port; 0 picks a free one (the listening line says which).")
 @click.option("--durability", default="fsync", show_default=True, type=click.Choice(["fsync", "os"]),
-              help="fsync: an ok reply survives power loss. os: it survives a broker crash, not a power loss.")
+              help="fsync: an ok reply survives power loss. os: it survives a broker crash, not a power loss. "
+              "On PostgreSQL: synchronous_commit on (or the server's stricter setting) / off.")
 @click.option("--max-frame", default=DEFAULT_MAX_FRAME, show_default=True, type=click.IntRange(64 * 1024, (1 << 32) - 1),
               help="Largest frame accepted, in bytes; a bigger length prefix closes the connection.")
 @click.option("--max-connections", default=10_000, show_default=True, type=click.IntRange(1, 1_000_000),

@@ -9,12 +9,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 SQLITE_PREFIX = "sqlite://"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 DEFAULT_SCHEMA = "kittiwake"
+SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # lower case: no quoting surprises in psql
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +56,6 @@ def parse_store_url(url: object) -> StoreLocation:
     if len(schemas) > 1:
         raise ValueError("the store URL names schema= more than once")
     schema = schemas[0] if schemas else DEFAULT_SCHEMA
-    from kittiwake.store.postgres import SCHEMA_NAME
-
     if not SCHEMA_NAME.fullmatch(schema):
         raise ValueError(f"schema must be a lower-case SQL name ([a-z_][a-z0-9_]*, at most 63), got {schema!r}")
     rest = urlencode([(key, value) for key, value in query if key != "schema"])

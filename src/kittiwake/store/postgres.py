@@ -50,7 +50,7 @@ restarted server is picked up again. Nothing above the stores sees psycopg.
 
 from __future__ import annotations
 
-import re
+import logging
 from typing import Any, Sequence
 
 from kittiwake.engine.mutations import (
@@ -68,6 +68,7 @@ from kittiwake.engine.storage import QueueSummary, Recovery
 from kittiwake.errors import StorageFailure, StorageFault
 from kittiwake.model import Task
 from kittiwake.store import postgres_statements as sql
+from kittiwake.store.location import DEFAULT_SCHEMA, SCHEMA_NAME
 from kittiwake.store.rows import encode_headers, snapshot, task_from_row
 
 try:
@@ -75,9 +76,9 @@ try:
 except ImportError:  # the `postgres` extra is not installed
     psycopg = None  # type: ignore[assignment]
 
+log = logging.getLogger("kittiwake.store")
+
 DURABILITY_LEVELS = ("fsync", "os")
-DEFAULT_SCHEMA = "kittiwake"
-SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 CONNECT_TIMEOUT_SECS = 10
 _MIGRATION_LOCK = "kittiwake-migrate:"  # + schema name: hashed into the advisory lock key
 
@@ -191,8 +192,12 @@ class PostgresStore:
         try:
             if self.durability == "os":
                 db.execute("SET synchronous_commit = off")
-            elif db.execute("SHOW synchronous_commit").fetchone()[0] == "off":
-                db.execute("SET synchronous_commit = on")
+            else:
+                if db.execute("SHOW synchronous_commit").fetchone()[0] == "off":
+                    db.execute("SET synchronous_commit = on")
+                if db.execute("SHOW fsync").fetchone()[0] == "off":
+                    log.warning("the PostgreSQL server runs with fsync=off: a commit may be lost in a crash "
+                                "of the server or of its machine, whatever --durability says")
             db.execute(psycopg.sql.SQL("SET search_path = {}").format(psycopg.sql.Identifier(self.schema)))
         except BaseException:
             db.close()
