@@ -39,7 +39,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker subprocess on `tmp_path / "data"`, on a free port."""
+    """A broker subprocess on `tmp_path / "data"`, on a free port; with
+    KITTIWAKE_TEST_BROKER_STORE=postgresql, on a fresh schema of the test PostgreSQL server instead
+    (`support.postgres`), so the tests that use this fixture run on that store too."""
+    if os.environ.get("KITTIWAKE_TEST_BROKER_STORE") == "postgresql":
+        from support.postgres import fresh_schema
+
+        with fresh_schema() as (dsn, schema):
+            process = BrokerProcess(tmp_path / "data", store_url=f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}")
+            try:
+                yield process
+            finally:
+                process.kill()
+        return
     process = BrokerProcess(tmp_path / "data")
     try:
         yield process

@@ -317,6 +317,15 @@ def test_pids_compare_bytewise(store):
     assert [t.pid for t in store.load_available("q", "a", 100, NOW)] == [p for p in expected if p > "a"]
 
 
+def test_a_bound_just_after_a_pid_skips_only_that_pid(store):
+    """The engine pages with pid + NUL, the smallest string after a pid (pids hold no NUL)."""
+    put(store, *(task("q", pid) for pid in ["a", "a!", "ab", "b"]))
+    assert [t.pid for t in store.scan("q", "a\x00", 10)] == ["a!", "ab", "b"]
+    assert [t.pid for t in store.load_available("q", "a\x00", 10, NOW)] == ["a!", "ab", "b"]
+    assert store.load_task("q", "a\x00") is None
+    assert store.children_of("q", "a\x00") == []
+
+
 def test_scan_starts_at_from_pid_and_includes_leased_tasks(store):
     put(store, *(task("q", pid) for pid in "abcde"))
     store.write([lease("q", "c", 1, NOW + 10)])

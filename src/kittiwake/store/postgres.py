@@ -123,6 +123,13 @@ def _task(row: tuple) -> Task:
     return task_from_row((*row[:-1], bytes(note).decode() if note is not None else None))
 
 
+def _below_nul(bound: str) -> str:
+    """A pid bound cut at its first NUL. PostgreSQL text cannot hold NUL, and the engine asks for
+    pid + NUL, the smallest string after a pid; pids hold no NUL, so `pid >= bound` and
+    `pid > bound` both mean `pid > bound cut at its NUL`."""
+    return bound[: bound.index("\x00")]
+
+
 def _last_per_key(rows: list[tuple], key_width: int) -> list[tuple]:
     """One row per key (its first `key_width` columns), the last written: a statement over arrays
     may touch each row only once, and the last write of a run is the one that stands."""
@@ -363,21 +370,30 @@ class PostgresStore:
         return params
 
     def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
+        if "\x00" in after_pid:
+            after_pid = _below_nul(after_pid)
         rows = self._read(sql.LOAD_AVAILABLE, {"queue": queue, "after": after_pid, "now": now, "limit": limit})
         return [_task(row) for row in rows]
 
     def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
+        if "\x00" in pid:
+            return []  # no pid holds NUL
         return [tuple(row) for row in self._read(sql.CHILDREN_OF, (queue, pid))]  # type: ignore[misc]
 
     def parents_in(self, queue: str) -> list[str]:
         return [row[0] for row in self._read(sql.PARENTS_IN, (queue,))]
 
     def load_task(self, queue: str, pid: str) -> Task | None:
+        if "\x00" in pid:
+            return None  # no pid holds NUL
         rows = self._read(sql.LOAD_TASK, {"queue": queue, "pid": pid})
         return _task(rows[0]) if rows else None
 
     def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
-        rows = self._read(sql.SCAN_FROM, {"queue": queue, "from": from_pid or "", "limit": limit})
+        if from_pid is not None and "\x00" in from_pid:
+            rows = self._read(sql.SCAN_AFTER, {"queue": queue, "after": _below_nul(from_pid), "limit": limit})
+        else:
+            rows = self._read(sql.SCAN_FROM, {"queue": queue, "from": from_pid or "", "limit": limit})
         return [_task(row) for row in rows]
 
     def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:

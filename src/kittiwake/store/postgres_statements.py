@@ -181,6 +181,11 @@ SCAN_FROM = (
     "ORDER BY pid LIMIT %(limit)s"
 )
 
+SCAN_AFTER = (
+    "SELECT " + TASK_COLUMNS + " FROM tasks WHERE queue = %(queue)s AND gen = %(gen)s AND pid > %(after)s "
+    "ORDER BY pid LIMIT %(limit)s"
+)
+
 PARENTS_IN = "SELECT DISTINCT pid FROM edges WHERE queue = %s ORDER BY pid"
 
 CHILDREN_OF = "SELECT child_queue, child_pid FROM edges WHERE queue = %s AND pid = %s ORDER BY child_queue, child_pid"
