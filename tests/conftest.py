@@ -1,6 +1,7 @@
 """Fixtures and options shared by every test package.
 
-* `broker`: a real broker subprocess on a fresh data directory, killed at teardown.
+* `broker`: a real broker subprocess on a fresh data directory, killed at teardown; with
+  KITTIWAKE_TEST_BROKER_STORE=postgresql, on a fresh schema of the test PostgreSQL server.
 * `--soak`: enables tests marked `soak` (long runs); without it they are skipped.
 * `spark_session`: one PySpark `local[2]` session for the whole run (Spark starts a JVM
   in seconds); skipped, with the reason, where PySpark or Java is missing (failed under CI=true).
