@@ -1,6 +1,7 @@
 """Fixtures and options shared by every test package.
 
-* `broker`: a real broker subprocess on a fresh data directory, killed at teardown.
+* `broker`: a real broker subprocess on a fresh data directory, killed at teardown; with
+  KITTIWAKE_TEST_BROKER_STORE=postgresql, on a fresh schema of the test PostgreSQL server.
 * `--soak`: enables tests marked `soak` (long runs); without it they are skipped.
 * `spark_session`: one PySpark `local[2]` session for the whole run (Spark starts a JVM
   in seconds); skipped, with the reason, where PySpark or Java is missing (failed under CI=true).
@@ -39,7 +40,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A broker subprocess on `tmp_path / "data"`, on a free port."""
+    """A broker subprocess on `tmp_path / "data"`, on a free port; with
+    KITTIWAKE_TEST_BROKER_STORE=postgresql, on a fresh schema of the test PostgreSQL server instead
+    (`support.postgres`), so the tests that use this fixture run on that store too."""
+    if os.environ.get("KITTIWAKE_TEST_BROKER_STORE") == "postgresql":
+        from support.postgres import fresh_schema
+
+        with fresh_schema() as (dsn, schema):
+            process = BrokerProcess(tmp_path / "data", store_url=f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}")
+            try:
+                yield process
+            finally:
+                process.kill()
+        return
     process = BrokerProcess(tmp_path / "data")
     try:
         yield process

@@ -1,10 +1,13 @@
-"""The `TaskStore` contract, one suite for every store: the in-memory twin and SQLite.
+"""The `TaskStore` contract, one suite for every store: the in-memory twin, SQLite and PostgreSQL.
 
 What the engine relies on (kittiwake.engine.storage): writes are visible to reads at once and
 durable at commit; rollback forgets what was not committed; a dropped queue's rows vanish at once
 (generations, TaskMaster §5.2) and are reaped later; `load_available` skips running leases;
 `recover` summarises what is on disk. Reopening a store is a restart: committed rows are there,
 uncommitted ones are not, whatever happened in between.
+
+The PostgreSQL cases run on the server of `support.postgres` (a fresh schema per test, dropped
+after it); they skip when it is unreachable, and fail instead under CI=true.
 """
 
 from __future__ import annotations
@@ -18,22 +21,32 @@ from kittiwake.engine import DeleteTask, DropQueue, PutTask, SetLease
 from kittiwake.engine.mutations import SetCounter, SetWaiting
 from kittiwake.model import Task
 from kittiwake.store.memory import MemoryStore
+from kittiwake.store.postgres import PostgresStore
 from kittiwake.store.sqlite import SqliteStore
+from support.postgres import fresh_schema
 
 NOW = 1_000.0
 
 
 class Harness:
-    """A store plus the way to restart it: SQLite closes and reopens its directory; the memory
-    store, which has nothing to reopen, loses what was not committed (its `crash`)."""
+    """A store plus the way to restart it: SQLite closes and reopens its directory, PostgreSQL its
+    connection to the same schema; the memory store, which has nothing to reopen, loses what was
+    not committed (its `crash`)."""
 
-    def __init__(self, kind: str, directory: Path) -> None:
+    def __init__(self, kind: str, directory: Path, postgres: tuple[str, str] | None = None) -> None:
         self.kind = kind
         self.directory = directory
+        self.postgres = postgres  # (dsn, schema)
         self.store = self._open()
 
     def _open(self):
-        return MemoryStore() if self.kind == "memory" else SqliteStore(self.directory, durability="os")
+        if self.kind == "memory":
+            return MemoryStore()
+        if self.kind == "postgresql":
+            assert self.postgres is not None
+            dsn, schema = self.postgres
+            return PostgresStore(dsn, schema=schema, durability="os")
+        return SqliteStore(self.directory, durability="os")
 
     def reopen(self):
         if self.kind == "memory":
@@ -44,11 +57,19 @@ class Harness:
         return self.store
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(request.param, tmp_path / "data")
-    yield harness
-    harness.store.close()
+    if request.param != "postgresql":
+        harness = Harness(request.param, tmp_path / "data")
+        yield harness
+        harness.store.close()
+        return
+    with fresh_schema() as (dsn, schema):
+        harness = Harness(request.param, tmp_path / "data", (dsn, schema))
+        try:
+            yield harness
+        finally:
+            harness.store.close()
 
 
 @pytest.fixture
@@ -261,7 +282,7 @@ def test_reap_removes_old_generations_in_chunks(store):
     put(store, task("q", "000", data=b"new"))
     reaped = [store.reap(10) for _ in range(4)]
     store.commit()
-    if isinstance(store, SqliteStore):
+    if isinstance(store, (SqliteStore, PostgresStore)):
         assert reaped == [10, 10, 5, 0]
     else:
         assert reaped == [0, 0, 0, 0]  # the memory store forgets dropped rows at once
@@ -294,6 +315,15 @@ def test_pids_compare_bytewise(store):
     assert expected == sorted(pids)  # UTF-8 order is code point order
     assert scan_pids(store, "q") == expected
     assert [t.pid for t in store.load_available("q", "a", 100, NOW)] == [p for p in expected if p > "a"]
+
+
+def test_a_bound_just_after_a_pid_skips_only_that_pid(store):
+    """The engine pages with pid + NUL, the smallest string after a pid (pids hold no NUL)."""
+    put(store, *(task("q", pid) for pid in ["a", "a!", "ab", "b"]))
+    assert [t.pid for t in store.scan("q", "a\x00", 10)] == ["a!", "ab", "b"]
+    assert [t.pid for t in store.load_available("q", "a\x00", 10, NOW)] == ["a!", "ab", "b"]
+    assert store.load_task("q", "a\x00") is None
+    assert store.children_of("q", "a\x00") == []
 
 
 def test_scan_starts_at_from_pid_and_includes_leased_tasks(store):

@@ -14,7 +14,8 @@ exactly the bytes they mean, pipeline, and match replies by id.
 Security: `auth_file=` starts the broker with `--auth-file`; `tls=`
 (`support.tls_certificates.Certificates`) adds the TLS port (`tls_port`, a
 free one unless given) and `plaintext=False` closes the plaintext port.
-`url(user, token, tls=)` builds client URLs; `connect(tls=True)` opens a raw
+`store_url=` starts it with `--store URL` instead of `--data` (the data directory then only
+names the log files). `url(user, token, tls=)` builds client URLs; `connect(tls=True)` opens a raw
 TLS connection and `RawConnection.auth(user, token)` authenticates it.
 """
 
@@ -53,8 +54,10 @@ class BrokerProcess:
         tls: Any = None,
         tls_port: int = 0,
         plaintext: bool = True,
+        store_url: str | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.store_url = store_url
         self.auth_file = auth_file
         self.tls = tls
         self.tls_port: int | None = tls_port if tls is not None else None
@@ -102,7 +105,8 @@ class BrokerProcess:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         command = [
             sys.executable, "-m", "kittiwake.broker",
-            "--data", str(self.data_dir), "--host", self.host, "--port", str(port),
+            *(("--store", self.store_url) if self.store_url else ("--data", str(self.data_dir))),
+            "--host", self.host, "--port", str(port),
             *self._security_args(), *self.extra_args,
         ]
         with open(self.stdout_path, "wb") as stdout, open(self.log_path, "ab") as log:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from kittiwake.broker.security import SecurityConfig
 from kittiwake.model import Limits
 from kittiwake.protocol import DEFAULT_MAX_FRAME
+from kittiwake.store.location import StoreLocation, parse_store_url
 from kittiwake.store.sqlite import DURABILITY_LEVELS
 
 DEFAULT_PORT = 7370
@@ -31,6 +32,7 @@ class BrokerConfig:
     """Everything a broker process needs to start; `port=0` picks a free port."""
 
     data_dir: str = DEFAULT_DATA_DIR
+    store_url: str | None = None  # sqlite://DIR or postgresql://…; None: SQLite in data_dir
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     durability: str = "fsync"  # "fsync": ok survives power loss; "os": survives a process crash
@@ -48,6 +50,8 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str) or not self.data_dir:
             raise ValueError("data_dir must be a non-empty path")
+        if self.store_url is not None:
+            parse_store_url(self.store_url)
         if not isinstance(self.host, str) or not self.host:
             raise ValueError("host must be a non-empty host name or address")
         _check_int("port", self.port, 0, 65535)
@@ -73,6 +77,13 @@ class BrokerConfig:
         wait = self.limits.max_wait_secs
         if not (isinstance(wait, (int, float)) and math.isfinite(wait) and wait >= 0):
             raise ValueError("limits.max_wait_secs must be a finite number >= 0")
+
+    @property
+    def store_location(self) -> StoreLocation:
+        """The store to open: `store_url`, or SQLite in `data_dir`."""
+        if self.store_url is not None:
+            return parse_store_url(self.store_url)
+        return StoreLocation("sqlite", self.data_dir)
 
     @property
     def cache_bytes(self) -> int:

@@ -43,7 +43,7 @@ from kittiwake.broker.read_budget import ReadBudget
 from kittiwake.broker.timeouts import ConnectionTimeouts
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.protocol.messages import Request
-from kittiwake.store.sqlite import SqliteStore
+from kittiwake.store.location import open_store
 
 log = logging.getLogger("kittiwake.broker")
 
@@ -83,6 +83,14 @@ class Broker:
         return Path(self.config.data_dir).resolve()
 
     @property
+    def store_description(self) -> str:
+        """Where the tasks live, as the log and the listening line say it (no password)."""
+        location = self.config.store_location
+        if location.kind == "sqlite":
+            return f"data={Path(location.target).resolve()}"
+        return f"store={location.describe()}"
+
+    @property
     def url(self) -> str:
         if self._server is None and self.tls_port is not None:
             return f"kws://{self.host}:{self.tls_port}"
@@ -100,7 +108,7 @@ class Broker:
         tls_context = server_context(security.tls_cert, security.tls_key) if security.tls_cert and security.tls_key else None
         store = self._given_store
         if store is None:
-            store = SqliteStore(config.data_dir, durability=config.durability, cache_mb=config.sqlite_cache_mb)
+            store = open_store(config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb)
         self.store = store
 
         def make_engine() -> Engine:
@@ -138,8 +146,8 @@ class Broker:
         self.timeouts.start(loop)
         tls = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
         plaintext = "" if self._server is not None else " (TLS only)"
-        log.info("broker started on %s:%d%s%s (%s), data in %s",
-                 self.host, self.port, plaintext, tls, exposure_note(self.host, security), self.data_dir)
+        log.info("broker started on %s:%d%s%s (%s), %s",
+                 self.host, self.port, plaintext, tls, exposure_note(self.host, security), self.store_description)
         for warning in exposure_warnings(self.host, security):
             log.warning("%s", warning)
 
@@ -247,7 +255,7 @@ def listening_line(broker: Broker) -> str:
     auth = "auth=on " if security.auth_file else "auth=off "
     return (
         f"kittiwake broker listening on {broker.host}:{broker.port} {tls}{plaintext}{auth}"
-        f"data={broker.data_dir} durability={config.durability}"
+        f"{broker.store_description} durability={config.durability}"
     )
 
 

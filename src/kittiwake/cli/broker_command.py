@@ -1,9 +1,12 @@
-"""`kittiwake broker`: run a broker on the embedded SQLite store until SIGTERM or SIGINT.
+"""`kittiwake broker`: run a broker until SIGTERM or SIGINT, on the embedded SQLite store
+(`--data DIR`, the default) or on the store a URL names (`--store sqlite://DIR` or
+`--store postgresql://…`, `kittiwake.store.location`).
 
 Prints one line to stdout once it listens — `kittiwake broker listening on
-HOST:PORT [tls_port=N] [plaintext=off] auth=on|off data=DIR durability=MODE` —
+HOST:PORT [tls_port=N] [plaintext=off] auth=on|off data=DIR|store=URL durability=MODE` —
 and logs to stderr. HOST:PORT is the plaintext port, or the TLS port when
-the plaintext port is off.
+the plaintext port is off. A store that cannot be opened (a server down, a bad
+URL, a schema of a newer version) is one line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -28,13 +31,18 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
 @click.command("broker")
 @click.option("--data", "data_dir", default=DEFAULT_DATA_DIR, show_default=True, type=click.Path(file_okay=False),
               help="Directory of the SQLite store; created if missing.")
+@click.option("--store", "store_url", metavar="URL",
+              help="The store, instead of --data: sqlite://DIR, or postgresql://[USER@]HOST[:PORT]/DB"
+              "[?schema=NAME] (tables in schema NAME, default kittiwake; created or upgraded at start). "
+              "Put a password in ~/.pgpass or $PGPASSWORD rather than here.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on: this machine only by default; 0.0.0.0 for every interface "
               "(then use --auth-file).")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535),
               help="TCP port; 0 picks a free one (the listening line says which).")
 @click.option("--durability", default="fsync", show_default=True, type=click.Choice(["fsync", "os"]),
-              help="fsync: an ok reply survives power loss. os: it survives a broker crash, not a power loss.")
+              help="fsync: an ok reply survives power loss. os: it survives a broker crash, not a power loss. "
+              "On PostgreSQL: synchronous_commit on (or the server's stricter setting) / off.")
 @click.option("--max-frame", default=DEFAULT_MAX_FRAME, show_default=True, type=click.IntRange(64 * 1024, (1 << 32) - 1),
               help="Largest frame accepted, in bytes; a bigger length prefix closes the connection.")
 @click.option("--max-connections", default=10_000, show_default=True, type=click.IntRange(1, 1_000_000),
@@ -66,8 +74,11 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
 @click.option("--max-buffered-mb", default=DEFAULT_MAX_BUFFERED_MB, show_default=True, type=int,
               help="MiB of unfinished frames held across all connections; beyond it the broker stops reading "
                    "from connections in the middle of a frame until frames complete (at least one max frame).")
+@click.pass_context
 def broker(
+    ctx: click.Context,
     data_dir: str,
+    store_url: str | None,
     host: str,
     port: int,
     durability: str,
@@ -86,12 +97,15 @@ def broker(
     idle_timeout_secs: float,
     max_buffered_mb: int,
 ) -> None:
-    """Run a broker on the embedded store until SIGTERM or SIGINT."""
+    """Run a broker on the embedded store (or --store) until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
 
+    if store_url is not None and ctx.get_parameter_source("data_dir") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("give --data DIR or --store URL, not both")
     try:
         config = BrokerConfig(
             data_dir=data_dir,
+            store_url=store_url,
             host=host,
             port=port,
             durability=durability,
@@ -114,8 +128,9 @@ def broker(
     except (OSError, errors.StorageFailure, ValueError) as exc:  # the port is taken, a bad auth file or data directory, ...
         from kittiwake.store.faults import diagnose_directory
 
-        fault = diagnose_directory(data_dir)
-        why = f" ({data_dir}: {fault.value})" if fault is not None else ""
+        location = config.store_location
+        fault = diagnose_directory(location.target) if location.kind == "sqlite" else None
+        why = f" ({location.target}: {fault.value})" if fault is not None else ""
         what = exc.message if isinstance(exc, errors.KittiwakeError) else exc
         click.echo(f"kittiwake broker: cannot start: {what}{why}", err=True)
         sys.exit(1)

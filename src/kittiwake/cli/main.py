@@ -29,6 +29,7 @@ LAZY_COMMANDS = {
     "spark-worker": "kittiwake.cli.spark_worker_command:spark_worker",
     "gen-data": "kittiwake.cli.gen_data_command:gen_data",
     "mapreduce": "kittiwake.cli.mapreduce_command:mapreduce",
+    "migrate": "kittiwake.cli.migrate_command:migrate",
 }
 
 

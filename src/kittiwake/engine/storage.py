@@ -2,9 +2,9 @@
 
 The engine is sans-IO in the h11 sense: it imports no socket, disk or clock.
 It reads cold data (queue tails beyond the in-memory head, point look-ups for
-dedupe, peeks) through this `TaskStore` protocol, which both the in-memory
-twin (`kittiwake.store.memory`) and SQLite (`kittiwake.store.sqlite`)
-implement and one contract suite tests.
+dedupe, peeks) through this `TaskStore` protocol, which the in-memory
+twin (`kittiwake.store.memory`), SQLite (`kittiwake.store.sqlite`) and
+PostgreSQL (`kittiwake.store.postgres`) implement and one contract suite tests.
 
 Contract:
 

@@ -1,0 +1,461 @@
+"""The PostgreSQL store: the SQLite store's tables and contract in a schema of a PostgreSQL database.
+
+`PostgresStore(dsn, schema="kittiwake")` keeps what `SqliteStore` keeps, with
+the same columns, indexes and generations (`postgres_statements`), in a
+schema of its own, over one connection (psycopg 3).
+
+Group commit. Writes are buffered in Python as in the SQLite store. A flush
+turns each run of mutations of one kind into ONE statement over arrays
+(`unnest`), and sends the runs, the read that caused the flush, or the
+`COMMIT`, in one pipeline: a batch of requests costs one round trip to commit,
+however many mutations it holds. Between commits the connection holds one
+open transaction (opened by the first flushed write); reads with nothing
+buffered run on their own, outside any transaction.
+
+Durability and isolation. A commit returns once PostgreSQL reports it:
+
+* `durability="fsync"` (default): the session keeps the server's
+  `synchronous_commit` (raised to `on` when the server says `off`): the WAL
+  record is flushed before COMMIT returns, as `fsync=on` and the server's
+  disk allow. An ok reply survives a crash of the broker and of the server.
+* `durability="os"`: `synchronous_commit=off`: the commit may still be in
+  the server's WAL buffers for a fraction of a second (3 x wal_writer_delay):
+  an ok reply survives a crash of the broker, not of the server.
+
+Transactions run at READ COMMITTED, PostgreSQL's default. With one broker per
+database (for now) no other session writes these tables, so that reads the
+same as SQLite's single writer.
+
+Several brokers on one schema need more (not done): `_gens` caches the
+queue generations as the SQLite store does (another broker's drop would go
+unseen); the engine's head cache and running leases live in the broker's
+memory, so two brokers would hand out the same task; counters are raised
+with `greatest`, safe to share, but each broker must reserve its own ids
+(lease ids, FIFO pids) rather than continue from a shared high-water mark.
+Queue sizes are kept by the server (increments in the same statement as the
+rows), which several writers can share as they are.
+
+Schema. `schema_version` holds the version. Opening a store at an older
+version upgrades it in one transaction under an advisory lock (so two
+brokers starting at once do not both migrate); a newer version is refused
+with `SchemaVersionError`.
+
+Failures. Every error of psycopg or the server leaves as
+`errors.StorageFailure` naming its fault (`classify`); a failed commit's
+outcome is known when the server answered it with an error (the transaction
+is then rolled back), unknown when the connection broke. After a failure the
+broker rolls back: `rollback()` reconnects a broken connection, so a
+restarted server is picked up again. Nothing above the stores sees psycopg.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from kittiwake.engine.mutations import (
+    DeleteEdges,
+    DeleteTask,
+    DropQueue,
+    Mutation,
+    PutEdge,
+    PutTask,
+    SetCounter,
+    SetLease,
+    SetWaiting,
+)
+from kittiwake.engine.storage import QueueSummary, Recovery
+from kittiwake.errors import StorageFailure, StorageFault
+from kittiwake.model import Task
+from kittiwake.store import postgres_statements as sql
+from kittiwake.store.location import DEFAULT_SCHEMA, SCHEMA_NAME
+from kittiwake.store.rows import encode_headers, snapshot, task_from_row
+
+try:
+    import psycopg
+except ImportError:  # the `postgres` extra is not installed
+    psycopg = None  # type: ignore[assignment]
+
+log = logging.getLogger("kittiwake.store")
+
+DURABILITY_LEVELS = ("fsync", "os")
+CONNECT_TIMEOUT_SECS = 10
+_MIGRATION_LOCK = "kittiwake-migrate:"  # + schema name: hashed into the advisory lock key
+
+# SQLSTATEs (PostgreSQL appendix A) that name a fault of the server's disk
+_BY_SQLSTATE = {
+    "53100": StorageFault.FULL,  # disk_full
+    "58030": StorageFault.IO_ERROR,  # io_error
+    "25006": StorageFault.READ_ONLY,  # read_only_sql_transaction (a hot standby)
+    "XX001": StorageFault.CORRUPT,  # data_corrupted
+    "XX002": StorageFault.CORRUPT,  # index_corrupted
+}
+
+
+class SchemaVersionError(ValueError):
+    """The schema was written by a newer Kittiwake than this one."""
+
+
+def classify(error: BaseException) -> StorageFault:
+    """The kind of storage failure a psycopg error is."""
+    return _BY_SQLSTATE.get(getattr(error, "sqlstate", None) or "", StorageFault.OTHER)
+
+
+def _outcome_known(error: BaseException) -> bool:
+    """Whether a COMMIT that raised `error` certainly did not commit: the server answered with an
+    error (it then rolled back). A broken connection or a server shutting down leaves it unknown."""
+    sqlstate = getattr(error, "sqlstate", None)
+    return bool(sqlstate) and not sqlstate.startswith(("08", "57P"))
+
+
+def _failure(error: BaseException, *, committing: bool = False) -> StorageFailure:
+    fault = classify(error)
+    message = " ".join(str(error).split()) or type(error).__name__  # libpq's messages span lines
+    return StorageFailure(f"PostgreSQL: {message}", fault=fault, outcome_known=not committing or _outcome_known(error))
+
+
+def _note(note: str | None) -> bytes | None:
+    return note.encode() if note is not None else None
+
+
+def _task(row: tuple) -> Task:
+    note = row[-1]
+    return task_from_row((*row[:-1], bytes(note).decode() if note is not None else None))
+
+
+def _below_nul(bound: str) -> str:
+    """A pid bound cut at its first NUL. PostgreSQL text cannot hold NUL, and the engine asks for
+    pid + NUL, the smallest string after a pid; pids hold no NUL, so `pid >= bound` and
+    `pid > bound` both mean `pid > bound cut at its NUL`."""
+    return bound[: bound.index("\x00")]
+
+
+def _last_per_key(rows: list[tuple], key_width: int) -> list[tuple]:
+    """One row per key (its first `key_width` columns), the last written: a statement over arrays
+    may touch each row only once, and the last write of a run is the one that stands."""
+    by_key = {row[:key_width]: row for row in rows}
+    return list(by_key.values()) if len(by_key) < len(rows) else rows
+
+
+def _columns(rows: list[tuple]) -> list[list[Any]]:
+    """Rows as one list per column: the arrays `unnest` takes."""
+    return [list(column) for column in zip(*rows)]
+
+
+class PostgresStore:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        durability: str = "fsync",
+        connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
+    ) -> None:
+        if psycopg is None:
+            raise ValueError("the PostgreSQL store needs psycopg: pip install 'kittiwake[postgres]'")
+        if not isinstance(dsn, str) or not dsn:
+            raise ValueError("dsn must be a non-empty PostgreSQL connection string")
+        if not isinstance(schema, str) or not SCHEMA_NAME.fullmatch(schema):
+            raise ValueError(f"schema must be a lower-case SQL name ([a-z_][a-z0-9_]*, at most 63), got {schema!r}")
+        if durability not in DURABILITY_LEVELS:
+            raise ValueError(f"durability must be one of {DURABILITY_LEVELS}")
+        if not isinstance(connect_timeout_secs, (int, float)) or connect_timeout_secs <= 0:
+            raise ValueError("connect_timeout_secs must be a number above 0")
+        try:
+            psycopg.conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error as exc:
+            raise ValueError(f"not a PostgreSQL connection string: {exc}") from None
+        self.dsn = dsn
+        self.schema = schema
+        self.durability = durability
+        self.connect_timeout_secs = connect_timeout_secs
+        self._pending: list[Mutation] = []
+        self._in_transaction = False
+        self.commits = 0
+        self._db: Any = None
+        try:
+            self._db = self._connect()
+            self.version_found = self._migrate()
+            # queue → generation, cached as the SQLite store caches it. Several brokers on one schema
+            # will need to read it from the table (or be told of drops): another broker's drop would
+            # go unseen here, and writes would land in the dropped generation.
+            self._gens: dict[str, int] = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
+        except psycopg.Error as exc:
+            self._close_quietly()
+            raise _failure(exc) from exc
+        except BaseException:
+            self._close_quietly()
+            raise
+
+    @property
+    def schema_version(self) -> int:
+        return sql.SCHEMA_VERSION
+
+    def _connect(self) -> Any:
+        db = psycopg.connect(
+            self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout_secs)),
+            application_name="kittiwake",
+        )
+        try:
+            if self.durability == "os":
+                db.execute("SET synchronous_commit = off")
+            else:
+                if db.execute("SHOW synchronous_commit").fetchone()[0] == "off":
+                    db.execute("SET synchronous_commit = on")
+                if db.execute("SHOW fsync").fetchone()[0] == "off":
+                    log.warning("the PostgreSQL server runs with fsync=off: a commit may be lost in a crash "
+                                "of the server or of its machine, whatever --durability says")
+            db.execute(psycopg.sql.SQL("SET search_path = {}").format(psycopg.sql.Identifier(self.schema)))
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _migrate(self) -> int:
+        """Create or upgrade the schema to `SCHEMA_VERSION` in one transaction; the version found."""
+        db = self._db
+        with db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (_MIGRATION_LOCK + self.schema,))
+            db.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(self.schema)))
+            db.execute(sql.VERSION_TABLE)
+            row = db.execute(sql.LOAD_VERSION).fetchone()
+            version = row[0] if row is not None else 0
+            if version > sql.SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"schema {self.schema!r} has version {version}; this Kittiwake knows up to "
+                    f"{sql.SCHEMA_VERSION}: upgrade Kittiwake"
+                )
+            for step in range(version + 1, sql.SCHEMA_VERSION + 1):
+                for statement in sql.MIGRATIONS[step]:
+                    db.execute(statement)
+            if version < sql.SCHEMA_VERSION:
+                db.execute(sql.SET_VERSION, (sql.SCHEMA_VERSION,))
+        return version
+
+    # -------------------------------------------------------------- writes
+
+    def write(self, mutations: Sequence[Mutation]) -> None:
+        # a PutTask holds the caller's Task, which it may change before the flush: keep it as written
+        self._pending.extend(PutTask(snapshot(m.task)) if type(m) is PutTask else m for m in mutations)
+
+    def _flush(self) -> None:
+        """Send every buffered write, inside the open transaction; call within a pipeline."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        db = self._db
+        if not self._in_transaction:
+            db.execute("BEGIN")
+            self._in_transaction = True
+        gens = self._gens
+        run_kind: type | None = None
+        run: list[tuple] = []
+        shrunk: set[tuple[str, int]] = set()
+
+        def flush_run() -> None:
+            if not run:
+                return
+            if run_kind is PutTask:
+                db.execute(sql.PUT_TASKS, _columns(_last_per_key(run, 3)))
+            elif run_kind is DeleteTask:
+                db.execute(sql.DELETE_TASKS, _columns(run))
+                shrunk.update(row[:2] for row in run)
+            elif run_kind is SetLease:
+                db.execute(sql.SET_LEASES, _columns(_last_per_key(run, 3)))
+            elif run_kind is SetWaiting:
+                db.execute(sql.SET_WAITING, _columns(_last_per_key(run, 3)))
+            elif run_kind is SetCounter:
+                db.execute(sql.SET_COUNTERS, _columns(run))
+            elif run_kind is PutEdge:
+                db.execute(sql.PUT_EDGES, _columns(run))
+            elif run_kind is DeleteEdges:
+                db.execute(sql.DELETE_EDGES, _columns(run))
+            run.clear()
+
+        for mutation in pending:
+            kind = type(mutation)
+            if kind is not run_kind:
+                flush_run()
+                run_kind = kind
+            if kind is PutTask:
+                t = mutation.task
+                run.append((
+                    t.queue, gens.get(t.queue, 0), t.pid, t.data, t.enqueued_at, t.sender, t.receiver,
+                    encode_headers(t.headers) if t.headers else None, t.max_attempts, t.attempts,
+                    t.deliveries, t.lease_id, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at,
+                    t.waiting_on, t.children, t.progress, _note(t.note),
+                ))
+            elif kind is SetLease:
+                m = mutation
+                run.append((
+                    m.queue, gens.get(m.queue, 0), m.pid, m.attempts, m.deliveries, m.lease_id, m.lease_owner,
+                    m.lease_peer, m.leased_at, m.lease_expires_at, m.progress, _note(m.note),
+                ))
+            elif kind is DeleteTask:
+                run.append((mutation.queue, gens.get(mutation.queue, 0), mutation.pid))
+            elif kind is SetWaiting:
+                m = mutation
+                run.append((m.queue, gens.get(m.queue, 0), m.pid, m.waiting_on, m.children))
+            elif kind is SetCounter:
+                run.append((mutation.name, mutation.value))
+            elif kind is PutEdge:
+                m = mutation
+                run.append((m.queue, m.pid, m.child_queue, m.child_pid))
+            elif kind is DeleteEdges:
+                run.append((mutation.queue, mutation.pid))
+            else:
+                assert isinstance(mutation, DropQueue)
+                gen = gens.get(mutation.queue, 0) + 1
+                gens[mutation.queue] = gen
+                db.execute(sql.SET_GENERATION, (mutation.queue, gen))
+                db.execute(sql.DROP_QUEUE_SIZES, (mutation.queue, gen))
+                run_kind = None
+        flush_run()
+        if shrunk:
+            db.execute(sql.FORGET_EMPTY_QUEUE_SIZES, _columns(sorted(shrunk)))
+
+    def commit(self) -> None:
+        try:
+            if self._pending or self._in_transaction:
+                with self._db.pipeline():
+                    self._flush()
+                    self._db.execute("COMMIT")
+                self._in_transaction = False
+                self.commits += 1
+        except psycopg.Error as exc:
+            self._in_transaction = self._transaction_open()
+            raise _failure(exc, committing=True) from exc
+
+    def _transaction_open(self) -> bool:
+        db = self._db
+        if db is None or db.closed or db.broken:
+            return False
+        return db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+    def rollback(self) -> None:
+        """Forget writes since the last commit; a broken connection is replaced by a new one."""
+        self._pending = []
+        self._in_transaction = False
+        try:
+            db = self._db
+            if db is None or db.closed or db.broken:
+                self._close_quietly()
+                self._db = self._connect()
+            elif db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                db.execute("ROLLBACK")
+            self._gens = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
+        except psycopg.Error as exc:
+            raise _failure(exc) from exc
+
+    # --------------------------------------------------------------- reads
+
+    def _read(self, statement: str, params: tuple | dict[str, Any]) -> list[tuple]:
+        """Flush buffered writes and run one query, in one round trip. Named `params` with a
+        "queue" get its current generation as "gen", known once the writes are flushed (they may
+        drop the queue)."""
+        try:
+            if self._pending:
+                with self._db.pipeline():
+                    self._flush()
+                    cursor = self._db.execute(statement, self._with_gen(params))
+                return cursor.fetchall()
+            return self._db.execute(statement, self._with_gen(params)).fetchall()
+        except psycopg.Error as exc:
+            raise _failure(exc) from exc
+
+    def _with_gen(self, params: tuple | dict[str, Any]) -> tuple | dict[str, Any]:
+        if isinstance(params, dict):
+            params["gen"] = self._gens.get(params["queue"], 0)
+        return params
+
+    def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
+        if "\x00" in after_pid:
+            after_pid = _below_nul(after_pid)
+        rows = self._read(sql.LOAD_AVAILABLE, {"queue": queue, "after": after_pid, "now": now, "limit": limit})
+        return [_task(row) for row in rows]
+
+    def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
+        if "\x00" in pid:
+            return []  # no pid holds NUL
+        return [tuple(row) for row in self._read(sql.CHILDREN_OF, (queue, pid))]  # type: ignore[misc]
+
+    def parents_in(self, queue: str) -> list[str]:
+        return [row[0] for row in self._read(sql.PARENTS_IN, (queue,))]
+
+    def load_task(self, queue: str, pid: str) -> Task | None:
+        if "\x00" in pid:
+            return None  # no pid holds NUL
+        rows = self._read(sql.LOAD_TASK, {"queue": queue, "pid": pid})
+        return _task(rows[0]) if rows else None
+
+    def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
+        if from_pid is not None and "\x00" in from_pid:
+            rows = self._read(sql.SCAN_AFTER, {"queue": queue, "after": _below_nul(from_pid), "limit": limit})
+        else:
+            rows = self._read(sql.SCAN_FROM, {"queue": queue, "from": from_pid or "", "limit": limit})
+        return [_task(row) for row in rows]
+
+    def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+        if queue is not None:
+            rows = self._read(sql.FIND_BY_SENDER_IN_QUEUE, {"sender": sender, "queue": queue, "limit": limit})
+        else:
+            rows = self._read(sql.FIND_BY_SENDER, (sender, limit))
+        return [_task(row) for row in rows]
+
+    def queues_for_receiver(self, receiver: str) -> list[str]:
+        return [row[0] for row in self._read(sql.QUEUES_FOR_RECEIVER, (receiver,))]
+
+    def recover(self, now: float) -> Recovery:
+        recovery = Recovery()
+        blocked = dict(self._read(sql.BLOCKED_COUNTS, ()))
+        for queue, size, max_pid, max_fifo_pid in self._read(sql.QUEUE_SUMMARIES, ()):
+            recovery.queues.append(QueueSummary(queue, size, max_pid, max_fifo_pid, blocked.get(queue, 0)))
+        for row in self._read(sql.HELD_LEASES, ()):
+            task = _task(row)
+            assert task.lease_expires_at is not None
+            (recovery.leased if task.lease_expires_at > now else recovery.expired).append(task)
+        recovery.counters = dict(self._read(sql.LOAD_COUNTERS, ()))
+        return recovery
+
+    # ---------------------------------------------------------- upkeep
+
+    def reap(self, limit: int = 1000) -> int:
+        """Delete up to `limit` rows of dropped generations, in the open transaction (opened if need
+        be); when none are left, forget the generations of queues that hold no row at all."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError("limit must be an integer >= 1")
+        try:
+            db = self._db
+            with db.pipeline():
+                self._flush()
+                if not self._in_transaction:
+                    db.execute("BEGIN")
+                    self._in_transaction = True
+                reaped = db.execute(sql.REAP_STALE_ROWS, (limit,))
+            count = reaped.rowcount
+            if count < limit:
+                for (queue,) in db.execute(sql.FORGET_EMPTY_GENERATIONS, (limit,)).fetchall():
+                    self._gens.pop(queue, None)
+            return count
+        except psycopg.Error as exc:
+            raise _failure(exc) from exc
+
+    def close(self) -> None:
+        """Close the connection. Writes since the last commit are discarded, as in a crash."""
+        self._pending = []
+        try:
+            if self._transaction_open():
+                self._db.execute("ROLLBACK")
+        except psycopg.Error as exc:
+            raise _failure(exc) from exc
+        finally:
+            self._in_transaction = False
+            self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        if self._db is not None:
+            try:
+                self._db.close()
+            except Exception:
+                pass
