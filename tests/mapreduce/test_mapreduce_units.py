@@ -218,3 +218,17 @@ def test_sort_orders_records_bytewise_across_reducers_even_with_equal_keys(count
 def test_sort_refuses_input_that_is_not_whole_records() -> None:
     with pytest.raises(BadRequest, match="whole"):
         sort.map_block(b"x" * 150, spec("sort", reducers=2))
+
+
+def test_wordcount_reads_a_segment_holding_several_blocks_runs(tmp_path: Path) -> None:
+    """A map of several blocks appends one run per block to each reducer's segment of the same file."""
+    job = spec("wordcount", reducers=2)
+    blocks = [b"a b a\nz\n", b"b b zed\n", b"a\n"]
+    output = MapOutput("map-5", 2, tmp_path / "memory", tmp_path / "disk", spill_bytes=1_000_000)
+    for block in blocks:
+        for reducer, segment in enumerate(wordcount.map_block(block, job)):
+            output.add(reducer, segment)
+    location = output.finish()
+    assert len(location.files) == 1
+    out = b"".join(b"".join(wordcount.reduce(list(read_segments(location, r)), job)) for r in range(2))
+    assert out == b"a\t3\nb\t3\nz\t1\nzed\t1\n"

@@ -54,7 +54,7 @@ def test_each_app_equals_the_single_process_reference(app: str, broker: BrokerPr
     source = records_dir if app == "sort" else text_dir
     pattern = PATTERN if app == "grep" else None
     run = run_native(broker.url, app, source, tmp_path / "out", reducers=3, pattern=pattern,
-                     nodes=["n0", "n1"], slots=4)
+                     nodes=["n0", "n1"], slots=4, block_bytes=7_000)  # maps of several blocks
     assert run.maps == len(input_files(source)) and run.reducers == 3
     assert run.tasks == run.maps + 3 + (0 if app == "grep" else 1)  # a barrier stands for the maps
     assert run.local_maps + run.stolen_maps == run.maps and run.processes == 2

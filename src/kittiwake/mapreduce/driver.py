@@ -80,8 +80,9 @@ class NativeRun:
         return record
 
 
-def input_files(input_dir: Path) -> list[Path]:
+def input_files(input_dir: Path | str) -> list[Path]:
     """The partition files of a `gen-data` directory (or any directory of part files), in name order."""
+    input_dir = Path(input_dir)
     if not input_dir.is_dir():
         raise BadRequest(f"input directory {input_dir} does not exist")
     files = sorted(path for path in input_dir.iterdir()

@@ -69,16 +69,19 @@ def encode_segment(counts: pa.Table) -> bytes:
 
 
 def decode_segments(segments: Iterable[bytes]) -> pa.Table:
-    """Every row of `segments` (`encode_segment`'s format) as one table: slices per segment, the
-    arrays built once for all."""
+    """Every row of `segments` — each one or more runs in `encode_segment`'s format, back to back —
+    as one table: slices per run, the arrays built once for all."""
     lengths, data, numbers = [], [], []
     for segment in segments:
-        rows, size = _HEADER.unpack_from(segment)
         view = memoryview(segment)
-        words_at = _HEADER.size + 8 * rows
-        lengths.append(view[_HEADER.size:words_at])
-        data.append(view[words_at:words_at + size])
-        numbers.append(view[words_at + size:words_at + size + 8 * rows])
+        at = 0
+        while at < len(view):  # a map of several blocks appends a run per block to one segment
+            rows, size = _HEADER.unpack_from(view, at)
+            words_at = at + _HEADER.size + 8 * rows
+            lengths.append(view[at + _HEADER.size:words_at])
+            data.append(view[words_at:words_at + size])
+            at = words_at + size + 8 * rows
+            numbers.append(view[words_at + size:at])
     if not lengths:
         return _SCHEMA.empty_table()
     word_lengths = np.frombuffer(b"".join(lengths), dtype=np.int64)
