@@ -30,8 +30,8 @@ def copy(obj: CliContext | None, source_url: str, target_url: str) -> None:
     """Copy every task, lease, DAG edge, queue size and counter of a store into an empty store.
 
     Stop the broker serving the source first: a copy of a store in use misses
-    or half-copies its latest writes, and cannot tell (on PostgreSQL) that a
-    broker is running. The target is created (schema included) when missing and
+    or half-copies its latest writes, and nothing here can tell that a broker
+    is running (neither store keeps a lock that says so). The target is created (schema included) when missing and
     must hold no data: copy never merges. A copy that fails half-way leaves a
     partial target: empty it (a fresh directory, or DROP SCHEMA … CASCADE) and
     run the copy again. Counts per queue are checked after the copy.
