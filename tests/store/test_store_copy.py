@@ -39,6 +39,7 @@ def _fill(directory: Path) -> Any:
             for n in range(1200):  # more than a page of the copy
                 client.enqueue(f"fifo.{n % 3}", b"\x00\xffbytes")
             running = client.lease("mail.in", lease_secs=3600)[0]
+            client.renew(running, 3600, progress=0.25, note="half \x00 way, ünïcode")  # a note is bytea on PostgreSQL
             parent = client.enqueue("flow.a", "parent", pid="root")
             client.enqueue("flow.b", "child", pid="kid", after=[parent])
             doomed = client.enqueue("jobs", "doomed", pid="bad")
@@ -87,6 +88,7 @@ def test_sqlite_to_postgresql_to_sqlite_keeps_everything(tmp_path, pg_url):
     assert original["counters"] and original["expired"] and original["edges"]["flow.a"] == {"root": [("flow.b", "kid")]}
     assert {"mail.in", "jobs.dead", "flow.b", "retry", "gone"} <= set(original["tasks"])
     assert [t.pid for t in original["tasks"]["gone"]] == ["y"]
+    assert original["tasks"]["mail.in"][0].note == "half \x00 way, ünïcode"
 
     there = _copy(first, pg_url)
     assert there.exit_code == 0, there.output

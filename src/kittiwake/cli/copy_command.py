@@ -73,14 +73,19 @@ def _run(source, target, *, quiet: bool):  # type: ignore[no-untyped-def]
 
     if quiet:
         return copy_store(source, target)
-    with Progress(TextColumn("copying tasks"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  transient=False) as bar:
-        task = bar.add_task("tasks", total=None)
+    bar = Progress(TextColumn("copying tasks"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    task = bar.add_task("tasks", total=None)
 
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+    def progress(done: int, total: int) -> None:
+        if not bar.live.is_started:  # shown once both stores are open and checked
+            bar.start()
+        bar.update(task, completed=done, total=total)
 
+    try:
         return copy_store(source, target, progress=progress)
+    finally:
+        if bar.live.is_started:
+            bar.stop()
 
 
 def _show(source: str, target: str, report) -> None:  # type: ignore[no-untyped-def]

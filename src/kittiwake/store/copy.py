@@ -15,7 +15,7 @@ What a store holds, in both SQL stores (`statements`, `postgres_statements`):
 The schema itself is created (or upgraded) by opening each store as a broker
 would. Rows are read in pages in key order (bounded memory whatever the
 size) and written in the same pages, one transaction per page, by direct
-SQL on the stores' tables. The target must hold no data at all: a copy
+SQL on the stores' tables (COPY on PostgreSQL, executemany on SQLite). The target must hold no data at all: a copy
 never merges. A copy that fails half-way leaves a partial target: empty it
 (a new directory, or DROP SCHEMA … CASCADE) and copy again.
 
@@ -186,9 +186,15 @@ class _PostgresSide(_Side):
     def execute(self, query: str, params: list[Any]) -> list[tuple]:
         return self.db.execute(query, params).fetchall()
 
-    def insert_many(self, statement: str, rows: list[tuple]) -> None:
-        with self.db.transaction():
-            self.db.cursor().executemany(statement, rows)
+    def insert(self, table: str, rows: list[tuple]) -> None:
+        """One COPY per page, in a transaction of its own."""
+        from psycopg import sql
+
+        statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, _COLUMNS[table])))
+        with self.db.transaction(), self.db.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def encode_note(self, note: str | None) -> Any:
         return note.encode() if note is not None else None
