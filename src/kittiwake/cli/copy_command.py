@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from kittiwake import errors
 from kittiwake.cli.context import CliContext
+
+if TYPE_CHECKING:
+    from kittiwake.store.copy import CopyReport
+    from kittiwake.store.location import StoreLocation
 
 _URL_HELP = "sqlite://DIR or postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME] (default schema kittiwake)."
 
@@ -66,7 +71,7 @@ def copy(obj: CliContext | None, source_url: str, target_url: str) -> None:
     _show(source.describe(), target.describe(), report)
 
 
-def _run(source, target, *, quiet: bool):  # type: ignore[no-untyped-def]
+def _run(source: StoreLocation, target: StoreLocation, *, quiet: bool) -> CopyReport:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from kittiwake.store.copy import copy_store
@@ -88,7 +93,7 @@ def _run(source, target, *, quiet: bool):  # type: ignore[no-untyped-def]
             bar.stop()
 
 
-def _show(source: str, target: str, report) -> None:  # type: ignore[no-untyped-def]
+def _show(source: str, target: str, report: CopyReport) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -80,6 +80,7 @@ class _Side:
     """One store's tables over a plain connection (placeholders and note encoding differ)."""
 
     kind: str
+    mark = "?"  # the driver's placeholder
 
     def __init__(self, location: StoreLocation) -> None:
         self.location = location
@@ -119,18 +120,11 @@ class _Side:
             "WHERE t.gen = coalesce(g.gen, 0) GROUP BY t.queue ORDER BY t.queue", [])
         return {queue: count for queue, count in rows}
 
-    def insert(self, table: str, rows: list[tuple]) -> None:
-        columns = _COLUMNS[table]
-        statement = (f"INSERT INTO {table} ({', '.join(columns)}) "
-                     f"VALUES ({', '.join([self.mark] * len(columns))})")
-        self.insert_many(statement, rows)
-
-    mark = "?"
-
     def execute(self, query: str, params: list[Any]) -> list[tuple]:
         raise NotImplementedError
 
-    def insert_many(self, statement: str, rows: list[tuple]) -> None:
+    def insert(self, table: str, rows: list[tuple]) -> None:
+        """Write one page of rows of `table`, in a transaction of its own."""
         raise NotImplementedError
 
     def encode_note(self, note: Any) -> Any:
@@ -153,7 +147,9 @@ class _SqliteSide(_Side):
     def execute(self, query: str, params: list[Any]) -> list[tuple]:
         return self.db.execute(query, params).fetchall()
 
-    def insert_many(self, statement: str, rows: list[tuple]) -> None:
+    def insert(self, table: str, rows: list[tuple]) -> None:
+        columns = _COLUMNS[table]
+        statement = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.executemany(statement, rows)
