@@ -113,3 +113,39 @@ def test_a_target_is_met_only_when_every_bound_holds() -> None:
     record["target"]["latency_ms_p999_max"] = 5.0
     assert check_target(record) is False
     assert check_target({"target": None}) is None
+
+
+@pytest.mark.timeout(120)
+def test_ops_runs_its_broker_on_postgresql_and_drops_the_schema_it_created(tmp_path: Path) -> None:
+    import uuid
+
+    import psycopg
+
+    from support.postgres import require_server
+
+    dsn = require_server()
+    schema = "bench_ops_" + uuid.uuid4().hex[:12]
+    url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+    report = run_bench(tmp_path, "ops", "--seconds", "0.3", "--warmup", "0.1", "--clients", "2", "--batch", "5",
+                       "--processes", "1", "--store", url)
+    assert report["settings"]["store"].endswith(f"schema={schema}")
+    for record in report["ops"].values():
+        assert_record(record, rate=True)
+    with psycopg.connect(dsn) as db:
+        assert db.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+
+
+def test_ops_refuses_a_store_holding_tasks_and_a_bad_url(tmp_path: Path) -> None:
+    from kittiwake.engine import PutTask
+    from kittiwake.model import Task
+    from kittiwake.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "full")
+    store.write([PutTask(Task(queue="q", pid="a", data=b"x", enqueued_at=1.0))])
+    store.commit()
+    store.close()
+    held = CliRunner().invoke(bench, ["ops", "--store", f"sqlite://{tmp_path / 'full'}", "--seconds", "0.1"])
+    assert held.exit_code == 1 and "holds tasks" in held.output, held.output
+    assert (tmp_path / "full" / "kittiwake.db").exists()  # not created here: left alone
+    bad = CliRunner().invoke(bench, ["ops", "--store", "mysql://x/y"])
+    assert bad.exit_code == 2 and "--store" in bad.output, bad.output

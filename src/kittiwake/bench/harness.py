@@ -85,8 +85,9 @@ class BrokerProcess:
     """A broker on `data_dir`, started and stopped as a subprocess."""
 
     def __init__(self, data_dir: Path, log_path: Path, durability: str = DURABILITY,
-                 extra_args: Sequence[str] = ()) -> None:
+                 extra_args: Sequence[str] = (), store_url: str | None = None) -> None:
         self.data_dir = data_dir
+        self.store_url = store_url  # --store URL instead of --data data_dir
         self.log_path = log_path
         self.durability = durability
         self.extra_args = list(extra_args)
@@ -103,7 +104,8 @@ class BrokerProcess:
     def start(self) -> float:
         """Start the broker; seconds until it printed its listening line."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "kittiwake.broker", "--data", str(self.data_dir), "--port", "0",
+        where = ["--store", self.store_url] if self.store_url else ["--data", str(self.data_dir)]
+        command = [sys.executable, "-m", "kittiwake.broker", *where, "--port", "0",
                    "--durability", self.durability, *self.extra_args]
         started = time.monotonic()
         log = open(self.log_path, "a")
@@ -257,13 +259,13 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
 
 
 class Session:
-    """A throwaway directory, a broker on it, and a pool of load processes."""
+    """A throwaway directory, a broker on it (or on the store `store_url` names), and a pool of load processes."""
 
     def __init__(self, *, durability: str = DURABILITY, processes: int = LOAD_PROCESSES, parent_dir: str | None = None,
-                 keep: bool = False, broker_args: Sequence[str] = ()) -> None:
+                 keep: bool = False, broker_args: Sequence[str] = (), store_url: str | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="kittiwake-bench-", dir=parent_dir))
         self.keep = keep
-        self.broker = BrokerProcess(self.root / "data", self.root / "broker.log", durability, broker_args)
+        self.broker = BrokerProcess(self.root / "data", self.root / "broker.log", durability, broker_args, store_url)
         self.pool: LoadPool | None = None
         self.processes = processes
         self.startup_secs = 0.0

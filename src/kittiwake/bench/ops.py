@@ -26,17 +26,24 @@ preceding enqueue rate could consume, so no queue runs dry while measured
 (`empty_leases` in the record says if one did anyway). `--only` runs some of
 the figures (a lease figure alone is topped up for its own target rate),
 for profiling one operation.
+
+Store. The broker runs on a throwaway SQLite directory unless `--store URL`
+names another store (`bench_store`: it must hold no task; a schema or
+directory the benchmark created is removed at the end). The report's
+settings name the store without its password.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from dataclasses import asdict
 from typing import Any, Callable
 
 from rich.console import Console
 
 from kittiwake.bench import references
+from kittiwake.bench.bench_store import bench_store
 from kittiwake.bench.harness import Measured, Session, queue_sizes
 from kittiwake.bench.jobs import Scenario
 from kittiwake.bench.report import figure, check_target, machine_info, progress_bars
@@ -85,8 +92,13 @@ def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None =
     wanted = set(settings.only or OPS_FIGURES)
     run_secs = settings.warmup_secs + settings.seconds
     measured: dict[str, Measured] = {}
-    with Session(durability=settings.durability, processes=settings.processes, parent_dir=parent_dir) as session, \
-            progress_bars(console) as bar:
+    store = "sqlite (throwaway directory)"
+    with ExitStack() as stack:
+        if settings.store_url is not None:
+            store = stack.enter_context(bench_store(settings.store_url)).describe()
+        session = stack.enter_context(Session(durability=settings.durability, processes=settings.processes,
+                                              parent_dir=parent_dir, store_url=settings.store_url))
+        bar = stack.enter_context(progress_bars(console))
 
         def timed(name: str, label: str, scenario: Scenario) -> None:
             if name in wanted:
@@ -120,7 +132,8 @@ def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None =
     }
     report = {
         "machine": machine_info(),
-        "settings": {**asdict(settings), "queues": queue_count, "broker_startup_s": round(broker_startup_s, 3)},
+        "settings": {**{k: v for k, v in asdict(settings).items() if k != "store_url"}, "store": store, "queues": queue_count,
+                     "broker_startup_s": round(broker_startup_s, 3)},
         "ops": ops,
     }
     return report, measured

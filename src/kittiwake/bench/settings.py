@@ -85,6 +85,7 @@ class OpsSettings:
     durability: str = DURABILITY
     data_bytes: int = DATA_BYTES
     only: tuple[str, ...] = ()  # figure names to run; empty: all
+    store_url: str | None = None  # the broker's store (sqlite://DIR, postgresql://…); None: a throwaway SQLite directory
 
 
 @dataclass(frozen=True)

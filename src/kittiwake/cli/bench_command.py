@@ -114,21 +114,38 @@ def bench() -> None:
               help="Load processes the clients are spread over.")
 @click.option("--only", multiple=True, type=click.Choice(OPS_FIGURES),
               help="Run only this figure (repeatable), e.g. to profile one operation.")
+@click.option("--store", "store_url", metavar="URL", default=None,
+              help="Run the broker on this store: sqlite://DIR or postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME]. "
+              "It must hold no task; a directory or schema the benchmark creates is removed at the end. "
+              "Default: a throwaway SQLite directory.")
 @_durability_option
 @_output_options
 def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues: int, processes: int,
-                only: tuple[str, ...], durability: str, json_path: str | None, plot: str | None,
-                parent_dir: str | None) -> None:
+                only: tuple[str, ...], store_url: str | None, durability: str, json_path: str | None,
+                plot: str | None, parent_dir: str | None) -> None:
     """TaskMaster §6 Table 1 on this machine: single-task and batched enqueue, lease + dequeue."""
+    from kittiwake import errors
+    from kittiwake.bench.bench_store import BenchStoreError
     from kittiwake.bench.ops import run_ops
     from kittiwake.bench.report import print_machine, show_figures
+    from kittiwake.store.location import parse_store_url
 
+    if store_url is not None:
+        try:
+            parse_store_url(store_url)
+        except ValueError as exc:
+            raise click.BadParameter(f"--store {store_url!r}: {exc}", param_hint="--store") from None
     console = _console()
     settings = OpsSettings(seconds=seconds, warmup_secs=warmup, clients=clients, batch=batch, queues=queues,
-                           processes=processes, durability=durability, only=only)
-    report, measured = run_ops(settings, console, parent_dir=parent_dir)
-    show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, ×ref = vs TaskMaster Table 1",
-                 report["ops"])
+                           processes=processes, durability=durability, only=only, store_url=store_url)
+    try:
+        report, measured = run_ops(settings, console, parent_dir=parent_dir)
+    except (errors.StorageFailure, BenchStoreError) as exc:  # the store cannot be opened, or holds tasks
+        what = exc.message if isinstance(exc, errors.KittiwakeError) else exc
+        raise click.ClickException(f"--store: {what}") from None
+    store = report["settings"]["store"]
+    show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, {store}, "
+                 "×ref = vs TaskMaster Table 1", report["ops"])
     print_machine(console, report["machine"])
     _finish(console, report, measured, "kittiwake bench ops", json_path, plot)
 

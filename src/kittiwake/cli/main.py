@@ -30,6 +30,7 @@ LAZY_COMMANDS = {
     "gen-data": "kittiwake.cli.gen_data_command:gen_data",
     "mapreduce": "kittiwake.cli.mapreduce_command:mapreduce",
     "migrate": "kittiwake.cli.migrate_command:migrate",
+    "copy": "kittiwake.cli.copy_command:copy",
 }
 
 

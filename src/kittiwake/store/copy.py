@@ -1,0 +1,285 @@
+"""Copying a broker's data from one store to another (`kittiwake copy`), table by table.
+
+What a store holds, in both SQL stores (`statements`, `postgres_statements`):
+
+* `generations`: each dropped queue's current generation;
+* `tasks`: one row per task, every field (data, headers, attempts, leases,
+  parents still waited on, progress, note); only rows of each queue's current
+  generation are copied (older ones are dropped queues waiting to be reaped);
+* `edges`: which task waits on which (DAG edges);
+* `queue_sizes`: each live queue's size and pid high-water marks (a pid
+  high-water mark may lie above every pid still there: it is copied, never
+  recomputed, so FIFO pids never repeat);
+* `counters`: broker-wide high-water marks (lease ids …).
+
+The schema itself is created (or upgraded) by opening each store as a broker
+would. Rows are read in pages in key order (bounded memory whatever the
+size) and written in the same pages, one transaction per page, by direct
+SQL on the stores' tables (COPY on PostgreSQL, executemany on SQLite). The target must hold no data at all: a copy
+never merges. A copy that fails half-way leaves a partial target: empty it
+(a new directory, or DROP SCHEMA … CASCADE) and copy again.
+
+The source must not be served by a running broker while it is copied (its
+writes would be missed or half-copied); nothing here can tell for sure.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from kittiwake.store import postgres_statements as pg_sql
+from kittiwake.store import statements as sqlite_sql
+from kittiwake.store.location import StoreLocation, open_store
+
+PAGE_ROWS = 1000
+TABLES = ("generations", "tasks", "edges", "queue_sizes", "counters")
+_TASK_NAMES = [name.strip() for name in sqlite_sql.TASK_COLUMNS.split(",")]
+assert _TASK_NAMES == [name.strip() for name in pg_sql.TASK_COLUMNS.split(",")]
+
+# keyed reads of each table, in key order, one page at a time (the key is the first columns)
+_KEYS = {
+    "generations": ("queue",),
+    "tasks": ("queue", "gen", "pid"),
+    "edges": ("queue", "pid", "child_queue", "child_pid"),
+    "queue_sizes": ("queue", "gen"),
+    "counters": ("name",),
+}
+_COLUMNS = {
+    "generations": ("queue", "gen"),
+    "tasks": ("queue", "gen", *[n for n in _TASK_NAMES if n != "queue"]),
+    "edges": ("queue", "pid", "child_queue", "child_pid"),
+    "queue_sizes": ("queue", "gen", "size", "max_pid", "max_fifo_pid"),
+    "counters": ("name", "value"),
+}
+_NOTE_AT = _COLUMNS["tasks"].index("note")
+
+Progress = Callable[[int, int], None]  # (tasks copied so far, tasks in all)
+
+
+class CopyError(ValueError):
+    """The copy cannot start or did not copy what it should have; the message says why."""
+
+
+@dataclass
+class CopyReport:
+    """What was copied: rows per table, and tasks per queue in the source and the target."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    source_queues: dict[str, int] = field(default_factory=dict)
+    target_queues: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def matches(self) -> bool:
+        return self.source_queues == self.target_queues
+
+
+class _Side:
+    """One store's tables over a plain connection (placeholders and note encoding differ)."""
+
+    kind: str
+    mark = "?"  # the driver's placeholder
+
+    def __init__(self, location: StoreLocation) -> None:
+        self.location = location
+
+    def page(self, table: str, after: tuple | None, limit: int) -> list[tuple]:
+        columns = _COLUMNS[table]
+        key = _KEYS[table]
+        where = ""
+        params: list[Any] = []
+        if after is not None:
+            where = f" WHERE ({', '.join(key)}) > ({', '.join([self.mark] * len(key))})"
+            params.extend(after)
+        params.append(limit)
+        query = f"SELECT {', '.join(columns)} FROM {table}{where} ORDER BY {', '.join(key)} LIMIT {self.mark}"
+        return [tuple(row) for row in self.execute(query, params)]
+
+    def rows(self, table: str, page_rows: int) -> Iterator[list[tuple]]:
+        """Every row of `table`, in pages of `page_rows`, in key order."""
+        width = len(_KEYS[table])
+        after: tuple | None = None
+        while True:
+            page = self.page(table, after, page_rows)
+            if not page:
+                return
+            yield page
+            if len(page) < page_rows:
+                return
+            after = page[-1][:width]
+
+    def count(self, table: str) -> int:
+        return self.execute(f"SELECT count(*) FROM {table}", [])[0][0]
+
+    def queue_counts(self) -> dict[str, int]:
+        """Tasks of each queue's current generation."""
+        rows = self.execute(
+            "SELECT t.queue, count(*) FROM tasks t LEFT JOIN generations g ON g.queue = t.queue "
+            "WHERE t.gen = coalesce(g.gen, 0) GROUP BY t.queue ORDER BY t.queue", [])
+        return {queue: count for queue, count in rows}
+
+    def execute(self, query: str, params: list[Any]) -> list[tuple]:
+        raise NotImplementedError
+
+    def insert(self, table: str, rows: list[tuple]) -> None:
+        """Write one page of rows of `table`, in a transaction of its own."""
+        raise NotImplementedError
+
+    def encode_note(self, note: Any) -> Any:
+        raise NotImplementedError
+
+    def decode_note(self, note: Any) -> str | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _SqliteSide(_Side):
+    kind = "sqlite"
+
+    def __init__(self, location: StoreLocation) -> None:
+        super().__init__(location)
+        self.db = sqlite3.connect(Path(location.target) / "kittiwake.db", isolation_level=None)
+
+    def execute(self, query: str, params: list[Any]) -> list[tuple]:
+        return self.db.execute(query, params).fetchall()
+
+    def insert(self, table: str, rows: list[tuple]) -> None:
+        columns = _COLUMNS[table]
+        statement = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.executemany(statement, rows)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def encode_note(self, note: str | None) -> Any:
+        return note
+
+    def decode_note(self, note: Any) -> str | None:
+        return note
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _PostgresSide(_Side):
+    kind = "postgresql"
+    mark = "%s"
+
+    def __init__(self, location: StoreLocation) -> None:
+        import psycopg
+
+        super().__init__(location)
+        self.db = psycopg.connect(location.target, autocommit=True, application_name="kittiwake-copy")
+        self.db.execute(psycopg.sql.SQL("SET search_path = {}").format(psycopg.sql.Identifier(location.schema)))
+
+    def execute(self, query: str, params: list[Any]) -> list[tuple]:
+        return self.db.execute(query, params).fetchall()
+
+    def insert(self, table: str, rows: list[tuple]) -> None:
+        """One COPY per page, in a transaction of its own."""
+        from psycopg import sql
+
+        statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+            sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, _COLUMNS[table])))
+        with self.db.transaction(), self.db.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def encode_note(self, note: str | None) -> Any:
+        return note.encode() if note is not None else None
+
+    def decode_note(self, note: Any) -> str | None:
+        return bytes(note).decode() if note is not None else None
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _exists(location: StoreLocation) -> bool:
+    """Whether a Kittiwake store is already at `location` (without creating one)."""
+    if location.kind == "sqlite":
+        return (Path(location.target) / "kittiwake.db").is_file()
+    import psycopg
+
+    with psycopg.connect(location.target, autocommit=True, connect_timeout=10) as db:
+        row = db.execute("SELECT to_regclass(%s)", (f'"{location.schema}".schema_version',)).fetchone()
+    return row[0] is not None
+
+
+def _side(location: StoreLocation) -> _Side:
+    return _SqliteSide(location) if location.kind == "sqlite" else _PostgresSide(location)
+
+
+def _same_place(a: StoreLocation, b: StoreLocation) -> bool:
+    if a.kind != b.kind:
+        return False
+    if a.kind == "sqlite":
+        return Path(a.target).resolve() == Path(b.target).resolve()
+    return (a.target, a.schema) == (b.target, b.schema)
+
+
+def copy_store(source: StoreLocation, target: StoreLocation, *, progress: Progress | None = None,
+               page_rows: int = PAGE_ROWS) -> CopyReport:
+    """Copy every table of the store at `source` into the empty store at `target` (created if need be).
+
+    Raises CopyError when the source holds no store, the target holds data, both are the same
+    store, or the counts per queue differ afterwards; `errors.StorageFailure` or the database's
+    own errors when a store fails."""
+    if not isinstance(source, StoreLocation) or not isinstance(target, StoreLocation):
+        raise ValueError("source and target must be StoreLocation (kittiwake.store.location.parse_store_url)")
+    if isinstance(page_rows, bool) or not isinstance(page_rows, int) or page_rows < 1:
+        raise ValueError("page_rows must be an integer >= 1")
+    if _same_place(source, target):
+        raise CopyError("the source and the target are the same store")
+    if not _exists(source):
+        raise CopyError(f"no Kittiwake store at {source.describe()}")
+    open_store(source).close()  # an older schema is upgraded first, as a broker would
+    open_store(target).close()  # created, or upgraded, empty or not
+    reader, writer = _side(source), _side(target)
+    try:
+        held = {table: writer.count(table) for table in TABLES}
+        if any(held.values()):
+            what = ", ".join(f"{count} {table}" for table, count in held.items() if count)
+            raise CopyError(f"the target {target.describe()} is not empty ({what} rows): copy into an empty store")
+        report = CopyReport(source_queues=reader.queue_counts())
+        total = sum(report.source_queues.values())
+        done = 0
+        if progress is not None:
+            progress(0, total)
+        current: dict[str, int] = {}
+        for table in TABLES:
+            copied = 0
+            for page in reader.rows(table, page_rows):
+                if table == "generations":
+                    current.update(page)  # one row per dropped queue, as the stores themselves cache it
+                elif table in ("tasks", "queue_sizes"):  # rows of dropped generations are left behind
+                    page = [row for row in page if row[1] == current.get(row[0], 0)]
+                if table == "tasks":
+                    page = [(*row[:_NOTE_AT], writer.encode_note(reader.decode_note(row[_NOTE_AT])),
+                             *row[_NOTE_AT + 1:]) for row in page]
+                if page:
+                    writer.insert(table, page)
+                copied += len(page)
+                if table == "tasks":
+                    done += len(page)
+                    if progress is not None:
+                        progress(done, total)
+            report.rows[table] = copied
+        report.target_queues = writer.queue_counts()
+    finally:
+        reader.close()
+        writer.close()
+    if not report.matches:
+        differ = sorted(q for q in set(report.source_queues) | set(report.target_queues)
+                        if report.source_queues.get(q) != report.target_queues.get(q))
+        raise CopyError(f"tasks per queue differ after the copy in {len(differ)} queue(s), first {differ[0]!r}: "
+                        f"{report.source_queues.get(differ[0], 0)} in the source, "
+                        f"{report.target_queues.get(differ[0], 0)} in the target")
+    return report

@@ -1,0 +1,141 @@
+"""`kittiwake copy`: a broker's data moved SQLite → PostgreSQL → SQLite comes back whole (every task
+field, running leases, DAG edges, dead letters, retry delays, queue sizes, counters, generations of a
+dropped queue), a broker on the copy carries on where the first one stopped, a non-empty target and
+bad URLs are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from kittiwake import Client
+from kittiwake.cli.main import cli
+from kittiwake.store.copy import copy_store
+from kittiwake.store.location import open_store, parse_store_url
+from support.broker_process import BrokerProcess
+from support.postgres import fresh_schema
+
+NOW = 4_000_000_000.0  # after every lease of the test runs out: all leases read as `expired`, in any store
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with fresh_schema() as (dsn, schema):
+        yield f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+
+
+def _fill(directory: Path) -> Any:
+    """A broker's worth of data on SQLite at `directory`; returns a lease still running when it stops."""
+    process = BrokerProcess(directory)
+    try:
+        with Client(process.url) as client:
+            for n in range(30):
+                client.enqueue("mail.in", f"letter {n}", pid=f"m{n:03}", sender="ann", receiver="bob" if n % 3 else None,
+                               headers={"n": str(n)}, max_attempts=5)
+            for n in range(1200):  # more than a page of the copy
+                client.enqueue(f"fifo.{n % 3}", b"\x00\xffbytes")
+            running = client.lease("mail.in", lease_secs=3600)[0]
+            client.renew(running, 3600, progress=0.25, note="half \x00 way, ünïcode")  # a note is bytea on PostgreSQL
+            parent = client.enqueue("flow.a", "parent", pid="root")
+            client.enqueue("flow.b", "child", pid="kid", after=[parent])
+            doomed = client.enqueue("jobs", "doomed", pid="bad")
+            client.release(client.lease("jobs", lease_secs=60)[0], "it broke", bury=True)
+            assert doomed.pid == "bad"
+            client.enqueue("retry", "later", pid="r1", max_attempts=4)
+            client.release(client.lease("retry", lease_secs=60)[0], "try again")  # back with a delay
+            client.enqueue("gone", "old", pid="x")
+            client.delete_queue("gone")
+            client.enqueue("gone", "new", pid="y")  # a second generation
+            for n in range(5):
+                lease = client.lease("fifo.0", lease_secs=60)[0]
+                client.dequeue(lease)  # counters and pid high-water marks move past what is left
+        process.terminate()
+    finally:
+        process.kill()
+    return running
+
+
+def _dump(url: str) -> dict[str, Any]:
+    """Everything a broker reads back from a store, through the store's own reads."""
+    store = open_store(parse_store_url(url))
+    try:
+        recovery = store.recover(NOW)
+        tasks = {}
+        edges = {}
+        for summary in recovery.queues:
+            tasks[summary.queue] = store.scan(summary.queue, None, 100_000)
+            edges[summary.queue] = {pid: store.children_of(summary.queue, pid) for pid in store.parents_in(summary.queue)}
+        return {"queues": recovery.queues, "leased": recovery.leased, "expired": recovery.expired,
+                "counters": recovery.counters, "tasks": tasks, "edges": edges,
+                "by_sender": store.find_by_sender("ann", None, 1000),
+                "for_receiver": store.queues_for_receiver("bob")}
+    finally:
+        store.close()
+
+
+def _copy(source: str, target: str, *extra: str) -> Any:
+    return CliRunner().invoke(cli, [*extra, "copy", "--from", source, "--to", target])
+
+
+def test_sqlite_to_postgresql_to_sqlite_keeps_everything(tmp_path, pg_url):
+    running = _fill(tmp_path / "first")
+    first, back = f"sqlite://{tmp_path / 'first'}", f"sqlite://{tmp_path / 'back'}"
+    original = _dump(first)
+    assert original["counters"] and original["expired"] and original["edges"]["flow.a"] == {"root": [("flow.b", "kid")]}
+    assert {"mail.in", "jobs.dead", "flow.b", "retry", "gone"} <= set(original["tasks"])
+    assert [t.pid for t in original["tasks"]["gone"]] == ["y"]
+    assert original["tasks"]["mail.in"][0].note == "half \x00 way, ünïcode"
+
+    there = _copy(first, pg_url)
+    assert there.exit_code == 0, there.output
+    assert "fifo.1" in there.output and "tasks per queue match" in there.output
+    assert _dump(pg_url) == original
+
+    again = _copy(pg_url, back, "--json")
+    assert again.exit_code == 0, again.output
+    report = json.loads(again.output)
+    assert report["queues"]["fifo.1"] == 400 and report["rows"]["edges"] == 1
+    assert _dump(back) == original
+
+    process = BrokerProcess(tmp_path / "back")  # a broker on the copy goes on where the first stopped
+    try:
+        with Client(process.url) as client:
+            assert client.dequeue(running).ok, process.log_tail()  # the lease from the first broker
+            assert [t.pid for t in client.peek("flow.b")] == ["kid"]
+            assert client.lease("flow.b", lease_secs=60) == []  # still waiting on its parent
+            fresh = client.enqueue("fifo.0", "next")
+            assert fresh.pid > max(t.pid for t in original["tasks"]["fifo.0"])
+    finally:
+        process.kill()
+
+
+def test_a_target_holding_data_is_refused(tmp_path, pg_url):
+    _fill(tmp_path / "first")
+    first = f"sqlite://{tmp_path / 'first'}"
+    assert _copy(first, pg_url).exit_code == 0
+    refused = _copy(first, pg_url)
+    assert refused.exit_code == 1
+    assert "not empty" in refused.output and "tasks" in refused.output
+
+
+def test_bad_urls_and_missing_sources_are_refused(tmp_path):
+    nowhere = f"sqlite://{tmp_path / 'nothing'}"
+    for args, option in ((["mysql://h/db", nowhere], "--from"), ([nowhere, "sqlite://"], "--to")):
+        result = _copy(*args)
+        assert result.exit_code == 2 and option in result.output, result.output
+    missing = _copy(nowhere, f"sqlite://{tmp_path / 'target'}")
+    assert missing.exit_code == 1 and "no Kittiwake store" in missing.output
+    assert not (tmp_path / "nothing").exists()  # a missing source is not created
+    same = _copy(f"sqlite://{tmp_path / 'x'}", f"sqlite://{tmp_path / 'x'}")
+    assert same.exit_code == 1 and "same store" in same.output
+
+
+def test_copy_store_checks_its_arguments(tmp_path):
+    with pytest.raises(ValueError, match="StoreLocation"):
+        copy_store("sqlite://a", "sqlite://b")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="page_rows"):
+        copy_store(parse_store_url("sqlite://a"), parse_store_url("sqlite://b"), page_rows=0)
