@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from kittiwake.store.postgres_statements import DEFAULT_SCHEMA, SCHEMA_NAME
+
 SQLITE_PREFIX = "sqlite://"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
-DEFAULT_SCHEMA = "kittiwake"
-SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # lower case: no quoting surprises in psql
 
 
 @dataclass(frozen=True, slots=True)

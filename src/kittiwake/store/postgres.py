@@ -68,7 +68,6 @@ from kittiwake.engine.storage import QueueSummary, Recovery
 from kittiwake.errors import StorageFailure, StorageFault
 from kittiwake.model import Task
 from kittiwake.store import postgres_statements as sql
-from kittiwake.store.location import DEFAULT_SCHEMA, SCHEMA_NAME
 from kittiwake.store.rows import encode_headers, snapshot, task_from_row
 
 try:
@@ -147,7 +146,7 @@ class PostgresStore:
         self,
         dsn: str,
         *,
-        schema: str = DEFAULT_SCHEMA,
+        schema: str = sql.DEFAULT_SCHEMA,
         durability: str = "fsync",
         connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
     ) -> None:
@@ -155,7 +154,7 @@ class PostgresStore:
             raise ValueError("the PostgreSQL store needs psycopg: pip install 'kittiwake[postgres]'")
         if not isinstance(dsn, str) or not dsn:
             raise ValueError("dsn must be a non-empty PostgreSQL connection string")
-        if not isinstance(schema, str) or not SCHEMA_NAME.fullmatch(schema):
+        if not isinstance(schema, str) or not sql.SCHEMA_NAME.fullmatch(schema):
             raise ValueError(f"schema must be a lower-case SQL name ([a-z_][a-z0-9_]*, at most 63), got {schema!r}")
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {DURABILITY_LEVELS}")

@@ -16,7 +16,12 @@ The statements name no schema: the store sets `search_path` to its own.
 `schema_version` holds the version; `MIGRATIONS[v]` takes version v - 1 to v.
 """
 
+import re
+
 from kittiwake.model import FIFO_PID_DIGITS
+
+DEFAULT_SCHEMA = "kittiwake"
+SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # lower case: no quoting surprises in psql
 
 SCHEMA_VERSION = 1
 
