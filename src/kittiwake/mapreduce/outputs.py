@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from kittiwake.errors import BadRequest
-from kittiwake.mapreduce.spec import APPS, GREP, SORT, WORDCOUNT, validate_app
+from kittiwake.mapreduce.spec import GREP, SORT, WORDCOUNT, validate_app
 
 NATIVE = "native"
 SPARK = "spark"

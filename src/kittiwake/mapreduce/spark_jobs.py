@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from kittiwake.errors import BadRequest
-from kittiwake.mapreduce.outputs import APPS, GREP, SORT, SPARK, WORDCOUNT, check_app, part_files
+from kittiwake.mapreduce.outputs import SPARK, check_app, part_files
+from kittiwake.mapreduce.spec import APPS, GREP, SORT, WORDCOUNT
 
 FILES_MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
 FILES_OPEN_COST_BYTES = "spark.sql.files.openCostInBytes"
