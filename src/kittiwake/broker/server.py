@@ -12,6 +12,10 @@ deadline; every `MAINTENANCE_SECS` one that also runs `Engine.maintain` and
 reaps rows of dropped queues. A tick only asks: the pass itself runs in the
 same group commit as requests, so there is one place that commits and replies.
 
+Several brokers on one PostgreSQL schema (`brokers=many`): the store's
+announcements of other brokers' changes wake long-polls (`announcements`), and
+every POLL_TICKS ticks every parked long-poll looks again in case one was lost.
+
 Listeners: the plaintext port (`port`) unless `security.plaintext` is off,
 and the TLS port (`tls_port`) when a certificate is given; both lead to the
 same connections. With an auth file every connection gets a `Session`
@@ -32,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from kittiwake.broker import announcements
 from kittiwake.broker.auth import Authenticator
 from kittiwake.broker.config import BrokerConfig
 from kittiwake.broker.connection import Connection
@@ -73,6 +78,7 @@ class Broker:
         self.tls_port: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._ticks = 0
+        self._shared = False  # several brokers share the store: poll for their changes too
         self._stopping = False
         self._stopped = asyncio.Event()
         self.host = config.host
@@ -108,7 +114,9 @@ class Broker:
         tls_context = server_context(security.tls_cert, security.tls_key) if security.tls_cert and security.tls_key else None
         store = self._given_store
         if store is None:
-            store = open_store(config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb)
+            store = open_store(
+                config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb, broker=True
+            )
         self.store = store
 
         def make_engine() -> Engine:
@@ -142,6 +150,7 @@ class Broker:
             self.port = self._server.sockets[0].getsockname()[1]
         elif self.tls_port is not None:
             self.port = self.tls_port
+        self._shared = announcements.listen(store, loop, group.wake)
         self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
         self.timeouts.start(loop)
         tls = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
@@ -157,6 +166,8 @@ class Broker:
             return
         self._ticks += 1
         group.request_sweep()
+        if self._shared and self._ticks % announcements.POLL_TICKS == 0:
+            group.wake(None)  # the poll behind other brokers' announcements
         if self._ticks % round(MAINTENANCE_SECS / SWEEP_SECS) == 0:
             group.request_maintenance()
         self._tick_handle = asyncio.get_running_loop().call_later(SWEEP_SECS, self._tick)

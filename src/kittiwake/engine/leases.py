@@ -38,7 +38,8 @@ from kittiwake.engine.mutations import DeleteTask, Mutation, SetLease
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rate_limit import TokenBucket
 from kittiwake.engine.rates import LEASE
-from kittiwake.engine.state import EXPIRY_COMPACT_MIN, EngineState, flush, forget_if_empty, open_queue, rates_of
+from kittiwake.engine.coherence import claim, claim_many, claim_open
+from kittiwake.engine.state import EXPIRY_COMPACT_MIN, EngineState, flush, forget_if_empty, rates_of
 from kittiwake.engine.transitions import Operation
 from kittiwake.model import (
     ItemOutcome,
@@ -91,14 +92,14 @@ def validate_lease(state: EngineState, request: LeaseRequest) -> None:
 def lease(state: EngineState, request: LeaseRequest, now: float) -> list[Task]:
     """Lease up to max_tasks tasks in pid order across the requested queues."""
     validate_lease(state, request)
-    sweep(state, now)
+    sweep(state, now, everywhere=False)
+    claim_many(state, request.queues)
     want = request.max_tasks
-    queues = state.queues
     candidates: list[tuple[str, QueueState]] = []
     for name in dict.fromkeys(request.queues):
-        queue = queues.get(name)
+        queue = claim(state, name)
         if request.rate_per_sec is not None:
-            queue = open_queue(state, name)  # the limit holds even before the first task
+            queue = claim_open(state, name)  # the limit holds even before the first task
             _set_rate(queue, request, now)
         if queue is None or queue.size <= len(queue.leased) + queue.blocked:
             continue
@@ -183,9 +184,17 @@ def take_ready(state: EngineState) -> set[str]:
 # ----------------------------------------------------------------- expiry
 
 
-def sweep(state: EngineState, now: float) -> int:
+EXPIRED_QUEUES_PER_SWEEP = 1000
+
+
+def sweep(state: EngineState, now: float, everywhere: bool = True) -> int:
     """Return expired leases to their queues (TaskMaster §5.6, lazily), and
-    mark rate-limited queues whose next token is due as ready again."""
+    mark rate-limited queues whose next token is due as ready again.
+
+    With a shared store, only the broker's periodic sweep (`everywhere`) expires
+    leases: it claims every queue with a lease that ran out in one call, those
+    another broker granted included (a broker that died leaves its leases to the
+    others), where a sweep in passing would claim queues one by one."""
     throttled = state.throttled
     if throttled:
         for name, due in list(throttled.items()):
@@ -193,14 +202,17 @@ def sweep(state: EngineState, now: float) -> int:
                 del throttled[name]
                 state.ready.add(name)
     expiry = state.expiry
+    if state.shared:
+        if not everywhere:
+            return 0
+        claim_many(state, due_queues(state, now))
     if not expiry or expiry[0][0] > now:
         return 0
     mutations: list[Mutation] = []
     expired = 0
-    queues = state.queues
     while expiry and expiry[0][0] <= now:
         expires_at, lease_id, name, pid = heapq.heappop(expiry)
-        queue = queues.get(name)
+        queue = claim(state, name)
         task = queue.leased.get(pid) if queue is not None else None
         if task is None or task.lease_id != lease_id or task.lease_expires_at != expires_at:
             continue  # renewed, finished or released since
@@ -211,6 +223,17 @@ def sweep(state: EngineState, now: float) -> int:
         flush(state, mutations)
     enforce_cache(state)
     return expired
+
+
+def due_queues(state: EngineState, now: float) -> list[str]:
+    """Shared store: the queues a sweep at `now` claims — those with a lease in this broker's heap that
+    ran out, and those the store knows with one, whoever granted it. Asked once per `now`."""
+    if state.due_asked_at == now:
+        return []
+    state.due_asked_at = now
+    due = {name for expires_at, _, name, _ in state.expiry if expires_at <= now}
+    due.update(state.store.expired_lease_queues(now, EXPIRED_QUEUES_PER_SWEEP))  # type: ignore[attr-defined]
+    return sorted(due)
 
 
 def next_expiry(state: EngineState) -> float | None:
@@ -250,7 +273,7 @@ def resolve(
     state: EngineState, ref: LeaseRef, op: Operation, now: float
 ) -> tuple[QueueState, Task] | errors.KittiwakeError:
     """Find the task a lease ref names and check the ref may `op` it (dequeue, renew or release)."""
-    queue = state.queues.get(ref.queue)
+    queue = claim(state, ref.queue)
     if queue is None:
         return errors.TaskNotFound(f"no task {ref.pid!r} in {ref.queue!r}")
     task = queue.leased.get(ref.pid)
