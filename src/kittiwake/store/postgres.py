@@ -219,10 +219,10 @@ class PostgresStore:
             # go unseen here, and writes would land in the dropped generation.
             self._gens: dict[str, int] = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
         except psycopg.Error as exc:
-            self._close_quietly()
+            self._close_quietly(presence=True)
             raise _failure(exc) from exc
         except BaseException:
-            self._close_quietly()
+            self._close_quietly(presence=True)
             raise
 
     @property
@@ -245,7 +245,7 @@ class PostgresStore:
     def _connect(self) -> Any:
         db = psycopg.connect(
             self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout_secs)),
-            application_name="kittiwake",
+            application_name=f"kittiwake {self.schema}"[:63],  # which schema's broker, in pg_stat_activity
         )
         try:
             if self.durability == "os":
@@ -605,9 +605,7 @@ class PostgresStore:
             raise _failure(exc) from exc
 
     def close(self) -> None:
-        """Close the connection. Writes since the last commit are discarded, as in a crash."""
-        if self.presence is not None:
-            self.presence.close()
+        """Close the connections. Writes since the last commit are discarded, as in a crash."""
         self._pending = []
         try:
             if self._transaction_open():
@@ -616,10 +614,10 @@ class PostgresStore:
             raise _failure(exc) from exc
         finally:
             self._in_transaction = False
-            self._close_quietly()
+            self._close_quietly(presence=True)
 
-    def _close_quietly(self) -> None:
-        if self.presence is not None:
+    def _close_quietly(self, presence: bool = False) -> None:
+        if presence and self.presence is not None:
             self.presence.close()
         if self._db is not None:
             try:
