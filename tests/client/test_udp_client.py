@@ -169,3 +169,18 @@ def test_nothing_is_lost_or_doubled_through_a_lossy_relay(udp_broker: BrokerProc
     assert result.valid, result.format()
     assert result.counts()["lost"] == 0 and result.counts()["duplicated"] == 0, result.format()
     assert result.acknowledged + result.enqueue_unknown == producers * batches * batch
+
+
+def test_a_long_poll_lease_over_udp_waits_for_a_task(client: Client, udp_broker: BrokerProcess) -> None:
+    assert client.lease("udp.wait", wait_secs=0.3) == []
+    def enqueue_late() -> None:
+        with Client(udp_broker.url) as tcp:
+            tcp.enqueue("udp.wait", b"late")
+
+    timer = threading.Timer(0.3, enqueue_late)
+    timer.start()
+    try:
+        leased = client.lease("udp.wait", wait_secs=10)
+    finally:
+        timer.join()
+    assert [task.data for task in leased] == [b"late"]
