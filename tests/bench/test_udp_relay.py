@@ -108,7 +108,8 @@ def test_audit_counts_like_the_queue_checker() -> None:
 
 def test_the_udp_loss_bench_rows_are_valid() -> None:
     rows = measure(UdpLossSettings(loss_rates=(0.0, 0.05), seconds=0.5, threads=4, durability="os"))
-    assert [(row["transport"], row["loss"]) for row in rows] == [("udp", 0.0), ("udp", 0.05), ("tcp", None)]
+    assert [(row["transport"], row["loss"]) for row in rows] == [
+        ("udp", 0.0), ("udp", 0.05), ("udp-direct", None), ("tcp", None)]
     for row in rows:
         assert row["valid"] and row["lost"] == 0 and row["duplicated"] == 0, row
         assert row["tasks"] > 0

@@ -11,7 +11,10 @@ queue), **duplicated** (a value in the queue twice), **unexpected** (a value
 nobody enqueued), **recovered** (enqueue timed out, value there anyway). A
 valid row has lost = duplicated = unexpected = 0.
 
-Rows: one per loss rate, plus `tcp` (the same load straight over `kw://`).
+Rows: one per loss rate, plus `udp-direct` (the same load over `kwu://`
+with no relay: what the relay itself costs, as it runs on the load's own
+interpreter) and `tcp` (the same load straight over `kw://`).
+A second of unmeasured load warms the broker up first.
 `ratio_to_lossless` is each row's tasks/s over the 0% UDP row's; the target is
 ≥ 0.90 at 1.4% loss. Threads keep several requests in flight, so a lost
 datagram stalls one thread for one retransmission timeout while the others
@@ -28,7 +31,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ TARGET_RATIO = 0.90  # of the 0% row's throughput, at TARGET_LOSS
 TARGET_LOSS = 0.014
 QUEUE_PREFIX = "bench.udp"
 DRAIN_BATCH = 1000
+WARMUP_SECS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +57,7 @@ class UdpLossSettings:
     data_bytes: int = 64
     durability: str = "fsync"
     seed: int = 1
-    tcp: bool = True
+    tcp: bool = True  # also the reference rows: kwu:// without the relay, and kw://
 
 
 @dataclass(slots=True)
@@ -160,6 +164,11 @@ def measure(settings: UdpLossSettings = UdpLossSettings(), *, parent_dir: str | 
             tcp_url = f"kw://{broker.host}:{broker.port}"
             assert broker.udp_port is not None
             with Client(tcp_url) as checker_client:
+                # unmeasured: the first row must not pay for a cold broker (caches, the SQLite file growing)
+                warmup = replace(settings, seconds=min(settings.seconds, WARMUP_SECS))
+                with Client(f"kwu://{broker.host}:{broker.udp_port}") as client:
+                    _run_load(client, f"{QUEUE_PREFIX}.warmup", "w", warmup)
+                drain(checker_client, f"{QUEUE_PREFIX}.warmup")
                 for index, loss in enumerate(settings.loss_rates):
                     queue = f"{QUEUE_PREFIX}.{index}"
                     faults = Faults(drop_rate=loss, seed=settings.seed + index)
@@ -174,6 +183,13 @@ def measure(settings: UdpLossSettings = UdpLossSettings(), *, parent_dir: str | 
                                relay_dropped=counts.total("dropped"), relay_received=counts.total("received"))
                     rows.append(row)
                 if settings.tcp:
+                    queue = f"{QUEUE_PREFIX}.direct"
+                    with Client(f"kwu://{broker.host}:{broker.udp_port}") as client:
+                        load = _run_load(client, queue, "d", settings)
+                        retransmits = getattr(client._pool, "retransmits", 0)
+                    row = _row("udp-direct", None, load, audit(load.ok, load.unknown, drain(checker_client, queue)))
+                    row.update(retransmits=retransmits)
+                    rows.append(row)
                     queue = f"{QUEUE_PREFIX}.tcp"
                     with Client(tcp_url) as client:
                         load = _run_load(client, queue, "t", settings)
@@ -205,7 +221,7 @@ def table(rows: list[dict[str, Any]]) -> Any:
             f"{row['tasks_per_s']:,.0f}",
             "—" if row.get("ratio_to_lossless") is None else f"{row['ratio_to_lossless']:.2f}",
             f"{row['requests']:,}",
-            f"{row.get('retransmits', 0):,}" if row["transport"] == "udp" else "—",
+            f"{row.get('retransmits', 0):,}" if row["transport"] != "tcp" else "—",
             f"{row.get('relay_dropped', 0):,}" if row["transport"] == "udp" else "—",
             f"{row['unknown']:,}",
             f"{row['lost']}",
