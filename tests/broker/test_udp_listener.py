@@ -262,3 +262,29 @@ def test_with_an_auth_file_a_producer_authenticates_once_and_is_authorised(tmp_p
                 anonymous.ping()
     finally:
         broker.kill()
+
+
+# ------------------------------------------------------------------ restarts
+
+
+def test_a_retransmission_after_a_restart_runs_again_so_named_pids_keep_it_single(udp_broker: BrokerProcess) -> None:
+    """The window is in memory (see `broker.retransmit_window`): after a restart a retransmitted
+    enqueue runs again. With a pid it collapses into the task it made; without one it makes a second."""
+    raw = RawUdp(udp_broker)
+    named = raw.request(21, "enqueue", 1, {"tasks": [{"queue": "udp.restart", "data": b"n", "pid": "named"}]})
+    assert raw.reply()[1].ok
+    fifo = raw.request(21, "enqueue", 2, {"tasks": [task("udp.restart", b"f")]})
+    assert raw.reply()[1].ok
+    raw.close()
+    udp_broker.restart()
+    raw = RawUdp(udp_broker)
+    try:
+        raw.send(named)
+        reply = raw.reply()[1]
+        assert reply.ok and reply.result[0]["collapsed"] is True
+        raw.send(fifo)
+        assert raw.reply()[1].ok
+    finally:
+        raw.close()
+    with Client(udp_broker.url) as tcp:
+        assert sorted(t.data for t in tcp.peek("udp.restart", n=10)) == [b"f", b"f", b"n"]

@@ -35,6 +35,14 @@ id when it was readable. An unknown producer id is just a new producer. A
 spoofed (producer id, request id) pair can at worst read the reply cached for
 it; it cannot make a request run twice. Nothing a datagram holds survives
 beyond its own handling except window entries and sessions, both bounded.
+
+Exposure: UDP has no handshake, so the source address of a datagram is only
+claimed. Without an auth file, anyone who can reach the port can make the
+broker send a reply of up to one datagram (a lease) to a forged address, a
+reflection of about 20 times the request's size; so the UDP port listens on
+`--host` like the TCP port (loopback by default), and belongs on a trusted
+network. With an auth file, a forged source gets only a small UNAUTHORIZED
+error, as no session exists for it.
 """
 
 from __future__ import annotations
