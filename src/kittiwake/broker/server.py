@@ -18,7 +18,8 @@ every POLL_TICKS ticks every parked long-poll looks again in case one was lost.
 
 Listeners: the plaintext port (`port`) unless `security.plaintext` is off,
 and the TLS port (`tls_port`) when a certificate is given; both lead to the
-same connections. With an auth file every connection gets a `Session`
+same connections. With `udp_port`, also a UDP port (`udp_listener`) whose
+datagrams go to the same group commit. With an auth file every connection gets a `Session`
 (`session.py`) that checks its credentials and then its rights.
 
 Stopping: stop accepting, stop reading, serve and commit what was already
@@ -46,6 +47,7 @@ from kittiwake.broker.tls import HANDSHAKE_TIMEOUT_SECS, server_context
 from kittiwake.broker.group_commit import GroupCommit
 from kittiwake.broker.read_budget import ReadBudget
 from kittiwake.broker.timeouts import ConnectionTimeouts
+from kittiwake.broker.udp_listener import UdpListener
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.protocol.messages import Request
 from kittiwake.store.location import open_store
@@ -76,6 +78,8 @@ class Broker:
         self._tls_server: asyncio.AbstractServer | None = None
         self.authenticator: Authenticator | None = None
         self.tls_port: int | None = None
+        self.udp_port: int | None = None
+        self.udp: UdpListener | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._ticks = 0
         self._shared = False  # several brokers share the store: poll for their changes too
@@ -134,7 +138,14 @@ class Broker:
                     lambda: Connection(self), config.host, security.tls_port, backlog=LISTEN_BACKLOG,
                     ssl=tls_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECS,
                 )
+            if config.udp_port is not None:
+                _, self.udp = await loop.create_datagram_endpoint(
+                    lambda: UdpListener(self, authenticator), local_addr=(config.host, config.udp_port)
+                )
         except BaseException:
+            if self.udp is not None:
+                self.udp.close()
+                self.udp = None
             for server in (self._server, self._tls_server):
                 if server is not None:
                     server.close()
@@ -150,10 +161,13 @@ class Broker:
             self.port = self._server.sockets[0].getsockname()[1]
         elif self.tls_port is not None:
             self.port = self.tls_port
+        if self.udp is not None and self.udp.transport is not None:
+            self.udp_port = self.udp.transport.get_extra_info("sockname")[1]
         self._shared = announcements.listen(store, loop, group.wake)
         self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
         self.timeouts.start(loop)
         tls = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
+        tls += f", UDP on port {self.udp_port}" if self.udp_port is not None else ""
         plaintext = "" if self._server is not None else " (TLS only)"
         log.info("broker started on %s:%d%s%s (%s), %s",
                  self.host, self.port, plaintext, tls, exposure_note(self.host, security), self.store_description)
@@ -220,6 +234,8 @@ class Broker:
                     server.close()
             for connection in list(self.connections):
                 connection.stop_reading()
+            if self.udp is not None:
+                self.udp.stopping = True  # take no more datagrams; the replies below still go out
             if self.group is not None:
                 try:
                     self.group.finish()
@@ -227,6 +243,8 @@ class Broker:
                     log.exception("closing the store failed")
             for connection in list(self.connections):
                 connection.close()  # after the replies written above are flushed
+            if self.udp is not None:
+                self.udp.close()
             deadline = time.monotonic() + FLUSH_ON_STOP_SECS
             while self.connections and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
@@ -262,6 +280,7 @@ def listening_line(broker: Broker) -> str:
     config = broker.config
     security = config.security
     tls = f"tls_port={broker.tls_port} " if broker.tls_port is not None else ""
+    tls += f"udp_port={broker.udp_port} " if broker.udp_port is not None else ""
     plaintext = "" if security.plaintext else "plaintext=off "
     auth = "auth=on " if security.auth_file else "auth=off "
     return (

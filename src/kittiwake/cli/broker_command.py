@@ -74,6 +74,8 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
 @click.option("--max-buffered-mb", default=DEFAULT_MAX_BUFFERED_MB, show_default=True, type=int,
               help="MiB of unfinished frames held across all connections; beyond it the broker stops reading "
                    "from connections in the middle of a frame until frames complete (at least one max frame).")
+@click.option("--udp-port", type=click.IntRange(0, 65535), default=None,
+              help="Also serve kwu:// (UDP datagrams) on this port; 0 picks a free one. Off by default.")
 @click.pass_context
 def broker(
     ctx: click.Context,
@@ -96,6 +98,7 @@ def broker(
     frame_timeout_secs: float,
     idle_timeout_secs: float,
     max_buffered_mb: int,
+    udp_port: int | None,
 ) -> None:
     """Run a broker on the embedded store (or --store) until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
@@ -120,6 +123,7 @@ def broker(
             frame_timeout_secs=frame_timeout_secs,
             idle_timeout_secs=idle_timeout_secs,
             max_buffered_mb=max_buffered_mb,
+            udp_port=udp_port,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None

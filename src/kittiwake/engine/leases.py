@@ -75,6 +75,8 @@ def validate_lease(state: EngineState, request: LeaseRequest) -> None:
         validate_queue(name, limits)
     join_index.check_queues(state, request.queues, "lease")
     validate_count(request.max_tasks, "max_tasks", 1, limits.max_batch)
+    if request.max_reply_bytes is not None:
+        validate_count(request.max_reply_bytes, "max_reply_bytes", 1, 1 << 40)
     request.lease_secs = validate_lease_secs(request.lease_secs, limits)
     if request.max_pid is not None:
         validate_pid(request.max_pid, limits, "max_pid")
@@ -87,6 +89,24 @@ def validate_lease(state: EngineState, request: LeaseRequest) -> None:
             raise errors.BadRequest(f"{what} must be a number in (0, 1000000]")
     if request.rate_burst is not None and request.rate_per_sec is None:
         raise errors.BadRequest("rate_burst needs rate_per_sec")
+
+
+# A leased task's reply is its fields (msgpack keys, numbers) plus its strings:
+# about 250 bytes beyond the strings for the longest numbers (measured), so a
+# little more to stay an upper bound; the reply's envelope adds the rest.
+LEASED_TASK_FIXED_BYTES = 280
+REPLY_ENVELOPE_BYTES = 32
+
+
+def leased_reply_bytes(task: Task, request: LeaseRequest) -> int:
+    """An upper bound of the bytes `task` adds to the reply of `request` once leased."""
+    size = LEASED_TASK_FIXED_BYTES + len(task.data) + len(task.queue) + len(task.pid)
+    for text in (task.sender, task.receiver, task.note, request.worker, request.peer):
+        if text:
+            size += len(text.encode())
+    if task.headers:
+        size += sum(len(key.encode()) + len(value.encode()) + 10 for key, value in task.headers.items())
+    return size
 
 
 def lease(state: EngineState, request: LeaseRequest, now: float) -> list[Task]:
@@ -120,10 +140,18 @@ def lease(state: EngineState, request: LeaseRequest, now: float) -> list[Task]:
     mutations: list[Mutation] = []
     expires_at = now + request.lease_secs
     budget = state.limits.max_reply_data_bytes
+    reply_budget = request.max_reply_bytes
+    if reply_budget is not None:
+        reply_budget -= REPLY_ENVELOPE_BYTES
     expiry = state.expiry
     for pid, queue in candidates[:want]:
         if leased and budget < len(queue.available[pid].data):
             break  # the reply would be too large to read; the rest waits for the next lease
+        if reply_budget is not None:
+            size = leased_reply_bytes(queue.available[pid], request)
+            if leased and reply_budget < size:
+                break  # the caller's reply limit (a UDP datagram); the rest waits for the next lease
+            reply_budget -= size
         task = queue.remove_available(pid)
         assert task is not None
         budget -= len(task.data)
