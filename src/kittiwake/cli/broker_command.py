@@ -33,7 +33,8 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               help="Directory of the SQLite store; created if missing.")
 @click.option("--store", "store_url", metavar="URL",
               help="The store, instead of --data: sqlite://DIR, or postgresql://[USER@]HOST[:PORT]/DB"
-              "[?schema=NAME] (tables in schema NAME, default kittiwake; created or upgraded at start). "
+              "[?schema=NAME][&brokers=many] (tables in schema NAME, default kittiwake; created or upgraded "
+              "at start; brokers=many on every broker of a schema to run several on it). "
               "Put a password in ~/.pgpass or $PGPASSWORD rather than here.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on: this machine only by default; 0.0.0.0 for every interface "
