@@ -44,6 +44,10 @@ LISTEN_POLL_SECS = 1.0  # how often the thread looks at its stop flag
 class BrokerConflict(ValueError):
     """Another broker serves the schema in a way this one cannot join."""
 
+    def __init__(self, message: str, schema: str = "") -> None:
+        super().__init__(message)
+        self.schema = schema
+
 
 def lock_space(schema: str, purpose: str) -> int:
     """A signed 32-bit advisory-lock key for (schema, purpose), stable across processes."""
@@ -87,7 +91,8 @@ class Presence:
                     f"schema {self.schema!r} is served by "
                     + ("a broker that runs alone (brokers=one)" if self.shared else "another broker")
                     + ": start every broker of a schema with brokers=many in the store URL "
-                    "(postgresql://…?brokers=many) to run several"
+                    "(postgresql://…?brokers=many) to run several",
+                    self.schema,
                 )
             if self.shared:
                 slots = lock_space(self.schema, "slot")
@@ -96,7 +101,7 @@ class Presence:
                         self.slot = slot
                         break
                 else:
-                    raise BrokerConflict(f"schema {self.schema!r} already has {MAX_BROKERS} brokers")
+                    raise BrokerConflict(f"schema {self.schema!r} already has {MAX_BROKERS} brokers", self.schema)
                 db.execute(f'LISTEN "{channel_of(self.schema)}"')
         except BaseException:
             db.close()
