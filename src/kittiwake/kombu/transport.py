@@ -1,0 +1,374 @@
+"""kombu's virtual transport on a Kittiwake broker: `Transport`, its `Channel` and `QoS`.
+
+Theory of operation. kombu's virtual transports keep exchanges and bindings
+in the client and ask the channel for four things: put a message in a queue,
+get one, purge a queue, tell its size. Here a message is a Kittiwake task
+(data: the kombu message, msgpack), its priority is the start of its pid
+(`names.PidClock`), and getting one *leases* it — nothing is removed at
+receive time, unlike kombu's simple virtual transports that pop the message
+and lose it when the worker is killed. The lease is the delivery tag
+(`lease_book`): `ack` dequeues it, `reject(requeue=True)` releases it (a
+counted attempt, see `options`), `reject()` dead-letters it into
+`<queue>.dead`, closing a channel gives its unacked messages back without
+counting an attempt, and a killed worker's leases simply run out.
+
+Consuming is a long-poll across every consumed queue of the connection in
+one request (`Transport.drain_events`): a worker waiting for work waits in
+the broker, not in a polling loop. Each request leases what the consumers'
+prefetch allows; the tasks wait in a local buffer and go out one per
+`drain_events` call, as kombu expects, with their leases renewed meanwhile.
+
+Expiration: a message's `expiration` (per-message TTL, ms) and the queue's
+`x-message-ttl` (`Queue(message_ttl=…)`, known where the queue was declared)
+become a deadline header; a message found past it is dropped when it would
+have been delivered (AMQP drops it too). Queue expiry (`x-expires`),
+`x-max-length` and dead-letter exchanges are not supported.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import socket
+import time
+from collections.abc import Iterable
+from queue import Empty
+from typing import Any
+
+import msgspec
+from kombu.transport import virtual
+
+from kittiwake.client import Client, LeasedTask
+from kittiwake.errors import BadRequest, KittiwakeError, Transient
+from kittiwake.kombu.bindings import BindingRegistry
+from kittiwake.kombu.lease_book import LeaseBook
+from kittiwake.kombu.names import PidClock, broker_url, kombu_name, priority_rank, queue_name
+from kittiwake.kombu.options import TransportOptions
+
+logger = logging.getLogger(__name__)
+
+EXPIRES_HEADER = "kombu-expires-at"
+"""A message's deadline (epoch seconds), from its `expiration` or its queue's `x-message-ttl`."""
+
+DEFAULT_PORT = 7370
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+
+class QoS(virtual.QoS):
+    """kombu's prefetch accounting, with acks and rejects that go to the broker's leases."""
+
+    def __init__(self, channel: Channel, prefetch_count: int = 0) -> None:
+        super().__init__(channel, prefetch_count)
+        self._book: LeaseBook = channel.connection.leases
+        self._requeue_counts_attempt = channel.connection.options.requeue_counts_attempt
+
+    def ack(self, delivery_tag: str) -> None:
+        self._book.ack(delivery_tag)
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        if requeue:
+            self._book.release([delivery_tag], reason="REQUEUED", counted=self._requeue_counts_attempt)
+        else:
+            self._book.release([delivery_tag], reason="REJECTED", bury=True)
+        self._quick_ack(delivery_tag)
+
+    def restore_unacked(self) -> list[tuple[BaseException, Any]]:
+        """Give every unacked message of this channel back, without counting an attempt."""
+        self._flush()
+        tags = list(self._delivered)
+        self._delivered.clear()
+        try:
+            self._book.release(tags, reason="RESTORED", counted=False)
+        except KittiwakeError as exc:
+            # nothing is lost: the leases run out and the messages come back then
+            logger.warning("could not give back %d unacked messages (they return when their leases expire): %s",
+                           len(tags), exc)
+        return []
+
+
+class Channel(virtual.Channel):
+    """A virtual channel whose queues are Kittiwake queues."""
+
+    QoS = QoS
+    do_restore = True
+    body_encoding = None  # msgpack carries bytes as they are: no base64
+    supports_fanout = False  # fanout goes through the binding registry (`bindings`), one put per queue
+
+    connection: Transport
+
+    def __init__(self, connection: Transport, **kwargs: Any) -> None:
+        super().__init__(connection, **kwargs)
+        self._queue_ttl_secs: dict[str, float] = {}
+
+    # ------------------------------------------------------------- naming
+
+    def _queue(self, queue: str) -> str:
+        return queue_name(queue, self.connection.options.queue_group)
+
+    # ----------------------------------------------------------- the four
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        transport = self.connection
+        properties = message["properties"]
+        rank = priority_rank(properties.get("priority"), highest_first=transport.options.priority_order == "amqp")
+        pid = transport.pids.pid(rank, properties.get("delivery_tag") or "")
+        headers = None
+        deadline = self._deadline(queue, properties.get("expiration"))
+        if deadline is not None:
+            headers = {EXPIRES_HEADER: repr(deadline)}
+        transport.broker.enqueue(
+            self._queue(queue),
+            _encoder.encode(message),
+            pid=pid,
+            headers=headers,
+            max_attempts=transport.options.max_attempts,
+        )
+
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        transport = self.connection
+        transport.flush_acks()
+        tasks = transport.broker.lease(self._queue(queue), max_tasks=1, lease_secs=transport.leases.lease_secs)
+        for task in tasks:
+            payload = transport.payload_of(task)
+            if payload is not None:
+                return payload
+        raise Empty()
+
+    def _purge(self, queue: str) -> int:
+        # drops the queue's leased messages too; their acks then find nothing, which is harmless
+        return self.connection.broker.delete_queue(self._queue(queue))
+
+    def _size(self, queue: str) -> int:
+        stats = self.connection.broker.stats([self._queue(queue)], sample=0)
+        return stats[0].available if stats else 0
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        # kombu calls this once per binding of the queue: (exchange, routing key, pattern, queue)
+        if args:
+            self.connection.bindings.forget(args[0], args[1], queue)
+        self.connection.broker.delete_queue(self._queue(queue))
+
+    def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        ttl_ms = (kwargs.get("arguments") or {}).get("x-message-ttl")
+        if ttl_ms is not None:
+            self._queue_ttl_secs[queue] = float(ttl_ms) / 1000
+
+    def _has_queue(self, queue: str, **kwargs: Any) -> bool:
+        return True  # Kittiwake's queues exist while they hold messages; an empty one is as good as declared
+
+    # ------------------------------------------------------- bindings
+
+    def queue_bind(self, queue: str, exchange: str | None = None, routing_key: str = "",
+                   arguments: Any = None, **kwargs: Any) -> None:
+        super().queue_bind(queue, exchange, routing_key, arguments, **kwargs)
+        exchange = exchange or "amq.direct"
+        kind = self.typeof(exchange).type
+        self.connection.bindings.remember(exchange, kind, routing_key, queue, self._queue_ttl_secs.get(queue))
+
+    def queue_unbind(self, queue: str, exchange: str | None = None, routing_key: str = "",
+                     arguments: Any = None, **kwargs: Any) -> None:
+        super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
+        self.connection.bindings.forget(exchange or "amq.direct", routing_key, queue)
+
+    def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
+        """Bindings of `exchange`: this connection's, and every other client's (the registry)."""
+        local = self.state.exchanges.get(exchange, {}).get("table", [])
+
+        def prepare(binding: Any) -> Any:
+            kind = self.exchange_types.get(binding.type) or self.exchange_types["direct"]
+            return kind.prepare_bind(binding.queue, exchange, binding.routing_key, None)
+
+        return self.connection.bindings.table(exchange, local, prepare)
+
+    def typeof(self, exchange: str, default: str = "direct") -> Any:
+        kind = self.state.exchanges.get(exchange, {}).get("type") or self.connection.bindings.type_of(exchange)
+        return self.exchange_types[kind or default]
+
+    # ------------------------------------------------------- consuming
+
+    def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str, **kwargs: Any) -> Any:
+        result = super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+        self.connection.consuming[self._queue(queue)] = (queue, self, no_ack)
+        return result
+
+    def basic_cancel(self, consumer_tag: str) -> Any:
+        queue = self._tag_to_queue.get(consumer_tag)
+        result = super().basic_cancel(consumer_tag)
+        if queue is not None and queue not in self._active_queues:
+            self.connection.stop_consuming(self._queue(queue))
+        return result
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        message = super().basic_get(queue, no_ack=no_ack, **kwargs)
+        if message is not None and no_ack:
+            self.connection.leases.ack(message.delivery_tag)
+            self.connection.flush_acks()
+        return message
+
+    # ------------------------------------------------------- internals
+
+    def _deadline(self, queue: str, expiration: Any) -> float | None:
+        ttls = [self._queue_ttl_secs.get(queue), self.connection.bindings.queue_ttl_secs(queue)]
+        if expiration is not None:
+            try:
+                ttls.append(float(expiration) / 1000)
+            except (TypeError, ValueError):
+                pass
+        known = [ttl for ttl in ttls if ttl is not None]
+        return time.time() + min(known) if known else None
+
+
+class Transport(virtual.Transport):
+    """kombu transport `kittiwake://host:port` (alias registered by `import kittiwake.kombu`)."""
+
+    Channel = Channel
+
+    driver_type = "kittiwake"
+    driver_name = "kittiwake"
+    default_port = DEFAULT_PORT
+    can_parse_url = True  # the URL's query carries transport options, which kombu's parser would refuse
+    polling_interval = None  # never sleep between polls: leases long-poll in the broker
+
+    implements = virtual.Transport.implements.extend(
+        asynchronous=False,
+        exchange_type=frozenset(["direct", "topic", "fanout"]),
+        heartbeats=False,
+    )
+
+    connection_errors = virtual.Transport.connection_errors + (Transient,)
+    channel_errors = virtual.Transport.channel_errors + (BadRequest,)
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        url, url_options = self._broker_url(client)
+        self.options = TransportOptions.from_mapping({**(client.transport_options or {}), **url_options})
+        self.broker = Client(url, connect_timeout=float(client.connect_timeout or 10.0))
+        self.leases = LeaseBook(
+            self.broker,
+            lease_secs=self.options.lease_secs,
+            renew_every_secs=self.options.renew_interval_secs,
+            ack_flush_secs=self.options.ack_flush_secs,
+        )
+        self.bindings = BindingRegistry(self.broker, self.options.queue_group)
+        self.pids = PidClock()
+        # Kittiwake queue -> (kombu queue, its channel, no_ack) for every queue consumed on this connection
+        self.consuming: dict[str, tuple[str, Channel, bool]] = {}
+        self._ready: collections.deque[LeasedTask] = collections.deque()
+
+    # `self.client` is kombu's Connection (virtual transports read their options there);
+    # `self.broker` is the Kittiwake client
+    @staticmethod
+    def _broker_url(client: Any) -> tuple[str, dict[str, str]]:
+        hostname = client.hostname or "127.0.0.1"
+        if "://" in hostname:
+            return broker_url(hostname)
+        credentials = f"{client.userid}:{client.password}@" if client.userid and client.password else ""
+        return f"kw://{credentials}{hostname}:{client.port or DEFAULT_PORT}", {}
+
+    def establish_connection(self) -> Transport:
+        self.broker.ping()  # fail here, where kombu retries a connection, not at the first publish
+        return super().establish_connection()
+
+    def close_connection(self, connection: Any) -> None:
+        try:
+            super().close_connection(connection)
+            self._give_back(list(self._ready), reason="RESTORED")
+            self._ready.clear()
+            self.leases.close()
+        finally:
+            self.broker.close()
+
+    # ------------------------------------------------------------ consuming
+
+    def flush_acks(self) -> None:
+        self.leases.flush_acks()
+
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+        """Deliver one message to its consumer, long-polling the broker for up to `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            while self._ready:
+                if self._deliver_ready(self._ready.popleft()):
+                    return
+            self.flush_acks()
+            queues, max_tasks = self._wanted()
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise socket.timeout()
+            wait = self.options.wait_secs if remaining is None else min(remaining, self.options.wait_secs)
+            if not queues:
+                time.sleep(min(wait, 0.1) if wait else 0)
+                continue
+            self._ready.extend(
+                self.broker.lease(
+                    queues, max_tasks=max_tasks, lease_secs=self.leases.lease_secs, wait_secs=max(wait, 0.0)
+                )
+            )
+
+    def _wanted(self) -> tuple[list[str], int]:
+        """The queues to lease from (consumed on channels that may take more) and how many to take."""
+        queues: list[str] = []
+        budgets: list[int] = []
+        for queue, (_, channel, _) in self.consuming.items():
+            if channel.closed or not channel.qos.can_consume():
+                continue
+            queues.append(queue)
+            budget = channel.qos.can_consume_max_estimate()
+            budgets.append(self.options.prefetch_max if budget is None else budget)
+        return queues, max(1, min(budgets, default=1))
+
+    def _deliver_ready(self, task: LeasedTask) -> bool:
+        consumer = self.consuming.get(task.queue)
+        if consumer is None or consumer[1].closed:
+            self._give_back([task], reason="NO_CONSUMER")
+            return False
+        payload = self.payload_of(task)
+        if payload is None:
+            return False
+        kombu_queue, _, no_ack = consumer
+        if no_ack:
+            self.leases.ack(payload["properties"]["delivery_tag"])
+        self._deliver(payload, kombu_queue)
+        return True
+
+    def payload_of(self, task: LeasedTask) -> dict[str, Any] | None:
+        """The kombu message of a leased task, its delivery tag the lease; None (and the task
+        dropped) when it expired or cannot be read."""
+        tag = self.leases.hold(task)
+        deadline = (task.headers or {}).get(EXPIRES_HEADER)
+        if deadline is not None and float(deadline) < time.time():
+            self.leases.ack(tag)  # AMQP drops an expired message; so do we
+            return None
+        try:
+            payload = _decoder.decode(task.data)
+            properties = payload["properties"]
+        except (msgspec.DecodeError, KeyError, TypeError):
+            logger.error("%s/%s is not a kombu message; dead-lettered", task.queue, task.pid)
+            self.leases.release([tag], reason="NOT_A_KOMBU_MESSAGE", bury=True)
+            return None
+        properties["delivery_tag"] = tag
+        payload["redelivered"] = task.deliveries > 1
+        return payload
+
+    def stop_consuming(self, queue: str) -> None:
+        self.consuming.pop(queue, None)
+        keep = [task for task in self._ready if task.queue != queue]
+        self._give_back([task for task in self._ready if task.queue == queue], reason="NO_CONSUMER")
+        self._ready = collections.deque(keep)
+
+    def _give_back(self, tasks: Iterable[LeasedTask], *, reason: str) -> None:
+        """Release leased tasks nobody was given, without counting an attempt."""
+        tasks = list(tasks)
+        if tasks:
+            try:
+                self.broker.release(tasks, reason, reject=True)
+            except KittiwakeError as exc:
+                logger.warning("could not give back %d leased messages (they return when their leases expire): %s",
+                               len(tasks), exc)
+
+    @property
+    def default_connection_params(self) -> dict[str, Any]:
+        return {"port": self.default_port, "hostname": "127.0.0.1"}
