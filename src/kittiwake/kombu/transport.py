@@ -37,6 +37,7 @@ from typing import Any
 
 import msgspec
 from kombu.transport import virtual
+from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from kittiwake.client import Client, LeasedTask
 from kittiwake.errors import BadRequest, KittiwakeError, Transient
@@ -95,7 +96,7 @@ class Channel(virtual.Channel):
     QoS = QoS
     do_restore = True
     body_encoding = None  # msgpack carries bytes as they are: no base64
-    supports_fanout = False  # fanout goes through the binding registry (`bindings`), one put per queue
+    supports_fanout = True  # through the binding registry (`bindings`): one put per bound queue
 
     connection: Transport
 
@@ -156,6 +157,10 @@ class Channel(virtual.Channel):
         if ttl_ms is not None:
             self._queue_ttl_secs[queue] = float(ttl_ms) / 1000
 
+    def prepare_queue_arguments(self, arguments: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        # `Queue(message_ttl=…)` arrives as AMQP's x-message-ttl, which `_new_queue` reads
+        return to_rabbitmq_queue_arguments(arguments, **kwargs)
+
     def _has_queue(self, queue: str, **kwargs: Any) -> bool:
         return True  # Kittiwake's queues exist while they hold messages; an empty one is as good as declared
 
@@ -172,6 +177,13 @@ class Channel(virtual.Channel):
                      arguments: Any = None, **kwargs: Any) -> None:
         super().queue_unbind(queue, exchange, routing_key, arguments, **kwargs)
         self.connection.bindings.forget(exchange or "amq.direct", routing_key, queue)
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        pass  # `queue_bind` writes every binding to the registry, fanout or not
+
+    def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
+        for queue in {row[2] for row in self.get_table(exchange)}:
+            self._put(queue, message, **kwargs)
 
     def get_table(self, exchange: str) -> list[tuple[str, str, str]]:
         """Bindings of `exchange`: this connection's, and every other client's (the registry)."""
