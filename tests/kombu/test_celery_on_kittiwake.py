@@ -40,6 +40,8 @@ CLIENT_SCRIPT = textwrap.dedent(
             "retries": tasks.fail_then_succeed.delay(2).get(timeout=30),
             "group": group(tasks.add.s(i, i) for i in range(10))().get(timeout=30),
         }
+    elif plan == "ping":
+        out = {"nodes": len(tasks.app.control.inspect(timeout=1).ping() or {})}
     else:
         out = {"starts": tasks.run_once_slowly.delay(sys.argv[2]).get(timeout=60)}
     print(json.dumps(out), flush=True)
@@ -90,22 +92,27 @@ def run_client(broker_url: str, queue: str, *args: str, log: Path) -> dict[str, 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def calls_on(broker_url: str, tmp_path: Path, name: str) -> dict[str, object]:
+def calls_on(broker_url: str, tmp_path: Path, name: str, *plans: str) -> dict[str, object]:
     queue = f"celery_tasks_{uuid.uuid4().hex[:10]}"
     log = tmp_path / f"{name}.log"
+    out: dict[str, object] = {}
     with celery_worker(broker_url, queue, log):
-        return run_client(broker_url, queue, "calls", log=log)
+        for plan in plans:
+            out.update(run_client(broker_url, queue, plan, log=log))
+    return out
 
 
 EXPECTED = {"add": 5, "retries": 2, "group": [2 * i for i in range(10)]}
 
 
 def test_same_results_on_kittiwake_and_redis(broker, tmp_path: Path) -> None:
-    on_kittiwake = calls_on(f"kittiwake://{broker.host}:{broker.port}", tmp_path, "kittiwake")
+    on_kittiwake = calls_on(f"kittiwake://{broker.host}:{broker.port}", tmp_path, "kittiwake", "calls", "ping")
+    # broadcast control reaches the worker (its pidbox queue, bound by the worker alone) and it answers
+    assert on_kittiwake.pop("nodes") == 1
     assert on_kittiwake == EXPECTED
     if not redis_available():
         pytest.skip("Redis is not running on 127.0.0.1:6379: the Kittiwake half ran, the comparison did not")
-    assert calls_on(REDIS_URL, tmp_path, "redis") == on_kittiwake
+    assert calls_on(REDIS_URL, tmp_path, "redis", "calls") == on_kittiwake
 
 
 def test_killed_worker_task_runs_again_after_its_lease(broker, tmp_path: Path) -> None:
