@@ -8,9 +8,11 @@ and a worker killed with `kill -9` stops renewing and its tasks come back when
 their leases run out (TESTING.md, "worker crash").
 
 Acks are sent in batches, as AMQP's basic.ack is: `ack` only notes the lease,
-and one dequeue request carries every noted ack — before the connection's
-next lease request, or after `ack_flush_secs` from the keeper thread when no
-lease request comes (a pool thread acked while the consumer waits). An ack is
+and one dequeue request from the keeper thread carries every noted ack — as
+the connection sends its next lease request (`flush_soon`: both reach the
+broker together and share its group commit), or `ack_flush_secs` after the
+first of them when no lease request comes (a pool thread acked while the
+consumer waits). An ack is
 therefore durable a moment after `basic_ack` returns; a worker that dies in
 that moment runs the task again, which acks_late promises anyway.
 """
@@ -48,6 +50,7 @@ class LeaseBook:
         self._acks: list[LeasedTask] = []
         self._first_ack_at: float | None = None
         self._wake = threading.Event()
+        self.acked = threading.Event()  # set by every ack: a consumer at its prefetch limit may take more
         self._closed = threading.Event()
         self._keeper: threading.Thread | None = None
 
@@ -76,9 +79,19 @@ class LeaseBook:
             if task is None:
                 return
             self._acks.append(task)
+            self.acked.set()
             if self._first_ack_at is None:
                 self._first_ack_at = time.monotonic()
                 self._wake.set()
+
+    def flush_soon(self) -> None:
+        """Have the keeper thread send the waiting acks now (beside the caller's next request,
+        so the broker commits both together)."""
+        with self._lock:
+            if not self._acks:
+                return
+            self._first_ack_at = float("-inf")
+        self._wake.set()
 
     def flush_acks(self) -> None:
         """Dequeue every acked task now, in one request."""
@@ -104,6 +117,7 @@ class LeaseBook:
         (`counted=False`: a shutdown, not a failure), or dead-lettered at once (`bury`)."""
         with self._lock:
             tasks = [task for task in (self._held.pop(tag, None) for tag in tags) if task is not None]
+        self.acked.set()
         if not tasks:
             return
         outcomes = self._client.release(tasks, reason, bury=bury, reject=not counted)

@@ -27,7 +27,6 @@ have been delivered (AMQP drops it too). Queue expiry (`x-expires`),
 
 from __future__ import annotations
 
-import collections
 import logging
 import socket
 import time
@@ -45,6 +44,7 @@ from kittiwake.kombu.bindings import BindingRegistry
 from kittiwake.kombu.lease_book import LeaseBook
 from kittiwake.kombu.names import PidClock, broker_url, kombu_name, priority_rank, queue_name
 from kittiwake.kombu.options import TransportOptions
+from kittiwake.kombu.prefetch import Prefetch
 
 logger = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ class Transport(virtual.Transport):
         self.pids = PidClock()
         # Kittiwake queue -> (kombu queue, its channel, no_ack) for every queue consumed on this connection
         self.consuming: dict[str, tuple[str, Channel, bool]] = {}
-        self._ready: collections.deque[LeasedTask] = collections.deque()
+        self.prefetch = Prefetch(self.broker, self.leases)
 
     # `self.client` is kombu's Connection (virtual transports read their options there);
     # `self.broker` is the Kittiwake client
@@ -287,8 +287,7 @@ class Transport(virtual.Transport):
     def close_connection(self, connection: Any) -> None:
         try:
             super().close_connection(connection)
-            self._give_back(list(self._ready), reason="RESTORED")
-            self._ready.clear()
+            self._give_back(self.prefetch.close(timeout=self.options.wait_secs), reason="RESTORED")
             self.leases.close()
         finally:
             self.broker.close()
@@ -299,26 +298,40 @@ class Transport(virtual.Transport):
         self.leases.flush_acks()
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
-        """Deliver one message to its consumer, long-polling the broker for up to `timeout` seconds."""
+        """Deliver one message to its consumer, waiting for up to `timeout` seconds (None: until one comes)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        prefetch = self.prefetch
         while True:
-            while self._ready:
-                if self._deliver_ready(self._ready.popleft()):
+            if prefetch.done():
+                prefetch.collect(0)
+            while prefetch.ready:
+                if self._deliver_ready(prefetch.ready.popleft()):
+                    self._lease_ahead(wait_secs=0.0)
                     return
-            self.flush_acks()
-            queues, max_tasks = self._wanted()
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise socket.timeout()
-            wait = self.options.wait_secs if remaining is None else min(remaining, self.options.wait_secs)
-            if not queues:
-                time.sleep(min(wait, 0.1) if wait else 0)
-                continue
-            self._ready.extend(
-                self.broker.lease(
-                    queues, max_tasks=max_tasks, lease_secs=self.leases.lease_secs, wait_secs=max(wait, 0.0)
-                )
-            )
+            if not prefetch.in_flight:
+                wait = self.options.wait_secs if remaining is None else min(remaining, self.options.wait_secs)
+                if not self._lease_ahead(wait_secs=wait):
+                    # every consumer is at its prefetch limit (or there is none): wait for an ack
+                    self.leases.acked.wait(0.1 if remaining is None else min(remaining, 0.1))
+                    self.leases.acked.clear()
+                    continue
+            if not prefetch.collect(remaining):
+                raise socket.timeout()
+
+    def _lease_ahead(self, *, wait_secs: float) -> bool:
+        """Start a lease request for what the consumers' prefetch allows; False when it allows nothing."""
+        prefetch = self.prefetch
+        if prefetch.in_flight:
+            return True
+        queues, budget = self._wanted()
+        budget -= len(prefetch.ready)
+        if not queues or budget <= 0:
+            return False
+        prefetch.start(queues, budget, wait_secs)
+        return True
 
     def _wanted(self) -> tuple[list[str], int]:
         """The queues to lease from (consumed on channels that may take more) and how many to take."""
@@ -330,7 +343,7 @@ class Transport(virtual.Transport):
             queues.append(queue)
             budget = channel.qos.can_consume_max_estimate()
             budgets.append(self.options.prefetch_max if budget is None else budget)
-        return queues, max(1, min(budgets, default=1))
+        return queues, min(budgets, default=0)
 
     def _deliver_ready(self, task: LeasedTask) -> bool:
         consumer = self.consuming.get(task.queue)
@@ -367,9 +380,11 @@ class Transport(virtual.Transport):
 
     def stop_consuming(self, queue: str) -> None:
         self.consuming.pop(queue, None)
-        keep = [task for task in self._ready if task.queue != queue]
-        self._give_back([task for task in self._ready if task.queue == queue], reason="NO_CONSUMER")
-        self._ready = collections.deque(keep)
+        ready = self.prefetch.ready
+        self._give_back([task for task in ready if task.queue == queue], reason="NO_CONSUMER")
+        kept = [task for task in ready if task.queue != queue]
+        ready.clear()
+        ready.extend(kept)
 
     def _give_back(self, tasks: Iterable[LeasedTask], *, reason: str) -> None:
         """Release leased tasks nobody was given, without counting an attempt."""
