@@ -172,6 +172,19 @@ class PeersSettings:
     max_drain_secs: float = 300.0  # a drain still running after this is reported as partial, at its rate
 
 
+CELERY_POOLS = ("solo", "prefork")  # `bench celery --pools`: Celery's worker pools it runs each system with
+
+
+@dataclass(frozen=True)
+class CelerySettings:
+    tasks: int = 5000  # null tasks submitted one by one, then drained by one worker
+    pools: tuple[str, ...] = CELERY_POOLS
+    concurrency: int = 2  # processes of the prefork pool (solo runs one)
+    redis_url: str = PEERS_REDIS_URL  # claimed and emptied as `bench peers` does
+    max_drain_secs: float = 300.0  # a drain still running after this fails its figure
+    ratio_min: float = 3.0  # drain rate on Kittiwake over the same on Redis
+
+
 WORKERS_FIGURES = ("map_drain", "map_results", "efficiency", "mix")
 
 

@@ -1,13 +1,14 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Eight subcommands, each starting its own broker on a throwaway directory:
+Nine subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
 to disk), `tasks` (worker processes running null,
 sleep and mixed tasks, against CloudKon, Albatross and PySpark), `peers`
 (Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer;
-its `--plot` is a bar chart of every system's drain rate and latency), `workers` (the App and
+its `--plot` is a bar chart of every system's drain rate and latency), `celery` (one Celery app's
+null tasks on the kombu transport `kittiwake://` and on Redis), `workers` (the App and
 `kittiwake worker` with its default flags: app.map drains, efficiency of sleeping tasks on slots,
 a mix of short and long tasks and its longest idle-while-waiting; its `--plot` draws the drains
 and each slot's timeline), `flows` (a three-input
@@ -26,6 +27,8 @@ from typing import Any, Callable
 import click
 
 from kittiwake.bench.settings import (
+    CELERY_POOLS,
+    CelerySettings,
     DURABILITIES,
     DURABILITY,
     FLOWS_FIGURES,
@@ -51,6 +54,7 @@ from kittiwake.bench.settings import (
 # The defaults of every option (settings imports nothing of the benchmarks, so --help stays light).
 OPS, LATENCY, SCALE, TASKS, PEERS = OpsSettings(), LatencySettings(), ScaleSettings(), TasksSettings(), PeersSettings()
 FLOWS = FlowsSettings()
+CELERY = CelerySettings()
 WORKERS = WorkersSettings()
 
 
@@ -96,7 +100,7 @@ def _quick_default(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: ops, latency, scale, tasks, peers, workers, flows, mapreduce (each on a fresh broker)."""
+    """Measure the broker: ops, latency, scale, tasks, peers, celery, workers, flows, mapreduce (each on a fresh broker)."""
 
 
 @bench.command("ops")
@@ -311,6 +315,42 @@ def peers_command(tasks: int, submits: int, threaded_submits: int, latency_sampl
     target = plot_path(plot, json_path)
     if write_chart(target, report):
         console.print(f"[dim]bar chart written to {target}")
+
+
+@bench.command("celery")
+@click.option("--tasks", type=click.IntRange(1), default=CELERY.tasks, show_default=True,
+              help="Null tasks submitted, then drained, per system and pool.")
+@click.option("--pools", callback=name_list(CELERY_POOLS, CELERY_POOLS), default=None, metavar="NAME,NAME",
+              help=f"Celery worker pools to run each system with, of {', '.join(CELERY_POOLS)} [default: all].")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=CELERY.concurrency, show_default=True,
+              help="Child processes of the prefork pool.")
+@click.option("--redis-url", default=CELERY.redis_url, show_default=True,
+              help="The Redis database Celery's Redis transport uses (claimed, emptied before and after).")
+@click.option("--max-drain-secs", type=click.FloatRange(1.0), default=CELERY.max_drain_secs, show_default=True,
+              help="A drain still running after this fails its figure.")
+@click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
+              help="Where to create the broker's throwaway directory (default: the system temp dir).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the report as JSON to FILE ('-' for stdout).")
+def celery_command(tasks: int, pools: tuple[str, ...], concurrency: int, redis_url: str, max_drain_secs: float,
+                   parent_dir: str | None, json_path: str | None) -> None:
+    """One Celery app's null tasks (acks_late) on Kittiwake's kombu transport and on Redis: submit and drain."""
+    from kittiwake.bench.celery_transport import run_celery
+    from kittiwake.bench.report import print_machine, show_figures, write_json
+
+    console = _console()
+    settings = CelerySettings(tasks=tasks, pools=pools, concurrency=concurrency, redis_url=redis_url,
+                              max_drain_secs=max_drain_secs)
+    report = run_celery(settings, console, parent_dir=parent_dir)
+    show_figures(console, "kittiwake bench celery — tasks/s, × ref = Kittiwake over Redis", report["celery"])
+    for system, text in report["services"].items():
+        console.print(f"[dim]{system}: {text}")
+    for name, record in report["celery"].items():
+        if record.get("first_error"):
+            console.print(f"[red]{name}: {record['first_error']}")
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
 
 
 @bench.command("workers")
