@@ -76,6 +76,7 @@ def measure(broker_url: str, pool: str, settings: CelerySettings, root: Path, pa
     tally_path = root / f"{name}.tally"
     log_path = root / f"{name}.log"
     env = {**os.environ, "CELERY_BROKER_URL": broker_url, QUEUE_ENV: queue, tally.TALLY_ENV: str(tally_path)}
+    previous = os.environ.get(QUEUE_ENV)
     os.environ[QUEUE_ENV] = queue  # the submitting app routes by it too
     app = create_app(broker_url)
     try:
@@ -86,6 +87,10 @@ def measure(broker_url: str, pool: str, settings: CelerySettings, root: Path, pa
         submit_secs = time.perf_counter() - started
     finally:
         app.close()
+        if previous is None:
+            os.environ.pop(QUEUE_ENV, None)
+        else:
+            os.environ[QUEUE_ENV] = previous
     with log_path.open("ab") as log:
         worker = subprocess.Popen(_worker_command(pool, settings.concurrency, queue), env=env,
                                   stdout=log, stderr=log)
