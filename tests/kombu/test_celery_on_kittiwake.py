@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,14 @@ def redis_available() -> bool:
         return True
     except OSError:
         return False
+
+
+@pytest.fixture(autouse=True)
+def celery_knows_kittiwake() -> None:
+    """Workers find kittiwake:// through the `celery.commands` entry point, which only an install writes."""
+    if not any(entry.name == "kittiwake" for entry in entry_points(group="celery.commands")):
+        pytest.fail("the celery.commands entry point `kittiwake` is not installed: run `make setup` "
+                    "(or pip install -e .) after pyproject.toml changed")
 
 
 def environment(broker_url: str, queue: str) -> dict[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from contextlib import closing
 
@@ -96,7 +97,7 @@ def test_unacked_message_is_leased_not_removed(broker, connection: kombu.Connect
         with kittiwake.Client(broker.url) as client:
             [view] = client.peek("unacked")
             assert view.state == "leased"
-            assert str(client.lease("unacked", wait_secs=0)) == "[]"  # nobody else gets it meanwhile
+            assert client.lease("unacked", wait_secs=0) == []  # nobody else gets it meanwhile
         message.ack()
 
 
@@ -115,10 +116,10 @@ def test_requeue_redelivers_and_counts_an_attempt(broker, connection: kombu.Conn
     with closing(connection.SimpleQueue("requeued")) as queue:
         queue.put({"n": 1})
         first = queue.get(timeout=5)
-        assert not first.delivery_info.get("redelivered") and first.properties.get("redelivered") is None
+        assert first.delivery_info["redelivered"] is False
         first.requeue()
         again = queue.get(timeout=5)
-        assert again.payload == {"n": 1}
+        assert again.payload == {"n": 1} and again.delivery_info["redelivered"] is True
         with kittiwake.Client(broker.url) as client:
             [view] = client.peek("requeued")
             assert view.attempts == 1
@@ -161,8 +162,7 @@ def test_killed_consumer_message_returns_after_its_lease(broker, tmp_path) -> No
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
         assert done.returncode == -9 and "got 7" in done.stdout, done.stderr
         message = queue.get(timeout=10)  # back once the dead consumer's one-second lease ran out
-        assert message.payload == {"n": 7}
-        assert message.delivery_info.get("redelivered") or message.payload
+        assert message.payload == {"n": 7} and message.delivery_info["redelivered"] is True
         message.ack()
 
 
@@ -185,7 +185,6 @@ def test_message_expiration_drops_expired_messages(connection: kombu.Connection)
     producer = connection.Producer()
     producer.publish({"n": "expired"}, routing_key="ttl_message", declare=[queue], expiration=0.001)
     producer.publish({"n": "kept"}, routing_key="ttl_message", declare=[queue], expiration=60)
-    import time
 
     time.sleep(0.05)
     [message] = drain(connection, queue, 1)
@@ -198,7 +197,6 @@ def test_message_expiration_drops_expired_messages(connection: kombu.Connection)
 def test_queue_message_ttl(connection: kombu.Connection) -> None:
     queue = kombu.Queue("ttl_queue", routing_key="ttl_queue", message_ttl=0.001)
     connection.Producer().publish({"n": 1}, routing_key="ttl_queue", declare=[queue])
-    import time
 
     time.sleep(0.05)
     with closing(connection.SimpleQueue(queue)) as simple:
@@ -260,3 +258,18 @@ def test_odd_queue_names_round_trip(connection: kombu.Connection) -> None:
 def test_transport_resolves_from_the_url_alias(connection: kombu.Connection) -> None:
     assert isinstance(connection.transport, Transport)
     assert connection.transport.options.lease_secs == 60.0
+
+
+def test_held_message_stays_leased_past_its_lease_while_renewed(broker) -> None:
+    with kombu.Connection(kombu_url(broker, lease_secs=0.6)) as holder, \
+            kombu.Connection(kombu_url(broker)) as other, \
+            closing(holder.SimpleQueue("renewed")) as mine, closing(other.SimpleQueue("renewed")) as theirs:
+        mine.put({"n": 1})
+        message = mine.get(timeout=5)
+        deadline = time.monotonic() + 2.0  # over three leases long: only renewals keep it
+        while time.monotonic() < deadline:
+            with pytest.raises(theirs.Empty):
+                theirs.get(timeout=0.3)
+        message.ack()
+    with kittiwake.Client(broker.url) as client:
+        assert client.peek("renewed") == []

@@ -375,7 +375,10 @@ class Transport(virtual.Transport):
             self.leases.release([tag], reason="NOT_A_KOMBU_MESSAGE", bury=True)
             return None
         properties["delivery_tag"] = tag
-        payload["redelivered"] = task.deliveries > 1
+        # delivered before (a requeue, or a lease that ran out): where Celery's request reads it
+        redelivered = task.deliveries > 1
+        payload["redelivered"] = redelivered
+        properties.setdefault("delivery_info", {})["redelivered"] = redelivered
         return payload
 
     def stop_consuming(self, queue: str) -> None:
