@@ -5,6 +5,7 @@ comes back, and a closed one's comes back without counting an attempt."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import textwrap
@@ -273,3 +274,16 @@ def test_held_message_stays_leased_past_its_lease_while_renewed(broker) -> None:
         message.ack()
     with kittiwake.Client(broker.url) as client:
         assert client.peek("renewed") == []
+
+
+def test_auto_delete_queue_goes_with_its_consumer(broker) -> None:
+    exchange = kombu.Exchange("broadcast_auto", type="fanout")
+    queue = kombu.Queue("fan_auto", exchange, auto_delete=True)
+    with kombu.Connection(kombu_url(broker)) as conn:
+        with conn.Consumer([queue], callbacks=[lambda body, message: message.ack()]):
+            with pytest.raises(socket.timeout):
+                conn.drain_events(timeout=0.2)
+        with kombu.Connection(kombu_url(broker)) as publisher:  # after the consumer went: no queue is bound
+            publisher.Producer().publish({"hi": 1}, exchange="broadcast_auto", routing_key="")
+    with kittiwake.Client(broker.url) as client:
+        assert client.peek("fan_auto") == []

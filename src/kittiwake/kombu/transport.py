@@ -52,6 +52,7 @@ EXPIRES_HEADER = "kombu-expires-at"
 """A message's deadline (epoch seconds), from its `expiration` or its queue's `x-message-ttl`."""
 
 DEFAULT_PORT = 7370
+CLOSE_WAIT_SECS = 1.0  # how long closing waits for a lease request in flight to bring its messages back
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -103,6 +104,7 @@ class Channel(virtual.Channel):
     def __init__(self, connection: Transport, **kwargs: Any) -> None:
         super().__init__(connection, **kwargs)
         self._queue_ttl_secs: dict[str, float] = {}
+        self._auto_delete: set[str] = set()  # queues declared auto_delete here: deleted when consuming stops
 
     # ------------------------------------------------------------- naming
 
@@ -153,6 +155,8 @@ class Channel(virtual.Channel):
         self.connection.broker.delete_queue(self._queue(queue))
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
+        if kwargs.get("auto_delete"):
+            self._auto_delete.add(queue)
         ttl_ms = (kwargs.get("arguments") or {}).get("x-message-ttl")
         if ttl_ms is not None:
             self._queue_ttl_secs[queue] = float(ttl_ms) / 1000
@@ -211,6 +215,12 @@ class Channel(virtual.Channel):
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
             self.connection.stop_consuming(self._queue(queue))
+            if queue in self._auto_delete:
+                # AMQP deletes an auto-delete queue when its consumer goes: a stopped worker's pidbox
+                # and a closed client's reply queue leave no queue, and no binding, behind
+                self._auto_delete.discard(queue)
+                self.queue_delete(queue)
+                self.connection.broker.delete_queue(self._queue(queue))
         return result
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
@@ -287,7 +297,8 @@ class Transport(virtual.Transport):
     def close_connection(self, connection: Any) -> None:
         try:
             super().close_connection(connection)
-            self._give_back(self.prefetch.close(timeout=self.options.wait_secs), reason="RESTORED")
+            # a long-poll in flight is not waited out: closing the client drops it at the broker
+            self._give_back(self.prefetch.close(timeout=CLOSE_WAIT_SECS), reason="RESTORED")
             self.leases.close()
         finally:
             self.broker.close()
