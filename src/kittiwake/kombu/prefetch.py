@@ -1,85 +1,100 @@
 """Leasing the next messages while the consumer runs the current ones.
 
-A consumer that asked the broker for its next message only when it was idle
-would wait one round trip — a commit on the broker's disk — between batches.
-So the connection keeps one lease request in flight on a thread of its own:
-the moment a delivery leaves room under the consumer's prefetch limit, it
-leases that many more (without waiting), and when the consumer runs out it
-waits on that request, or on a long-poll, instead of asking anew. The acks
-waiting go out beside each request (`LeaseBook.flush_soon`), so the broker
-commits both in one group commit. Leased messages wait in `ready` until kombu asks for
-them; together with the unacked ones they never exceed the prefetch limit.
+A consumer that asked the broker for its next messages only when it was idle
+would wait one round trip — a commit on the broker's disk — between batches,
+and kombu's prefetch limit (Celery: 4 per process) caps a batch. So the
+connection keeps lease requests in flight on threads of its own: the moment a
+delivery leaves room under the consumers' prefetch limit, it leases that many
+more without waiting (up to `MAX_IN_FLIGHT` requests at once, so the round
+trips overlap; while one is on its way the next waits for half the window to
+be free, so a request carries a few messages, not one), and when the consumer runs out it waits on those requests, or
+on a long-poll, instead of asking anew. The acks waiting go out beside each
+request (`LeaseBook.flush_soon`), so the broker commits both in one group
+commit. Leased messages wait in `ready` until kombu asks for them; with the
+ones in flight and the unacked ones they never exceed the prefetch limit.
 """
 
 from __future__ import annotations
 
 import collections
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from kittiwake.client import Client, LeasedTask
 from kittiwake.kombu.lease_book import LeaseBook
 
+MAX_IN_FLIGHT = 4
+"""Lease requests one connection keeps in flight at once."""
+
 
 class Prefetch:
-    """One lease request in flight at a time, and the messages it brought."""
+    """The lease requests in flight, and the messages they brought."""
 
     def __init__(self, broker: Client, leases: LeaseBook) -> None:
         self._broker = broker
         self._leases = leases
         self._executor: ThreadPoolExecutor | None = None
-        self._in_flight: Future[list[LeasedTask]] | None = None
-        self.in_flight_tasks = 0  # how many the request in flight may bring
+        self._in_flight: dict[Future[list[LeasedTask]], int] = {}  # request -> the most it may bring
         self.ready: collections.deque[LeasedTask] = collections.deque()
 
     @property
     def in_flight(self) -> bool:
-        return self._in_flight is not None
+        return bool(self._in_flight)
+
+    @property
+    def in_flight_tasks(self) -> int:
+        """How many messages the requests in flight may bring together."""
+        return sum(self._in_flight.values())
+
+    def can_start(self) -> bool:
+        return len(self._in_flight) < MAX_IN_FLIGHT
 
     def start(self, queues: list[str], max_tasks: int, wait_secs: float) -> None:
         """Ask for up to `max_tasks` messages of `queues`, waiting up to `wait_secs` for the first."""
-        assert self._in_flight is None
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="kittiwake-kombu-prefetch")
+            self._executor = ThreadPoolExecutor(MAX_IN_FLIGHT, thread_name_prefix="kittiwake-kombu-prefetch")
         lease_secs = self._leases.lease_secs
 
         def lease() -> list[LeasedTask]:
             self._leases.flush_soon()
             return self._broker.lease(queues, max_tasks=max_tasks, lease_secs=lease_secs, wait_secs=wait_secs)
 
-        self._in_flight = self._executor.submit(lease)
-        self.in_flight_tasks = max_tasks
+        self._in_flight[self._executor.submit(lease)] = max_tasks
 
     def collect(self, timeout: float | None) -> bool:
-        """Wait up to `timeout` for the request in flight; True once its messages are in `ready`.
-        A failed request raises here (a connection error reaches kombu, which reconnects)."""
-        future = self._in_flight
-        if future is None:
+        """Wait up to `timeout` for a request in flight; True once the finished ones' messages are in
+        `ready` (or none was in flight). A failed request raises here (a connection error reaches
+        kombu, which reconnects)."""
+        if not self._in_flight:
             return True
-        try:
-            tasks = future.result(timeout=timeout)
-        except FutureTimeout:
+        done, _ = wait(list(self._in_flight), timeout=timeout, return_when=FIRST_COMPLETED)
+        if not done:
             return False
-        finally:
-            if future.done():
-                self._in_flight = None
-                self.in_flight_tasks = 0
-        self.ready.extend(tasks)
+        failure: BaseException | None = None
+        for future in done:
+            del self._in_flight[future]
+            error = future.exception()
+            if error is not None:
+                failure = failure or error
+            else:
+                self.ready.extend(future.result())
+        if failure is not None:
+            raise failure
         return True
 
     def done(self) -> bool:
-        return self._in_flight is not None and self._in_flight.done()
+        return any(future.done() for future in self._in_flight)
 
     def close(self, timeout: float) -> list[LeasedTask]:
         """Stop; the messages leased and never delivered, for the caller to give back."""
         left: list[LeasedTask] = list(self.ready)
         self.ready.clear()
-        if self._in_flight is not None:
-            try:
-                left.extend(self._in_flight.result(timeout=timeout))
-            except Exception:
-                pass  # lost or still waiting: such leases run out and their messages come back
-            self._in_flight = None
+        if self._in_flight:
+            done, _ = wait(list(self._in_flight), timeout=timeout)
+            for future in done:
+                if future.exception() is None:
+                    left.extend(future.result())
+            # the others are lost or still waiting: such leases run out and their messages come back
+            self._in_flight.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
         return left

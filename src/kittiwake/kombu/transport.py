@@ -333,14 +333,17 @@ class Transport(virtual.Transport):
                 raise socket.timeout()
 
     def _lease_ahead(self, *, wait_secs: float) -> bool:
-        """Start a lease request for what the consumers' prefetch allows; False when it allows nothing."""
+        """Start a lease request for what the consumers' prefetch allows; False when it allows nothing
+        (or enough requests are in flight already)."""
         prefetch = self.prefetch
-        if prefetch.in_flight:
-            return True
-        queues, budget = self._wanted()
-        budget -= len(prefetch.ready)
+        if not prefetch.can_start():
+            return False
+        queues, limit = self._wanted()
+        budget = limit - len(prefetch.ready) - prefetch.in_flight_tasks
         if not queues or budget <= 0:
             return False
+        if prefetch.in_flight and budget < (limit + 1) // 2:
+            return False  # a request is on its way: ask again when half the window is free, not per message
         prefetch.start(queues, budget, wait_secs)
         return True
 
