@@ -262,12 +262,13 @@ def test_transport_resolves_from_the_url_alias(connection: kombu.Connection) -> 
 
 
 def test_held_message_stays_leased_past_its_lease_while_renewed(broker) -> None:
-    with kombu.Connection(kombu_url(broker, lease_secs=0.6)) as holder, \
+    # renewed ten times a lease, so a loaded machine that runs the renewer late does not lose it
+    with kombu.Connection(kombu_url(broker, lease_secs=1.5, renew_every_secs=0.15)) as holder, \
             kombu.Connection(kombu_url(broker)) as other, \
             closing(holder.SimpleQueue("renewed")) as mine, closing(other.SimpleQueue("renewed")) as theirs:
         mine.put({"n": 1})
         message = mine.get(timeout=5)
-        deadline = time.monotonic() + 2.0  # over three leases long: only renewals keep it
+        deadline = time.monotonic() + 3.5  # over two leases long: only renewals keep it
         while time.monotonic() < deadline:
             with pytest.raises(theirs.Empty):
                 theirs.get(timeout=0.3)
