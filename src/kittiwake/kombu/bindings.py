@@ -82,10 +82,6 @@ class BindingRegistry:
             return  # not bound (or bound by nobody but this process's memory)
         self._broker.purge_dead(self._queue, [pid])
 
-    def forget_queue(self, queue: str, exchanges: list[tuple[str, str]]) -> None:
-        for exchange, routing_key in exchanges:
-            self.forget(exchange, routing_key, queue)
-
     def bindings(self, exchange: str) -> list[Binding]:
         """Every binding of `exchange` on the broker (at most `REFRESH_SECS` old)."""
         now = time.monotonic()

@@ -42,7 +42,7 @@ from kittiwake.client import Client, LeasedTask
 from kittiwake.errors import BadRequest, KittiwakeError, Transient
 from kittiwake.kombu.bindings import BindingRegistry
 from kittiwake.kombu.lease_book import LeaseBook
-from kittiwake.kombu.names import PidClock, broker_url, kombu_name, priority_rank, queue_name
+from kittiwake.kombu.names import PidClock, broker_url, priority_rank, queue_name
 from kittiwake.kombu.options import TransportOptions
 from kittiwake.kombu.prefetch import Prefetch
 
