@@ -14,15 +14,24 @@ counting an attempt, and a killed worker's leases simply run out.
 
 Consuming is a long-poll across every consumed queue of the connection in
 one request (`Transport.drain_events`): a worker waiting for work waits in
-the broker, not in a polling loop. Each request leases what the consumers'
-prefetch allows; the tasks wait in a local buffer and go out one per
-`drain_events` call, as kombu expects, with their leases renewed meanwhile.
+the broker, not in a polling loop. Requests lease what the consumers'
+prefetch allows and run ahead of the consumer (`prefetch`); the messages wait
+in a local buffer and go out one per `drain_events` call, as kombu expects,
+with their leases renewed meanwhile.
+
+Exchanges: direct, topic and fanout. Bindings are kept in the client, as in
+every virtual transport, and also on the broker (`bindings`), so a publisher
+reaches queues that other processes bound (Celery's broadcast control). An
+auto-delete queue is deleted when its consumer is cancelled.
 
 Expiration: a message's `expiration` (per-message TTL, ms) and the queue's
 `x-message-ttl` (`Queue(message_ttl=…)`, known where the queue was declared)
 become a deadline header; a message found past it is dropped when it would
 have been delivered (AMQP drops it too). Queue expiry (`x-expires`),
-`x-max-length` and dead-letter exchanges are not supported.
+`x-max-length` and dead-letter exchanges are not supported; a message over
+the broker's task limit (1 MiB by default) is refused at publish
+(`BadRequest`, one of the transport's channel errors). Purging a queue drops
+its leased messages too (their acks then find nothing, which is harmless).
 """
 
 from __future__ import annotations
