@@ -1,6 +1,6 @@
 """An unchanged Celery app (`celery_tasks.py`) on Kittiwake and on Redis: the same calls give the same
 results; and on Kittiwake a worker killed with SIGKILL mid-task loses nothing — the task runs again
-once its lease runs out. Workers are real `celery worker` processes (`-P solo`, acks_late)."""
+once its lease runs out — and a worker whose broker was killed and restarted reconnects. Workers are real `celery worker` processes (`-P solo`, acks_late)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ CLIENT_SCRIPT = textwrap.dedent(
             "retries": tasks.fail_then_succeed.delay(2).get(timeout=30),
             "group": group(tasks.add.s(i, i) for i in range(10))().get(timeout=30),
         }
+    elif plan == "add":
+        out = {"add": tasks.add.delay(2, 3).get(timeout=60)}
     elif plan == "ping":
         out = {"nodes": len(tasks.app.control.inspect(timeout=1).ping() or {})}
     else:
@@ -152,3 +154,18 @@ def test_killed_worker_task_runs_again_after_its_lease(broker, tmp_path: Path) -
             client.wait()
     with kittiwake.Client(broker.url) as kw:
         assert kw.peek(queue) == [] and kw.peek(f"{queue}.dead") == []
+
+
+def test_worker_reconnects_after_the_broker_is_killed(broker, tmp_path: Path) -> None:
+    broker_url = f"kittiwake://{broker.host}:{broker.port}"
+    queue = f"celery_tasks_{uuid.uuid4().hex[:10]}"
+    log = tmp_path / "worker.log"
+    port = broker.port
+    with celery_worker(broker_url, queue, log) as worker:
+        assert run_client(broker_url, queue, "add", log=log) == {"add": 5}
+        broker.restart()  # SIGKILL, then the same data directory
+        if broker.port != port:
+            pytest.skip(f"port {port} was taken while the broker was down; the worker cannot follow it")
+        assert run_client(broker_url, queue, "add", log=log) == {"add": 5}
+        assert worker.poll() is None
+    assert "Connection to broker lost" in log.read_text()
