@@ -1,6 +1,7 @@
 """An unchanged Celery app (`celery_tasks.py`) on Kittiwake and on Redis: the same calls give the same
 results; and on Kittiwake a worker killed with SIGKILL mid-task loses nothing — the task runs again
-once its lease runs out — and a worker whose broker was killed and restarted reconnects. Workers are real `celery worker` processes (`-P solo`, acks_late)."""
+once its lease runs out — and a worker whose broker was killed and restarted reconnects. Workers are
+real `celery worker` processes (`-P solo`, acks_late)."""
 
 from __future__ import annotations
 
