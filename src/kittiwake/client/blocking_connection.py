@@ -146,8 +146,8 @@ class BlockingConnection:
 
     def read_replies(self) -> list[ReplyEnvelope]:
         """The replies one read brings (call it when the socket is readable); ConnectionLost if it broke."""
-        self._sock.settimeout(None)
         try:
+            self._sock.settimeout(None)
             data = self._sock.recv(READ_CHUNK_BYTES)
         except OSError as exc:
             self.close()

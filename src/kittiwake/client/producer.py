@@ -371,10 +371,10 @@ class Producer:
                 why = batch.closed_by
             elif self._filling is not None:
                 batch = self._filling
-                if idle:
-                    why = IDLE
-                elif reply:
+                if reply:
                     why = REPLY
+                elif idle:
+                    why = IDLE
                 elif time.monotonic() - batch.started >= self._linger_secs:
                     why = LINGER
                 else:
