@@ -106,9 +106,10 @@ class ProducerStats:
 class _Batch:
     """Tasks that travel in one request, and what came back for them."""
 
-    __slots__ = ("tasks", "bytes", "started", "closed_by", "done", "raw", "outcomes", "error", "attempts")
+    __slots__ = ("owner", "tasks", "bytes", "started", "closed_by", "done", "raw", "outcomes", "error", "attempts")
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, owner: Producer, started: float) -> None:
+        self.owner = owner
         self.tasks: list[NewTask] = []
         self.bytes = 0
         self.started = started  # when its oldest task came (monotonic)
@@ -139,6 +140,11 @@ class Sending:
     def __repr__(self) -> str:
         state = "pending" if not self._batch.done.is_set() else ("failed" if self._batch.error else "sent")
         return f"<Sending {state}>"
+
+    @property
+    def producer(self) -> Producer:
+        """The producer that took the task."""
+        return self._batch.owner
 
     def done(self) -> bool:
         """Whether the broker has answered for this task (durable, or failed)."""
@@ -228,27 +234,28 @@ class Producer:
             task = NewTask(queue, data)  # type: ignore[arg-type]
             if type(queue) is not str:
                 raise errors.BadRequest(f"queue must be a str, got {type(queue).__name__}")
-            size = len(data) + len(queue) + TASK_OVERHEAD_BYTES
-        else:
-            fields = calls.task_fields(
-                queue, data, pid=pid, sender=sender, receiver=receiver, headers=headers,
-                max_attempts=max_attempts, after=after, unless=unless,
-            )
-            try:
-                task = msgspec.convert(fields, NewTask)
-            except msgspec.ValidationError as exc:
-                raise errors.BadRequest(f"enqueue: {exc}") from None
-            size = len(task.data) + len(queue) + (len(pid) if pid else 0) + TASK_OVERHEAD_BYTES
-            if task.headers:
-                size += sum(len(key) + len(value) for key, value in task.headers.items())
-        task.validate(_LIMITS)
-        return self._take(task, size)
+            task.validate(_LIMITS)
+            return self._take(task, len(data) + len(queue) + TASK_OVERHEAD_BYTES)
+        fields = calls.task_fields(
+            queue, data, pid=pid, sender=sender, receiver=receiver, headers=headers,
+            max_attempts=max_attempts, after=after, unless=unless,
+        )
+        return self._take_fields(fields)
 
     def enqueue_task(self, task: NewTask | Mapping[str, Any]) -> Sending:
         """`enqueue` for a task given as a `NewTask` or a map (as `Client.enqueue_many` takes them)."""
-        fields = calls.task_fields_of(task)
-        queue, data = fields.pop("queue", None), fields.pop("data", None)
-        return self.enqueue(queue, data, **{key: value for key, value in fields.items() if value is not None})  # type: ignore[arg-type]
+        return self._take_fields(calls.task_fields_of(task))
+
+    def _take_fields(self, fields: dict[str, Any]) -> Sending:
+        try:
+            task = msgspec.convert(fields, NewTask)
+        except msgspec.ValidationError as exc:
+            raise errors.BadRequest(f"enqueue: {exc}") from None
+        size = len(task.data) + len(task.queue) + (len(task.pid) if task.pid else 0) + TASK_OVERHEAD_BYTES
+        if task.headers:
+            size += sum(len(key) + len(value) for key, value in task.headers.items())
+        task.validate(_LIMITS)
+        return self._take(task, size)
 
     def _take(self, task: NewTask, size: int) -> Sending:
         with self._lock:
@@ -259,7 +266,7 @@ class Producer:
             batch = self._filling
             started = batch is None
             if batch is None:
-                batch = self._filling = _Batch(time.monotonic())
+                batch = self._filling = _Batch(self, time.monotonic())
             tasks = batch.tasks
             index = len(tasks)
             tasks.append(task)
@@ -425,6 +432,7 @@ class Producer:
         else:
             batch.raw = raw
         self._held -= count
+        batch.tasks = []  # handles keep their batch: let its data go
         batch.done.set()
         if self._waiting_for_room:
             self._room.notify_all()
