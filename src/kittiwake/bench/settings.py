@@ -97,6 +97,22 @@ class LatencySettings:
 
 
 @dataclass(frozen=True)
+class ProducerBenchSettings:
+    tasks: int = 200_000  # through the producer, one thread
+    client_tasks: int = 5_000  # plain Client.enqueue, the reference
+    huey_tasks: int = 20_000  # Huey's single enqueue on Redis
+    samples: int = 2_000  # latency samples of each kind, interleaved
+    data_bytes: int = 100
+    durability: str = DURABILITY
+    redis_url: str = PEERS_REDIS_URL
+    huey: bool = True
+
+
+PRODUCER_QUEUE = "bench.producer"  # `producer`: every figure's tasks
+QUICK_PRODUCER = {"tasks": 2_000, "client_tasks": 200, "huey_tasks": 200, "samples": 50}
+
+
+@dataclass(frozen=True)
 class ScaleSettings:
     big: int = 1_000_000
     queues: int = 100_000

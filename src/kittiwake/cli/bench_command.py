@@ -1,6 +1,6 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Eight subcommands, each starting its own broker on a throwaway directory:
+Nine subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
@@ -10,7 +10,8 @@ sleep and mixed tasks, against CloudKon, Albatross and PySpark), `peers`
 its `--plot` is a bar chart of every system's drain rate and latency), `workers` (the App and
 `kittiwake worker` with its default flags: app.map drains, efficiency of sleeping tasks on slots,
 a mix of short and long tasks and its longest idle-while-waiting; its `--plot` draws the drains
-and each slot's timeline), `flows` (a three-input
+and each slot's timeline), `producer` (one thread through a batching producer, against
+`Client.enqueue` and Huey's single enqueue, and the producer's added latency), `flows` (a three-input
 join, a Spark step's start, the main job's flow against one PySpark script) and `mapreduce`
 (grep, wordcount and sort on `kittiwake worker --node` commands against PySpark on the same
 gen-data input, MB/s against partition size; its `--plot` draws a panel per app). Each prints a
@@ -41,6 +42,8 @@ from kittiwake.bench.settings import (
     MapReduceSettings,
     OpsSettings,
     PeersSettings,
+    ProducerBenchSettings,
+    QUICK_PRODUCER,
     ScaleSettings,
     TasksSettings,
     WORKERS_FIGURES,
@@ -51,6 +54,7 @@ from kittiwake.bench.settings import (
 # The defaults of every option (settings imports nothing of the benchmarks, so --help stays light).
 OPS, LATENCY, SCALE, TASKS, PEERS = OpsSettings(), LatencySettings(), ScaleSettings(), TasksSettings(), PeersSettings()
 FLOWS = FlowsSettings()
+PRODUCER = ProducerBenchSettings()
 WORKERS = WorkersSettings()
 
 
@@ -260,6 +264,42 @@ def name_list(choices: tuple[str, ...], default: tuple[str, ...]) -> Callable[..
         return names
 
     return split
+
+
+@bench.command("producer")
+@click.option("--quick", is_flag=True, help="Small sizes everywhere, for a smoke test.")
+@click.option("--tasks", type=click.IntRange(1), default=None,
+              help=f"Tasks through the producer [default: {PRODUCER.tasks:,}; {QUICK_PRODUCER['tasks']:,} with --quick]")
+@click.option("--client-tasks", type=click.IntRange(1), default=None,
+              help=f"Tasks through Client.enqueue [default: {PRODUCER.client_tasks:,}]")
+@click.option("--huey-tasks", type=click.IntRange(1), default=None,
+              help=f"Huey single enqueues [default: {PRODUCER.huey_tasks:,}]")
+@click.option("--samples", type=click.IntRange(1), default=None,
+              help=f"Latency samples of each kind [default: {PRODUCER.samples:,}]")
+@click.option("--data-bytes", type=click.IntRange(0, 1 << 20), default=PRODUCER.data_bytes, show_default=True,
+              help="Data per task (Huey's payload too).")
+@click.option("--huey/--no-huey", default=True, show_default=True, help="Measure Huey on Redis too.")
+@click.option("--redis-url", default=PRODUCER.redis_url, show_default=True,
+              help="Huey's Redis database (claimed and emptied, as by bench peers).")
+@_durability_option
+@_output_options
+def producer_command(quick: bool, tasks: int | None, client_tasks: int | None, huey_tasks: int | None,
+                     samples: int | None, data_bytes: int, huey: bool, redis_url: str, durability: str,
+                     json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
+    """One thread through a batching producer: tasks/s vs Client.enqueue and Huey, and its added latency."""
+    from kittiwake.bench.producer import run_producer, show
+    from kittiwake.bench.report import print_machine, write_json
+
+    base = replace(PRODUCER, **QUICK_PRODUCER) if quick else PRODUCER
+    chosen = {"tasks": tasks, "client_tasks": client_tasks, "huey_tasks": huey_tasks, "samples": samples}
+    settings = replace(base, **{key: value for key, value in chosen.items() if value is not None},
+                       data_bytes=data_bytes, huey=huey, redis_url=redis_url, durability=durability)
+    console = _console()
+    report = run_producer(settings, console, parent_dir=parent_dir)
+    show(console, report)
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
 
 
 @bench.command("peers")
