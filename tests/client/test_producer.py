@@ -242,7 +242,7 @@ def test_settings_are_checked_where_they_are_given(client: Client, settings: dic
 @pytest.mark.parametrize(
     "queue, data, options",
     [
-        ("", b"x", {}), ("bad name!", b"x", {}), (3, b"x", {}), ("q", 3, {}), ("q", b"x" * ((1 << 20) + 1), {}),
+        ("", b"x", {}), ("bad name!", b"x", {}), (3, b"x", {}), (["q"], b"x", {}), ("q", 3, {}), ("q", b"x" * ((1 << 20) + 1), {}),
         ("q", b"x", {"pid": 5}), ("q", b"x", {"headers": {"bad key!": "v"}}), ("q", b"x", {"max_attempts": 0}),
         ("q", b"x", {"after": "q/p"}),
     ],

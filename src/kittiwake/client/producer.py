@@ -78,6 +78,7 @@ from kittiwake.protocol.replies import EnqueueOutcome, ReplyEnvelope, error_of, 
 
 MAX_IN_FLIGHT = 2
 TASK_OVERHEAD_BYTES = 24  # msgpack keys and headers of one task, roughly
+MAX_CHECKED_QUEUES = 1024  # queue names found valid, not checked again (a producer mostly feeds a few)
 _LIMITS = Limits()
 _decode_enqueued = result_decoder("enqueue")
 
@@ -174,6 +175,7 @@ class Producer:
         self._max_bytes = settings.max_batch_bytes
         self._max_held = settings.max_buffer_tasks
         self._block = settings.block
+        self._checked_queues: set[str] = set()
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # enqueuers waiting for buffer room, flushers
         self._waiting_for_room = 0
@@ -231,10 +233,13 @@ class Producer:
         ):
             if type(data) is not bytes:
                 data = calls.task_fields(queue, data)["data"]
-            task = NewTask(queue, data)  # type: ignore[arg-type]
             if type(queue) is not str:
                 raise errors.BadRequest(f"queue must be a str, got {type(queue).__name__}")
-            task.validate(_LIMITS)
+            task = NewTask(queue, data)  # type: ignore[arg-type]
+            if queue not in self._checked_queues or len(data) > _LIMITS.max_data_bytes:
+                task.validate(_LIMITS)
+                if len(self._checked_queues) < MAX_CHECKED_QUEUES:
+                    self._checked_queues.add(queue)
             return self._take(task, len(data) + len(queue) + TASK_OVERHEAD_BYTES)
         fields = calls.task_fields(
             queue, data, pid=pid, sender=sender, receiver=receiver, headers=headers,
