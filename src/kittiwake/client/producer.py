@@ -63,23 +63,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from kittiwake import errors
 from kittiwake.client import calls
 from kittiwake.client.blocking_connection import BlockingConnection
 from kittiwake.client.pool import MAX_UNSENT_RETRIES, ConnectionPool
 from kittiwake.client.producer_settings import ProducerSettings
+from kittiwake.client.producer_tasks import TaskMaker
 from kittiwake.client.wire import NotSent
-from kittiwake.model import Limits, NewTask
+from kittiwake.model import NewTask
 from kittiwake.protocol import encode_frame
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import EnqueueOutcome, ReplyEnvelope, error_of, result_decoder
 
 MAX_IN_FLIGHT = 2
-TASK_OVERHEAD_BYTES = 24  # msgpack keys and headers of one task, roughly
-MAX_CHECKED_QUEUES = 1024  # queue names found valid, not checked again (a producer mostly feeds a few)
-_LIMITS = Limits()
 _decode_enqueued = result_decoder("enqueue")
 
 # why a batch went out (the keys of `ProducerStats.sends`)
@@ -175,7 +171,7 @@ class Producer:
         self._max_bytes = settings.max_batch_bytes
         self._max_held = settings.max_buffer_tasks
         self._block = settings.block
-        self._checked_queues: set[str] = set()
+        self._tasks = TaskMaker()
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # enqueuers waiting for buffer room, flushers
         self._waiting_for_room = 0
@@ -231,36 +227,16 @@ class Producer:
             pid is None and sender is None and receiver is None and headers is None
             and max_attempts is None and after is None and unless is None
         ):
-            if type(data) is not bytes:
-                data = calls.task_fields(queue, data)["data"]
-            if type(queue) is not str:
-                raise errors.BadRequest(f"queue must be a str, got {type(queue).__name__}")
-            task = NewTask(queue, data)  # type: ignore[arg-type]
-            if queue not in self._checked_queues or len(data) > _LIMITS.max_data_bytes:
-                task.validate(_LIMITS)
-                if len(self._checked_queues) < MAX_CHECKED_QUEUES:
-                    self._checked_queues.add(queue)
-            return self._take(task, len(data) + len(queue) + TASK_OVERHEAD_BYTES)
+            return self._take(*self._tasks.plain(queue, data))
         fields = calls.task_fields(
             queue, data, pid=pid, sender=sender, receiver=receiver, headers=headers,
             max_attempts=max_attempts, after=after, unless=unless,
         )
-        return self._take_fields(fields)
+        return self._take(*self._tasks.of_fields(fields))
 
     def enqueue_task(self, task: NewTask | Mapping[str, Any]) -> Sending:
         """`enqueue` for a task given as a `NewTask` or a map (as `Client.enqueue_many` takes them)."""
-        return self._take_fields(calls.task_fields_of(task))
-
-    def _take_fields(self, fields: dict[str, Any]) -> Sending:
-        try:
-            task = msgspec.convert(fields, NewTask)
-        except msgspec.ValidationError as exc:
-            raise errors.BadRequest(f"enqueue: {exc}") from None
-        size = len(task.data) + len(task.queue) + (len(task.pid) if task.pid else 0) + TASK_OVERHEAD_BYTES
-        if task.headers:
-            size += sum(len(key) + len(value) for key, value in task.headers.items())
-        task.validate(_LIMITS)
-        return self._take(task, size)
+        return self._take(*self._tasks.of_fields(calls.task_fields_of(task)))
 
     def _take(self, task: NewTask, size: int) -> Sending:
         with self._lock:
