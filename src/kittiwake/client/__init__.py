@@ -7,6 +7,7 @@ share (single item vs batch, errors, timeouts, reconnects).
 """
 
 from kittiwake.client.async_client import AsyncClient
+from kittiwake.client.async_producer import AsyncProducer, AsyncSending
 from kittiwake.client.producer import Producer, ProducerStats, Sending
 from kittiwake.client.producer_settings import ProducerSettings
 from kittiwake.client.sync_client import Client
@@ -26,6 +27,8 @@ from kittiwake.protocol.replies import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncProducer",
+    "AsyncSending",
     "BrokerAddress",
     "Client",
     "DEFAULT_URL",
