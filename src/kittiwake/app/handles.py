@@ -47,6 +47,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Protocol
 
 from kittiwake import errors
+from kittiwake.app.collapse import follow_collapsed
 from kittiwake.app.envelope import public_note, redelivery_allowed
 from kittiwake.app.result_slots import ResultCapture, ResultSlot
 from kittiwake.app.serialization import RemoteError
@@ -115,8 +116,6 @@ class Handle:
                 return
             task, self.task = self.task, None
             if task is not None:
-                from kittiwake.app.collapse import follow_collapsed  # collapse builds on handles
-
                 follow_collapsed(self.app, [task], [self], [outcome])  # type: ignore[arg-type]
             self.sending = None
 
