@@ -77,6 +77,9 @@ from kittiwake.constants import (
 from kittiwake.model import Limits, task_key, validate_pid, validate_queue
 
 MAX_BATCH = Limits().max_batch
+# close() waits this long for what the batching producer holds; tasks unanswered by then fail
+# (CONNECTION_LOST, PRODUCER_CLOSED) rather than hang the program's exit on a broker that went silent
+PRODUCER_CLOSE_SECS = 30.0
 _REPLY_PREFIX_RE = re.compile(r"[A-Za-z0-9_.:@/\-]{1,200}")  # used with fullmatch: queue-name characters, no '#'
 
 
@@ -193,7 +196,7 @@ class App:
         be used (and re-pointed) again."""
         producer, self._producer = self._producer, None
         if producer is not None:
-            producer.close()
+            producer.close(timeout=PRODUCER_CLOSE_SECS)
         collector, self._collector = self._collector, None
         if collector is not None:
             collector.close()
