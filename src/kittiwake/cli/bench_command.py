@@ -508,7 +508,7 @@ def mapreduce_command(app_name: str, size: int, partition_sizes: tuple[int, ...]
             console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot])")
 
 
-@bench.command("udp", hidden=True)
+@bench.command("udp")
 @click.option("--seconds", type=click.FloatRange(0.1), default=5.0, show_default=True, help="Load per row.")
 @click.option("--threads", type=click.IntRange(1, 1024), default=16, show_default=True,
               help="Threads sharing one UDP client (requests in flight).")
