@@ -598,7 +598,7 @@ class PostgresStore:
                 reaped = db.execute(sql.REAP_STALE_ROWS, (limit,))
             count = reaped.rowcount
             if count < limit:
-                for (queue,) in db.execute(sql.FORGET_EMPTY_GENERATIONS, (limit,)).fetchall():
+                for (queue,) in db.execute(sql.FORGET_EMPTY_GENERATIONS, (self._lock_space, limit)).fetchall():
                     self._gens.pop(queue, None)
             return count
         except psycopg.Error as exc:

@@ -16,7 +16,7 @@ The statements name no schema: the store sets `search_path` to its own.
 `schema_version` holds the version; `MIGRATIONS[v]` takes version v - 1 to v.
 
 Several brokers (version 2): `queue_versions` holds, per queue, the version
-its last committing broker wrote (`postgres_sharing` says how the versions and
+its last committing broker wrote (the `postgres` module says how the versions and
 the advisory locks keep each broker's cache right); `broker_incarnations`
 numbers broker starts, so that no two commits ever write the same version.
 """
@@ -240,12 +240,15 @@ REAP_STALE_ROWS = (
     "WHERE t.queue = old.queue AND t.gen = old.gen AND t.pid = old.pid"
 )
 
+# a generation is forgotten only while the reap holds its queue's lock (tried, never waited for):
+# another broker holding it may be writing the queue's first rows of that generation, unseen here
 FORGET_EMPTY_GENERATIONS = (
     "DELETE FROM generations WHERE queue IN (SELECT g.queue FROM generations g "
-    "WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.queue = g.queue) LIMIT %s) RETURNING queue"
+    "WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.queue = g.queue) "
+    "AND pg_try_advisory_xact_lock(%s, hashtext(g.queue)) LIMIT %s) RETURNING queue"
 )
 
-# ------------------------------------------------------------------ several brokers (postgres_sharing)
+# ------------------------------------------------------------------ several brokers (see `postgres`)
 
 # transaction-level advisory locks, one per queue, keyed (schema, queue): taken in key order, so two
 # brokers locking overlapping sets in one statement each never wait on each other in a cycle
