@@ -1,7 +1,8 @@
 """Fixtures and options shared by every test package.
 
 * `broker`: a real broker subprocess on a fresh data directory, killed at teardown; with
-  KITTIWAKE_TEST_BROKER_STORE=postgresql, on a fresh schema of the test PostgreSQL server.
+  KITTIWAKE_TEST_BROKER_STORE=postgresql, on a fresh schema of the test PostgreSQL server
+  (`postgresql-many`: the same, as one of several brokers, `brokers=many`).
 * `--soak`: enables tests marked `soak` (long runs); without it they are skipped.
 * `spark_session`: one PySpark `local[2]` session for the whole run (Spark starts a JVM
   in seconds); skipped, with the reason, where PySpark or Java is missing (failed under CI=true).
@@ -43,11 +44,14 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     """A broker subprocess on `tmp_path / "data"`, on a free port; with
     KITTIWAKE_TEST_BROKER_STORE=postgresql, on a fresh schema of the test PostgreSQL server instead
     (`support.postgres`), so the tests that use this fixture run on that store too."""
-    if os.environ.get("KITTIWAKE_TEST_BROKER_STORE") == "postgresql":
+    kind = os.environ.get("KITTIWAKE_TEST_BROKER_STORE")
+    if kind in ("postgresql", "postgresql-many"):
         from support.postgres import fresh_schema
 
+        brokers = "&brokers=many" if kind == "postgresql-many" else ""
         with fresh_schema() as (dsn, schema):
-            process = BrokerProcess(tmp_path / "data", store_url=f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}")
+            url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}{brokers}"
+            process = BrokerProcess(tmp_path / "data", store_url=url)
             try:
                 yield process
             finally:

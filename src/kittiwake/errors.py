@@ -130,6 +130,7 @@ class StorageFault(enum.Enum):
     IO_ERROR = "the disk reported an I/O error"  # EIO on a write, an fsync or a read
     READ_ONLY = "the data directory is read-only"  # EROFS, or the files' permissions
     CORRUPT = "the database file cannot be read"  # a damaged page, or a disk returning garbage
+    CONFLICT = "another broker holds the rows"  # a deadlock or a lock wait too long between brokers
     OTHER = "the store failed"  # any other error of the database or the file system
 
 

@@ -333,6 +333,7 @@ class LeaseRequest:
     peer: str | None = None
     rate_per_sec: float | None = None  # broker-wide limit of leases per second from these queues
     rate_burst: float | None = None  # tokens the limit may save up (default: one second's worth)
+    max_reply_bytes: int | None = None  # stop before the reply would exceed it (at least one task is leased)
 
 
 @dataclass(slots=True)

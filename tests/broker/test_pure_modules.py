@@ -11,8 +11,10 @@ import kittiwake.broker
 from engine.test_sans_io import imported_modules
 
 BROKER_DIR = Path(kittiwake.broker.__file__).parent
-# one pass, what it holds and says, its long-polls, the outage policy, the long-poll book, requests to engine calls
-PURE = ["passes.py", "pass_replies.py", "long_polls.py", "store_health.py", "waiters.py", "dispatch.py"]
+# one pass, what it holds and says, its long-polls, the outage policy, the long-poll book, requests to engine
+# calls, the UDP retransmit window
+PURE = ["passes.py", "pass_replies.py", "long_polls.py", "store_health.py", "waiters.py", "dispatch.py",
+        "retransmit_window.py"]
 IO = {"time", "asyncio", "socket", "ssl", "selectors", "threading", "sqlite3", "os", "uvloop"}
 
 

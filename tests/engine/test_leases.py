@@ -92,6 +92,25 @@ def test_one_task_is_always_leased_even_over_the_budget() -> None:
     assert [t.pid for t in engine.lease(LeaseRequest(["q"], max_tasks=5), NOW)] == ["a"]
 
 
+def test_a_reply_size_limit_leases_only_what_fits_and_the_estimate_is_an_upper_bound() -> None:
+    from kittiwake.protocol import encode_ok
+
+    engine = Engine(MemoryStore())
+    headers = {"trace": "t" * 40}
+    engine.enqueue([NewTask("q", b"z" * 200, pid=f"p{n:02d}", sender="s", headers=headers) for n in range(20)], NOW)
+    request = LeaseRequest(["q"], max_tasks=20, worker="w1", peer="127.0.0.1:50000", max_reply_bytes=1388)
+    leased = engine.lease(request, NOW)
+    assert 1 < len(leased) < 20
+    assert len(encode_ok(2**62, leased)) <= 1388  # what the broker sends fits the limit
+    assert [t.pid for t in leased] == [f"p{n:02d}" for n in range(len(leased))]
+
+
+def test_a_reply_size_limit_still_leases_one_task() -> None:
+    engine = Engine(MemoryStore())
+    engine.enqueue([NewTask("q", b"y" * 5000, pid="a"), NewTask("q", b"y", pid="b")], NOW)
+    assert [t.pid for t in engine.lease(LeaseRequest(["q"], max_tasks=5, max_reply_bytes=100), NOW)] == ["a"]
+
+
 # ------------------------------------------------------ renew, release, dequeue
 
 

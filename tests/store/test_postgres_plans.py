@@ -3,8 +3,10 @@
 With a few thousand tasks over several queues (some leased, some blocked, a share of them with a
 sender) and fresh statistics (ANALYZE), `EXPLAIN` of the lease-side read (`load_available`) must
 walk the primary key (queue, gen, pid) in pid order, and of `find_by_sender` (across queues and in
-one queue) the partial index on (sender, queue, pid): an Index Scan or Index Only Scan on that
-index, never a Seq Scan of `tasks`. The planner picks them by itself (enable_seqscan stays on): a
+one queue) the partial index on (sender, queue, pid); with several brokers, a queue's reload reads
+its leases through a partial index of leased rows, and the sweep finds queues with leases
+run out through the partial index on lease expiry: an Index Scan or Index Only Scan (or a bitmap
+scan of that index) on the index, never a Seq Scan of `tasks`. The planner picks them by itself (enable_seqscan stays on): a
 plan that falls back to reading the whole table would make every lease cost O(tasks).
 
 Each queue holds several times the head the engine loads at once: when the limit nears the whole
@@ -95,3 +97,25 @@ def test_find_by_sender_uses_its_partial_index(filled):
     _assert_index(_plan(filled, sql.FIND_BY_SENDER, ("sender7", 100)), "tasks_by_sender")
     params = {"sender": "sender7", "queue": "q2", "gen": 0, "limit": 100}
     _assert_index(_plan(filled, sql.FIND_BY_SENDER_IN_QUEUE, params), "tasks_by_sender")
+
+
+def _assert_reads_index(plan: dict[str, Any], index: str) -> None:
+    """Like `_assert_index`, a bitmap scan of the index allowed (a set of queues, not a range)."""
+    nodes = list(_nodes(plan))
+    assert not any(n.get("Relation Name") == "tasks" and n["Node Type"] == "Seq Scan" for n in nodes), plan
+    used = {n.get("Index Name") for n in nodes if n["Node Type"] in ("Index Scan", "Index Only Scan", "Bitmap Index Scan")}
+    assert index in used, json.dumps(plan, indent=1)
+
+
+def test_a_queue_reload_reads_its_leases_by_their_partial_index(filled):
+    # either partial index of leased rows: with a queue holding a quarter of them, as here, the planner
+    # may rightly prefer the smaller one and filter; both read leased rows only, never the table
+    plan = _plan(filled, sql.HELD_LEASES_OF, (["q1"],))
+    nodes = list(_nodes(plan))
+    assert not any(n.get("Relation Name") == "tasks" and n["Node Type"] == "Seq Scan" for n in nodes), plan
+    used = {n.get("Index Name") for n in nodes}
+    assert used & {"tasks_leased_by_queue", "tasks_leased"}, json.dumps(plan, indent=1)
+
+
+def test_the_sweep_finds_expired_leases_by_the_expiry_index(filled):
+    _assert_reads_index(_plan(filled, sql.EXPIRED_LEASE_QUEUES, (NOW + 30, 1000)), "tasks_leased")

@@ -122,6 +122,22 @@ def test_a_target_holding_data_is_refused(tmp_path, pg_url):
     assert "not empty" in refused.output and "tasks" in refused.output
 
 
+def test_a_schema_a_broker_serves_is_refused_as_source_or_target(tmp_path, pg_url):
+    _fill(tmp_path / "first")
+    first = f"sqlite://{tmp_path / 'first'}"
+    assert _copy(first, pg_url).exit_code == 0
+    for brokers in ("one", "many"):
+        serving = BrokerProcess(tmp_path / f"serving-{brokers}", store_url=f"{pg_url}&brokers={brokers}")
+        try:
+            for source, target in ((pg_url, f"sqlite://{tmp_path / ('out-' + brokers)}"), (first, pg_url)):
+                refused = _copy(source, target)
+                assert refused.exit_code == 1, refused.output
+                assert "a broker serves" in refused.output and "stop it first" in refused.output
+        finally:
+            serving.kill()
+    assert _copy(pg_url, f"sqlite://{tmp_path / 'after'}").exit_code == 0  # its broker gone, the copy runs
+
+
 def test_bad_urls_and_missing_sources_are_refused(tmp_path):
     nowhere = f"sqlite://{tmp_path / 'nothing'}"
     for args, option in ((["mysql://h/db", nowhere], "--from"), ([nowhere, "sqlite://"], "--to")):

@@ -36,6 +36,7 @@ from typing import Any, Iterable, Sequence
 from kittiwake.protocol import FrameReader, Reply, decode_reply, encode_frame, encode_request
 
 LISTENING = re.compile(r"^kittiwake broker listening on (\S+):(\d+) (?:tls_port=(\d+) )?")
+UDP_PORT = re.compile(r" udp_port=(\d+) ")
 START_TIMEOUT_SECS = 30.0
 
 
@@ -64,6 +65,7 @@ class BrokerProcess:
         self.plaintext = plaintext
         self.host = host
         self.port = port
+        self.udp_port: int | None = None  # with `--udp-port` in extra_args: the port the broker took
         self.extra_args = tuple(extra_args)
         self.preexec_fn = preexec_fn
         self.stdout_path = self.data_dir.with_name(self.data_dir.name + ".stdout")
@@ -75,6 +77,12 @@ class BrokerProcess:
     @property
     def url(self) -> str:
         return f"kw://{self.host}:{self.port}"
+
+    @property
+    def udp_url(self) -> str:
+        """`kwu://` to the broker's UDP port (started with `--udp-port`)."""
+        assert self.udp_port is not None, "the broker was started without --udp-port"
+        return f"kwu://{self.host}:{self.udp_port}"
 
     def client_url(self, user: str | None = None, token: str | None = None, *, tls: bool = False) -> str:
         """A client URL: `kw://` to the plaintext port or `kws://` to the TLS port (CA from `tls.ca`)."""
@@ -118,9 +126,12 @@ class BrokerProcess:
         self.starts += 1
         deadline = time.monotonic() + START_TIMEOUT_SECS
         while time.monotonic() < deadline:
-            match = LISTENING.match(self.stdout_path.read_text(errors="replace"))
+            listening = self.stdout_path.read_text(errors="replace")
+            match = LISTENING.match(listening)
             if match:
                 self.port = int(match.group(2))
+                udp = UDP_PORT.search(listening.splitlines()[0])
+                self.udp_port = int(udp.group(1)) if udp else None
                 if match.group(3):
                     self.tls_port = int(match.group(3))
                 return True

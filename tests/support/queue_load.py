@@ -1,6 +1,7 @@
 """A client workload for fault tests, recorded for the queue checker, with checks that nothing is half-applied.
 
-`QueueLoad` runs producer and consumer threads against one broker URL:
+`QueueLoad` runs producer and consumer threads against one broker URL (or
+several brokers sharing a store, the threads taking the URLs in turn):
 producers enqueue unique values (the value is the pid and the data) into two
 queues of one consistency group, alone or in batches (`enqueue_many`, one
 request); consumers lease from all three queues, then dequeue, except that a
@@ -110,14 +111,14 @@ class QueueLoad:
 
     def __init__(
         self,
-        url: str,
+        url: str | list[str],
         *,
         seed: int,
         producers: int = 2,
         consumers: int = 2,
         unavailable: Callable[[errors.KittiwakeError], str] = outcome_of_unavailable,
     ) -> None:
-        self.url = url
+        self.urls = [url] if isinstance(url, str) else list(url)  # threads take them in turn
         self.seed = seed
         self.producers = producers
         self.consumers = consumers
@@ -136,10 +137,11 @@ class QueueLoad:
 
     def start(self) -> None:
         rng = random.Random(self.seed)
+        urls = self.urls
         for index in range(self.producers):
-            self._spawn(self._produce, f"producer-{index}", rng.randrange(2**32))
+            self._spawn(self._produce, f"producer-{index}", rng.randrange(2**32), urls[index % len(urls)])
         for index in range(self.consumers):
-            self._spawn(self._consume, f"consumer-{index}", rng.randrange(2**32))
+            self._spawn(self._consume, f"consumer-{index}", rng.randrange(2**32), urls[(index + 1) % len(urls)])
 
     def finish(self) -> None:
         self.stop.set()
@@ -148,10 +150,10 @@ class QueueLoad:
         assert not self.crashed, f"a load thread died: {self.crashed[0]!r}"
         assert not any(thread.is_alive() for thread in self._threads), "a load thread did not stop"
 
-    def _spawn(self, target: Callable[[str, random.Random, Client], None], name: str, seed: int) -> None:
+    def _spawn(self, target: Callable[[str, random.Random, Client], None], name: str, seed: int, url: str) -> None:
         def run() -> None:
             try:
-                with Client(self.url, connect_timeout=2.0, timeout=REQUEST_TIMEOUT_SECS) as client:
+                with Client(url, connect_timeout=2.0, timeout=REQUEST_TIMEOUT_SECS) as client:
                     target(name, random.Random(seed), client)
             except BaseException as exc:  # a bug in the test or the client: fail the test, loudly
                 self.crashed.append(exc)

@@ -46,6 +46,7 @@ class BrokerConfig:
     max_buffered_mb: int = DEFAULT_MAX_BUFFERED_MB  # bytes of unfinished frames held across all connections
     limits: Limits = field(default_factory=Limits)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # auth file, TLS, listeners
+    udp_port: int | None = None  # also listen for kwu:// datagrams on this port (0: a free one); None: off
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -55,6 +56,8 @@ class BrokerConfig:
         if not isinstance(self.host, str) or not self.host:
             raise ValueError("host must be a non-empty host name or address")
         _check_int("port", self.port, 0, 65535)
+        if self.udp_port is not None:
+            _check_int("udp_port", self.udp_port, 0, 65535)
         if self.durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}, got {self.durability!r}")
         _check_int("max_frame", self.max_frame, MIN_FRAME_BYTES, MAX_FRAME_BYTES)

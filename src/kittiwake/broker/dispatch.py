@@ -44,6 +44,7 @@ def lease_request(request: m.Lease, peer: str | None) -> LeaseRequest:
         peer=peer,
         rate_per_sec=request.rate_per_sec,
         rate_burst=request.rate_burst,
+        max_reply_bytes=request.max_reply_bytes,
     )
 
 

@@ -62,6 +62,11 @@ class GroupCommit:
         self.passes.request_maintenance()
         self._schedule()
 
+    def wake(self, queues: list[str] | None) -> None:
+        """Other brokers changed these queues (None: perhaps any): parked long-polls look again."""
+        self.passes.wake(queues)
+        self._schedule()
+
     def drop_connection(self, connection: Connection) -> None:
         self.passes.drop_connection(connection)
 

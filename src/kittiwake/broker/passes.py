@@ -50,6 +50,16 @@ Failures, and what each reply then says:
   One client's poison request costs the others a replay, not their requests.
   After `MAX_BUGS_PER_PASS` bugs the pass gives up as above.
 
+* a `StorageFailure` of fault CONFLICT while the engine works (brokers sharing
+  a store waited on each other in a cycle, or too long): the store is rolled
+  back, the engine rebuilt, and the attempt runs again, up to
+  MAX_CONFLICT_RETRIES times, before the pass fails as above.
+
+Brokers sharing a store (`engine.coherence`): before the engine work, a pass
+claims every queue its requests name (`claims`), with those its sweep will
+reach, in one call; `wake` marks queues other brokers announced as changed, so
+that long-polls parked on them try again.
+
 The server's ticks ask for passes too: `request_sweep` (expired leases go back
 to their queues, which wakes long-polls) and `request_maintenance`
 (`Engine.maintain`, then `store.reap`).
@@ -62,7 +72,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, cast
 
 from kittiwake import errors
-from kittiwake.broker import dispatch
+from kittiwake.broker import claims, dispatch
 from kittiwake.broker.long_polls import LongPolls
 from kittiwake.broker.pass_replies import (
     Attempt,
@@ -90,6 +100,7 @@ log = logging.getLogger("kittiwake.broker")
 MAX_PASS_REQUESTS = 20_000
 MAX_PASS_REPLY_BYTES = 64 * 1024 * 1024
 MAX_BUGS_PER_PASS = 3
+MAX_CONFLICT_RETRIES = 3
 REAP_ROWS_PER_TICK = 1000
 
 Item = m.Request | bytes  # a decoded request, or an error reply encoded at decode time
@@ -152,6 +163,7 @@ class Passes:
         self.passes = 0
         self.failed_passes = 0
         self.bugs = 0
+        self.conflicts = 0
         self.pending: list[tuple[Caller, Item]] = []
         self._sweep_due = False
         self._maintenance_due = False
@@ -176,6 +188,13 @@ class Passes:
 
     def request_maintenance(self) -> None:
         self._maintenance_due = True
+
+    def wake(self, queues: list[str] | None) -> None:
+        """Other brokers changed these queues (None: perhaps any): parked long-polls on them look again."""
+        if queues is None:
+            self.long_polls.retry_everyone = True
+        elif self.engine is not None:
+            self.engine.state.ready.update(queues)
 
     def drop_connection(self, connection: Caller) -> None:
         self.long_polls.drop(connection)
@@ -207,6 +226,7 @@ class Passes:
         attempt: Attempt | None = None
         deferred: list[tuple[Caller, Item]] = []
         committing = tried = False
+        conflicts = 0
         try:
             while attempt is None:
                 engine = self.engine
@@ -225,6 +245,14 @@ class Passes:
                     self._rebuild(now)
                     if len(poisoned) >= MAX_BUGS_PER_PASS:
                         raise PassFailed(f"{len(poisoned)} bugs in one pass") from None
+                except errors.StorageFailure as failure:
+                    if failure.fault is not StorageFault.CONFLICT or conflicts >= MAX_CONFLICT_RETRIES:
+                        raise
+                    conflicts += 1
+                    self.conflicts += 1
+                    log.info("another broker held the queues (%s); running the pass again", failure)
+                    self._rollback()
+                    self._rebuild(now)
             deferred = self._apply(batch, attempt, paused)
             committing = True
             self.store.commit()
@@ -262,6 +290,9 @@ class Passes:
         answered UNAVAILABLE and parked long-polls are not retried."""
         attempt = Attempt()
         sweep, maintain = housekeeping
+        if engine.shared:
+            requests = (item for _, item in batch)
+            self._guarded(("claims",), "claims", lambda: engine.claim(claims.queues_named(requests), now if sweep else None))
         if (sweep or maintain) and ("housekeeping",) not in poisoned:
             self._guarded(("housekeeping",), "housekeeping", lambda: self._housekeeping(engine, sweep, maintain, now))
         self._serve(engine, batch, attempt, poisoned, paused, now)

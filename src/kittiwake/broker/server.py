@@ -12,9 +12,14 @@ deadline; every `MAINTENANCE_SECS` one that also runs `Engine.maintain` and
 reaps rows of dropped queues. A tick only asks: the pass itself runs in the
 same group commit as requests, so there is one place that commits and replies.
 
+Several brokers on one PostgreSQL schema (`brokers=many`): the store's
+announcements of other brokers' changes wake long-polls (`announcements`), and
+every POLL_TICKS ticks every parked long-poll looks again in case one was lost.
+
 Listeners: the plaintext port (`port`) unless `security.plaintext` is off,
 and the TLS port (`tls_port`) when a certificate is given; both lead to the
-same connections. With an auth file every connection gets a `Session`
+same connections. With `udp_port`, also a UDP port (`udp_listener`) whose
+datagrams go to the same group commit. With an auth file every connection gets a `Session`
 (`session.py`) that checks its credentials and then its rights.
 
 Stopping: stop accepting, stop reading, serve and commit what was already
@@ -32,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from kittiwake.broker import announcements
 from kittiwake.broker.auth import Authenticator
 from kittiwake.broker.config import BrokerConfig
 from kittiwake.broker.connection import Connection
@@ -41,6 +47,7 @@ from kittiwake.broker.tls import HANDSHAKE_TIMEOUT_SECS, server_context
 from kittiwake.broker.group_commit import GroupCommit
 from kittiwake.broker.read_budget import ReadBudget
 from kittiwake.broker.timeouts import ConnectionTimeouts
+from kittiwake.broker.udp_listener import UdpListener
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.protocol.messages import Request
 from kittiwake.store.location import open_store
@@ -71,8 +78,11 @@ class Broker:
         self._tls_server: asyncio.AbstractServer | None = None
         self.authenticator: Authenticator | None = None
         self.tls_port: int | None = None
+        self.udp_port: int | None = None
+        self.udp: UdpListener | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
         self._ticks = 0
+        self._shared = False  # several brokers share the store: poll for their changes too
         self._stopping = False
         self._stopped = asyncio.Event()
         self.host = config.host
@@ -108,7 +118,9 @@ class Broker:
         tls_context = server_context(security.tls_cert, security.tls_key) if security.tls_cert and security.tls_key else None
         store = self._given_store
         if store is None:
-            store = open_store(config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb)
+            store = open_store(
+                config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb, broker=True
+            )
         self.store = store
 
         def make_engine() -> Engine:
@@ -126,7 +138,14 @@ class Broker:
                     lambda: Connection(self), config.host, security.tls_port, backlog=LISTEN_BACKLOG,
                     ssl=tls_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECS,
                 )
+            if config.udp_port is not None:
+                _, self.udp = await loop.create_datagram_endpoint(
+                    lambda: UdpListener(self, authenticator), local_addr=(config.host, config.udp_port)
+                )
         except BaseException:
+            if self.udp is not None:
+                self.udp.close()
+                self.udp = None
             for server in (self._server, self._tls_server):
                 if server is not None:
                     server.close()
@@ -142,9 +161,13 @@ class Broker:
             self.port = self._server.sockets[0].getsockname()[1]
         elif self.tls_port is not None:
             self.port = self.tls_port
+        if self.udp is not None and self.udp.transport is not None:
+            self.udp_port = self.udp.transport.get_extra_info("sockname")[1]
+        self._shared = announcements.listen(store, loop, group.wake)
         self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
         self.timeouts.start(loop)
         tls = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
+        tls += f", UDP on port {self.udp_port}" if self.udp_port is not None else ""
         plaintext = "" if self._server is not None else " (TLS only)"
         log.info("broker started on %s:%d%s%s (%s), %s",
                  self.host, self.port, plaintext, tls, exposure_note(self.host, security), self.store_description)
@@ -157,6 +180,8 @@ class Broker:
             return
         self._ticks += 1
         group.request_sweep()
+        if self._shared and self._ticks % announcements.POLL_TICKS == 0:
+            group.wake(None)  # the poll behind other brokers' announcements
         if self._ticks % round(MAINTENANCE_SECS / SWEEP_SECS) == 0:
             group.request_maintenance()
         self._tick_handle = asyncio.get_running_loop().call_later(SWEEP_SECS, self._tick)
@@ -209,6 +234,8 @@ class Broker:
                     server.close()
             for connection in list(self.connections):
                 connection.stop_reading()
+            if self.udp is not None:
+                self.udp.stopping = True  # take no more datagrams; the replies below still go out
             if self.group is not None:
                 try:
                     self.group.finish()
@@ -216,6 +243,8 @@ class Broker:
                     log.exception("closing the store failed")
             for connection in list(self.connections):
                 connection.close()  # after the replies written above are flushed
+            if self.udp is not None:
+                self.udp.close()
             deadline = time.monotonic() + FLUSH_ON_STOP_SECS
             while self.connections and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
@@ -251,6 +280,7 @@ def listening_line(broker: Broker) -> str:
     config = broker.config
     security = config.security
     tls = f"tls_port={broker.tls_port} " if broker.tls_port is not None else ""
+    tls += f"udp_port={broker.udp_port} " if broker.udp_port is not None else ""
     plaintext = "" if security.plaintext else "plaintext=off "
     auth = "auth=on " if security.auth_file else "auth=off "
     return (

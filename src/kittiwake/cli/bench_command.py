@@ -546,3 +546,31 @@ def mapreduce_command(app_name: str, size: int, partition_sizes: tuple[int, ...]
             console.print(f"[dim]chart written to {target}")
         else:
             console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot])")
+
+
+@bench.command("udp")
+@click.option("--seconds", type=click.FloatRange(0.1), default=5.0, show_default=True, help="Load per row.")
+@click.option("--threads", type=click.IntRange(1, 1024), default=16, show_default=True,
+              help="Threads sharing one UDP client (requests in flight).")
+@click.option("--batch", type=click.IntRange(1, 64), default=8, show_default=True, help="Tasks per enqueue request.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the relay's drops.")
+@_durability_option
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the report as JSON to FILE ('-' for stdout).")
+@click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
+              help="Where to create the broker's throwaway directory (default: the system temp dir).")
+def udp_command(seconds: float, threads: int, batch: int, seed: int, durability: str, json_path: str | None,
+                parent_dir: str | None) -> None:
+    """Enqueue over kwu:// through a lossy relay at 0%, 1.4% and 5% loss, and over TCP, on one broker."""
+    from kittiwake.bench.report import machine_info, print_machine, write_json
+    from kittiwake.bench.udp_loss import UdpLossSettings, measure, table
+
+    console = _console()
+    settings = UdpLossSettings(seconds=seconds, threads=threads, batch=batch, seed=seed, durability=durability)
+    rows = measure(settings, parent_dir=parent_dir)
+    console.print(table(rows))
+    report = {"machine": machine_info(), "settings": {"seconds": seconds, "threads": threads, "batch": batch,
+                                                      "seed": seed, "durability": durability}, "udp": rows}
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)

@@ -33,7 +33,8 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               help="Directory of the SQLite store; created if missing.")
 @click.option("--store", "store_url", metavar="URL",
               help="The store, instead of --data: sqlite://DIR, or postgresql://[USER@]HOST[:PORT]/DB"
-              "[?schema=NAME] (tables in schema NAME, default kittiwake; created or upgraded at start). "
+              "[?schema=NAME][&brokers=many] (tables in schema NAME, default kittiwake; created or upgraded "
+              "at start; brokers=many on every broker of a schema to run several on it). "
               "Put a password in ~/.pgpass or $PGPASSWORD rather than here.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on: this machine only by default; 0.0.0.0 for every interface "
@@ -74,6 +75,8 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
 @click.option("--max-buffered-mb", default=DEFAULT_MAX_BUFFERED_MB, show_default=True, type=int,
               help="MiB of unfinished frames held across all connections; beyond it the broker stops reading "
                    "from connections in the middle of a frame until frames complete (at least one max frame).")
+@click.option("--udp-port", type=click.IntRange(0, 65535), default=None,
+              help="Also serve kwu:// (UDP datagrams) on this port; 0 picks a free one. Off by default.")
 @click.pass_context
 def broker(
     ctx: click.Context,
@@ -96,6 +99,7 @@ def broker(
     frame_timeout_secs: float,
     idle_timeout_secs: float,
     max_buffered_mb: int,
+    udp_port: int | None,
 ) -> None:
     """Run a broker on the embedded store (or --store) until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
@@ -120,6 +124,7 @@ def broker(
             frame_timeout_secs=frame_timeout_secs,
             idle_timeout_secs=idle_timeout_secs,
             max_buffered_mb=max_buffered_mb,
+            udp_port=udp_port,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None

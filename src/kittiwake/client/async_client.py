@@ -65,6 +65,8 @@ class AsyncClient:
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         self.address = parse_url(url)
+        if self.address.udp:
+            raise errors.BadRequest("kwu:// (UDP) is served by the blocking Client only; use kw:// here")
         self.connect_timeout = connect_timeout
         self.timeout = timeout
         self.worker = worker

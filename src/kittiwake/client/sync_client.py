@@ -45,6 +45,7 @@ from kittiwake.protocol.replies import (
     TaskView,
     UpdateResult,
 )
+from kittiwake.client.udp_channel import UdpChannel
 from kittiwake.client.url import BrokerAddress, parse_url
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, effective_timeout
 
@@ -55,7 +56,9 @@ class Client:
     """A blocking connection to one broker, safe to share between threads.
 
     `url` is `kw://host:port` (default: `$KITTIWAKE_URL`, else
-    `kw://127.0.0.1:7370`). `worker` names this client in the broker's lease
+    `kw://127.0.0.1:7370`); `kwu://host:port` talks to the broker's UDP port
+    in datagrams (`udp_channel`: retransmitted until answered, each call
+    bounded by its timeout or 10 s; requests must fit in a datagram). `worker` names this client in the broker's lease
     records (stats show it) unless a lease call names another. Use it as a
     context manager or call `close()`.
     """
@@ -73,6 +76,10 @@ class Client:
         self.address = parse_url(url)
         self.timeout = timeout
         self.worker = worker
+        self._pool: ConnectionPool | UdpChannel
+        if self.address.udp:
+            self._pool = UdpChannel(self.address)
+            return
         self._pool = ConnectionPool(
             self.address,
             connect_timeout_secs=connect_timeout,

@@ -1,4 +1,4 @@
-"""Broker addresses: parsing `kw://` and `kws://` URLs, with optional credentials.
+"""Broker addresses: parsing `kw://`, `kws://` and `kwu://` URLs, with optional credentials.
 
 A broker is named by a URL:
 
@@ -6,10 +6,11 @@ A broker is named by a URL:
     kw://user:token@host:port           plaintext, authenticated
     kws://user:token@host:port          TLS, the broker's certificate verified
     kws://host:port?ca=/path/ca.pem     TLS, verified against this CA file
+    kwu://host:port                     UDP datagrams (`kittiwake broker --udp-port`), blocking Client only
 
 The host may be a name, an IPv4 address or a bracketed IPv6 address
 (`kw://[::1]:7370`); the port may be left out (7370 for `kw`, 7371 for
-`kws`). User and token are percent-decoded (a token with `@`, `:` or `/`
+`kws`, 7372 for `kwu`). User and token are percent-decoded (a token with `@`, `:` or `/`
 must be percent-encoded; generated tokens never need it). With `kws`, the
 certificate is checked against `?ca=PATH`, else the file named by
 `$KITTIWAKE_CA`, else the system's trusted CAs, and must name the host.
@@ -33,8 +34,10 @@ from kittiwake.errors import BadRequest
 
 SCHEME = "kw"
 TLS_SCHEME = "kws"
+UDP_SCHEME = "kwu"
 DEFAULT_PORT = 7370
 DEFAULT_TLS_PORT = 7371
+DEFAULT_UDP_PORT = 7372
 DEFAULT_URL = f"{SCHEME}://127.0.0.1:{DEFAULT_PORT}"
 URL_ENV = "KITTIWAKE_URL"
 CA_ENV = "KITTIWAKE_CA"
@@ -50,6 +53,7 @@ class BrokerAddress:
     token: str | None = field(default=None, repr=False)
     tls: bool = False
     ca_file: str | None = None  # with tls: the CA to verify the broker's certificate with; None: the system's
+    udp: bool = False  # kwu://: requests and replies as datagrams (`kittiwake.client.udp_channel`)
 
     @property
     def url(self) -> str:
@@ -57,7 +61,8 @@ class BrokerAddress:
         host = f"[{self.host}]" if ":" in self.host else self.host
         user = f"{quote(self.user, safe='')}@" if self.user is not None else ""
         query = f"?ca={quote(self.ca_file)}" if self.tls and self.ca_file is not None else ""
-        return f"{TLS_SCHEME if self.tls else SCHEME}://{user}{host}:{self.port}{query}"
+        scheme = UDP_SCHEME if self.udp else TLS_SCHEME if self.tls else SCHEME
+        return f"{scheme}://{user}{host}:{self.port}{query}"
 
     def __str__(self) -> str:
         return self.url
@@ -85,9 +90,12 @@ def parse_url(url: str | BrokerAddress | None = None) -> BrokerAddress:
     except ValueError as exc:
         raise BadRequest(f"broker URL {_shown(text)!r} is malformed: {exc}") from None
     shown = _shown(text)
-    if parts.scheme not in (SCHEME, TLS_SCHEME):
-        raise BadRequest(f"broker URL {shown!r} has scheme {parts.scheme!r}; expected {SCHEME}:// or {TLS_SCHEME}://")
+    if parts.scheme not in (SCHEME, TLS_SCHEME, UDP_SCHEME):
+        raise BadRequest(
+            f"broker URL {shown!r} has scheme {parts.scheme!r}; expected {SCHEME}://, {TLS_SCHEME}:// or {UDP_SCHEME}://"
+        )
     tls = parts.scheme == TLS_SCHEME
+    udp = parts.scheme == UDP_SCHEME
     if parts.path not in ("", "/") or parts.fragment:
         raise BadRequest(f"broker URL {shown!r} must not have a path or fragment")
     ca_file = _ca_file(parts.query, tls, shown)
@@ -101,8 +109,8 @@ def parse_url(url: str | BrokerAddress | None = None) -> BrokerAddress:
     if port == 0:
         raise BadRequest(f"broker URL {shown!r} has port 0; expected 1..65535")
     if port is None:
-        port = DEFAULT_TLS_PORT if tls else DEFAULT_PORT
-    return BrokerAddress(host, port, user=user, token=token, tls=tls, ca_file=ca_file)
+        port = DEFAULT_UDP_PORT if udp else DEFAULT_TLS_PORT if tls else DEFAULT_PORT
+    return BrokerAddress(host, port, user=user, token=token, tls=tls, ca_file=ca_file, udp=udp)
 
 
 def _ca_file(query: str, tls: bool, shown: str) -> str | None:

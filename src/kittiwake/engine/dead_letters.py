@@ -32,6 +32,7 @@ from kittiwake.engine.failures import AFTER, dead_letters_of
 from kittiwake.engine.head_cache import enforce_cache
 from kittiwake.engine.mutations import DeleteTask, Mutation
 from kittiwake.engine.queue_state import QueueState
+from kittiwake.engine.coherence import claim
 from kittiwake.engine.state import EngineState, flush, forget_if_empty
 from kittiwake.model import (
     DEAD_PID_HEADER,
@@ -117,7 +118,7 @@ def _each_dead_letter(
     page = DeadLetterPage(next_pid=next_pid)
     mutations: list[Mutation] = []
     for asked, task in chosen:
-        dead = state.queues.get(dead_name)
+        dead = claim(state, dead_name)
         if task is None or dead is None:
             page.outcomes.append(
                 ItemOutcome(dead_name, asked, False, errors.TaskNotFound.code, f"no dead letter {asked!r} in {dead_name!r}")

@@ -18,13 +18,14 @@ from __future__ import annotations
 from kittiwake.engine.failures import dead_letters_of
 from kittiwake.engine.head_cache import add_available, exists, find
 from kittiwake.engine.mutations import DeleteEdges, Mutation, PutEdge, SetWaiting
+from kittiwake.engine.coherence import claim
 from kittiwake.engine.state import EngineState, flush
 from kittiwake.model import Task, dead_queue_of
 
 
 def key_exists(state: EngineState, name: str, pid: str) -> bool:
     """Whether task (name, pid) exists: what `unless` asks."""
-    queue = state.queues.get(name)
+    queue = claim(state, name)
     return queue is not None and exists(state, queue, pid)
 
 
@@ -34,11 +35,11 @@ def link_parents(
     """Count the parents still to finish and write their edges (Albatross
     §5.2.2). A parent that is gone has finished, unless it sits in its
     dead-letter queue: then it failed, and that parent is returned."""
-    queues = state.queues
     for parent_queue, parent_pid in parents:
-        queue = queues.get(parent_queue)
+        queue = claim(state, parent_queue)
         parent = find(state, queue, parent_pid) if queue is not None else None
         if parent is None:
+            claim(state, dead_queue_of(parent_queue))
             if dead_letters_of(state, dead_queue_of(parent_queue), parent_pid):
                 return (parent_queue, parent_pid)
             continue
@@ -67,9 +68,8 @@ def finish_parents_of_deleted_queue(state: EngineState, name: str) -> None:
 
 
 def _finish_parent_at(state: EngineState, parent_queue: str, parent_pid: str, mutations: list[Mutation]) -> None:
-    queues = state.queues
     for child_queue, child_pid in state.store.children_of(parent_queue, parent_pid):
-        queue = queues.get(child_queue)
+        queue = claim(state, child_queue)
         child = state.store.load_task(child_queue, child_pid) if queue is not None else None
         if child is None or child.waiting_on <= 0:
             continue

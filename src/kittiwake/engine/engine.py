@@ -16,6 +16,7 @@ call to the module that owns the operation. Where to read the semantics:
 * `failures` — attempts, burial into `<queue>.dead`, cancel;
 * `dependencies` — parents and children; `dead_letters` — requeue, purge;
 * `head_cache` — which available tasks memory holds (TaskMaster §5.4);
+* `coherence` — several brokers on one store: claims and reloads;
 * `joins` — tokens that start one job when all of a join's ports hold them;
 * `inspection` — peek, get, list_queues, stats and other read-only views.
 """
@@ -25,7 +26,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from kittiwake.constants import DEFAULT_LEASE_SECS
-from kittiwake.engine import dead_letters, dependencies, enqueue, failures, inspection, join_index, joins, leases, update
+from kittiwake import errors
+from kittiwake.engine import coherence, dead_letters, dependencies, enqueue, failures, inspection, join_index, joins, leases, update
 from kittiwake.engine.dead_letters import DeadLetterPage
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER, EngineState, delete_queue, prune_idle, recover
 from kittiwake.engine.storage import TaskStore
@@ -41,6 +43,7 @@ from kittiwake.model import (
     QueueInfo,
     QueueStats,
     Task,
+    validate_queue,
 )
 
 __all__ = ["DEAD_REASON_HEADER", "FIFO_COUNTER", "LEASE_ID_COUNTER", "Engine"]
@@ -58,7 +61,10 @@ class Engine:
         head_tasks: int = 1000,
         cache_bytes: int = 256 * 1024 * 1024,
     ) -> None:
-        self.state = EngineState(store, limits or Limits(), head_tasks, cache_bytes)
+        self.state = state = EngineState(store, limits or Limits(), head_tasks, cache_bytes)
+        if getattr(store, "shared", False):  # other brokers use the store too: see `coherence`
+            state.shared = True
+            state.id_slot, state.id_stride = store.id_slot, store.id_stride  # type: ignore[attr-defined]
 
     # the settings and figures callers read
     @property
@@ -159,7 +165,22 @@ class Engine:
     def cancel(self, keys: Sequence[tuple[str, str]], reason: str | None, now: float) -> list[ItemOutcome]:
         return failures.cancel(self.state, keys, reason, now)
 
+    @property
+    def shared(self) -> bool:
+        return self.state.shared
+
+    def claim(self, queues: Sequence[str], sweep_at: float | None = None) -> None:
+        """With a shared store, lock these queues for the transaction and bring their state up to
+        date (`coherence`): the broker claims what a batch names before running it, with the
+        queues a sweep at `sweep_at` will reach, all in one call."""
+        if self.state.shared:
+            if sweep_at is not None:
+                queues = [*queues, *leases.due_queues(self.state, sweep_at)]
+            coherence.claim_many(self.state, queues)
+
     def delete_queue(self, queue: str) -> int:
+        validate_queue(queue, self.state.limits)
+        coherence.claim(self.state, queue)
         join_index.check_queues(self.state, [queue], "delete")
         if queue in self.state.join_ports:
             join_index.forget_queue(self.state, queue)
@@ -178,6 +199,8 @@ class Engine:
         return dead_letters.purge_dead(self.state, queue, pids, now, after_pid=after_pid, limit=limit)
 
     def declare_join(self, spec: JoinSpec, now: float) -> str:
+        if self.state.shared:
+            raise errors.BadRequest("joins need a store that one broker serves; this store is shared by several")
         return joins.declare(self.state, spec, now)
 
     def drop_join(self, name: str) -> bool:

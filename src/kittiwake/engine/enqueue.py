@@ -28,7 +28,8 @@ from kittiwake.engine.head_cache import add_available, enforce_cache, exists, to
 from kittiwake.engine.ids import next_fifo_pid
 from kittiwake.engine.mutations import Mutation, PutTask
 from kittiwake.engine.rates import ENQUEUE
-from kittiwake.engine.state import EngineState, flush, forget_if_empty, open_queue, rates_of
+from kittiwake.engine.coherence import claim_open
+from kittiwake.engine.state import EngineState, flush, forget_if_empty, rates_of
 from kittiwake.model import EnqueueOutcome, NewTask, Task
 
 
@@ -53,7 +54,7 @@ def enqueue(state: EngineState, tasks: Sequence[NewTask], now: float) -> list[En
 
 def enqueue_one(state: EngineState, new: NewTask, now: float, mutations: list[Mutation]) -> EnqueueOutcome:
     """Add one validated task (enqueue, update, requeue of a dead letter)."""
-    queue = open_queue(state, new.queue)
+    queue = claim_open(state, new.queue)
     touch(state, queue)
     if new.pid is None:
         pid = next_fifo_pid(state, now, mutations)

@@ -35,7 +35,8 @@ from kittiwake.engine.ids import next_fifo_pid
 from kittiwake.engine.mutations import DeleteEdges, DeleteTask, Mutation, PutTask, SetLease
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import ENQUEUE
-from kittiwake.engine.state import EngineState, flush, forget_if_empty, open_queue, rates_of
+from kittiwake.engine.coherence import claim, claim_open
+from kittiwake.engine.state import EngineState, flush, forget_if_empty, rates_of
 from kittiwake.model import (
     DEAD_PID_HEADER,
     DEAD_REASON_HEADER,
@@ -100,7 +101,7 @@ def fail_attempt(
 def bury(state: EngineState, task: Task, reason: str, now: float, mutations: list[Mutation]) -> None:
     """Put a task that left its queue into the dead-letter queue as a new dead
     letter: at `<pid>~<death time>`, so a pid that dies twice keeps both failures."""
-    dead = open_queue(state, dead_queue_of(task.queue))
+    dead = claim_open(state, dead_queue_of(task.queue))
     headers = dict(task.headers or {})
     headers[DEAD_REASON_HEADER] = reason[: state.limits.max_header_value_bytes]
     headers[DEAD_PID_HEADER] = task.pid
@@ -148,12 +149,11 @@ def fail_descendants(state: EngineState, parent: Task, now: float, mutations: li
     failed = 0
     reason = f"{PARENT_FAILED_REASON} {parent.queue}/{parent.pid}"
     stack = [(parent.queue, parent.pid)]
-    queues = state.queues
     while stack:
         parent_key = stack.pop()
         flush(state, mutations)
         for child_queue, child_pid in state.store.children_of(*parent_key):
-            queue = queues.get(child_queue)
+            queue = claim(state, child_queue)
             child = state.store.load_task(child_queue, child_pid) if queue is not None else None
             if child is None or child.waiting_on <= 0:
                 continue  # already failed through another parent
@@ -184,7 +184,7 @@ def cancel(state: EngineState, keys: Sequence[tuple[str, str]], reason: str | No
         if name == JOINS_QUEUE:
             outcomes.append(ItemOutcome(name, pid, False, errors.BadRequest.code, "drop_join withdraws a join"))
             continue
-        queue = state.queues.get(name)
+        queue = claim(state, name)
         task = find(state, queue, pid) if queue is not None else None
         if task is None or queue is None:
             outcomes.append(ItemOutcome(name, pid, False, errors.TaskNotFound.code, f"no task {pid!r} in {name!r}"))

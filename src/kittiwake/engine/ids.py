@@ -7,6 +7,12 @@ never repeat). Each has a high-water mark in the store (`SetCounter`), written
 a minute ahead of the value that passed the last one, so it costs one row write
 a minute and a restart resumes above it whatever the clock says then.
 
+Brokers sharing one store each own a residue class (`id_slot` modulo
+`id_stride`, the store's numbering of the brokers alive): their ids never meet,
+and FIFO pids of different brokers still interleave within `id_stride`
+microseconds of the clock. The high-water marks are shared (raised with
+`greatest`), so a broker starting in any slot resumes above every id issued.
+
 Changes `EngineState.last_fifo_micros`, `last_lease_id` and `reserved`.
 """
 
@@ -20,17 +26,23 @@ COUNTER_RESERVE = 60_000_000  # a minute of clock-based ids per persisted high-w
 
 
 def next_fifo_pid(state: EngineState, now: float, mutations: list[Mutation]) -> str:
-    micros = max(int(now * 1_000_000), state.last_fifo_micros + 1)
+    micros = _in_slot(state, max(int(now * 1_000_000), state.last_fifo_micros + 1))
     state.last_fifo_micros = micros
     reserve(state, FIFO_COUNTER, micros, mutations)
     return fifo_pid(micros)
 
 
 def next_lease_id(state: EngineState, now: float, mutations: list[Mutation]) -> int:
-    lease_id = max(state.last_lease_id + 1, int(now * 1_000_000))
+    lease_id = _in_slot(state, max(state.last_lease_id + 1, int(now * 1_000_000)))
     state.last_lease_id = lease_id
     reserve(state, LEASE_ID_COUNTER, lease_id, mutations)
     return lease_id
+
+
+def _in_slot(state: EngineState, value: int) -> int:
+    """The least id >= value in this broker's residue class."""
+    stride = state.id_stride
+    return value if stride == 1 else value + (state.id_slot - value) % stride
 
 
 def reserve(state: EngineState, counter: str, value: int, mutations: list[Mutation]) -> None:

@@ -17,6 +17,7 @@ from kittiwake.engine.leases import sweep
 from kittiwake.engine.queue_patterns import name_matcher
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import DEQUEUE, ENQUEUE, LEASE, LEASE_SECS_SUM, RateWindow
+from kittiwake.engine.coherence import claim
 from kittiwake.engine.state import EngineState
 from kittiwake.model import (
     DEAD_SUFFIX,
@@ -61,7 +62,7 @@ def peek(state: EngineState, queue: str, n: int, from_pid: str | None, now: floa
     validate_count(n, "n", 1, limits.max_batch)
     if from_pid is not None:
         validate_pid(from_pid, limits, "from_pid", queue)
-    if queue not in state.queues:
+    if claim(state, queue) is None:
         return []
     return _views(state, state.store.scan(queue, from_pid, n), now)
 
@@ -83,7 +84,7 @@ def get(state: EngineState, queue: str, pid: str, now: float) -> dict[str, Any]:
     also finds its newest dead letter (dead letters live at `<pid>~<time>`)."""
     validate_queue(queue, state.limits)
     validate_pid(pid, state.limits, "pid", queue)
-    queue_state = state.queues.get(queue)
+    queue_state = claim(state, queue)
     task = find(state, queue_state, pid) if queue_state is not None else None
     if task is None and queue_state is not None and queue.endswith(DEAD_SUFFIX):
         letters = dead_letters_of(state, queue, pid)
@@ -148,8 +149,8 @@ def stats(
 
 
 def _stats_of(state: EngineState, name: str, sample: int, now: float) -> QueueStats:
-    queue = state.queues.get(name)
-    dead = state.queues.get(dead_queue_of(name))
+    queue = claim(state, name)
+    dead = claim(state, dead_queue_of(name))
     if queue is None:
         return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, None, None)
     rates = queue.rates or RateWindow()

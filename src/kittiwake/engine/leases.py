@@ -38,7 +38,8 @@ from kittiwake.engine.mutations import DeleteTask, Mutation, SetLease
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rate_limit import TokenBucket
 from kittiwake.engine.rates import LEASE
-from kittiwake.engine.state import EXPIRY_COMPACT_MIN, EngineState, flush, forget_if_empty, open_queue, rates_of
+from kittiwake.engine.coherence import claim, claim_many, claim_open
+from kittiwake.engine.state import EXPIRY_COMPACT_MIN, EngineState, flush, forget_if_empty, rates_of
 from kittiwake.engine.transitions import Operation
 from kittiwake.model import (
     ItemOutcome,
@@ -74,6 +75,8 @@ def validate_lease(state: EngineState, request: LeaseRequest) -> None:
         validate_queue(name, limits)
     join_index.check_queues(state, request.queues, "lease")
     validate_count(request.max_tasks, "max_tasks", 1, limits.max_batch)
+    if request.max_reply_bytes is not None:
+        validate_count(request.max_reply_bytes, "max_reply_bytes", 1, 1 << 40)
     request.lease_secs = validate_lease_secs(request.lease_secs, limits)
     if request.max_pid is not None:
         validate_pid(request.max_pid, limits, "max_pid")
@@ -88,17 +91,35 @@ def validate_lease(state: EngineState, request: LeaseRequest) -> None:
         raise errors.BadRequest("rate_burst needs rate_per_sec")
 
 
+# A leased task's reply is its fields (msgpack keys, numbers) plus its strings:
+# about 250 bytes beyond the strings for the longest numbers (measured), so a
+# little more to stay an upper bound; the reply's envelope adds the rest.
+LEASED_TASK_FIXED_BYTES = 280
+REPLY_ENVELOPE_BYTES = 32
+
+
+def leased_reply_bytes(task: Task, request: LeaseRequest) -> int:
+    """An upper bound of the bytes `task` adds to the reply of `request` once leased."""
+    size = LEASED_TASK_FIXED_BYTES + len(task.data) + len(task.queue) + len(task.pid)
+    for text in (task.sender, task.receiver, task.note, request.worker, request.peer):
+        if text:
+            size += len(text.encode())
+    if task.headers:
+        size += sum(len(key.encode()) + len(value.encode()) + 10 for key, value in task.headers.items())
+    return size
+
+
 def lease(state: EngineState, request: LeaseRequest, now: float) -> list[Task]:
     """Lease up to max_tasks tasks in pid order across the requested queues."""
     validate_lease(state, request)
-    sweep(state, now)
+    sweep(state, now, everywhere=False)
+    claim_many(state, request.queues)
     want = request.max_tasks
-    queues = state.queues
     candidates: list[tuple[str, QueueState]] = []
     for name in dict.fromkeys(request.queues):
-        queue = queues.get(name)
+        queue = claim(state, name)
         if request.rate_per_sec is not None:
-            queue = open_queue(state, name)  # the limit holds even before the first task
+            queue = claim_open(state, name)  # the limit holds even before the first task
             _set_rate(queue, request, now)
         if queue is None or queue.size <= len(queue.leased) + queue.blocked:
             continue
@@ -119,10 +140,18 @@ def lease(state: EngineState, request: LeaseRequest, now: float) -> list[Task]:
     mutations: list[Mutation] = []
     expires_at = now + request.lease_secs
     budget = state.limits.max_reply_data_bytes
+    reply_budget = request.max_reply_bytes
+    if reply_budget is not None:
+        reply_budget -= REPLY_ENVELOPE_BYTES
     expiry = state.expiry
     for pid, queue in candidates[:want]:
         if leased and budget < len(queue.available[pid].data):
             break  # the reply would be too large to read; the rest waits for the next lease
+        if reply_budget is not None:
+            size = leased_reply_bytes(queue.available[pid], request)
+            if leased and reply_budget < size:
+                break  # the caller's reply limit (a UDP datagram); the rest waits for the next lease
+            reply_budget -= size
         task = queue.remove_available(pid)
         assert task is not None
         budget -= len(task.data)
@@ -183,9 +212,17 @@ def take_ready(state: EngineState) -> set[str]:
 # ----------------------------------------------------------------- expiry
 
 
-def sweep(state: EngineState, now: float) -> int:
+EXPIRED_QUEUES_PER_SWEEP = 1000
+
+
+def sweep(state: EngineState, now: float, everywhere: bool = True) -> int:
     """Return expired leases to their queues (TaskMaster §5.6, lazily), and
-    mark rate-limited queues whose next token is due as ready again."""
+    mark rate-limited queues whose next token is due as ready again.
+
+    With a shared store, only the broker's periodic sweep (`everywhere`) expires
+    leases: it claims every queue with a lease that ran out in one call, those
+    another broker granted included (a broker that died leaves its leases to the
+    others), where a sweep in passing would claim queues one by one."""
     throttled = state.throttled
     if throttled:
         for name, due in list(throttled.items()):
@@ -193,14 +230,17 @@ def sweep(state: EngineState, now: float) -> int:
                 del throttled[name]
                 state.ready.add(name)
     expiry = state.expiry
+    if state.shared:
+        if not everywhere:
+            return 0
+        claim_many(state, due_queues(state, now))
     if not expiry or expiry[0][0] > now:
         return 0
     mutations: list[Mutation] = []
     expired = 0
-    queues = state.queues
     while expiry and expiry[0][0] <= now:
         expires_at, lease_id, name, pid = heapq.heappop(expiry)
-        queue = queues.get(name)
+        queue = claim(state, name)
         task = queue.leased.get(pid) if queue is not None else None
         if task is None or task.lease_id != lease_id or task.lease_expires_at != expires_at:
             continue  # renewed, finished or released since
@@ -211,6 +251,17 @@ def sweep(state: EngineState, now: float) -> int:
         flush(state, mutations)
     enforce_cache(state)
     return expired
+
+
+def due_queues(state: EngineState, now: float) -> list[str]:
+    """Shared store: the queues a sweep at `now` claims — those with a lease in this broker's heap that
+    ran out, and those the store knows with one, whoever granted it. Asked once per `now`."""
+    if state.due_asked_at == now:
+        return []
+    state.due_asked_at = now
+    due = {name for expires_at, _, name, _ in state.expiry if expires_at <= now}
+    due.update(state.store.expired_lease_queues(now, EXPIRED_QUEUES_PER_SWEEP))  # type: ignore[attr-defined]
+    return sorted(due)
 
 
 def next_expiry(state: EngineState) -> float | None:
@@ -250,7 +301,7 @@ def resolve(
     state: EngineState, ref: LeaseRef, op: Operation, now: float
 ) -> tuple[QueueState, Task] | errors.KittiwakeError:
     """Find the task a lease ref names and check the ref may `op` it (dequeue, renew or release)."""
-    queue = state.queues.get(ref.queue)
+    queue = claim(state, ref.queue)
     if queue is None:
         return errors.TaskNotFound(f"no task {ref.pid!r} in {ref.queue!r}")
     task = queue.leased.get(ref.pid)

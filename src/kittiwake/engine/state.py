@@ -45,6 +45,10 @@ Around them:
 * `store`, `limits`, `head_tasks`, `cache_bytes` — what the engine was made
   with: the store it reads and writes, the published limits, the head size
   per queue and the memory budget of all heads.
+* `shared`, `id_slot`, `id_stride` — whether other brokers share the store
+  (every queue is then claimed before use, `coherence`), and this broker's
+  share of the id space (`ids`): ids = id_slot modulo id_stride;
+  `due_asked_at` — when the store was last asked for queues with leases due.
 """
 
 from __future__ import annotations
@@ -52,15 +56,16 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from sortedcontainers import SortedList
 
 from kittiwake.engine.mutations import DropQueue, Mutation
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import RateWindow
-from kittiwake.engine.storage import TaskStore
+from kittiwake.engine.storage import QueueSummary, TaskStore
 from kittiwake.join_spec import JoinSpec
-from kittiwake.model import FIFO_PID_DIGITS, Limits, validate_queue
+from kittiwake.model import FIFO_PID_DIGITS, Limits, Task, validate_queue
 
 LEASE_ID_COUNTER = "lease_id"
 FIFO_COUNTER = "fifo_micros"
@@ -97,6 +102,10 @@ class EngineState:
     join_ports: dict[str, str] = field(default_factory=dict)
     join_sequences: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     join_tokens: dict[str, set[str]] = field(default_factory=dict)
+    shared: bool = False
+    due_asked_at: float | None = None
+    id_slot: int = 0
+    id_stride: int = 1
 
 
 def open_queue(state: EngineState, name: str) -> QueueState:
@@ -167,25 +176,36 @@ def recover(state: EngineState, now: float) -> None:
     recovery = state.store.recover(now)
     queues = state.queues
     for summary in recovery.queues:
-        queue = QueueState(summary.queue, size=summary.size, complete=summary.size == 0)
-        queue.max_pid = summary.max_pid
-        queue.max_fifo_pid = summary.max_fifo_pid or ""
-        queue.blocked = summary.blocked
-        queues[summary.queue] = queue
-        pid = summary.max_fifo_pid if summary.max_fifo_pid is not None else summary.max_pid
-        if len(pid) == FIFO_PID_DIGITS and pid.isascii() and pid.isdigit():
-            state.last_fifo_micros = max(state.last_fifo_micros, int(pid))
+        queues[summary.queue] = queue_of_summary(state, summary)
     state.names.update(queues)  # one sort, not 100K bisected inserts
     reserved = state.reserved
     for name, value in recovery.counters.items():
         if name in reserved:
             reserved[name] = max(reserved[name], value)
     state.last_fifo_micros = max(state.last_fifo_micros, reserved[FIFO_COUNTER])
-    for task in (*recovery.leased, *recovery.expired):
+    hold_leases(state, (*recovery.leased, *recovery.expired))
+    state.last_lease_id = max(state.last_lease_id, reserved[LEASE_ID_COUNTER])
+
+
+def queue_of_summary(state: EngineState, summary: QueueSummary) -> QueueState:
+    """A queue's state as its stored summary says, with an empty head (refilled on demand)."""
+    queue = QueueState(summary.queue, size=summary.size, complete=summary.size == 0)
+    queue.max_pid = summary.max_pid
+    queue.max_fifo_pid = summary.max_fifo_pid or ""
+    queue.blocked = summary.blocked
+    pid = summary.max_fifo_pid if summary.max_fifo_pid is not None else summary.max_pid
+    if len(pid) == FIFO_PID_DIGITS and pid.isascii() and pid.isdigit():
+        state.last_fifo_micros = max(state.last_fifo_micros, int(pid))
+    return queue
+
+
+def hold_leases(state: EngineState, tasks: Iterable[Task]) -> None:
+    """Stored leases, running or run out, into their queues' leased sets and the expiry heap."""
+    queues = state.queues
+    for task in tasks:
         queue = queues.get(task.queue)
         if queue is None:
             continue
         queue.leased[task.pid] = task
         assert task.lease_expires_at is not None
         heapq.heappush(state.expiry, (task.lease_expires_at, task.lease_id, task.queue, task.pid))
-    state.last_lease_id = max(state.last_lease_id, reserved[LEASE_ID_COUNTER])

@@ -27,6 +27,14 @@ Contract:
   `SetCounter` (ids must never repeat, even when the clock stepped back over a
   restart). It costs O(live queues + running leases + blocked tasks), never a
   read of every task row: a broker with 10M tasks on disk restarts in seconds.
+
+A store that several brokers share (`shared` true: PostgreSQL with
+`brokers=many`) also offers what `coherence` needs to keep each broker's
+cache right: `claim(names)` locks queues for the open transaction and returns
+a `QueueReload` for each one another broker changed since this one last saw
+it; `claimed` is the set locked so far; `expired_lease_queues(now, limit)`
+names queues with leases that ran out, whoever granted them; `id_slot` and
+`id_stride` split the id space between brokers (`ids`).
 """
 
 from __future__ import annotations
@@ -53,6 +61,14 @@ class Recovery:
     leased: list[Task] = field(default_factory=list)  # lease still running at `now`
     expired: list[Task] = field(default_factory=list)  # lease ran out, attempt not yet counted
     counters: dict[str, int] = field(default_factory=dict)  # high-water marks (SetCounter)
+
+
+@dataclass(slots=True)
+class QueueReload:
+    """One queue as the store holds it now, for a broker whose cache of it went stale."""
+
+    summary: QueueSummary | None  # None: the queue holds no task
+    leased: list[Task] = field(default_factory=list)  # every task with a lease set, running or run out
 
 
 class TaskStore(Protocol):

@@ -67,6 +67,7 @@ class Lease(Request):
     worker: str | None = None
     rate_per_sec: float | None = None
     rate_burst: float | None = None
+    max_reply_bytes: int | None = None  # lease no more than fits in a reply of this size (one task at least)
 
 
 class Renew(Request):

@@ -20,19 +20,23 @@ never merges. A copy that fails half-way leaves a partial target: empty it
 (a new directory, or DROP SCHEMA … CASCADE) and copy again.
 
 The source must not be served by a running broker while it is copied (its
-writes would be missed or half-copied); nothing here can tell for sure.
+writes would be missed or half-copied), nor the target. On PostgreSQL the copy
+holds each side's serving lock as a lone broker would (`postgres_presence`):
+a schema some broker serves is refused, and no broker can start on either side
+until the copy is done. An SQLite directory has no such lock: stop its broker.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from kittiwake.store import postgres_statements as pg_sql
 from kittiwake.store import statements as sqlite_sql
 from kittiwake.store.location import StoreLocation, open_store
+from kittiwake.store.postgres_presence import BrokerConflict
 
 PAGE_ROWS = 1000
 TABLES = ("generations", "tasks", "edges", "queue_sizes", "counters")
@@ -240,8 +244,30 @@ def copy_store(source: StoreLocation, target: StoreLocation, *, progress: Progre
         raise CopyError("the source and the target are the same store")
     if not _exists(source):
         raise CopyError(f"no Kittiwake store at {source.describe()}")
-    open_store(source).close()  # an older schema is upgraded first, as a broker would
-    open_store(target).close()  # created, or upgraded, empty or not
+    guards = []  # each side opened as a broker would: schemas created or upgraded, PostgreSQL ones held
+    try:
+        for location in (source, target):
+            guards.append(_guard(location))
+    except BrokerConflict as exc:
+        for guard in guards:
+            guard.close()
+        raise CopyError(f"a broker serves {exc.schema!r}: stop it first (the copy would miss its writes)") from None
+    try:
+        return _copy(source, target, page_rows, progress)
+    finally:
+        for guard in guards:
+            guard.close()
+
+
+def _guard(location: StoreLocation) -> Any:
+    if location.kind == "postgresql":
+        return open_store(replace(location, brokers="one"), broker=True)
+    return open_store(location)
+
+
+def _copy(
+    source: StoreLocation, target: StoreLocation, page_rows: int, progress: Callable[[int, int], None] | None
+) -> CopyReport:
     reader, writer = _side(source), _side(target)
     try:
         held = {table: writer.count(table) for table in TABLES}

@@ -3,8 +3,9 @@
 * `sqlite://DIR`: the embedded SQLite store in directory DIR (`sqlite:///var/lib/kw` is the
   absolute /var/lib/kw, `sqlite://data` the relative data); the same as `--data DIR`.
 * `postgresql://…` (or `postgres://…`): the PostgreSQL store, with libpq's URL syntax;
-  `schema=NAME` among the query parameters picks the schema (default `kittiwake`) and is
-  not passed on to libpq.
+  `schema=NAME` among the query parameters picks the schema (default `kittiwake`);
+  `brokers=one` (default) or `brokers=many` says whether a broker serves the schema alone
+  or is one of several (`store.postgres`). Neither is passed on to libpq.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class StoreLocation:
     kind: str  # "sqlite" or "postgresql"
     target: str  # the SQLite directory, or the libpq connection URL without `schema`
     schema: str = DEFAULT_SCHEMA  # PostgreSQL only
+    brokers: str = "one"  # PostgreSQL only: "one" broker serves the schema, or "many"
 
     def describe(self) -> str:
         """How logs and the listening line name the store: no password."""
@@ -34,7 +36,8 @@ class StoreLocation:
             user, _, host = netloc.rpartition("@")
             netloc = user.split(":", 1)[0] + "@" + host
         query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "password"])
-        return urlunsplit((parts.scheme, netloc, parts.path, query, "")) + f" schema={self.schema}"
+        shared = " brokers=many" if self.brokers == "many" else ""
+        return urlunsplit((parts.scheme, netloc, parts.path, query, "")) + f" schema={self.schema}{shared}"
 
 
 def parse_store_url(url: object) -> StoreLocation:
@@ -51,22 +54,33 @@ def parse_store_url(url: object) -> StoreLocation:
         raise ValueError(f"unknown store URL {url.split('://', 1)[0]!r}://…: use sqlite://DIR or postgresql://…")
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [value for key, value in query if key == "schema"]
-    if len(schemas) > 1:
-        raise ValueError("the store URL names schema= more than once")
-    schema = schemas[0] if schemas else DEFAULT_SCHEMA
+    schema = _one_param(query, "schema", DEFAULT_SCHEMA)
     if not SCHEMA_NAME.fullmatch(schema):
         raise ValueError(f"schema must be a lower-case SQL name ([a-z_][a-z0-9_]*, at most 63), got {schema!r}")
-    rest = urlencode([(key, value) for key, value in query if key != "schema"])
-    return StoreLocation("postgresql", urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment)), schema)
+    brokers = _one_param(query, "brokers", "one")
+    if brokers not in ("one", "many"):
+        raise ValueError(f"brokers must be one or many, got {brokers!r}")
+    rest = urlencode([(key, value) for key, value in query if key not in ("schema", "brokers")])
+    target = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
+    return StoreLocation("postgresql", target, schema, brokers)
 
 
-def open_store(location: StoreLocation, *, durability: str = "fsync", cache_mb: int = 64):
-    """Open (creating or upgrading its schema) the store at `location`; `cache_mb`: SQLite's page cache."""
+def _one_param(query: list[tuple[str, str]], name: str, default: str) -> str:
+    values = [value for key, value in query if key == name]
+    if len(values) > 1:
+        raise ValueError(f"the store URL names {name}= more than once")
+    return values[0] if values else default
+
+
+def open_store(location: StoreLocation, *, durability: str = "fsync", cache_mb: int = 64, broker: bool = False):
+    """Open (creating or upgrading its schema) the store at `location`; `cache_mb`: SQLite's page cache;
+    `broker`: for a broker to serve (PostgreSQL then takes the broker's presence), not for a tool."""
     if location.kind == "sqlite":
         from kittiwake.store.sqlite import SqliteStore
 
         return SqliteStore(location.target, durability=durability, cache_mb=cache_mb)
     from kittiwake.store.postgres import PostgresStore
 
-    return PostgresStore(location.target, schema=location.schema, durability=durability)
+    return PostgresStore(
+        location.target, schema=location.schema, durability=durability, brokers=location.brokers if broker else None
+    )

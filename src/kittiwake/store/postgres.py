@@ -22,18 +22,32 @@ Durability and isolation. A commit returns once PostgreSQL reports it:
   the server's WAL buffers for a fraction of a second (3 x wal_writer_delay):
   an ok reply survives a crash of the broker, not of the server.
 
-Transactions run at READ COMMITTED, PostgreSQL's default. With one broker per
-database (for now) no other session writes these tables, so that reads the
-same as SQLite's single writer.
+Transactions run at READ COMMITTED, PostgreSQL's default.
 
-Several brokers on one schema need more (not done): `_gens` caches the
-queue generations as the SQLite store does (another broker's drop would go
-unseen); the engine's head cache and running leases live in the broker's
-memory, so two brokers would hand out the same task; counters are raised
-with `greatest`, safe to share, but each broker must reserve its own ids
-(lease ids, FIFO pids) rather than continue from a shared high-water mark.
-Queue sizes are kept by the server (increments in the same statement as the
-rows), which several writers can share as they are.
+Brokers. `brokers=None` is a tool (copy, migrate, tests): no presence.
+`brokers="one"` is a broker that serves the schema alone, as the SQLite
+store's broker does: its engine's memory is the truth. `brokers="many"` is
+one of several brokers on the schema (`postgres_presence` keeps each one's
+session, slot and announcements; `engine.coherence` says what the engine does
+with claims). Then:
+
+* `claim(names)` locks each queue for the open transaction with an advisory
+  lock (all of one call in key order), then reads each queue's version and
+  generation; a queue whose version is not the one this broker last saw was
+  changed by another broker, and comes back as a `QueueReload` (its summary,
+  blocked count and leases, read under the lock). The generation read there
+  replaces the cached one, so another broker's drop is never written past.
+* a commit writes, for every queue it changed, a new version unique to this
+  commit (the broker's incarnation, from a sequence, and its commit count),
+  and announces the queues with NOTIFY, in the same pipeline as the COMMIT;
+  a write to a queue not claimed is refused (a bug: it would go unseen).
+* sessions set `lock_timeout` (a broker waits at most LOCK_TIMEOUT_SECS for
+  another's locks) and `idle_in_transaction_session_timeout` (a broker frozen
+  mid-transaction loses its session, and its locks, after IDLE_TIMEOUT_SECS).
+  A deadlock or a lock timeout is a `StorageFailure` with fault CONFLICT,
+  which the broker answers by running the batch again.
+* queue sizes are kept by the server in the statements that put and delete
+  rows, and counters are raised with `greatest`: both are shared as they are.
 
 Schema. `schema_version` holds the version. Opening a store at an older
 version upgrades it in one transaction under an advisory lock (so two
@@ -64,10 +78,11 @@ from kittiwake.engine.mutations import (
     SetLease,
     SetWaiting,
 )
-from kittiwake.engine.storage import QueueSummary, Recovery
+from kittiwake.engine.storage import QueueReload, QueueSummary, Recovery
 from kittiwake.errors import StorageFailure, StorageFault
 from kittiwake.model import Task
 from kittiwake.store import postgres_statements as sql
+from kittiwake.store.postgres_presence import MAX_BROKERS, Presence, channel_of, lock_space
 from kittiwake.store.rows import encode_headers, snapshot, task_from_row
 
 try:
@@ -78,6 +93,11 @@ except ImportError:  # the `postgres` extra is not installed
 log = logging.getLogger("kittiwake.store")
 
 DURABILITY_LEVELS = ("fsync", "os")
+BROKER_MODES = ("one", "many")
+LOCK_TIMEOUT_SECS = 10
+IDLE_TIMEOUT_SECS = 60
+NOTIFY_PAYLOAD_BYTES = 7900  # PostgreSQL's limit is 8000; past it the announcement says "*"
+_UNKNOWN = object()  # a queue's version not seen yet
 CONNECT_TIMEOUT_SECS = 10
 _MIGRATION_LOCK = "kittiwake-migrate:"  # + schema name: hashed into the advisory lock key
 
@@ -88,6 +108,8 @@ _BY_SQLSTATE = {
     "25006": StorageFault.READ_ONLY,  # read_only_sql_transaction (a hot standby)
     "XX001": StorageFault.CORRUPT,  # data_corrupted
     "XX002": StorageFault.CORRUPT,  # index_corrupted
+    "40P01": StorageFault.CONFLICT,  # deadlock_detected: between brokers sharing the schema
+    "55P03": StorageFault.CONFLICT,  # lock_not_available: lock_timeout passed
 }
 
 
@@ -149,6 +171,7 @@ class PostgresStore:
         schema: str = sql.DEFAULT_SCHEMA,
         durability: str = "fsync",
         connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
+        brokers: str | None = None,
     ) -> None:
         if psycopg is None:
             raise ValueError("the PostgreSQL store needs psycopg: pip install 'kittiwake[postgres]'")
@@ -160,6 +183,8 @@ class PostgresStore:
             raise ValueError(f"durability must be one of {DURABILITY_LEVELS}")
         if not isinstance(connect_timeout_secs, (int, float)) or connect_timeout_secs <= 0:
             raise ValueError("connect_timeout_secs must be a number above 0")
+        if brokers is not None and brokers not in BROKER_MODES:
+            raise ValueError(f"brokers must be one of {BROKER_MODES}")
         try:
             psycopg.conninfo.conninfo_to_dict(dsn)
         except psycopg.Error as exc:
@@ -171,29 +196,56 @@ class PostgresStore:
         self._pending: list[Mutation] = []
         self._in_transaction = False
         self.commits = 0
+        self.brokers = brokers
+        self.shared = brokers == "many"
+        self.claimed: set[str] = set()  # queues locked in the open transaction
+        self._versions: dict[str, Any] = {}  # queue → version this broker last saw or wrote
+        self._written: set[str] = set()  # queues changed in the open transaction
+        self._incarnation = 0
+        self._lock_space = lock_space(schema, "queue")
         self._db: Any = None
+        self.presence: Presence | None = None
+        self._epoch = 0
         try:
             self._db = self._connect()
             self.version_found = self._migrate()
+            if brokers is not None:
+                self.presence = Presence(self._connect, schema, brokers)
+                self._epoch = self.presence.epoch
+            if self.shared:
+                self._incarnation = self._db.execute(sql.NEXT_INCARNATION).fetchone()[0]
             # queue → generation, cached as the SQLite store caches it. Several brokers on one schema
             # will need to read it from the table (or be told of drops): another broker's drop would
             # go unseen here, and writes would land in the dropped generation.
             self._gens: dict[str, int] = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
         except psycopg.Error as exc:
-            self._close_quietly()
+            self._close_quietly(presence=True)
             raise _failure(exc) from exc
         except BaseException:
-            self._close_quietly()
+            self._close_quietly(presence=True)
             raise
 
     @property
     def schema_version(self) -> int:
         return sql.SCHEMA_VERSION
 
+    @property
+    def incarnation(self) -> int:
+        """This broker's number among every start of a broker on the schema (brokers=many; else 0)."""
+        return self._incarnation
+
+    @property
+    def id_slot(self) -> int:
+        return self.presence.slot if self.presence is not None and self.shared else 0
+
+    @property
+    def id_stride(self) -> int:
+        return MAX_BROKERS if self.shared else 1
+
     def _connect(self) -> Any:
         db = psycopg.connect(
             self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout_secs)),
-            application_name="kittiwake",
+            application_name=f"kittiwake {self.schema}"[:63],  # which schema's broker, in pg_stat_activity
         )
         try:
             if self.durability == "os":
@@ -205,6 +257,9 @@ class PostgresStore:
                     log.warning("the PostgreSQL server runs with fsync=off: a commit may be lost in a crash "
                                 "of the server or of its machine, whatever --durability says")
             db.execute(psycopg.sql.SQL("SET search_path = {}").format(psycopg.sql.Identifier(self.schema)))
+            if self.brokers == "many":
+                db.execute(f"SET lock_timeout = '{LOCK_TIMEOUT_SECS}s'")
+                db.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_TIMEOUT_SECS}s'")
         except BaseException:
             db.close()
             raise
@@ -248,6 +303,8 @@ class PostgresStore:
             db.execute("BEGIN")
             self._in_transaction = True
         gens = self._gens
+        if self.shared:
+            self._note_written(pending)
         run_kind: type | None = None
         run: list[tuple] = []
         shrunk: set[tuple[str, int]] = set()
@@ -314,17 +371,71 @@ class PostgresStore:
         if shrunk:
             db.execute(sql.FORGET_EMPTY_QUEUE_SIZES, _columns(sorted(shrunk)))
 
+    def _note_written(self, mutations: list[Mutation]) -> None:
+        """Shared schema: remember the queues these writes change, each of which must be claimed."""
+        written = self._written
+        for mutation in mutations:
+            kind = type(mutation)
+            if kind is PutTask:
+                queue = mutation.task.queue  # type: ignore[union-attr]
+            elif kind is SetCounter:
+                continue
+            else:
+                queue = mutation.queue  # type: ignore[union-attr]
+            if queue not in self.claimed:
+                raise RuntimeError(f"a write to queue {queue!r}, which this broker has not claimed")
+            written.add(queue)
+
     def commit(self) -> None:
+        written: set[str] = set()
         try:
+            self._check_presence()
             if self._pending or self._in_transaction:
+                version = (self._incarnation << 32) | ((self.commits + 1) & 0xFFFFFFFF)  # no other commit's
                 with self._db.pipeline():
                     self._flush()
+                    written = self._written
+                    if written:
+                        self._announce(written, version)
                     self._db.execute("COMMIT")
                 self._in_transaction = False
                 self.commits += 1
+                for queue in written:
+                    self._versions[queue] = version
         except psycopg.Error as exc:
             self._in_transaction = self._transaction_open()
             raise _failure(exc, committing=True) from exc
+        finally:
+            self._end_transaction(written)
+
+    def _announce(self, written: set[str], version: int) -> None:
+        """Within the commit's pipeline: the new versions of the queues written, and a NOTIFY naming them."""
+        queues = sorted(written)
+        self._db.execute(sql.SET_QUEUE_VERSIONS, (version, queues))
+        payload = "\n".join([str(self._incarnation), *queues])
+        if len(payload.encode()) > NOTIFY_PAYLOAD_BYTES:
+            payload = f"{self._incarnation}\n*"
+        self._db.execute(sql.NOTIFY, (channel_of(self.schema), payload))
+
+    def _end_transaction(self, committed: set[str]) -> None:
+        """Locks are gone with the transaction; a queue written but not known committed is unknown."""
+        self.claimed = set()
+        if self._written:
+            for queue in self._written - committed:
+                self._versions.pop(queue, None)
+            self._written = set()
+
+    def _check_presence(self) -> None:
+        """A broker whose own session broke may have lost its slot: refuse until it is back, then
+        once more so that the engine is rebuilt (with the slot it has now)."""
+        presence = self.presence
+        if presence is None:
+            return
+        if not presence.ok:
+            raise StorageFailure("PostgreSQL: the broker's own session is down; waiting for it to come back")
+        if presence.epoch != self._epoch:
+            self._epoch = presence.epoch
+            raise StorageFailure("PostgreSQL: the broker's own session was replaced; starting over from the database")
 
     def _transaction_open(self) -> bool:
         db = self._db
@@ -336,6 +447,8 @@ class PostgresStore:
         """Forget writes since the last commit; a broken connection is replaced by a new one."""
         self._pending = []
         self._in_transaction = False
+        self._end_transaction(set())
+        self._versions.clear()  # the broker rebuilds its engine from reads made without locks
         try:
             db = self._db
             if db is None or db.closed or db.broken:
@@ -405,6 +518,57 @@ class PostgresStore:
     def queues_for_receiver(self, receiver: str) -> list[str]:
         return [row[0] for row in self._read(sql.QUEUES_FOR_RECEIVER, (receiver,))]
 
+    # ----------------------------------------------------- several brokers
+
+    def claim(self, names: Sequence[str]) -> dict[str, QueueReload]:
+        """Lock these queues until the transaction ends; a reload of each another broker changed
+        since this one last saw it (see the module docstring)."""
+        new = [name for name in dict.fromkeys(names) if name not in self.claimed]
+        if not new:
+            return {}
+        try:
+            self._check_presence()
+            db = self._db
+            with db.pipeline():
+                self._flush()
+                if not self._in_transaction:
+                    db.execute("BEGIN")
+                    self._in_transaction = True
+                db.execute(sql.LOCK_QUEUES, (self._lock_space, new))
+                cursor = db.execute(sql.QUEUE_VERSIONS, (new,))
+            rows = cursor.fetchall()
+            self.claimed.update(new)
+            stale: list[str] = []
+            versions, gens = self._versions, self._gens
+            for queue, version, gen in rows:
+                gens[queue] = gen
+                if versions.get(queue, _UNKNOWN) != version:
+                    versions[queue] = version
+                    stale.append(queue)
+            return self._reload(stale) if stale else {}
+        except psycopg.Error as exc:
+            raise _failure(exc) from exc
+
+    def _reload(self, queues: list[str]) -> dict[str, QueueReload]:
+        """What `recover` reads, for these queues only (locked by the caller)."""
+        db = self._db
+        with db.pipeline():
+            summaries = db.execute(sql.QUEUE_SUMMARIES_OF, (queues,))
+            blocked_counts = db.execute(sql.BLOCKED_COUNTS_OF, (queues,))
+            held = db.execute(sql.HELD_LEASES_OF, (queues,))
+        blocked = dict(blocked_counts.fetchall())
+        reloads = {queue: QueueReload(None) for queue in queues}
+        for queue, size, max_pid, max_fifo_pid in summaries.fetchall():
+            reloads[queue].summary = QueueSummary(queue, size, max_pid, max_fifo_pid, blocked.get(queue, 0))
+        for row in held.fetchall():
+            task = _task(row)
+            reloads[task.queue].leased.append(task)
+        return reloads
+
+    def expired_lease_queues(self, now: float, limit: int) -> list[str]:
+        """Queues holding a lease that ran out by `now`, whichever broker granted it."""
+        return [row[0] for row in self._read(sql.EXPIRED_LEASE_QUEUES, (now, limit))]
+
     def recover(self, now: float) -> Recovery:
         recovery = Recovery()
         blocked = dict(self._read(sql.BLOCKED_COUNTS, ()))
@@ -434,14 +598,14 @@ class PostgresStore:
                 reaped = db.execute(sql.REAP_STALE_ROWS, (limit,))
             count = reaped.rowcount
             if count < limit:
-                for (queue,) in db.execute(sql.FORGET_EMPTY_GENERATIONS, (limit,)).fetchall():
+                for (queue,) in db.execute(sql.FORGET_EMPTY_GENERATIONS, (self._lock_space, limit)).fetchall():
                     self._gens.pop(queue, None)
             return count
         except psycopg.Error as exc:
             raise _failure(exc) from exc
 
     def close(self) -> None:
-        """Close the connection. Writes since the last commit are discarded, as in a crash."""
+        """Close the connections. Writes since the last commit are discarded, as in a crash."""
         self._pending = []
         try:
             if self._transaction_open():
@@ -450,9 +614,11 @@ class PostgresStore:
             raise _failure(exc) from exc
         finally:
             self._in_transaction = False
-            self._close_quietly()
+            self._close_quietly(presence=True)
 
-    def _close_quietly(self) -> None:
+    def _close_quietly(self, presence: bool = False) -> None:
+        if presence and self.presence is not None:
+            self.presence.close()
         if self._db is not None:
             try:
                 self._db.close()

@@ -14,6 +14,11 @@ in one pipeline. Puts and deletes keep `queue_sizes` in the same statement
 
 The statements name no schema: the store sets `search_path` to its own.
 `schema_version` holds the version; `MIGRATIONS[v]` takes version v - 1 to v.
+
+Several brokers (version 2): `queue_versions` holds, per queue, the version
+its last committing broker wrote (the `postgres` module says how the versions and
+the advisory locks keep each broker's cache right); `broker_incarnations`
+numbers broker starts, so that no two commits ever write the same version.
 """
 
 import re
@@ -23,7 +28,7 @@ from kittiwake.model import FIFO_PID_DIGITS
 DEFAULT_SCHEMA = "kittiwake"
 SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # lower case: no quoting surprises in psql
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _FIFO = f"'^[0-9]{{{FIFO_PID_DIGITS}}}$'"
 
@@ -83,6 +88,12 @@ MIGRATIONS: dict[int, list[str]] = {
             PRIMARY KEY (queue, gen)
         )""",
         'CREATE TABLE counters (name text COLLATE "C" PRIMARY KEY, value bigint NOT NULL)',
+    ],
+    2: [
+        'CREATE TABLE queue_versions (queue text COLLATE "C" PRIMARY KEY, version bigint NOT NULL)',
+        "CREATE SEQUENCE broker_incarnations",
+        # a queue's running leases, read when another broker changed the queue
+        "CREATE INDEX tasks_leased_by_queue ON tasks (queue, gen) WHERE lease_expires_at IS NOT NULL",
     ],
 }
 
@@ -229,7 +240,53 @@ REAP_STALE_ROWS = (
     "WHERE t.queue = old.queue AND t.gen = old.gen AND t.pid = old.pid"
 )
 
+# a generation is forgotten only while the reap holds its queue's lock (tried, never waited for):
+# another broker holding it may be writing the queue's first rows of that generation, unseen here
 FORGET_EMPTY_GENERATIONS = (
     "DELETE FROM generations WHERE queue IN (SELECT g.queue FROM generations g "
-    "WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.queue = g.queue) LIMIT %s) RETURNING queue"
+    "WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.queue = g.queue) "
+    "AND pg_try_advisory_xact_lock(%s, hashtext(g.queue)) LIMIT %s) RETURNING queue"
 )
+
+# ------------------------------------------------------------------ several brokers (see `postgres`)
+
+# transaction-level advisory locks, one per queue, keyed (schema, queue): taken in key order, so two
+# brokers locking overlapping sets in one statement each never wait on each other in a cycle
+LOCK_QUEUES = (
+    "SELECT count(pg_advisory_xact_lock(%s, k)) FROM "
+    "(SELECT DISTINCT hashtext(q) AS k FROM unnest(%s::text[]) AS q ORDER BY k) AS keys"
+)
+
+# run after LOCK_QUEUES, as a statement of its own: READ COMMITTED takes a statement's snapshot when it
+# starts, and the locks may have waited for another broker's commit
+QUEUE_VERSIONS = (
+    "SELECT k.q, v.version, coalesce(g.gen, 0) FROM unnest(%s::text[]) AS k(q) "
+    "LEFT JOIN queue_versions v ON v.queue = k.q LEFT JOIN generations g ON g.queue = k.q"
+)
+
+SET_QUEUE_VERSIONS = (
+    "INSERT INTO queue_versions (queue, version) SELECT q, %s FROM unnest(%s::text[]) AS q "
+    "ON CONFLICT (queue) DO UPDATE SET version = excluded.version"
+)
+
+NEXT_INCARNATION = "SELECT nextval('broker_incarnations')"
+
+_IN_QUEUES = " AND t.queue = ANY(%s::text[])"
+
+QUEUE_SUMMARIES_OF = (
+    "SELECT t.queue, t.size, t.max_pid, t.max_fifo_pid FROM queue_sizes t " + _CURRENT + " AND t.size > 0" + _IN_QUEUES
+)
+
+BLOCKED_COUNTS_OF = (
+    "SELECT t.queue, count(*) FROM tasks t " + _CURRENT + " AND t.waiting_on > 0" + _IN_QUEUES + " GROUP BY t.queue"
+)
+
+HELD_LEASES_OF = "SELECT " + _T_COLUMNS + " FROM tasks t " + _CURRENT + " AND t.lease_expires_at IS NOT NULL" + _IN_QUEUES
+
+# queues with a lease that ran out, whichever broker granted it (tasks_leased)
+EXPIRED_LEASE_QUEUES = (
+    "SELECT DISTINCT queue FROM (SELECT queue FROM tasks WHERE lease_expires_at <= %s "
+    "ORDER BY lease_expires_at LIMIT %s) AS expired"
+)
+
+NOTIFY = "SELECT pg_notify(%s, %s)"

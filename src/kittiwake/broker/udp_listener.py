@@ -1,0 +1,283 @@
+"""The broker's UDP listener (`--udp-port`, `kwu://`): datagrams in, the same passes, datagrams back.
+
+CMQ (001) sends batched messages over UDP. Here a datagram
+(`protocol.datagrams`) carries one request of the ordinary protocol; the
+listener decodes it exactly as a TCP connection does and hands it to the same
+group commit (`group_commit`), so it runs through the same dispatch, the same
+access rules and the same commit, and its reply is sent only after the pass
+that ran it is durable. What UDP adds:
+
+* every request is its own caller (`UdpRequest`): a pass groups replies by
+  caller, and this one has a single reply, sent to the address the request
+  came from;
+* writes go through the retransmit window (`retransmit_window`), keyed by
+  (producer id, request id): a retransmitted request still in flight is
+  dropped, one already answered gets the same reply again without running a
+  second time. Reads (`dispatch.READ_ONLY_REQUESTS`) run again: they change
+  nothing;
+* a lease is answered with as many tasks as fit in one datagram: the listener
+  sets `max_reply_bytes` on it, and the engine stops before the task that
+  would not fit (one task is always leased; if that one alone is too big for
+  a datagram the reply is FRAME_TOO_LARGE and the task comes back when its
+  lease runs out — lease big tasks over TCP);
+* with an auth file, a producer authenticates once with an `auth` datagram;
+  the principal is kept per (producer id, source address) — at most
+  `MAX_SESSIONS`, idle ones forgotten after `SESSION_IDLE_SECS` — and every
+  later request is authorised with `access.authorise` as on TCP. A request
+  from a producer with no session is answered UNAUTHORIZED; the client then
+  authenticates again (after a broker restart, say) and retries.
+
+Bad input (docs: bad input): bytes without the header, or of another
+version, are dropped unanswered (an answer to a spoofed source would make the
+broker a reflector); a datagram over `MAX_DATAGRAM_BYTES` gets FRAME_TOO_LARGE,
+a body that does not decode gets the decoder's error reply, with the request
+id when it was readable. An unknown producer id is just a new producer. A
+spoofed (producer id, request id) pair can at worst read the reply cached for
+it; it cannot make a request run twice. Nothing a datagram holds survives
+beyond its own handling except window entries and sessions, both bounded.
+
+Exposure: UDP has no handshake, so the source address of a datagram is only
+claimed. Without an auth file, anyone who can reach the port can make the
+broker send a reply of up to one datagram (a lease) to a forged address, a
+reflection of about 20 times the request's size; so the UDP port listens on
+`--host` like the TCP port (loopback by default), and belongs on a trusted
+network. With an auth file, a forged source gets only a small UNAUTHORIZED
+error, as no session exists for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from kittiwake import errors
+from kittiwake.broker import access, dispatch
+from kittiwake.broker.access import Principal
+from kittiwake.broker.auth import Authenticator
+from kittiwake.broker.connection import format_peer
+from kittiwake.broker.pass_replies import OUTCOME_UNKNOWN
+from kittiwake.broker.retransmit_window import Key, RetransmitWindow, Seen
+from kittiwake.protocol import RequestError, decode_request, encode_error, encode_ok
+from kittiwake.protocol import messages as m
+from kittiwake.protocol.datagrams import MAX_BODY_BYTES, MAX_DATAGRAM_BYTES, NotADatagram, decode_datagram, encode_datagram
+from kittiwake.protocol.frames import HEADER_BYTES as FRAME_HEADER_BYTES
+from kittiwake.protocol.replies import AuthResult
+
+if TYPE_CHECKING:
+    from kittiwake.broker.server import Broker
+
+log = logging.getLogger("kittiwake.broker")
+
+MAX_SESSIONS = 10_000
+SESSION_IDLE_SECS = 600.0
+RECEIVE_BUFFER_BYTES = 4 * 1024 * 1024  # a burst of datagrams waits here while a commit runs
+
+Address = Any  # what asyncio gives as a datagram's source: (host, port[, flow, scope])
+
+
+class UdpRequest:
+    """One request that came in a datagram: the `Caller` of a pass, answered by one datagram."""
+
+    __slots__ = ("listener", "address", "peer", "producer_id", "key")
+
+    closed = False  # a datagram can always be sent
+    ended = False
+    write_paused = False
+    deferred: tuple[()] = ()
+
+    def __init__(self, listener: UdpListener, address: Address, producer_id: int, key: Key | None) -> None:
+        self.listener = listener
+        self.address = address
+        self.peer = format_peer(address)
+        self.producer_id = producer_id
+        self.key = key  # in the retransmit window; None for reads, which are not remembered
+
+    def deliver(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            self.listener.reply(self, frame[FRAME_HEADER_BYTES:])
+
+    def defer(self, item: object) -> None:  # never asked: `write_paused` is always False
+        raise AssertionError("a UDP request is never deferred")
+
+
+class UdpListener(asyncio.DatagramProtocol):
+    """The UDP port of one broker."""
+
+    def __init__(
+        self, broker: Broker, authenticator: Authenticator | None, window: RetransmitWindow | None = None
+    ) -> None:
+        self.broker = broker
+        self.authenticator = authenticator  # None: no auth file, every producer is let in
+        self.window = window if window is not None else RetransmitWindow()
+        self.transport: asyncio.DatagramTransport | None = None
+        self.sessions: OrderedDict[tuple[int, Address], tuple[Principal, float]] = OrderedDict()
+        self.stopping = False
+        # counts, for tests and logs
+        self.received = 0
+        self.dropped = 0  # not ours: no header, another version
+        self.refused = 0  # answered with an error before running
+        self.resent = 0  # answered from the window
+        self.duplicates_dropped = 0  # copies of a request in flight
+
+    # ------------------------------------------------------------- asyncio
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, RECEIVE_BUFFER_BYTES)
+            except OSError:
+                pass  # the kernel's cap applies; a smaller buffer only drops more under bursts
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP port unreachable of a client that went away, and the like: nothing to do
+        log.debug("UDP error: %r", exc)
+
+    def datagram_received(self, data: bytes, address: Address) -> None:
+        try:
+            self._received(data, address)
+        except Exception:  # one datagram must never take the listener down
+            log.exception("UDP datagram of %d bytes from %s could not be handled", len(data), address)
+
+    def _received(self, data: bytes, address: Address) -> None:
+        self.received += 1
+        if self.stopping:
+            return
+        try:
+            datagram = decode_datagram(data)
+        except NotADatagram:
+            self.dropped += 1
+            return
+        producer_id = datagram.producer_id
+        try:
+            request = decode_request(datagram.body)
+        except RequestError as exc:
+            self._refuse(address, producer_id, exc.request_id, exc.error)
+            return
+        if len(data) > MAX_DATAGRAM_BYTES:
+            self._refuse(address, producer_id, request.id, errors.FrameTooLarge(
+                f"datagram of {len(data)} bytes is over the UDP limit of {MAX_DATAGRAM_BYTES}; send fewer tasks"
+            ))
+            return
+        if self.authenticator is not None:
+            screened = self._screen(request, address, producer_id)
+            if screened is None:
+                return
+            request = screened
+        if type(request) is m.Lease:
+            request = _fit_lease(request)
+        if type(request) in dispatch.READ_ONLY_REQUESTS:
+            self.broker.submit(UdpRequest(self, address, producer_id, None), request)  # type: ignore[arg-type]
+            return
+        key = (producer_id, request.id)
+        seen = self.window.lookup(key, time.monotonic())
+        if seen is Seen.NEW:
+            self.window.begin(key)
+            self.broker.submit(UdpRequest(self, address, producer_id, key), request)  # type: ignore[arg-type]
+        elif seen is Seen.IN_FLIGHT:
+            self.duplicates_dropped += 1
+        elif seen is Seen.TOO_LATE:
+            self._refuse(address, producer_id, request.id, errors.Unavailable(
+                f"this retransmission is older than the broker's retransmit window; {OUTCOME_UNKNOWN}"
+            ))
+        else:
+            self.resent += 1
+            self._send(seen, address)
+
+    # ---------------------------------------------------------------- auth
+
+    def _screen(self, request: m.Request, address: Address, producer_id: int) -> m.Request | None:
+        """The request to run for the producer's principal, or None when it was answered here."""
+        key = (producer_id, address)
+        if type(request) is m.Auth:
+            self._authenticate(request, address, producer_id)
+            return None
+        now = time.monotonic()
+        session = self.sessions.get(key)
+        if session is None or now - session[1] > SESSION_IDLE_SECS:
+            self.sessions.pop(key, None)
+            self._refuse(address, producer_id, request.id, errors.Unauthorized(
+                "this broker needs credentials (kwu://USER:TOKEN@HOST:PORT): send auth first"
+            ))
+            return None
+        principal = session[0]
+        self.sessions[key] = (principal, now)
+        self.sessions.move_to_end(key)
+        try:
+            return access.authorise(principal, request)
+        except errors.Forbidden as exc:
+            self._refuse(address, producer_id, request.id, exc)
+            return None
+
+    def _authenticate(self, request: m.Auth, address: Address, producer_id: int) -> None:
+        authenticator = self.authenticator
+        assert authenticator is not None
+
+        def checked(outcome: Principal | errors.KittiwakeError) -> None:
+            if isinstance(outcome, errors.KittiwakeError):
+                self._refuse(address, producer_id, request.id, outcome)
+                return
+            sessions = self.sessions
+            sessions[(producer_id, address)] = (outcome, time.monotonic())
+            sessions.move_to_end((producer_id, address))
+            while len(sessions) > MAX_SESSIONS:
+                sessions.popitem(last=False)
+            self._send(encode_datagram(producer_id, encode_ok(request.id, AuthResult(outcome.user))), address)
+
+        authenticator.authenticate(request.user, request.token, str(address[0]), checked)
+
+    # -------------------------------------------------------------- replies
+
+    def reply(self, request: UdpRequest, body: bytes) -> None:
+        """The reply of a pass to one request: into the window, then out."""
+        if len(body) > MAX_BODY_BYTES:
+            body = encode_error(_reply_id(body), errors.FrameTooLarge(
+                f"the reply is {len(body)} bytes, over the UDP datagram limit; ask for fewer items or use kw:// (TCP)"
+            ))
+        datagram = encode_datagram(request.producer_id, body)
+        if request.key is not None:
+            self.window.finish(request.key, datagram, time.monotonic())
+        self._send(datagram, request.address)
+
+    def _refuse(self, address: Address, producer_id: int, request_id: int, error: errors.KittiwakeError) -> None:
+        self.refused += 1
+        self._send(encode_datagram(producer_id, encode_error(request_id, error)), address)
+
+    def _send(self, datagram: bytes, address: Address) -> None:
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.sendto(datagram, address)
+
+    def close(self) -> None:
+        self.stopping = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _ReplyId(msgspec.Struct):
+    id: int
+
+
+_reply_id_decoder = msgspec.msgpack.Decoder(_ReplyId)
+
+
+def _reply_id(body: bytes) -> int:
+    try:
+        return _reply_id_decoder.decode(body).id
+    except msgspec.DecodeError:
+        return 0
+
+
+def _fit_lease(request: m.Lease) -> m.Lease:
+    """The lease with its reply bounded to one datagram's body."""
+    if request.max_reply_bytes is not None and request.max_reply_bytes <= MAX_BODY_BYTES:
+        return request
+    return msgspec.structs.replace(request, max_reply_bytes=MAX_BODY_BYTES)

@@ -1,0 +1,268 @@
+"""The blocking client's UDP transport (`kwu://`): datagrams with request ids, retransmitted until answered.
+
+CMQ (001) carries small batches over UDP and retransmits what is not
+acknowledged, so that loss costs one round trip of one batch rather than a
+stalled stream. `Client("kwu://host:port")` uses this channel in place of its
+pool of TCP connections; every method that fits in a datagram works the same.
+
+Theory of operation. The channel has one UDP socket, connected to the broker
+(datagrams from anywhere else are discarded by the kernel), a random 64-bit
+producer id, and numbers its requests 1, 2, 3, … A call sends its datagram
+and waits for the reply with its id; with none within the retransmission
+timeout it sends the same datagram again (same id) and doubles the timeout,
+until the call's deadline (the call's timeout, else the client's, else
+`DEFAULT_DEADLINE_SECS`), then raises `RequestTimeout` (outcome unknown). The
+timeout adapts to the round trips measured on requests answered at the first
+try (RFC 6298's estimator, within `MIN_RTO_SECS`..`MAX_RTO_SECS`). A
+background thread reads replies and hands each to the call waiting on its id;
+a reply for an id nobody waits on (late, or a duplicate) is dropped.
+
+Retransmissions are safe: the broker keeps the reply of every write by
+(producer id, request id) for a while (`broker.retransmit_window`) and
+answers a copy from there, so a lost reply never enqueues a task twice. A
+broker restart forgets that window: see its docstring for what a
+retransmission across a restart does.
+
+Sizes: a request must fit in one datagram (`protocol.datagrams`). An
+`enqueue_many` too large for one is split into several requests, sent one
+after another; if one of them fails the error is raised and the earlier parts
+stay enqueued. Any other oversize request raises FRAME_TOO_LARGE before
+anything is sent. A lease returns as many tasks as fit in one reply datagram,
+possibly fewer than `max_tasks`.
+
+With credentials in the URL, the channel sends `auth` before its first
+request, and again when the broker answers UNAUTHORIZED (it restarted and
+forgot the session).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import socket
+import threading
+import time
+from typing import Any, TypeVar, cast
+
+import msgspec
+
+from kittiwake import errors
+from kittiwake.client import calls
+from kittiwake.client.calls import Call
+from kittiwake.client.url import BrokerAddress
+from kittiwake.client.wire import result_of
+from kittiwake.protocol import messages as m
+from kittiwake.protocol.datagrams import (
+    MAX_BODY_BYTES,
+    PRODUCER_ID_MAX,
+    RECEIVE_BYTES,
+    NotADatagram,
+    decode_datagram,
+    encode_datagram,
+)
+from kittiwake.protocol.replies import ReplyEnvelope, decode_envelope, result_decoder
+
+T = TypeVar("T")
+
+DEFAULT_DEADLINE_SECS = 10.0  # well inside the broker's 30 s retransmit window
+FIRST_RTO_SECS = 0.2
+MIN_RTO_SECS = 0.02
+MAX_RTO_SECS = 1.0
+RECEIVE_POLL_SECS = 0.2  # how soon the reader thread notices `close`
+
+_decode_enqueued = result_decoder("enqueue")
+
+
+class _Waiting:
+    """One call waiting for its reply."""
+
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reply: ReplyEnvelope[msgspec.Raw] | None = None
+
+
+class RoundTripTimer:
+    """RFC 6298's retransmission timeout from measured round trips (Karn: only first tries count)."""
+
+    def __init__(self) -> None:
+        self.smoothed_secs: float | None = None
+        self.variation_secs = 0.0
+        self.rto_secs = FIRST_RTO_SECS
+
+    def measured(self, sample_secs: float) -> None:
+        if self.smoothed_secs is None:
+            self.smoothed_secs = sample_secs
+            self.variation_secs = sample_secs / 2
+        else:
+            self.variation_secs = 0.75 * self.variation_secs + 0.25 * abs(self.smoothed_secs - sample_secs)
+            self.smoothed_secs = 0.875 * self.smoothed_secs + 0.125 * sample_secs
+        rto = self.smoothed_secs + 4 * self.variation_secs
+        self.rto_secs = min(MAX_RTO_SECS, max(MIN_RTO_SECS, rto))
+
+
+class UdpChannel:
+    """Requests to one broker over UDP; shared by threads (each call waits on its own id)."""
+
+    def __init__(self, address: BrokerAddress, *, producer_id: int | None = None) -> None:
+        self.address = address
+        self.producer_id = producer_id if producer_id is not None else random.SystemRandom().randint(1, PRODUCER_ID_MAX)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._waiting: dict[int, _Waiting] = {}
+        self._timer = RoundTripTimer()
+        self._auth_lock = threading.Lock()
+        self._authenticated = address.user is None
+        self._closed = False
+        # counts, for benchmarks and tests
+        self.sent = 0
+        self.retransmits = 0
+        self.ignored_replies = 0  # late or duplicate
+        try:
+            family, kind, proto, _, target = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_DGRAM)[0]
+            self._sock = socket.socket(family, kind, proto)
+            self._sock.connect(target)
+        except OSError as exc:
+            raise errors.BrokerUnreachable(f"cannot reach {address.url}: {exc}") from None
+        self._sock.settimeout(RECEIVE_POLL_SECS)
+        self._reader = threading.Thread(target=self._read_replies, name="kittiwake-udp-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._reader.join(timeout=2 * RECEIVE_POLL_SECS + 1)
+        self._sock.close()
+
+    # ------------------------------------------------------------- calls
+
+    def request(self, call: Call[T], timeout_secs: float | None) -> T:
+        """Send the call and return its result; raises its error, or RequestTimeout at the deadline."""
+        if self._closed:
+            raise errors.BrokerUnreachable("the client is closed")
+        deadline_secs = DEFAULT_DEADLINE_SECS if timeout_secs is None else timeout_secs
+        deadline = time.monotonic() + deadline_secs
+        if not self._authenticated:
+            self._authenticate(deadline)
+        try:
+            return self._request(call, deadline)
+        except errors.Unauthorized:
+            if self.address.user is None:
+                raise
+            self._authenticated = False  # the broker forgot our session (a restart): once more
+            self._authenticate(deadline)
+            return self._request(call, deadline)
+
+    def _authenticate(self, deadline: float) -> None:
+        with self._auth_lock:
+            if self._authenticated:
+                return
+            assert self.address.user is not None and self.address.token is not None
+            self._request(calls.auth(self.address.user, self.address.token), deadline)
+            self._authenticated = True
+
+    def _request(self, call: Call[T], deadline: float) -> T:
+        request = call.request
+        if type(request) is m.Enqueue and len(request.tasks) > 1:
+            body = self._body(request)
+            if len(body) > MAX_BODY_BYTES:
+                return cast(T, self._enqueue_split(request.tasks, deadline))  # enqueue_many: a list
+        reply = self._round_trip(request, call.wait_secs, deadline)
+        return result_of(call, reply)
+
+    def _enqueue_split(self, tasks: list[m.TaskIn], deadline: float) -> list[Any]:
+        """Enqueue tasks in as few datagrams as halving finds, in order."""
+        request = m.Enqueue(id=0, op="enqueue", tasks=tasks)
+        if len(tasks) == 1 or len(self._body(request)) <= MAX_BODY_BYTES:
+            reply = self._round_trip(request, 0.0, deadline)
+            if not reply.ok:
+                result_of(Call(request, _decode_enqueued), reply)  # raises its error
+            return list(_decode_enqueued(reply.result))
+        middle = len(tasks) // 2
+        return self._enqueue_split(tasks[:middle], deadline) + self._enqueue_split(tasks[middle:], deadline)
+
+    def _body(self, request: m.Request) -> bytes:
+        return m.encode(request)
+
+    def _round_trip(self, request: m.Request, wait_secs: float, deadline: float) -> ReplyEnvelope[msgspec.Raw]:
+        with self._lock:
+            request_id = next(self._ids)
+            waiting = _Waiting()
+            self._waiting[request_id] = waiting
+        try:
+            request = msgspec.structs.replace(request, id=request_id)
+            body = m.encode(request)
+            if len(body) > MAX_BODY_BYTES:
+                raise errors.FrameTooLarge(
+                    f"the {request.op} request is {len(body)} bytes, over the UDP limit of {MAX_BODY_BYTES}; "
+                    "send less or use kw:// (TCP)"
+                )
+            datagram = encode_datagram(self.producer_id, body)
+            started = time.monotonic()
+            rto = self._timer.rto_secs
+            first_wait = wait_secs + rto  # a long-poll: the broker may hold the reply `wait_secs`
+            tries = 0
+            while True:
+                self._send(datagram)
+                tries += 1
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                if waiting.event.wait(min(first_wait if tries == 1 else rto, remaining)):
+                    break
+                if time.monotonic() >= deadline:
+                    break
+                rto = min(MAX_RTO_SECS, rto * 2)
+                self.retransmits += 1
+            reply = waiting.reply
+            if reply is None:
+                raise errors.RequestTimeout(
+                    f"no reply to {request.op} from {self.address.url} within {deadline - started:.1f} s "
+                    f"({tries} datagrams sent); it may or may not have been applied"
+                )
+            if tries == 1 and wait_secs == 0:
+                self._timer.measured(time.monotonic() - started)
+            return reply
+        finally:
+            with self._lock:
+                self._waiting.pop(request_id, None)
+
+    def _send(self, datagram: bytes) -> None:
+        self.sent += 1
+        try:
+            self._sock.send(datagram)
+        except OSError:
+            pass  # ICMP unreachable from an earlier datagram, a full buffer: as if lost; the timer retries
+
+    # ------------------------------------------------------------ replies
+
+    def _read_replies(self) -> None:
+        sock = self._sock
+        while not self._closed:
+            try:
+                data = sock.recv(RECEIVE_BYTES)
+            except (socket.timeout, ConnectionRefusedError, InterruptedError):
+                continue  # refused: the broker's port is closed for now; the callers' timers retry
+            except OSError:
+                return
+            try:
+                datagram = decode_datagram(data)
+                if datagram.producer_id != self.producer_id:
+                    raise NotADatagram("another producer's reply")
+                reply = decode_envelope(datagram.body)
+            except (NotADatagram, msgspec.DecodeError):
+                self.ignored_replies += 1
+                continue
+            with self._lock:
+                waiting = self._waiting.get(reply.id)
+            if waiting is None or waiting.reply is not None:
+                self.ignored_replies += 1  # late (its call gave up) or a duplicate
+                continue
+            waiting.reply = reply
+            waiting.event.set()

@@ -1,0 +1,64 @@
+"""The retransmit window: a request runs once, its copies get its reply, the bounds hold."""
+
+from __future__ import annotations
+
+from kittiwake.broker.retransmit_window import RetransmitWindow, Seen
+
+
+def test_a_new_request_runs_and_its_retransmission_gets_the_same_reply() -> None:
+    window = RetransmitWindow()
+    assert window.lookup((7, 1), now=0.0) is Seen.NEW
+    window.begin((7, 1))
+    assert window.lookup((7, 1), now=0.1) is Seen.IN_FLIGHT  # a copy while it runs is dropped
+    window.finish((7, 1), b"reply-1", now=0.2)
+    assert window.lookup((7, 1), now=0.3) == b"reply-1"
+    assert window.lookup((7, 1), now=0.4) == b"reply-1"
+    assert window.hits == 2
+
+
+def test_producers_do_not_share_request_ids() -> None:
+    window = RetransmitWindow()
+    window.begin((1, 5))
+    window.finish((1, 5), b"one", now=0.0)
+    assert window.lookup((2, 5), now=0.0) is Seen.NEW
+
+
+def test_entries_older_than_the_age_are_forgotten_and_their_ids_refused() -> None:
+    window = RetransmitWindow(max_age_secs=30.0)
+    window.begin((1, 1))
+    window.finish((1, 1), b"r", now=0.0)
+    assert window.lookup((1, 1), now=29.0) == b"r"
+    assert window.lookup((1, 1), now=31.0) is Seen.TOO_LATE  # it ran, its reply is gone: outcome unknown
+    assert len(window) == 0
+    assert window.lookup((1, 2), now=31.0) is Seen.NEW  # later ids of the producer are new
+
+
+def test_the_count_bound_evicts_the_oldest_first() -> None:
+    window = RetransmitWindow(max_entries=3)
+    for request_id in range(1, 6):
+        window.begin((9, request_id))
+        window.finish((9, request_id), f"r{request_id}".encode(), now=float(request_id))
+    assert len(window) == 3
+    assert window.lookup((9, 2), now=6.0) is Seen.TOO_LATE
+    assert window.lookup((9, 3), now=6.0) == b"r3"
+    assert window.evicted == 2
+
+
+def test_requests_in_flight_are_not_evicted_by_the_count() -> None:
+    window = RetransmitWindow(max_entries=1)
+    window.begin((1, 1))  # a parked long-poll, say
+    for request_id in range(2, 5):
+        window.begin((1, request_id))
+        window.finish((1, request_id), b"r", now=0.0)
+    assert window.lookup((1, 1), now=0.0) is Seen.IN_FLIGHT
+    window.abandon((1, 1))
+    assert window.lookup((1, 1), now=0.0) is Seen.TOO_LATE  # below an evicted id of the producer
+
+
+def test_the_producers_remembered_are_bounded() -> None:
+    window = RetransmitWindow(max_entries=1, max_producers=2)
+    for producer in range(1, 5):
+        window.begin((producer, 1))
+        window.finish((producer, 1), b"r", now=0.0)
+    assert window.lookup((1, 1), now=0.0) is Seen.NEW  # forgotten entirely
+    assert window.lookup((3, 1), now=0.0) is Seen.TOO_LATE

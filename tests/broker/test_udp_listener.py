@@ -1,0 +1,290 @@
+"""The broker's UDP port: round trips, the retransmit window seen from TCP, bad datagrams, auth.
+
+Every test talks to a real broker subprocess started with `--udp-port 0`,
+with raw datagrams where the client would never send what the test needs.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+from typing import Any, Iterator
+
+import msgspec
+import pytest
+
+from kittiwake import errors
+from kittiwake.client import Client
+from kittiwake.protocol import decode_reply, encode_request
+from kittiwake.protocol.datagrams import MAX_DATAGRAM_BYTES, decode_datagram, encode_datagram
+from support.auth_users import ALICE, standard_auth_file
+from support.broker_process import BrokerProcess
+
+REPLY_WAIT_SECS = 5.0
+
+
+@pytest.fixture
+def udp_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"])
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+class RawUdp:
+    """A UDP socket to the broker's port that sends whatever it is given."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        assert broker.udp_port is not None
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.connect((broker.host, broker.udp_port))
+        self.sock.settimeout(REPLY_WAIT_SECS)
+
+    def send(self, data: bytes) -> None:
+        self.sock.send(data)
+
+    def request(self, producer_id: int, op: str, request_id: int, fields: dict[str, Any]) -> bytes:
+        datagram = encode_datagram(producer_id, encode_request(op, request_id, fields))
+        self.send(datagram)
+        return datagram
+
+    def reply(self, timeout: float = REPLY_WAIT_SECS) -> Any:
+        self.sock.settimeout(timeout)
+        data = self.sock.recv(65_535)
+        datagram = decode_datagram(data)
+        return datagram.producer_id, decode_reply(datagram.body), data
+
+    def no_reply(self, timeout: float = 0.3) -> bool:
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.recv(65_535)
+        except socket.timeout:
+            return True
+        return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw(udp_broker: BrokerProcess) -> Iterator[RawUdp]:
+    connection = RawUdp(udp_broker)
+    yield connection
+    connection.close()
+
+
+def task(queue: str, data: bytes) -> dict[str, Any]:
+    return {"queue": queue, "data": data}
+
+
+def serves_tcp(broker: BrokerProcess) -> bool:
+    assert broker.alive()
+    with Client(broker.url, timeout=10) as client:
+        return "now" in client.ping()
+
+
+# ------------------------------------------------------------------ round trips
+
+
+def test_a_ping_and_an_enqueue_come_back_with_their_ids(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    raw.request(41, "ping", 1, {})
+    producer, reply, _ = raw.reply()
+    assert (producer, reply.id, reply.ok) == (41, 1, True)
+    raw.request(41, "enqueue", 2, {"tasks": [task("udp.q", b"hello")]})
+    producer, reply, _ = raw.reply()
+    assert reply.ok and reply.id == 2 and reply.result[0]["queue"] == "udp.q"
+    with Client(udp_broker.url) as tcp:
+        assert [t.data for t in tcp.peek("udp.q")] == [b"hello"]
+
+
+def test_a_retransmitted_enqueue_runs_once_and_gets_the_same_reply(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    datagram = raw.request(7, "enqueue", 1, {"tasks": [task("udp.once", b"x")]})
+    _, first, first_bytes = raw.reply()
+    assert first.ok
+    for _ in range(3):  # the reply was lost, say: the client sends the same datagram again
+        raw.send(datagram)
+        _, again, again_bytes = raw.reply()
+        assert again_bytes == first_bytes
+    with Client(udp_broker.url) as tcp:  # seen from TCP: one task, not four
+        assert len(tcp.peek("udp.once", n=10)) == 1
+
+
+def test_copies_of_a_request_in_flight_make_one_task(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    datagram = raw.request(8, "enqueue", 1, {"tasks": [task("udp.burst", b"x")]})
+    for _ in range(20):
+        raw.send(datagram)
+    replies = [raw.reply()[1]]
+    try:
+        while True:
+            replies.append(raw.reply(timeout=0.5)[1])
+    except socket.timeout:
+        pass
+    # copies that came while it ran were dropped; those after it, answered from the window
+    assert 1 <= len(replies) <= 21 and all(reply.ok for reply in replies)
+    assert len({tuple(reply.result[0].items()) for reply in replies}) == 1
+    with Client(udp_broker.url) as tcp:
+        assert len(tcp.peek("udp.burst", n=10)) == 1
+
+
+def test_the_same_request_id_of_another_producer_is_another_request(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    raw.request(1, "enqueue", 5, {"tasks": [task("udp.two", b"a")]})
+    assert raw.reply()[1].ok
+    raw.request(2, "enqueue", 5, {"tasks": [task("udp.two", b"b")]})  # a guessed or spoofed producer id
+    assert raw.reply()[1].ok
+    with Client(udp_broker.url) as tcp:
+        assert sorted(t.data for t in tcp.peek("udp.two")) == [b"a", b"b"]
+
+
+def test_a_lease_reply_fits_in_one_datagram(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    with Client(udp_broker.url) as tcp:
+        tcp.enqueue_many([{"queue": "udp.lease", "data": bytes(200)} for _ in range(50)])
+    raw.request(3, "lease", 1, {"queues": ["udp.lease"], "max_tasks": 50})
+    _, reply, data = raw.reply()
+    assert reply.ok and 1 <= len(reply.result) < 50
+    assert len(data) <= MAX_DATAGRAM_BYTES
+
+
+def test_a_task_too_big_for_a_datagram_is_refused_when_leased(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    with Client(udp_broker.url) as tcp:
+        tcp.enqueue("udp.big", bytes(5000))
+    raw.request(3, "lease", 1, {"queues": ["udp.big"], "lease_secs": 1})
+    _, reply, _ = raw.reply()
+    assert not reply.ok and reply.error["code"] == "FRAME_TOO_LARGE"
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x00",
+        b"garbage that is not a datagram of ours",
+        b"KWU\x01\x00\x00\x00",  # a truncated header
+        b"KWU\x09" + bytes(8) + b"\x80",  # another version
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(100),  # a TLS ClientHello
+    ],
+)
+def test_bytes_that_are_not_our_datagrams_are_dropped(raw: RawUdp, udp_broker: BrokerProcess, data: bytes) -> None:
+    raw.send(data)
+    assert raw.no_reply()
+    assert serves_tcp(udp_broker)
+
+
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        (b"\xc1", "MALFORMED_FRAME"),  # never-used msgpack byte
+        (b"", "MALFORMED_FRAME"),
+        (msgspec.msgpack.encode({"id": 4, "op": "no_such_op"}), "UNKNOWN_OP"),
+        (msgspec.msgpack.encode({"id": 4, "op": "enqueue", "tasks": "not a list"}), "BAD_REQUEST"),
+        (msgspec.msgpack.encode({"id": 4, "op": "enqueue"})[:-3], "MALFORMED_FRAME"),  # truncated
+    ],
+)
+def test_a_body_that_does_not_decode_gets_an_error_reply(
+    raw: RawUdp, udp_broker: BrokerProcess, body: bytes, code: str
+) -> None:
+    raw.send(encode_datagram(99, body))
+    producer, reply, _ = raw.reply()
+    assert producer == 99 and not reply.ok
+    assert reply.error["code"] == code
+    assert serves_tcp(udp_broker)
+
+
+def test_an_oversize_datagram_gets_frame_too_large(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    raw.request(5, "enqueue", 9, {"tasks": [task("udp.over", bytes(3000))]})
+    _, reply, _ = raw.reply()
+    assert (reply.id, reply.ok, reply.error["code"]) == (9, False, "FRAME_TOO_LARGE")
+    raw.send(encode_datagram(5, bytes(60_000)))  # near the largest UDP payload, and not even msgpack
+    _, reply, _ = raw.reply()
+    assert not reply.ok
+    with Client(udp_broker.url) as tcp:
+        assert tcp.peek("udp.over") == []
+    assert serves_tcp(udp_broker)
+
+
+def test_thousands_of_random_datagrams_do_not_stop_the_broker(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    rng = random.Random(20261124)
+    valid = [
+        encode_request("enqueue", 1, {"tasks": [task("fuzz.q", b"data")]}),
+        encode_request("lease", 2, {"queues": ["fuzz.q"], "max_tasks": 3}),
+        encode_request("dequeue", 3, {"leases": [{"queue": "fuzz.q", "pid": "p", "lease_id": 1}]}),
+        encode_request("stats", 4, {"queues": ["fuzz.q"]}),
+    ]
+    for _ in range(3000):
+        kind = rng.random()
+        if kind < 0.3:
+            data = rng.randbytes(rng.randrange(0, 200))
+        elif kind < 0.6:
+            data = encode_datagram(rng.getrandbits(64), rng.randbytes(rng.randrange(0, 300)))
+        else:
+            body = bytearray(rng.choice(valid))
+            for _ in range(rng.randrange(1, 4)):
+                body[rng.randrange(len(body))] = rng.randrange(256)
+            data = encode_datagram(rng.getrandbits(64), bytes(body))
+        raw.send(data)
+    raw.sock.settimeout(0.2)
+    try:
+        while True:
+            raw.sock.recv(65_535)  # the error replies, as many as came back
+    except socket.timeout:
+        pass
+    assert serves_tcp(udp_broker)
+    raw.request(12345, "ping", 1, {})
+    assert raw.reply()[1].ok
+
+
+# --------------------------------------------------------------------- auth
+
+
+def test_with_an_auth_file_a_producer_authenticates_once_and_is_authorised(tmp_path: Path) -> None:
+    users = standard_auth_file(tmp_path / "users.json")
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"], auth_file=users)
+    try:
+        raw = RawUdp(broker)
+        raw.request(1, "enqueue", 1, {"tasks": [task("alice.q", b"x")]})
+        _, reply, _ = raw.reply()
+        assert reply.error["code"] == "UNAUTHORIZED"
+        raw.request(1, "auth", 2, {"user": ALICE[0], "token": "wrong"})
+        assert raw.reply()[1].error["code"] == "UNAUTHORIZED"
+        raw.close()
+        user, token = ALICE
+        with Client(f"kwu://{user}:{token}@{broker.host}:{broker.udp_port}") as alice:
+            assert alice.enqueue("alice.q", b"x").queue == "alice.q"
+            with pytest.raises(errors.Forbidden):
+                alice.enqueue("bob.q", b"x")
+        with Client(f"kwu://{broker.host}:{broker.udp_port}") as anonymous:
+            with pytest.raises(errors.Unauthorized):
+                anonymous.ping()
+    finally:
+        broker.kill()
+
+
+# ------------------------------------------------------------------ restarts
+
+
+def test_a_retransmission_after_a_restart_runs_again_so_named_pids_keep_it_single(udp_broker: BrokerProcess) -> None:
+    """The window is in memory (see `broker.retransmit_window`): after a restart a retransmitted
+    enqueue runs again. With a pid it collapses into the task it made; without one it makes a second."""
+    raw = RawUdp(udp_broker)
+    named = raw.request(21, "enqueue", 1, {"tasks": [{"queue": "udp.restart", "data": b"n", "pid": "named"}]})
+    assert raw.reply()[1].ok
+    fifo = raw.request(21, "enqueue", 2, {"tasks": [task("udp.restart", b"f")]})
+    assert raw.reply()[1].ok
+    raw.close()
+    udp_broker.restart()
+    raw = RawUdp(udp_broker)
+    try:
+        raw.send(named)
+        reply = raw.reply()[1]
+        assert reply.ok and reply.result[0]["collapsed"] is True
+        raw.send(fifo)
+        assert raw.reply()[1].ok
+    finally:
+        raw.close()
+    with Client(udp_broker.url) as tcp:
+        assert sorted(t.data for t in tcp.peek("udp.restart", n=10)) == [b"f", b"f", b"n"]

@@ -1,0 +1,186 @@
+"""`Client("kwu://…")`: the operations over UDP, and nothing lost or doubled through a lossy relay.
+
+The relay (`kittiwake.bench.udp_relay`) drops, duplicates and reorders
+datagrams with a seeded random generator; the queue checker
+(`support.checker`) judges the run from what the clients saw and what is left
+in the queue, drained over TCP.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from kittiwake import errors
+from kittiwake.bench.udp_relay import Faults, UdpRelay
+from kittiwake.client import Client
+from kittiwake.client.url import parse_url
+from support.broker_process import BrokerProcess
+from support.checker import DELIVER, DEQUEUE, ENQUEUE, History, check
+
+
+@pytest.fixture
+def udp_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"])
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+@pytest.fixture
+def client(udp_broker: BrokerProcess) -> Iterator[Client]:
+    with Client(udp_broker.udp_url, timeout=10) as udp:
+        yield udp
+
+
+def test_kwu_urls_name_the_udp_port() -> None:
+    address = parse_url("kwu://broker.example:9000")
+    assert (address.udp, address.tls, address.port, address.url) == (True, False, 9000, "kwu://broker.example:9000")
+    assert parse_url("kwu://h").port == 7372
+
+
+def test_the_operations_round_trip(client: Client, udp_broker: BrokerProcess) -> None:
+    assert "now" in client.ping()
+    first = client.enqueue("udp.ops", b"one", pid="a")
+    assert (first.pid, first.collapsed) == ("a", False)
+    assert client.enqueue("udp.ops", b"again", pid="a").collapsed
+    outcomes = client.enqueue_many([{"queue": "udp.ops", "data": f"task {n}".encode()} for n in range(100)])
+    assert len(outcomes) == 100 and len({outcome.pid for outcome in outcomes}) == 100  # split over datagrams, in order
+    leased = client.lease("udp.ops", max_tasks=3, lease_secs=60)
+    assert [task.data for task in leased] == [b"task 0", b"task 1", b"task 2"]
+    assert client.renew(leased[0], lease_secs=120).ok
+    assert client.release(leased[1]).ok
+    assert [outcome.ok for outcome in client.dequeue([leased[0], leased[2]])] == [True, True]
+    with pytest.raises(errors.TaskNotFound):
+        client.dequeue(leased[0])  # finished already: a new request, not a retransmission
+    (stats,) = client.stats(["udp.ops"])
+    assert stats.queue == "udp.ops"
+    with Client(udp_broker.url) as tcp:
+        assert len(tcp.peek("udp.ops", n=1000)) == 99  # the collapsed one, and 98 of the 100
+
+
+def test_a_request_too_large_for_a_datagram_is_refused_before_it_is_sent(client: Client) -> None:
+    with pytest.raises(errors.FrameTooLarge, match="UDP"):
+        client.enqueue("udp.big", bytes(2000))
+    with pytest.raises(errors.FrameTooLarge):
+        client.enqueue_many([{"queue": "udp.big", "data": b"small"}, {"queue": "udp.big", "data": bytes(2000)}])
+
+
+def test_no_broker_means_a_timeout_with_an_unknown_outcome() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # bound, never read: datagrams vanish
+        with Client(f"kwu://127.0.0.1:{port}") as client:
+            with pytest.raises(errors.RequestTimeout, match="may or may not"):
+                client.enqueue("q", b"x", timeout=0.5)
+
+
+def test_async_client_refuses_kwu() -> None:
+    from kittiwake import AsyncClient
+
+    with pytest.raises(errors.BadRequest, match="kwu"):
+        AsyncClient("kwu://127.0.0.1:7372")
+
+
+def test_duplicated_replies_are_ignored(udp_broker: BrokerProcess) -> None:
+    assert udp_broker.udp_port is not None
+    with UdpRelay(("127.0.0.1", udp_broker.udp_port), Faults(duplicate_rate=1.0, seed=3)) as relay:
+        with Client(f"kwu://127.0.0.1:{relay.port}", timeout=10) as client:
+            pids = [client.enqueue("udp.dup", f"{n}".encode()).pid for n in range(20)]
+            ignored = client._pool.ignored_replies  # type: ignore[union-attr]
+        counts = relay.counts()
+    assert counts.upstream.duplicated == 20 and ignored >= 1
+    with Client(udp_broker.url) as tcp:
+        assert [task.pid for task in tcp.peek("udp.dup", n=100)] == pids  # each once, in order
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        Faults(drop_rate=0.05, seed=11),
+        Faults(drop_rate=0.05, duplicate_rate=0.05, reorder_rate=0.1, reorder_delay_secs=0.01, seed=12),
+    ],
+    ids=["loss", "loss-duplicates-reordering"],
+)
+def test_nothing_is_lost_or_doubled_through_a_lossy_relay(udp_broker: BrokerProcess, faults: Faults) -> None:
+    assert udp_broker.udp_port is not None
+    queue = "udp.lossy"
+    history = History()
+    producers, batches, batch = 4, 25, 5
+    with UdpRelay(("127.0.0.1", udp_broker.udp_port), faults) as relay:
+        url = f"kwu://127.0.0.1:{relay.port}"
+        with Client(url, timeout=10) as client:
+
+            def produce(k: int) -> None:
+                for b in range(batches):
+                    values = [f"p{k}-{b}-{n}" for n in range(batch)]
+                    op = history.invoke(f"producer-{k}", ENQUEUE, values)
+                    try:
+                        client.enqueue_many([{"queue": queue, "data": value.encode()} for value in values])
+                    except (errors.RequestTimeout, errors.Unavailable) as exc:
+                        history.unknown(op, exc)
+                    except errors.KittiwakeError as exc:
+                        history.fail(op, exc)
+                    else:
+                        history.ok(op)
+
+            def consume() -> None:
+                idle = 0
+                while idle < 20:
+                    deliver = history.invoke("consumer", DELIVER)
+                    try:
+                        leased = client.lease(queue, max_tasks=5, lease_secs=120)
+                    except errors.KittiwakeError as exc:
+                        history.unknown(deliver, exc)
+                        continue
+                    values = [task.data.decode() for task in leased]
+                    history.ok(deliver, values, expires_at={task.data.decode(): task.expires_at for task in leased})
+                    idle = idle + 1 if not leased else 0
+                    if not leased:
+                        continue
+                    ack = history.invoke("consumer", DEQUEUE, values)
+                    try:
+                        outcomes = client.dequeue(leased)
+                    except errors.KittiwakeError as exc:
+                        history.unknown(ack, exc)
+                    else:
+                        history.ok(ack, [value for value, outcome in zip(values, outcomes) if outcome.ok])
+
+            threads = [threading.Thread(target=produce, args=(k,)) for k in range(producers)]
+            threads.append(threading.Thread(target=consume))
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        counts = relay.counts()
+    with Client(udp_broker.url) as tcp:  # drain what the consumer left, over TCP
+        drained = []
+        while leased := tcp.lease(queue, max_tasks=1000, lease_secs=300):
+            drained.extend(task.data.decode() for task in leased)
+            tcp.dequeue(leased)
+    result = check(history, drained)
+    print(result.format(), counts.as_dict())
+    assert counts.total("dropped") > 0
+    assert result.valid, result.format()
+    assert result.counts()["lost"] == 0 and result.counts()["duplicated"] == 0, result.format()
+    assert result.acknowledged + result.enqueue_unknown == producers * batches * batch
+
+
+def test_a_long_poll_lease_over_udp_waits_for_a_task(client: Client, udp_broker: BrokerProcess) -> None:
+    assert client.lease("udp.wait", wait_secs=0.3) == []
+    def enqueue_late() -> None:
+        with Client(udp_broker.url) as tcp:
+            tcp.enqueue("udp.wait", b"late")
+
+    timer = threading.Timer(0.3, enqueue_late)
+    timer.start()
+    try:
+        leased = client.lease("udp.wait", wait_secs=10)
+    finally:
+        timer.join()
+    assert [task.data for task in leased] == [b"late"]
