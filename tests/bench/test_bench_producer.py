@@ -16,7 +16,7 @@ from test_bench_smoke import RECORD_KEYS, run_bench
 
 @pytest.mark.timeout(180)
 def test_producer_reports_the_producer_its_references_and_the_added_latency(tmp_path: Path) -> None:
-    report = run_bench(tmp_path, "producer", "--quick", "--tasks", "3000", "--samples", "30")
+    report = run_bench(tmp_path, "producer", "--quick", "--tasks", "3000", "--samples", "30", "--udp-seconds", "0.2")
     figures = report["producer"]
     assert {"producer_enqueue", "client_enqueue", "huey_enqueue", "producer_sent_latency",
             "client_enqueue_latency"} <= set(figures)
@@ -30,6 +30,9 @@ def test_producer_reports_the_producer_its_references_and_the_added_latency(tmp_
     latency = figures["producer_sent_latency"]
     assert latency["samples"] == 30 and latency["latency_ms"]["p50"] > 0
     assert isinstance(latency["added_p50_ms"], float) and isinstance(latency["meets_target"], bool)
+    udp = {(row["transport"], row["loss"]): row for row in report["udp"]}  # the UDP rows of the same run
+    assert {("udp", 0.0), ("udp", 0.014), ("udp", 0.05), ("tcp", None)} <= set(udp)
+    assert all(row["lost"] == 0 and row["duplicated"] == 0 for row in udp.values())
 
 
 @pytest.mark.timeout(180)

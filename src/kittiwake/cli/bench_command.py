@@ -281,12 +281,18 @@ def name_list(choices: tuple[str, ...], default: tuple[str, ...]) -> Callable[..
 @click.option("--huey/--no-huey", default=True, show_default=True, help="Measure Huey on Redis too.")
 @click.option("--redis-url", default=PRODUCER.redis_url, show_default=True,
               help="Huey's Redis database (claimed and emptied, as by bench peers).")
+@click.option("--udp/--no-udp", default=True, show_default=True,
+              help="Also enqueue over kwu:// through a lossy relay at 0%, 1.4% and 5% loss (as bench udp).")
+@click.option("--udp-seconds", type=click.FloatRange(0.1), default=None,
+              help="Load per UDP row [default: 5; 0.5 with --quick].")
 @_durability_option
 @_output_options
 def producer_command(quick: bool, tasks: int | None, client_tasks: int | None, huey_tasks: int | None,
-                     samples: int | None, data_bytes: int, huey: bool, redis_url: str, durability: str,
+                     samples: int | None, data_bytes: int, huey: bool, redis_url: str, udp: bool,
+                     udp_seconds: float | None, durability: str,
                      json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
-    """One thread through a batching producer: tasks/s vs Client.enqueue and Huey, and its added latency."""
+    """One thread through a batching producer: tasks/s vs Client.enqueue and Huey, its added latency,
+    and enqueues over UDP under loss."""
     from kittiwake.bench.producer import run_producer, show
     from kittiwake.bench.report import print_machine, write_json
 
@@ -297,6 +303,12 @@ def producer_command(quick: bool, tasks: int | None, client_tasks: int | None, h
     console = _console()
     report = run_producer(settings, console, parent_dir=parent_dir)
     show(console, report)
+    if udp:
+        from kittiwake.bench.udp_loss import UdpLossSettings, measure, table
+
+        seconds = udp_seconds if udp_seconds is not None else (0.5 if quick else UdpLossSettings().seconds)
+        report["udp"] = measure(UdpLossSettings(seconds=seconds, durability=durability), parent_dir=parent_dir)
+        console.print(table(report["udp"]))
     print_machine(console, report["machine"])
     if json_path:
         write_json(json_path, report)
