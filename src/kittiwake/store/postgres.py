@@ -386,6 +386,13 @@ class PostgresStore:
                 raise RuntimeError(f"a write to queue {queue!r}, which this broker has not claimed")
             written.add(queue)
 
+    def _flush_in_transaction(self) -> None:
+        """`_flush`, and open the transaction even when nothing was buffered; within a pipeline."""
+        self._flush()
+        if not self._in_transaction:
+            self._db.execute("BEGIN")
+            self._in_transaction = True
+
     def commit(self) -> None:
         written: set[str] = set()
         try:
@@ -530,10 +537,7 @@ class PostgresStore:
             self._check_presence()
             db = self._db
             with db.pipeline():
-                self._flush()
-                if not self._in_transaction:
-                    db.execute("BEGIN")
-                    self._in_transaction = True
+                self._flush_in_transaction()
                 db.execute(sql.LOCK_QUEUES, (self._lock_space, new))
                 cursor = db.execute(sql.QUEUE_VERSIONS, (new,))
             rows = cursor.fetchall()
@@ -591,10 +595,7 @@ class PostgresStore:
         try:
             db = self._db
             with db.pipeline():
-                self._flush()
-                if not self._in_transaction:
-                    db.execute("BEGIN")
-                    self._in_transaction = True
+                self._flush_in_transaction()
                 reaped = db.execute(sql.REAP_STALE_ROWS, (limit,))
             count = reaped.rowcount
             if count < limit:
