@@ -158,6 +158,11 @@ def _last_per_key(rows: list[tuple], key_width: int) -> list[tuple]:
     return list(by_key.values()) if len(by_key) < len(rows) else rows
 
 
+# the order a flush sends each kind of write in, within a segment (see `_flush`)
+_KIND_ORDER = (PutTask, SetLease, SetWaiting, DeleteTask, PutEdge, DeleteEdges, SetCounter)
+_KIND_RANK = {kind: rank for rank, kind in enumerate(_KIND_ORDER)}
+
+
 def _columns(rows: list[tuple]) -> list[list[Any]]:
     """Rows as one list per column: the arrays `unnest` takes."""
     return [list(column) for column in zip(*rows)]
@@ -305,69 +310,87 @@ class PostgresStore:
         gens = self._gens
         if self.shared:
             self._note_written(pending)
-        run_kind: type | None = None
-        run: list[tuple] = []
+        # One statement per kind for a whole segment of writes, not per run: a pass interleaves
+        # kinds (a lease's SetLease, the next request's DeleteTask), and each statement costs the
+        # server a plan and an execution. Writes to different rows commute, so a segment takes
+        # a write unless its row already holds a write of a kind sent later (`_KIND_ORDER`): the
+        # writes to each row then run in the order they were made. A DropQueue ends a segment.
+        segment: dict[type, list[tuple]] = {}
+        touched: dict[tuple, int] = {}  # row key -> latest kind rank in the segment
         shrunk: set[tuple[str, int]] = set()
 
-        def flush_run() -> None:
-            if not run:
-                return
-            if run_kind is PutTask:
-                db.execute(sql.PUT_TASKS, _columns(_last_per_key(run, 3)))
-            elif run_kind is DeleteTask:
-                db.execute(sql.DELETE_TASKS, _columns(run))
-                shrunk.update(row[:2] for row in run)
-            elif run_kind is SetLease:
-                db.execute(sql.SET_LEASES, _columns(_last_per_key(run, 3)))
-            elif run_kind is SetWaiting:
-                db.execute(sql.SET_WAITING, _columns(_last_per_key(run, 3)))
-            elif run_kind is SetCounter:
-                db.execute(sql.SET_COUNTERS, _columns(run))
-            elif run_kind is PutEdge:
-                db.execute(sql.PUT_EDGES, _columns(run))
-            elif run_kind is DeleteEdges:
-                db.execute(sql.DELETE_EDGES, _columns(run))
-            run.clear()
+        def send() -> None:
+            for kind in _KIND_ORDER:
+                rows = segment.get(kind)
+                if not rows:
+                    continue
+                if kind is PutTask:
+                    db.execute(sql.PUT_TASKS, _columns(_last_per_key(rows, 3)))
+                elif kind is SetLease:
+                    db.execute(sql.SET_LEASES, _columns(_last_per_key(rows, 3)))
+                elif kind is SetWaiting:
+                    db.execute(sql.SET_WAITING, _columns(_last_per_key(rows, 3)))
+                elif kind is DeleteTask:
+                    db.execute(sql.DELETE_TASKS, _columns(rows))
+                    shrunk.update(row[:2] for row in rows)
+                elif kind is PutEdge:
+                    db.execute(sql.PUT_EDGES, _columns(rows))
+                elif kind is DeleteEdges:
+                    db.execute(sql.DELETE_EDGES, _columns(rows))
+                else:
+                    db.execute(sql.SET_COUNTERS, _columns(rows))
+            segment.clear()
+            touched.clear()
 
         for mutation in pending:
             kind = type(mutation)
-            if kind is not run_kind:
-                flush_run()
-                run_kind = kind
             if kind is PutTask:
                 t = mutation.task
-                run.append((
+                row: tuple = (
                     t.queue, gens.get(t.queue, 0), t.pid, t.data, t.enqueued_at, t.sender, t.receiver,
                     encode_headers(t.headers) if t.headers else None, t.max_attempts, t.attempts,
                     t.deliveries, t.lease_id, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at,
                     t.waiting_on, t.children, t.progress, _note(t.note),
-                ))
+                )
+                key: tuple | None = row[:3]
             elif kind is SetLease:
                 m = mutation
-                run.append((
+                row = (
                     m.queue, gens.get(m.queue, 0), m.pid, m.attempts, m.deliveries, m.lease_id, m.lease_owner,
                     m.lease_peer, m.leased_at, m.lease_expires_at, m.progress, _note(m.note),
-                ))
+                )
+                key = row[:3]
             elif kind is DeleteTask:
-                run.append((mutation.queue, gens.get(mutation.queue, 0), mutation.pid))
+                row = (mutation.queue, gens.get(mutation.queue, 0), mutation.pid)
+                key = row
             elif kind is SetWaiting:
                 m = mutation
-                run.append((m.queue, gens.get(m.queue, 0), m.pid, m.waiting_on, m.children))
+                row = (m.queue, gens.get(m.queue, 0), m.pid, m.waiting_on, m.children)
+                key = row[:3]
             elif kind is SetCounter:
-                run.append((mutation.name, mutation.value))
+                row, key = (mutation.name, mutation.value), None  # counters only grow: any order
             elif kind is PutEdge:
                 m = mutation
-                run.append((m.queue, m.pid, m.child_queue, m.child_pid))
+                row = (m.queue, m.pid, m.child_queue, m.child_pid)
+                key = ("edges", m.queue, m.pid)
             elif kind is DeleteEdges:
-                run.append((mutation.queue, mutation.pid))
+                row = (mutation.queue, mutation.pid)
+                key = ("edges", mutation.queue, mutation.pid)
             else:
                 assert isinstance(mutation, DropQueue)
+                send()
                 gen = gens.get(mutation.queue, 0) + 1
                 gens[mutation.queue] = gen
                 db.execute(sql.SET_GENERATION, (mutation.queue, gen))
                 db.execute(sql.DROP_QUEUE_SIZES, (mutation.queue, gen))
-                run_kind = None
-        flush_run()
+                continue
+            if key is not None:
+                rank = _KIND_RANK[kind]
+                if touched.get(key, rank) > rank:
+                    send()
+                touched[key] = rank
+            segment.setdefault(kind, []).append(row)
+        send()
         if shrunk:
             db.execute(sql.FORGET_EMPTY_QUEUE_SIZES, _columns(sorted(shrunk)))
 
