@@ -108,6 +108,23 @@ def test_reads_see_writes_before_commit(store):
     assert scan_pids(store, "q") == ["b"]
 
 
+def test_reads_of_other_rows_and_queues_between_buffered_writes(store):
+    put(store, task("q", "a"), task("r", "a"))
+    store.commit()
+    put(store, task("q", "b"))
+    store.write([DeleteTask("q", "a")])
+    assert store.load_task("q", "c") is None  # a row no buffered write touches
+    assert store.load_task("r", "a").data == b"r/a"
+    assert scan_pids(store, "r") == ["a"]
+    assert store.load_task("q", "b").data == b"q/b"
+    assert store.load_task("q", "a") is None
+    store.write([DropQueue("r")])
+    assert store.load_task("r", "a") is None  # the drop is seen by a read of any of its rows
+    assert scan_pids(store, "r") == []
+    store.commit()
+    assert scan_pids(store, "q") == ["b"]
+
+
 def test_a_task_round_trips_every_field(store):
     original = task(
         "crawl#fetch", "http://www.google.com/\u00e9", data=b"\x00\xffbinary", enqueued_at=123.5, sender="svc",

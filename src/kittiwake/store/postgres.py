@@ -199,6 +199,10 @@ class PostgresStore:
         self.durability = durability
         self.connect_timeout_secs = connect_timeout_secs
         self._pending: list[Mutation] = []
+        # what the buffered writes touch, so that a read of other rows need not flush them
+        self._pending_rows: set[tuple[str, str]] = set()  # (queue, pid) of task rows written
+        self._pending_queues: set[str] = set()  # queues with a task row written or dropped
+        self._pending_drops: set[str] = set()  # queues dropped
         self._in_transaction = False
         self.commits = 0
         self.brokers = brokers
@@ -294,15 +298,36 @@ class PostgresStore:
     # -------------------------------------------------------------- writes
 
     def write(self, mutations: Sequence[Mutation]) -> None:
-        # a PutTask holds the caller's Task, which it may change before the flush: keep it as written
-        self._pending.extend(PutTask(snapshot(m.task)) if type(m) is PutTask else m for m in mutations)
+        pending, rows, queues = self._pending, self._pending_rows, self._pending_queues
+        for mutation in mutations:
+            kind = type(mutation)
+            if kind is PutTask:
+                # a PutTask holds the caller's Task, which it may change before the flush: keep it as written
+                task = snapshot(mutation.task)  # type: ignore[union-attr]
+                pending.append(PutTask(task))
+                rows.add((task.queue, task.pid))
+                queues.add(task.queue)
+                continue
+            pending.append(mutation)
+            if kind is SetLease or kind is DeleteTask or kind is SetWaiting:
+                rows.add((mutation.queue, mutation.pid))  # type: ignore[union-attr]
+                queues.add(mutation.queue)  # type: ignore[union-attr]
+            elif kind is DropQueue:
+                queues.add(mutation.queue)  # type: ignore[union-attr]
+                self._pending_drops.add(mutation.queue)  # type: ignore[union-attr]
+
+    def _forget_pending(self) -> None:
+        self._pending = []
+        self._pending_rows = set()
+        self._pending_queues = set()
+        self._pending_drops = set()
 
     def _flush(self) -> None:
         """Send every buffered write, inside the open transaction; call within a pipeline."""
         pending = self._pending
         if not pending:
             return
-        self._pending = []
+        self._forget_pending()
         db = self._db
         if not self._in_transaction:
             db.execute("BEGIN")
@@ -468,7 +493,7 @@ class PostgresStore:
 
     def rollback(self) -> None:
         """Forget writes since the last commit; a broken connection is replaced by a new one."""
-        self._pending = []
+        self._forget_pending()
         self._in_transaction = False
         self._end_transaction(set())
         self._versions.clear()  # the broker rebuilds its engine from reads made without locks
@@ -485,12 +510,12 @@ class PostgresStore:
 
     # --------------------------------------------------------------- reads
 
-    def _read(self, statement: str, params: tuple | dict[str, Any]) -> list[tuple]:
-        """Flush buffered writes and run one query, in one round trip. Named `params` with a
-        "queue" get its current generation as "gen", known once the writes are flushed (they may
-        drop the queue)."""
+    def _read(self, statement: str, params: tuple | dict[str, Any], flush: bool = True) -> list[tuple]:
+        """Flush buffered writes (unless `flush` is false: they touch no row the query reads) and
+        run one query, in one round trip. Named `params` with a "queue" get its current generation
+        as "gen", known once the writes are flushed (they may drop the queue)."""
         try:
-            if self._pending:
+            if self._pending and flush:
                 with self._db.pipeline():
                     self._flush()
                     cursor = self._db.execute(statement, self._with_gen(params))
@@ -507,7 +532,8 @@ class PostgresStore:
     def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
         if "\x00" in after_pid:
             after_pid = _below_nul(after_pid)
-        rows = self._read(sql.LOAD_AVAILABLE, {"queue": queue, "after": after_pid, "now": now, "limit": limit})
+        rows = self._read(sql.LOAD_AVAILABLE, {"queue": queue, "after": after_pid, "now": now, "limit": limit},
+                          flush=queue in self._pending_queues)
         return [_task(row) for row in rows]
 
     def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
@@ -521,14 +547,18 @@ class PostgresStore:
     def load_task(self, queue: str, pid: str) -> Task | None:
         if "\x00" in pid:
             return None  # no pid holds NUL
-        rows = self._read(sql.LOAD_TASK, {"queue": queue, "pid": pid})
+        # an enqueue with a pid asks whether it exists: most often a row no buffered write touches
+        touched = (queue, pid) in self._pending_rows or queue in self._pending_drops
+        rows = self._read(sql.LOAD_TASK, {"queue": queue, "pid": pid}, flush=touched)
         return _task(rows[0]) if rows else None
 
     def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
         if from_pid is not None and "\x00" in from_pid:
-            rows = self._read(sql.SCAN_AFTER, {"queue": queue, "after": _below_nul(from_pid), "limit": limit})
+            rows = self._read(sql.SCAN_AFTER, {"queue": queue, "after": _below_nul(from_pid), "limit": limit},
+                              flush=queue in self._pending_queues)
         else:
-            rows = self._read(sql.SCAN_FROM, {"queue": queue, "from": from_pid or "", "limit": limit})
+            rows = self._read(sql.SCAN_FROM, {"queue": queue, "from": from_pid or "", "limit": limit},
+                              flush=queue in self._pending_queues)
         return [_task(row) for row in rows]
 
     def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
@@ -629,7 +659,7 @@ class PostgresStore:
 
     def close(self) -> None:
         """Close the connections. Writes since the last commit are discarded, as in a crash."""
-        self._pending = []
+        self._forget_pending()
         try:
             if self._transaction_open():
                 self._db.execute("ROLLBACK")
