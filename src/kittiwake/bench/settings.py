@@ -86,6 +86,7 @@ class OpsSettings:
     data_bytes: int = DATA_BYTES
     only: tuple[str, ...] = ()  # figure names to run; empty: all
     store_url: str | None = None  # the broker's store (sqlite://DIR, postgresql://…); None: a throwaway SQLite directory
+    brokers: int = 1  # > 1: rows of 1 broker alone and 1 … brokers sharing a PostgreSQL store (`ops.broker_rows`)
 
 
 @dataclass(frozen=True)

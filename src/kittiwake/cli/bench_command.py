@@ -118,15 +118,19 @@ def bench() -> None:
               help="Run the broker on this store: sqlite://DIR or postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME]. "
               "It must hold no task; a directory or schema the benchmark creates is removed at the end. "
               "Default: a throwaway SQLite directory.")
+@click.option("--brokers", type=click.IntRange(1, 16), default=OPS.brokers, show_default=True,
+              help="Above 1 (a PostgreSQL --store): run the figures with one broker alone on the schema "
+              "(brokers=one), then with 1 … N brokers sharing it (brokers=many), each on a fresh schema "
+              "<schema>_one1, <schema>_many1, …; connection i talks to broker i mod N.")
 @_durability_option
 @_output_options
 def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues: int, processes: int,
-                only: tuple[str, ...], store_url: str | None, durability: str, json_path: str | None,
+                only: tuple[str, ...], store_url: str | None, brokers: int, durability: str, json_path: str | None,
                 plot: str | None, parent_dir: str | None) -> None:
     """TaskMaster §6 Table 1 on this machine: single-task and batched enqueue, lease + dequeue."""
     from kittiwake import errors
     from kittiwake.bench.bench_store import BenchStoreError
-    from kittiwake.bench.ops import run_ops
+    from kittiwake.bench.ops import run_ops, show_brokers
     from kittiwake.bench.report import print_machine, show_figures
     from kittiwake.store.location import parse_store_url
 
@@ -135,17 +139,24 @@ def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues:
             parse_store_url(store_url)
         except ValueError as exc:
             raise click.BadParameter(f"--store {store_url!r}: {exc}", param_hint="--store") from None
+    if brokers > 1 and (store_url is None or parse_store_url(store_url).kind != "postgresql"):
+        raise click.BadParameter("several brokers share a PostgreSQL store: give --store postgresql://…",
+                                 param_hint="--brokers")
     console = _console()
     settings = OpsSettings(seconds=seconds, warmup_secs=warmup, clients=clients, batch=batch, queues=queues,
-                           processes=processes, durability=durability, only=only, store_url=store_url)
+                           processes=processes, durability=durability, only=only, store_url=store_url,
+                           brokers=brokers)
     try:
         report, measured = run_ops(settings, console, parent_dir=parent_dir)
     except (errors.StorageFailure, BenchStoreError) as exc:  # the store cannot be opened, or holds tasks
         what = exc.message if isinstance(exc, errors.KittiwakeError) else exc
         raise click.ClickException(f"--store: {what}") from None
-    store = report["settings"]["store"]
-    show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, {store}, "
-                 "×ref = vs TaskMaster Table 1", report["ops"])
+    for row in report.get("brokers") or [{"store": report["settings"]["store"], "ops": report["ops"]}]:
+        shared = f" — {row['brokers']} broker(s), brokers={row['mode']}" if "brokers" in row else ""
+        show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, {row['store']}{shared}, "
+                     "×ref = vs TaskMaster Table 1", row["ops"])
+    if "brokers" in report:
+        show_brokers(console, report)
     print_machine(console, report["machine"])
     _finish(console, report, measured, "kittiwake bench ops", json_path, plot)
 
