@@ -171,6 +171,7 @@ class PeersSettings:
     pg_dsn: str = PEERS_PG_DSN
     stall_secs: float = 120.0  # a drain with no task done for this long fails
     max_drain_secs: float = 300.0  # a drain still running after this is reported as partial, at its rate
+    kittiwake_store: str | None = None  # the Kittiwake broker's store URL (`bench_store`); None: a throwaway SQLite directory
 
 
 WORKERS_FIGURES = ("map_drain", "map_results", "efficiency", "mix")

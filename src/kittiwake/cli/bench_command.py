@@ -295,6 +295,10 @@ def name_list(choices: tuple[str, ...], default: tuple[str, ...]) -> Callable[..
               help="The PostgreSQL database of pgqueuer; its objects go to a schema of this run's own.")
 @click.option("--max-drain-secs", type=click.FloatRange(1.0), default=PEERS.max_drain_secs, show_default=True,
               help="A drain still running after this is reported as partial, at the rate it reached.")
+@click.option("--kittiwake-store", "kittiwake_store", metavar="URL", default=None,
+              help="Run Kittiwake's broker on this store, e.g. postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME] "
+              "beside pgqueuer on the same server. It must hold no task; a schema the run creates is dropped. "
+              "Default: a throwaway SQLite directory.")
 @click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
               help="Where to create the throwaway directory (default: the system temp dir).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
@@ -302,18 +306,25 @@ def name_list(choices: tuple[str, ...], default: tuple[str, ...]) -> Callable[..
 @click.option("--json", "--json-out", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the report as JSON to FILE ('-' for stdout).")
 def peers_command(tasks: int, submits: int, threaded_submits: int, latency_samples: int, latency_gap_secs: float, peers: tuple[str, ...],
-                  processes: int, redis_url: str, pg_dsn: str, max_drain_secs: float, parent_dir: str | None,
-                  plot: str | None, json_path: str | None) -> None:
+                  processes: int, redis_url: str, pg_dsn: str, max_drain_secs: float, kittiwake_store: str | None,
+                  parent_dir: str | None, plot: str | None, json_path: str | None) -> None:
     """Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer: submit, drain, latency."""
     from kittiwake.bench.peers.run import run_peers
     from kittiwake.bench.peers.show import show, write_chart
     from kittiwake.bench.report import plot_path, print_machine, write_json
+    from kittiwake.store.location import parse_store_url
 
+    if kittiwake_store is not None:
+        try:
+            parse_store_url(kittiwake_store)
+        except ValueError as exc:
+            raise click.BadParameter(f"{kittiwake_store!r}: {exc}", param_hint="--kittiwake-store") from None
     console = _console()
     settings = PeersSettings(tasks=tasks, submits=min(submits, tasks), threaded_submits=threaded_submits,
                              latency_samples=latency_samples,
                              latency_gap_secs=latency_gap_secs, peers=peers, processes=processes,
-                             redis_url=redis_url, pg_dsn=pg_dsn, max_drain_secs=max_drain_secs)
+                             redis_url=redis_url, pg_dsn=pg_dsn, max_drain_secs=max_drain_secs,
+                             kittiwake_store=kittiwake_store)
     report = run_peers(settings, console, parent_dir=parent_dir)
     show(console, report)
     print_machine(console, report["machine"])
