@@ -5,12 +5,14 @@ the same columns, indexes and generations (`postgres_statements`), in a
 schema of its own, over one connection (psycopg 3).
 
 Group commit. Writes are buffered in Python as in the SQLite store. A flush
-turns each run of mutations of one kind into ONE statement over arrays
-(`unnest`), and sends the runs, the read that caused the flush, or the
-`COMMIT`, in one pipeline: a batch of requests costs one round trip to commit,
-however many mutations it holds. Between commits the connection holds one
-open transaction (opened by the first flushed write); reads with nothing
-buffered run on their own, outside any transaction.
+turns the mutations of each kind into ONE statement over arrays (`unnest`),
+reordered across kinds only where no row's own writes change order (`_flush`),
+and sends them, the read that caused the flush, or the `COMMIT`, in one
+pipeline: a batch of requests costs one round trip to commit, however many
+mutations it holds. Between commits the connection holds one open transaction
+(opened by the first flushed write); reads with nothing buffered run on their
+own, outside any transaction. A read of rows no buffered write touches (an
+enqueue asking whether its pid exists) does not flush the buffer.
 
 Durability and isolation. A commit returns once PostgreSQL reports it:
 
