@@ -134,6 +134,34 @@ def _schema_exists(schema: str) -> bool:
     return asyncio.run(exists())
 
 
+@pytest.mark.timeout(240)
+def test_peers_runs_kittiwake_on_postgresql_beside_pgqueuer_and_drops_its_schema(tmp_path: Path) -> None:
+    import psycopg
+
+    from support.postgres import fresh_schema
+
+    report_path = tmp_path / "peers.json"
+    with fresh_schema() as (dsn, schema):
+        store = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+        result = CliRunner().invoke(bench, [
+            "peers", "--tasks", str(TASKS), "--submits", str(SUBMITS), "--threaded-submits", "0",
+            "--latency-samples", str(SAMPLES), "--peers", "pgqueuer", "--pg-dsn", dsn, "--kittiwake-store", store,
+            "--dir", str(tmp_path), "--json-out", str(report_path),
+        ], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        peers = json.loads(report_path.read_text())["peers"]
+        kittiwake = peers["kittiwake"]
+        assert kittiwake["status"] == "ok", kittiwake["reason"]
+        assert kittiwake["drain"]["done"] == TASKS and kittiwake["drain"]["left_in_queue"] == 0
+        assert kittiwake["service"].endswith(f"schema={schema}") and kittiwake["label"].endswith("(postgresql)")
+        if peers["pgqueuer"]["status"] == "ok":
+            assert peers["pgqueuer"]["ratio"] > 0
+        with psycopg.connect(dsn) as db:
+            assert db.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+    bad = CliRunner().invoke(bench, ["peers", "--kittiwake-store", "mysql://x/y"])
+    assert bad.exit_code == 2 and "--kittiwake-store" in bad.output, bad.output
+
+
 def test_the_tally_counts_every_run_and_keeps_its_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "tally.bin"
     monkeypatch.setenv(tally.TALLY_ENV, str(path))

@@ -86,6 +86,7 @@ class OpsSettings:
     data_bytes: int = DATA_BYTES
     only: tuple[str, ...] = ()  # figure names to run; empty: all
     store_url: str | None = None  # the broker's store (sqlite://DIR, postgresql://…); None: a throwaway SQLite directory
+    brokers: int = 1  # > 1: rows of 1 broker alone and 1 … brokers sharing a PostgreSQL store (`ops.broker_rows`)
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,7 @@ class PeersSettings:
     pg_dsn: str = PEERS_PG_DSN
     stall_secs: float = 120.0  # a drain with no task done for this long fails
     max_drain_secs: float = 300.0  # a drain still running after this is reported as partial, at its rate
+    kittiwake_store: str | None = None  # the Kittiwake broker's store URL (`bench_store`); None: a throwaway SQLite directory
 
 
 WORKERS_FIGURES = ("map_drain", "map_results", "efficiency", "mix")

@@ -122,15 +122,19 @@ def bench() -> None:
               help="Run the broker on this store: sqlite://DIR or postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME]. "
               "It must hold no task; a directory or schema the benchmark creates is removed at the end. "
               "Default: a throwaway SQLite directory.")
+@click.option("--brokers", type=click.IntRange(1, 16), default=OPS.brokers, show_default=True,
+              help="Above 1 (a PostgreSQL --store): run the figures with one broker alone on the schema "
+              "(brokers=one), then with 1 … N brokers sharing it (brokers=many), each on a fresh schema "
+              "<schema>_one1, <schema>_many1, …; connection i talks to broker i mod N.")
 @_durability_option
 @_output_options
 def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues: int, processes: int,
-                only: tuple[str, ...], store_url: str | None, durability: str, json_path: str | None,
+                only: tuple[str, ...], store_url: str | None, brokers: int, durability: str, json_path: str | None,
                 plot: str | None, parent_dir: str | None) -> None:
     """TaskMaster §6 Table 1 on this machine: single-task and batched enqueue, lease + dequeue."""
     from kittiwake import errors
     from kittiwake.bench.bench_store import BenchStoreError
-    from kittiwake.bench.ops import run_ops
+    from kittiwake.bench.ops import run_ops, show_brokers
     from kittiwake.bench.report import print_machine, show_figures
     from kittiwake.store.location import parse_store_url
 
@@ -139,17 +143,24 @@ def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues:
             parse_store_url(store_url)
         except ValueError as exc:
             raise click.BadParameter(f"--store {store_url!r}: {exc}", param_hint="--store") from None
+    if brokers > 1 and (store_url is None or parse_store_url(store_url).kind != "postgresql"):
+        raise click.BadParameter("several brokers share a PostgreSQL store: give --store postgresql://…",
+                                 param_hint="--brokers")
     console = _console()
     settings = OpsSettings(seconds=seconds, warmup_secs=warmup, clients=clients, batch=batch, queues=queues,
-                           processes=processes, durability=durability, only=only, store_url=store_url)
+                           processes=processes, durability=durability, only=only, store_url=store_url,
+                           brokers=brokers)
     try:
         report, measured = run_ops(settings, console, parent_dir=parent_dir)
     except (errors.StorageFailure, BenchStoreError) as exc:  # the store cannot be opened, or holds tasks
         what = exc.message if isinstance(exc, errors.KittiwakeError) else exc
         raise click.ClickException(f"--store: {what}") from None
-    store = report["settings"]["store"]
-    show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, {store}, "
-                 "×ref = vs TaskMaster Table 1", report["ops"])
+    for row in report.get("brokers") or [{"store": report["settings"]["store"], "ops": report["ops"]}]:
+        shared = f" — {row['brokers']} broker(s), brokers={row['mode']}" if "brokers" in row else ""
+        show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, {row['store']}{shared}, "
+                     "×ref = vs TaskMaster Table 1", row["ops"])
+    if "brokers" in report:
+        show_brokers(console, report)
     print_machine(console, report["machine"])
     _finish(console, report, measured, "kittiwake bench ops", json_path, plot)
 
@@ -336,6 +347,10 @@ def producer_command(quick: bool, tasks: int | None, client_tasks: int | None, h
               help="The PostgreSQL database of pgqueuer; its objects go to a schema of this run's own.")
 @click.option("--max-drain-secs", type=click.FloatRange(1.0), default=PEERS.max_drain_secs, show_default=True,
               help="A drain still running after this is reported as partial, at the rate it reached.")
+@click.option("--kittiwake-store", "kittiwake_store", metavar="URL", default=None,
+              help="Run Kittiwake's broker on this store, e.g. postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME] "
+              "beside pgqueuer on the same server. It must hold no task; a schema the run creates is dropped. "
+              "Default: a throwaway SQLite directory.")
 @click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
               help="Where to create the throwaway directory (default: the system temp dir).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
@@ -343,18 +358,25 @@ def producer_command(quick: bool, tasks: int | None, client_tasks: int | None, h
 @click.option("--json", "--json-out", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the report as JSON to FILE ('-' for stdout).")
 def peers_command(tasks: int, submits: int, threaded_submits: int, latency_samples: int, latency_gap_secs: float, peers: tuple[str, ...],
-                  processes: int, redis_url: str, pg_dsn: str, max_drain_secs: float, parent_dir: str | None,
-                  plot: str | None, json_path: str | None) -> None:
+                  processes: int, redis_url: str, pg_dsn: str, max_drain_secs: float, kittiwake_store: str | None,
+                  parent_dir: str | None, plot: str | None, json_path: str | None) -> None:
     """Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer: submit, drain, latency."""
     from kittiwake.bench.peers.run import run_peers
     from kittiwake.bench.peers.show import show, write_chart
     from kittiwake.bench.report import plot_path, print_machine, write_json
+    from kittiwake.store.location import parse_store_url
 
+    if kittiwake_store is not None:
+        try:
+            parse_store_url(kittiwake_store)
+        except ValueError as exc:
+            raise click.BadParameter(f"{kittiwake_store!r}: {exc}", param_hint="--kittiwake-store") from None
     console = _console()
     settings = PeersSettings(tasks=tasks, submits=min(submits, tasks), threaded_submits=threaded_submits,
                              latency_samples=latency_samples,
                              latency_gap_secs=latency_gap_secs, peers=peers, processes=processes,
-                             redis_url=redis_url, pg_dsn=pg_dsn, max_drain_secs=max_drain_secs)
+                             redis_url=redis_url, pg_dsn=pg_dsn, max_drain_secs=max_drain_secs,
+                             kittiwake_store=kittiwake_store)
     report = run_peers(settings, console, parent_dir=parent_dir)
     show(console, report)
     print_machine(console, report["machine"])
