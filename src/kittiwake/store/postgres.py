@@ -507,12 +507,17 @@ class PostgresStore:
         self._end_transaction(set())
         self._versions.clear()  # the broker rebuilds its engine from reads made without locks
         try:
-            db = self._db
-            if db is None or db.closed or db.broken:
+            try:
+                db = self._db
+                if db is None or db.closed or db.broken or db.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
+                    raise psycopg.OperationalError("the connection is not usable")
+                if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    db.execute("ROLLBACK")
+            except psycopg.Error:
+                # broken, or left in pipeline mode by a connection cut mid-commit (where no statement
+                # gets through any more, and psycopg does not call it broken): a new connection
                 self._close_quietly()
                 self._db = self._connect()
-            elif db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                db.execute("ROLLBACK")
             self._gens = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
         except psycopg.Error as exc:
             raise _failure(exc) from exc
