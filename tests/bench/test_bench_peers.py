@@ -197,6 +197,28 @@ def test_a_tally_record_names_the_thread_that_ran_the_task(tmp_path: Path, monke
     assert all(run.ended - run.started >= 0.02 for run in runs)
 
 
+def test_threads_that_first_count_into_a_new_tally_file_together_lose_no_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each thread finding the file changed reopened it: two could close the old descriptor twice
+    (EBADF) or write through one just closed, and the record was lost."""
+    for round_ in range(30):
+        path = tmp_path / f"tally-{round_}.bin"
+        monkeypatch.setenv(tally.TALLY_ENV, str(path))
+        start = threading.Barrier(8)
+
+        def run() -> None:
+            start.wait()
+            tally.null_task(b"")
+
+        threads = [threading.Thread(target=run) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert tally.count(path) == 8, f"round {round_}: {tally.count(path)} of 8 records"
+
+
 def test_stopping_a_worker_group_ends_the_children_its_command_left(tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
