@@ -60,7 +60,7 @@ FIFO_POLL_SECS = 0.1
 DEDUP_WINDOW_MINUTES = 5
 FIRST_RECEIVES = 100_000
 MAX_BATCH = 10
-MAX_BATCH_BODY_BYTES = 262_144
+MAX_BATCH_BODY_BYTES = 1_048_576
 MIN_LEASE_SECS = 0.001  # VisibilityTimeout 0: visible again at once
 MAX_MESSAGE_ATTRIBUTES = 10
 _ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
@@ -276,12 +276,15 @@ class SqsActions:
         delay = queue.int_attribute("DelaySeconds") if delay_param is None else finite_int(delay_param, "DelaySeconds", 0, 900)
         if queue.fifo:
             return self._fifo_outgoing(queue, params, entry_id, data, headers, md5_attributes, delay, now)
-        if params.get("MessageGroupId") is not None or params.get("MessageDeduplicationId") is not None:
-            name = "MessageGroupId" if params.get("MessageGroupId") is not None else "MessageDeduplicationId"
-            raise sqs_errors.invalid_parameter(
-                f"Value for parameter {name} is invalid. Reason: The request include parameter that is not valid "
-                "for this queue type."
-            )
+        # a standard queue keeps a group id (SQS fair queues) and a deduplication id and hands them back;
+        # it neither orders by group nor deduplicates
+        for name, header in (("MessageGroupId", naming.GROUP_HEADER), ("MessageDeduplicationId", naming.DEDUP_HEADER)):
+            value = params.get(name)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not _DEDUP_RE.fullmatch(value):
+                raise sqs_errors.invalid_parameter(f"Value for parameter {name} is invalid.")
+            headers[header] = value
         for value in headers.values():
             if len(value.encode("utf-8")) > self.header_bytes:
                 raise sqs_errors.invalid_parameter(f"Message attributes over {self.header_bytes} bytes are not supported")
@@ -510,7 +513,7 @@ class SqsActions:
             "MessageGroupId": headers.get(naming.GROUP_HEADER),
             "SenderId": task.sender or "anonymous",
             "SentTimestamp": headers.get(naming.SENT_HEADER) or str(int(task.enqueued_at * 1000)),
-            "SequenceNumber": _sequence_number(task.pid) if naming.GROUP_HEADER in headers else None,
+            "SequenceNumber": _sequence_number(task.pid) if "/" in task.queue else None,  # FIFO: a group's queue
         }
         return {name: value for name, value in values.items() if name in include and value is not None}
 

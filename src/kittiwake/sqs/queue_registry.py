@@ -33,7 +33,7 @@ MAX_ATTEMPTS = 1_000_000  # never dead-lettered by the engine: SQS counts receiv
 
 DEFAULTS: dict[str, str] = {
     "DelaySeconds": "0",
-    "MaximumMessageSize": "262144",
+    "MaximumMessageSize": "1048576",
     "MessageRetentionPeriod": "345600",
     "ReceiveMessageWaitTimeSeconds": "0",
     "VisibilityTimeout": "30",
@@ -47,7 +47,7 @@ FIFO_DEFAULTS: dict[str, str] = {
 }
 INTEGER_BOUNDS: dict[str, tuple[int, int]] = {
     "DelaySeconds": (0, 900),
-    "MaximumMessageSize": (1024, 262144),
+    "MaximumMessageSize": (1024, 1_048_576),
     "MessageRetentionPeriod": (60, 1_209_600),
     "ReceiveMessageWaitTimeSeconds": (0, 20),
     "VisibilityTimeout": (0, 43_200),

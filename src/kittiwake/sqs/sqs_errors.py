@@ -80,7 +80,7 @@ def invalid_batch_entry_id() -> SqsError:
 
 
 def batch_too_long(length: int) -> SqsError:
-    return SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than 262144 bytes. You have sent {length} bytes.",
+    return SqsError("BatchRequestTooLong", f"Batch requests cannot be longer than 1048576 bytes. You have sent {length} bytes.",
                     code="AWS.SimpleQueueService.BatchRequestTooLong")
 
 
