@@ -20,10 +20,11 @@ What the server promises, whatever a client sends:
   gets 413 (at once when Content-Length says so), bytes that are not HTTP/1.1
   get 400, a path no route takes gets 404; each closes the connection but
   the 404, which is an ordinary answer;
+* a connection that ends (EOF) or breaks while its handler runs cancels the
+  handler: nobody is left to read the answer (a long poll stops waiting);
 * a request must arrive whole within `request_timeout_secs` of its first
   byte (a slow sender cannot hold a connection forever: 408 and close);
 * a handler that raises gets 500 and a logged traceback; the broker goes on.
-  A connection that goes away cancels its handler (a long poll stops waiting).
 """
 
 from __future__ import annotations
@@ -179,12 +180,18 @@ class HttpConnection(asyncio.Protocol):
             self.abort()
 
     def eof_received(self) -> bool | None:
+        # HTTP clients do not half-close and wait: EOF means gone, so a running handler
+        # (a long poll) is cancelled rather than left to answer nobody
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            self._closing = True
+            return False
         try:
             self.h11.receive_data(b"")
             self._events()
         except Exception:
             self.abort()
-        return True  # keep the transport: an answer may still be written
+        return True  # keep the transport: the answer to a request read before the EOF may still be written
 
     # --------------------------------------------------------------- input
 
@@ -208,6 +215,10 @@ class HttpConnection(asyncio.Protocol):
                 if not self._receiving:
                     self._receiving = True
                     self._arm(self.server.request_timeout_secs, self._slow)
+                # h11 bounds a head that arrives in pieces; one that came whole is measured here
+                if len(event.target) + sum(len(name) + len(value) + 4 for name, value in event.headers) > self.server.max_head_bytes:
+                    self._fail(431, f"the request head is over {self.server.max_head_bytes} bytes")
+                    return
                 length = _content_length(event)
                 if length is not None and length > self.server.max_body_bytes:
                     self._fail(413, f"the body is over {self.server.max_body_bytes} bytes")
