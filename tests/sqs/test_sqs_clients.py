@@ -161,3 +161,30 @@ def test_a_long_poll_whose_client_hangs_up_takes_no_message(sqs_broker: BrokerPr
     status, _, body = post(sqs_broker, json.dumps({"QueueUrl": url, "WaitTimeSeconds": 5}).encode(),
                            target="AmazonSQS.ReceiveMessage")
     assert [message["Body"] for message in json.loads(body)["Messages"]] == ["for someone listening"]
+
+
+def test_kittiwake_sqs_is_a_broker_with_the_sqs_port_on(tmp_path: Path) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kittiwake", "sqs", "--data", str(tmp_path / "data"), "--port", "0", "--sqs-port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("kittiwake broker listening on 127.0.0.1:")
+        port = int(line.split(" sqs_port=", 1)[1].split()[0])
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("POST", "/", body=b"{}", headers={"X-Amz-Target": "AmazonSQS.ListQueues",
+                                                             "Content-Type": JSON_TYPE})
+        assert connection.getresponse().status == 200
+    finally:
+        process.terminate()
+        assert process.wait(30) == 0
+
+
+def test_an_auth_file_and_the_sqs_port_do_not_go_together() -> None:
+    from kittiwake.broker.config import BrokerConfig
+    from kittiwake.broker.security import SecurityConfig
+
+    with pytest.raises(ValueError, match="SigV4"):
+        BrokerConfig(sqs_port=0, security=SecurityConfig(auth_file="/nonexistent/users.json"))

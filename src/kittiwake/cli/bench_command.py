@@ -14,7 +14,8 @@ and each slot's timeline), `producer` (one thread through a batching producer, a
 `Client.enqueue` and Huey's single enqueue, and the producer's added latency), `flows` (a three-input
 join, a Spark step's start, the main job's flow against one PySpark script) and `mapreduce`
 (grep, wordcount and sort on `kittiwake worker --node` commands against PySpark on the same
-gen-data input, MB/s against partition size; its `--plot` draws a panel per app). Each prints a
+gen-data input, MB/s against partition size; its `--plot` draws a panel per app) and `sqs` (boto3
+send → receive → delete against the broker's SQS API and moto_server in the same run). Each prints a
 table, and with `--json FILE` writes the report documented in `kittiwake.bench.report`; a latency
 CDF plot goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 """

@@ -62,6 +62,9 @@ FIRST_RECEIVES = 100_000
 MAX_BATCH = 10
 MAX_BATCH_BODY_BYTES = 1_048_576
 MIN_LEASE_SECS = 0.001  # VisibilityTimeout 0: visible again at once
+# FIFO pids of a burst of sends may run a few microseconds ahead of the clock; a lease of what is due
+# looks this far ahead so it does not miss them (a delayed message is due at most this much early)
+DUE_SLACK_SECS = 0.01
 MAX_MESSAGE_ATTRIBUTES = 10
 _ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
@@ -162,6 +165,11 @@ class SqsActions:
     async def DeleteQueue(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
         queue = await self.queue_of(params)
         await self._purge(queue, ctx)
+        if queue.fifo:  # a queue created again under this name starts with no deduplication history
+            markers = await self.call(m.ListQueues(id=request_id(), op="list_queues",
+                                                   pattern=f"{naming.DEDUP_PREFIX}{queue.name}/*", limit=1_000_000), ctx)
+            for info in markers:
+                await self.call(m.DeleteQueue(id=request_id(), op="delete_queue", queue=info.queue), ctx)
         await self.registry.delete(queue.name)
         return {}
 
@@ -425,8 +433,7 @@ class SqsActions:
                      ctx: Context) -> list[LeasedTask]:
         """Due messages now; else a long-poll on the queue, until a delayed message is due at the latest."""
         delayed = naming.delayed_queue(queue.name)
-        now = time.time()
-        due = pid_at(now) + "~"  # after every pid of this microsecond, FIFO pid or delayed pid
+        due = pid_at(time.time() + DUE_SLACK_SECS) + "~"  # after every pid of that microsecond, FIFO or delayed
         tasks = await self.call(self._lease_request([queue.name, delayed], count, lease_secs, ctx, max_pid=due), ctx)
         remaining = deadline - time.monotonic()
         if tasks or remaining <= 0:
@@ -446,7 +453,7 @@ class SqsActions:
             free = [info.queue for info in infos if info.leased == 0 and info.size > 0]
             if not free:
                 return []
-            due = pid_at(time.time()) + "~"
+            due = pid_at(time.time() + DUE_SLACK_SECS) + "~"
             return await self.call(self._lease_request(free[:1000], count, lease_secs, ctx, max_pid=due), ctx)
 
     async def _redrive(self, queue: SqsQueue, tasks: list[LeasedTask], ctx: Context) -> list[LeasedTask]:
