@@ -188,3 +188,34 @@ def test_an_auth_file_and_the_sqs_port_do_not_go_together() -> None:
 
     with pytest.raises(ValueError, match="SigV4"):
         BrokerConfig(sqs_port=0, security=SecurityConfig(auth_file="/nonexistent/users.json"))
+
+
+PARAMETERS = ["QueueUrl", "QueueName", "Attributes", "MessageBody", "DelaySeconds", "MessageAttributes",
+              "MessageGroupId", "MessageDeduplicationId", "Entries", "ReceiptHandle", "VisibilityTimeout",
+              "MaxNumberOfMessages", "WaitTimeSeconds", "AttributeNames", "MessageAttributeNames",
+              "QueueNamePrefix", "MaxResults", "NextToken", "MessageSystemAttributeNames"]
+ODD_VALUES: list[Any] = [
+    None, 0, -1, 1e300, "x", "", [], {}, [1], {"a": 1}, True, "kw1.!!!", "kw1.WyJhIiwiYiIsMF0",
+    [{"Id": "a"}], [{"Id": "a", "MessageBody": 5}], [{"Id": "a", "ReceiptHandle": 5, "VisibilityTimeout": "z"}],
+    {"a": {"DataType": "Binary", "BinaryValue": "!!"}}, {"a": {"DataType": 5}}, {"VisibilityTimeout": []},
+    {"DelaySeconds": "5", "RedrivePolicy": "{}"}, ["All"], "9" * 400,
+]
+
+
+def test_parameters_of_the_wrong_shape_get_client_errors_never_5xx(sqs_broker: BrokerProcess) -> None:
+    import random
+
+    urls = [json.loads(post(sqs_broker, json.dumps(body).encode(), target="AmazonSQS.CreateQueue")[2])["QueueUrl"]
+            for body in ({"QueueName": "odd"}, {"QueueName": "odd.fifo", "Attributes": {"FifoQueue": "true"}})]
+    actions = ["CreateQueue", "GetQueueUrl", "ListQueues", "DeleteQueue", "PurgeQueue", "GetQueueAttributes",
+               "SetQueueAttributes", "SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage",
+               "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch"]
+    chooser = random.Random(7)
+    for _ in range(300):
+        action = chooser.choice(actions)
+        params = {key: chooser.choice(ODD_VALUES + urls) for key in chooser.sample(PARAMETERS, chooser.randint(1, 5))}
+        if chooser.random() < 0.7:
+            params["QueueUrl"] = chooser.choice(urls)
+        status, _, body = post(sqs_broker, json.dumps(params).encode(), target=f"AmazonSQS.{action}")
+        assert status < 500, (action, params, body)
+    assert sqs_broker.alive()

@@ -242,6 +242,8 @@ class QueueRegistry:
     async def set_attributes(self, name: str, given: dict[str, Any]) -> None:
         async with self._lock(name):
             queue = await self.get(name)
+            if not given:
+                return
             attributes = dict(queue.attributes)
             for key, value in given.items():
                 if key == "FifoQueue" and str(value).lower() != attributes.get("FifoQueue", "false"):
@@ -260,9 +262,21 @@ class QueueRegistry:
                 raise sqs_errors.unavailable("the queue's attributes are being changed; try again")
             task = m.TaskIn(queue=naming.meta_queue(name), data=updated.encode(), pid=META_PID,
                             max_attempts=MAX_ATTEMPTS)
-            await self.calls.call(m.Update(id=request_id(), op="update", dequeue=[leased[0].lease_ref()],
-                                           enqueue=[task]))
+            ref = leased[0].lease_ref()
+            try:
+                await self.calls.call(m.Update(id=request_id(), op="update", dequeue=[ref], enqueue=[task]))
+            except BaseException:
+                # hand the attributes back at once, or the queue could not be changed until the lease ran out
+                release = m.Release(id=request_id(), op="release", leases=[ref], reject=True)
+                asyncio.get_running_loop().create_task(self._quietly(release))
+                raise
             self.queues[name] = updated
+
+    async def _quietly(self, request: m.Request) -> None:
+        try:
+            await self.calls.call(request)
+        except errors.KittiwakeError:
+            pass  # the lease runs out by itself
 
     async def delete(self, name: str) -> None:
         async with self._lock(name):
