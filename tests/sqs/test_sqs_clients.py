@@ -219,3 +219,12 @@ def test_parameters_of_the_wrong_shape_get_client_errors_never_5xx(sqs_broker: B
         status, _, body = post(sqs_broker, json.dumps(params).encode(), target=f"AmazonSQS.{action}")
         assert status < 500, (action, params, body)
     assert sqs_broker.alive()
+
+
+def test_a_long_poll_ends_with_a_delayed_message_falling_due(sqs_broker: BrokerProcess) -> None:
+    url = json.loads(post(sqs_broker, b'{"QueueName": "later"}', target="AmazonSQS.CreateQueue")[2])["QueueUrl"]
+    post(sqs_broker, json.dumps({"QueueUrl": url, "MessageBody": "in a second", "DelaySeconds": 1}).encode(),
+         target="AmazonSQS.SendMessage")
+    status, _, body = post(sqs_broker, json.dumps({"QueueUrl": url, "WaitTimeSeconds": 10}).encode(),
+                           target="AmazonSQS.ReceiveMessage")
+    assert [message["Body"] for message in json.loads(body)["Messages"]] == ["in a second"]

@@ -15,9 +15,9 @@ in Kittiwake terms (names: `naming`):
   delivery count is ApproximateReceiveCount). Standard queues lease from the
   queue and its due delayed messages, then long-poll the queue itself (a
   parked lease, woken by the next send) no longer than until the next delayed
-  message is due. FIFO queues lease, one receive at a time per queue, only
-  from groups with nothing in flight, and long-poll by looking again every
-  `FIFO_POLL_SECS`. A leased message received more than the RedrivePolicy's
+  message is due (or, while delayed messages are in flight, a second).
+  FIFO queues lease, one receive at a time per queue, only from groups with
+  nothing in flight, and long-poll by looking again every `FIFO_POLL_SECS`. A leased message received more than the RedrivePolicy's
   maxReceiveCount moves to the dead-letter queue in one atomic update
   (dequeue + enqueue) and is not returned;
 * DeleteMessage(Batch) — dequeue of the handle's lease. A handle whose lease
@@ -65,6 +65,11 @@ MIN_LEASE_SECS = 0.001  # VisibilityTimeout 0: visible again at once
 # FIFO pids of a burst of sends may run a few microseconds ahead of the clock; a lease of what is due
 # looks this far ahead so it does not miss them (a delayed message is due at most this much early)
 DUE_SLACK_SECS = 0.01
+# A long poll parks on the queue itself, which a send wakes; what a send does not announce (a delayed
+# message falling due, one in flight in `<queue>.delayed` becoming visible again) ends the park instead
+DELAYED_PEEK = 10
+IN_FLIGHT_RECHECK_SECS = 1.0
+MIN_PARK_SECS = 0.05
 MAX_MESSAGE_ATTRIBUTES = 10
 _ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
@@ -438,12 +443,14 @@ class SqsActions:
         remaining = deadline - time.monotonic()
         if tasks or remaining <= 0:
             return tasks
-        heads = await self.call(m.Peek(id=request_id(), op="peek", queue=delayed, n=1), ctx)
+        heads = await self.call(m.Peek(id=request_id(), op="peek", queue=delayed, n=DELAYED_PEEK), ctx)
         if heads:
-            due_at = int(heads[0].pid.split(".", 1)[0]) / 1e6
-            remaining = min(remaining, max(due_at - time.time(), 0.0))
-        if remaining <= 0:
-            return []
+            now = time.time()
+            waiting = [int(head.pid.split(".", 1)[0]) / 1e6 for head in heads if head.state == "available"]
+            wake_at = min(waiting) if waiting else now + IN_FLIGHT_RECHECK_SECS
+            if len(waiting) < len(heads):  # one in flight comes back when its visibility ends: look again soon
+                wake_at = min(wake_at, now + IN_FLIGHT_RECHECK_SECS)
+            remaining = min(remaining, max(wake_at - now, MIN_PARK_SECS))
         return await self.call(self._lease_request([queue.name], count, lease_secs, ctx, wait_secs=remaining), ctx)
 
     async def _lease_fifo(self, queue: SqsQueue, count: int, lease_secs: float, ctx: Context) -> list[LeasedTask]:
