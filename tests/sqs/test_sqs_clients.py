@@ -182,14 +182,6 @@ def test_kittiwake_sqs_is_a_broker_with_the_sqs_port_on(tmp_path: Path) -> None:
         assert process.wait(30) == 0
 
 
-def test_an_auth_file_and_the_sqs_port_do_not_go_together() -> None:
-    from kittiwake.broker.config import BrokerConfig
-    from kittiwake.broker.security import SecurityConfig
-
-    with pytest.raises(ValueError, match="SigV4"):
-        BrokerConfig(sqs_port=0, security=SecurityConfig(auth_file="/nonexistent/users.json"))
-
-
 PARAMETERS = ["QueueUrl", "QueueName", "Attributes", "MessageBody", "DelaySeconds", "MessageAttributes",
               "MessageGroupId", "MessageDeduplicationId", "Entries", "ReceiptHandle", "VisibilityTimeout",
               "MaxNumberOfMessages", "WaitTimeSeconds", "AttributeNames", "MessageAttributeNames",

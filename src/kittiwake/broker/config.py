@@ -61,11 +61,6 @@ class BrokerConfig:
             _check_int("udp_port", self.udp_port, 0, 65535)
         if self.sqs_port is not None:
             _check_int("sqs_port", self.sqs_port, 0, 65535)
-            if self.security.auth_file:
-                raise ValueError(
-                    "sqs_port cannot be used with an auth file: SigV4 signatures need each user's secret, "
-                    "and the auth file keeps only hashes of tokens (the SQS API verifies no signature)"
-                )
         if self.durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}, got {self.durability!r}")
         _check_int("max_frame", self.max_frame, MIN_FRAME_BYTES, MAX_FRAME_BYTES)

@@ -80,7 +80,8 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               help="Also serve kwu:// (UDP datagrams) on this port; 0 picks a free one. Off by default.")
 @click.option("--sqs-port", type=click.IntRange(0, 65535), default=None,
               help="Also serve the SQS API (AWS JSON 1.0 over HTTP: boto3, the AWS CLI) on this port; "
-              "0 picks a free one. Off by default. Verifies no signature, so not with --auth-file.")
+              "0 picks a free one. Off by default. With --auth-file, requests must be signed with a user's SQS "
+              "secret (kittiwake auth sqs-secret USER); without, no signature is checked.")
 @click.pass_context
 def broker(
     ctx: click.Context,

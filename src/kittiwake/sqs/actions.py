@@ -29,6 +29,13 @@ in Kittiwake terms (names: `naming`):
 
 Deduplication markers expire by the minute: `expire_dedup` drops the
 marker queues older than the window (the service calls it every minute).
+With an auth file, each action needs a permission on the SQS queue's name
+(`require`): admin to create, delete, purge or set attributes, produce to
+send, consume to receive, delete or change visibility, any to read the URL
+or attributes; ListQueues shows the queues the user has any permission on.
+The Kittiwake queues behind an SQS queue are the broker's business: its
+requests on them are not checked again.
+
 ApproximateFirstReceiveTimestamp is the first lease's time for a message
 received once, and otherwise what this broker remembers (at most
 `FIRST_RECEIVES` messages), else the current lease's time: approximate.
@@ -49,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kittiwake import errors
+from kittiwake.broker.access import ANY, Permission, Principal
 from kittiwake.model import LeaseRef, pid_at
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import LeasedTask
@@ -94,6 +102,22 @@ class Context:
     region: str
     sender: str
     peer: str | None
+    principal: Principal | None = None  # with an auth file: the user whose SQS secret signed the request
+
+
+ADMIN_ONLY = (Permission.ADMIN,)
+PRODUCE_ONLY = (Permission.PRODUCE,)
+CONSUME_ONLY = (Permission.CONSUME,)
+
+
+def require(ctx: Context, permissions: tuple[Permission, ...], name: str) -> None:
+    """AccessDenied unless the caller holds one of `permissions` on the SQS queue `name` (no auth file: anyone)."""
+    principal = ctx.principal
+    if principal is None or any(principal.may(permission, name) for permission in permissions):
+        return
+    wanted = " or ".join(permission.value for permission in permissions)
+    raise sqs_errors.SqsError("AccessDenied", f"user {principal.user!r} has no {wanted} permission on queue "
+                              f"{name[:80]!r}", status=403)
 
 
 @dataclass(slots=True)
@@ -127,8 +151,11 @@ class SqsActions:
                 raise sqs_errors.invalid_parameter(exc.message) from None
             raise sqs_errors.internal(f"{exc.code}: {exc.message}") from None
 
-    async def queue_of(self, params: dict[str, Any]) -> SqsQueue:
-        return await self.registry.get(naming.queue_name_of_url(params.get("QueueUrl")))
+    async def queue_of(self, params: dict[str, Any], ctx: Context, permissions: tuple[Permission, ...]) -> SqsQueue:
+        """The queue QueueUrl names, once the caller may use it so (with an auth file)."""
+        name = naming.queue_name_of_url(params.get("QueueUrl"))
+        require(ctx, permissions, name)
+        return await self.registry.get(name)
 
     # ------------------------------------------------------------- queues
 
@@ -137,6 +164,7 @@ class SqsActions:
         if name is None:
             raise sqs_errors.missing_parameter("QueueName")
         attributes = _string_map(params.get("Attributes"), "Attributes")
+        require(ctx, ADMIN_ONLY, str(name))
         queue = await self.registry.create(naming.validate_queue_name(name), attributes)
         return {"QueueUrl": naming.queue_url(ctx.host, queue.name)}
 
@@ -144,12 +172,15 @@ class SqsActions:
         name = params.get("QueueName")
         if not isinstance(name, str):
             raise sqs_errors.missing_parameter("QueueName")
+        require(ctx, ANY, name)
         queue = await self.registry.get(name)
         return {"QueueUrl": naming.queue_url(ctx.host, queue.name)}
 
     async def ListQueues(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
         prefix = params.get("QueueNamePrefix")
         names = self.registry.names(prefix if isinstance(prefix, str) else None)
+        if ctx.principal is not None:  # a user sees the queues it has some permission on
+            names = [name for name in names if any(ctx.principal.may(permission, name) for permission in ANY)]
         max_results = params.get("MaxResults")
         result: dict[str, Any] = {}
         if max_results is not None:
@@ -168,7 +199,7 @@ class SqsActions:
         return result
 
     async def DeleteQueue(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, ADMIN_ONLY)
         await self._purge(queue, ctx)
         if queue.fifo:  # a queue created again under this name starts with no deduplication history
             markers = await self.call(m.ListQueues(id=request_id(), op="list_queues",
@@ -179,7 +210,7 @@ class SqsActions:
         return {}
 
     async def PurgeQueue(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        await self._purge(await self.queue_of(params), ctx)
+        await self._purge(await self.queue_of(params, ctx, ADMIN_ONLY), ctx)
         return {}
 
     async def _purge(self, queue: SqsQueue, ctx: Context) -> None:
@@ -197,7 +228,7 @@ class SqsActions:
         return [info for info in infos if not info.queue.endswith(".dead")]
 
     async def GetQueueAttributes(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, ANY)
         wanted = params.get("AttributeNames") or []
         if not isinstance(wanted, list):
             raise sqs_errors.invalid_parameter("AttributeNames must be a list")
@@ -237,20 +268,20 @@ class SqsActions:
         }
 
     async def SetQueueAttributes(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, ADMIN_ONLY)
         await self.registry.set_attributes(queue.name, _string_map(params.get("Attributes"), "Attributes"))
         return {}
 
     # --------------------------------------------------------------- send
 
     async def SendMessage(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, PRODUCE_ONLY)
         outgoing = self._outgoing(queue, params, None, ctx, time.time())
         sent = await self._send(queue, [outgoing], ctx)
         return sent[0]
 
     async def SendMessageBatch(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, PRODUCE_ONLY)
         entries = _entries(params, "Send")
         total = sum(len(str(entry.get("MessageBody", "")).encode("utf-8")) for entry in entries)
         if total > MAX_BATCH_BODY_BYTES:
@@ -403,7 +434,7 @@ class SqsActions:
     # ------------------------------------------------------------ receive
 
     async def ReceiveMessage(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
         count = finite_int(params.get("MaxNumberOfMessages", 1), "MaxNumberOfMessages", 1, 10)
         wait_param = params.get("WaitTimeSeconds")
         wait = queue.int_attribute("ReceiveMessageWaitTimeSeconds") if wait_param is None else finite_int(
@@ -540,7 +571,7 @@ class SqsActions:
         return LeaseRef(name, pid, lease_id)
 
     async def DeleteMessage(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
         handle = params.get("ReceiptHandle")
         if handle is None:
             raise sqs_errors.missing_parameter("ReceiptHandle")
@@ -549,7 +580,7 @@ class SqsActions:
         return {}  # an outcome that is not ok: deleted already, or someone else's now; SQS says ok
 
     async def DeleteMessageBatch(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
         entries = _entries(params, "Delete")
         refs: list[tuple[str, LeaseRef]] = []
         failed: list[dict[str, Any]] = []
@@ -563,7 +594,7 @@ class SqsActions:
         return {"Successful": [{"Id": entry_id} for entry_id, _ in refs], "Failed": failed}
 
     async def ChangeMessageVisibility(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
         if params.get("ReceiptHandle") is None:
             raise sqs_errors.missing_parameter("ReceiptHandle")
         if params.get("VisibilityTimeout") is None:
@@ -576,7 +607,7 @@ class SqsActions:
         return {}
 
     async def ChangeMessageVisibilityBatch(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params)
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
         entries = _entries(params, "ChangeMessageVisibility")
         successful: list[dict[str, str]] = []
         failed: list[dict[str, Any]] = []

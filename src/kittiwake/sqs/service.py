@@ -7,14 +7,17 @@ an error (`sqs_errors`). Point a client at the broker with
 `endpoint_url="http://HOST:SQS_PORT"`; queue URLs are
 `http://HOST:SQS_PORT/000000000000/<name>` (the account id is fixed).
 
-Signatures (SigV4). This broker accepts any signature: the access key id a
-request was signed with is read (it becomes the message's SenderId) and the
-region of its credential scope goes into queue ARNs, but nothing is
-verified, so anyone who reaches the SQS port can use every queue. Verifying
-needs the secret key, and the auth file keeps only a hash of each user's
-token, so a broker with an auth file does not open the SQS port at all
-(`kittiwake broker --auth-file … --sqs-port …` refuses to start): run it
-on a trusted network, on loopback (the default host) or behind a proxy.
+Signatures (SigV4). Without an auth file the broker checks no signature:
+the access key id a request was signed with is only read (it becomes the
+message's SenderId, and the region of its credential scope goes into queue
+ARNs), so anyone who reaches the SQS port can use every queue — keep it on
+loopback (the default host) or a trusted network. With an auth file every
+request must be signed (`sigv4`) by a user holding an SQS secret (`kittiwake
+auth sqs-secret USER`): access key id = the user name, secret access key =
+that secret. The auth file keeps only a hash of each user's token, and SigV4
+needs the secret itself to check a signature, which is why the SQS API has
+its own secret. The user's rights apply to the SQS queue names
+(`actions.require`).
 
 Requests in the older query protocol (form-encoded `Action=…`, boto3 before
 1.34.90) are answered with an error naming the JSON protocol.
@@ -25,13 +28,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import uuid
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kittiwake import errors
 from kittiwake.broker.http_server import HttpRequest, HttpResponse, Routes
-from kittiwake.sqs import naming, sqs_errors
+from kittiwake.sqs import naming, sigv4, sqs_errors
 from kittiwake.sqs.actions import Context, SqsActions
 from kittiwake.sqs.pass_calls import PassCalls
 from kittiwake.sqs.queue_registry import QueueRegistry
@@ -49,7 +51,6 @@ ACTIONS = (
     "SetQueueAttributes", "SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage",
     "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch",
 )
-_CREDENTIAL_RE = re.compile(r"Credential=([^/,\s]+)/[^/]*/([^/]+)/")
 
 ActionHandler = Callable[[dict[str, Any], Context], Awaitable[dict[str, Any]]]
 
@@ -62,6 +63,7 @@ class SqsService:
         self.registry = QueueRegistry(calls)
         self.actions = SqsActions(calls, self.registry, broker.config.limits.max_header_value_bytes)
         self.handlers: dict[str, ActionHandler] = {name: getattr(self.actions, name) for name in ACTIONS}
+        self.authenticator = broker.authenticator  # None: no auth file, no signature is checked
         self._upkeep: asyncio.Task[None] | None = None
 
     async def start(self, routes: Routes) -> None:
@@ -87,10 +89,11 @@ class SqsService:
     async def handle(self, request: HttpRequest) -> HttpResponse:
         try:
             action, params = _parse(request)
+            ctx = self._context(request)  # with an auth file: the signature is checked first of all
             handler = self.handlers.get(action)
             if handler is None:
                 raise sqs_errors.unknown_operation(action)
-            result = await handler(params, _context(request))
+            result = await handler(params, ctx)
         except sqs_errors.SqsError as exc:
             return error_response(exc)
         except errors.Unavailable as exc:  # the store is failing or the broker stopping: clients retry a 503
@@ -101,6 +104,22 @@ class SqsService:
             log.error("SQS request failed: %s: %s", exc.code, exc.message)
             return error_response(sqs_errors.internal(f"{exc.code}: {exc.message}"))
         return HttpResponse(200, json.dumps(result).encode(), CONTENT_TYPE, [("x-amzn-RequestId", str(uuid.uuid4()))])
+
+    def _context(self, request: HttpRequest) -> Context:
+        """Who sent the request; with an auth file, only once its signature is checked."""
+        host = request.headers.get("host") or "localhost"
+        if self.authenticator is None:
+            sender, region = sigv4.signed_access_key(request) or ("anonymous", naming.DEFAULT_REGION)
+            return Context(host=host, region=region[:64], sender=sender[:128], peer=request.peer)
+        signature = sigv4.parse(request)
+        credentials = self.authenticator.sqs_credentials(signature.access_key)
+        if credentials is None:
+            raise sqs_errors.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.",
+                                      status=403)
+        secret, principal = credentials
+        sigv4.verify(request, signature, secret)
+        return Context(host=host, region=signature.region, sender=signature.access_key, peer=request.peer,
+                       principal=principal)
 
 
 def _parse(request: HttpRequest) -> tuple[str, dict[str, Any]]:
@@ -125,15 +144,6 @@ def _parse(request: HttpRequest) -> tuple[str, dict[str, Any]]:
     if not isinstance(params, dict):
         raise sqs_errors.malformed("the body must be a JSON object")
     return target[len(TARGET_PREFIX):], params
-
-
-def _context(request: HttpRequest) -> Context:
-    sender, region = "anonymous", naming.DEFAULT_REGION
-    found = _CREDENTIAL_RE.search(request.headers.get("authorization", ""))
-    if found is not None:
-        sender, region = found.group(1)[:128], found.group(2)[:64]
-    host = request.headers.get("host") or "localhost"
-    return Context(host=host, region=region, sender=sender, peer=request.peer)
 
 
 def error_response(error: sqs_errors.SqsError) -> HttpResponse:
