@@ -20,7 +20,7 @@ Listeners: the plaintext port (`port`) unless `security.plaintext` is off,
 and the TLS port (`tls_port`) when a certificate is given; both lead to the
 same connections. With `udp_port`, also a UDP port (`udp_listener`) whose
 datagrams go to the same group commit. With `sqs_port`, also an HTTP port
-(`http_server`) serving the SQS API (`kittiwake.sqs`), whose requests go
+(`http_server`) serving the SQS API (`kittiwake.broker.sqs`), whose requests go
 to the same group commit too. With an auth file every connection gets a `Session`
 (`session.py`) that checks its credentials and then its rights.
 
@@ -87,7 +87,7 @@ class Broker:
         self.sqs_port: int | None = None
         self.http: HttpServer | None = None
         self.routes = Routes()  # the HTTP port's: other modules may add theirs before start
-        self._sqs: Any = None  # kittiwake.sqs.service.SqsService, imported only when the port is on
+        self._sqs: Any = None  # kittiwake.broker.sqs.service.SqsService, imported only when the port is on
         self._tick_handle: asyncio.TimerHandle | None = None
         self._ticks = 0
         self._shared = False  # several brokers share the store: poll for their changes too
@@ -191,7 +191,7 @@ class Broker:
 
     async def _start_sqs(self, port: int) -> None:
         """The SQS API on the HTTP port: its queues are read through the group commit, so it starts last."""
-        from kittiwake.sqs.service import SqsService
+        from kittiwake.broker.sqs.service import SqsService
 
         self._sqs = SqsService(self)
         await self._sqs.start(self.routes)

@@ -60,9 +60,9 @@ from kittiwake.broker.access import ANY, Permission, Principal
 from kittiwake.model import LeaseRef, pid_at
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import LeasedTask
-from kittiwake.sqs import naming, sqs_errors
-from kittiwake.sqs.pass_calls import PassCalls, request_id
-from kittiwake.sqs.queue_registry import MAX_ATTEMPTS, READABLE, QueueRegistry, SqsQueue, finite_int
+from kittiwake.broker.sqs import naming, sqs_errors
+from kittiwake.broker.sqs.pass_calls import PassCalls, request_id
+from kittiwake.broker.sqs.queue_registry import MAX_ATTEMPTS, READABLE, QueueRegistry, SqsQueue, finite_int
 
 FIFO_POLL_SECS = 0.1
 DEDUP_WINDOW_MINUTES = 5

@@ -33,15 +33,15 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kittiwake import errors
 from kittiwake.broker.http_server import HttpRequest, HttpResponse, Routes
-from kittiwake.sqs import naming, sigv4, sqs_errors
-from kittiwake.sqs.actions import Context, SqsActions
-from kittiwake.sqs.pass_calls import PassCalls
-from kittiwake.sqs.queue_registry import QueueRegistry
+from kittiwake.broker.sqs import naming, sigv4, sqs_errors
+from kittiwake.broker.sqs.actions import Context, SqsActions
+from kittiwake.broker.sqs.pass_calls import PassCalls
+from kittiwake.broker.sqs.queue_registry import QueueRegistry
 
 if TYPE_CHECKING:
     from kittiwake.broker.server import Broker
 
-log = logging.getLogger("kittiwake.sqs")
+log = logging.getLogger("kittiwake.broker.sqs")
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."

@@ -27,7 +27,7 @@ import struct
 import uuid
 from typing import Any
 
-from kittiwake.sqs import sqs_errors
+from kittiwake.broker.sqs import sqs_errors
 
 ACCOUNT_ID = "000000000000"
 DEFAULT_REGION = "us-east-1"

@@ -25,8 +25,8 @@ from typing import Any
 
 from kittiwake import errors
 from kittiwake.protocol import messages as m
-from kittiwake.sqs import naming, sqs_errors
-from kittiwake.sqs.pass_calls import PassCalls, request_id
+from kittiwake.broker.sqs import naming, sqs_errors
+from kittiwake.broker.sqs.pass_calls import PassCalls, request_id
 
 META_PID = "queue"
 MAX_ATTEMPTS = 1_000_000  # never dead-lettered by the engine: SQS counts receives itself
