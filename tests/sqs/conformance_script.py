@@ -241,5 +241,20 @@ def run_script(client: Any) -> Steps:
         message["Body"] for message in client.receive_message(QueueUrl=batch_fifo, MaxNumberOfMessages=10)["Messages"]
     ]))
 
+    fifo_dlq = client.create_queue(QueueName="retry-dlq.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    fifo_dlq_arn = client.get_queue_attributes(QueueUrl=fifo_dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    step("fifo redrive to a standard queue", lambda: client.create_queue(QueueName="wrong.fifo", Attributes={
+        "FifoQueue": "true", "RedrivePolicy": '{"deadLetterTargetArn": "%s", "maxReceiveCount": "1"}' % dlq_arn}))
+    retry = client.create_queue(QueueName="retry.fifo", Attributes={
+        "FifoQueue": "true", "ContentBasedDeduplication": "true",
+        "RedrivePolicy": '{"deadLetterTargetArn": "%s", "maxReceiveCount": "1"}' % fifo_dlq_arn})["QueueUrl"]
+    for body in ("p", "q"):
+        client.send_message(QueueUrl=retry, MessageBody=body, MessageGroupId="g")
+    steps.append(("fifo receives until p is dead-lettered", [
+        bodies(client.receive_message(QueueUrl=retry, VisibilityTimeout=0)) for _ in range(2)
+    ]))
+    steps.append(("fifo dead-letter queue", normalise(client.receive_message(
+        QueueUrl=fifo_dlq, MessageSystemAttributeNames=["MessageGroupId"]))))
+
     step("empty attribute name", lambda: client.get_queue_attributes(QueueUrl=url, AttributeNames=[""]))
     return steps

@@ -123,7 +123,7 @@ def test_bad_requests_get_sqs_errors_and_the_broker_keeps_serving(sqs_broker: Br
 def test_a_huge_body_gets_413(sqs_broker: BrokerProcess) -> None:
     with socket.create_connection(("127.0.0.1", sqs_broker.sqs_port), timeout=10) as sock:
         sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nX-Amz-Target: AmazonSQS.ListQueues\r\nContent-Type: "
-                     + JSON_TYPE.encode() + b"\r\nContent-Length: " + str(3 * 1024 * 1024).encode() + b"\r\n\r\n"
+                     + JSON_TYPE.encode() + b"\r\nContent-Length: " + str(20 * 1024 * 1024).encode() + b"\r\n\r\n"
                      + b"x" * 65536)
         answer = sock.recv(4096)  # at once: the Content-Length is enough, the body is not read
     assert answer.startswith(b"HTTP/1.1 413")

@@ -191,11 +191,11 @@ class Broker:
 
     async def _start_sqs(self, port: int) -> None:
         """The SQS API on the HTTP port: its queues are read through the group commit, so it starts last."""
-        from kittiwake.broker.sqs.service import SqsService
+        from kittiwake.broker.sqs.service import MAX_REQUEST_BYTES, SqsService
 
         self._sqs = SqsService(self)
         await self._sqs.start(self.routes)
-        self.http = HttpServer(self.routes, max_connections=self.config.max_connections)
+        self.http = HttpServer(self.routes, max_body_bytes=MAX_REQUEST_BYTES, max_connections=self.config.max_connections)
         self.sqs_port = await self.http.start(self.config.host, port)
 
     @property

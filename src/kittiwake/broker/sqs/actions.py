@@ -65,6 +65,7 @@ from kittiwake.broker.sqs.pass_calls import PassCalls, request_id
 from kittiwake.broker.sqs.queue_registry import MAX_ATTEMPTS, READABLE, QueueRegistry, SqsQueue, finite_int
 
 FIFO_POLL_SECS = 0.1
+MAX_REDRIVEN_ROUNDS = 10  # leases in one receive that found only messages to move to the dead-letter queue
 DEDUP_WINDOW_MINUTES = 5
 FIRST_RECEIVES = 100_000
 MAX_BATCH = 10
@@ -223,8 +224,9 @@ class SqsActions:
         return [queue.name, naming.delayed_queue(queue.name)]
 
     async def _group_infos(self, queue: SqsQueue, ctx: Context) -> list[Any]:
-        infos = await self.call(m.ListQueues(id=request_id(), op="list_queues", pattern=queue.name + "/*",
-                                             limit=1_000_000), ctx)
+        """The group queues of a FIFO queue with their sizes. `stats` first returns expired leases to
+        their queues, so a group whose message's visibility just ended counts as free at once."""
+        infos = await self.call(m.Stats(id=request_id(), op="stats", pattern=queue.name + "/*", sample=0), ctx)
         return [info for info in infos if not info.queue.endswith(".dead")]
 
     async def GetQueueAttributes(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -252,8 +254,8 @@ class SqsActions:
         if queue.fifo:
             infos = await self._group_infos(queue, ctx)
         else:
-            infos = await self.call(m.ListQueues(id=request_id(), op="list_queues", pattern=queue.name + "*",
-                                                 limit=1_000_000), ctx)
+            infos = await self.call(m.Stats(id=request_id(), op="stats", sample=0,
+                                            queues=[queue.name, naming.delayed_queue(queue.name)]), ctx)
         for info in infos:
             if info.queue == naming.delayed_queue(queue.name):
                 delayed += info.size - info.leased
@@ -446,12 +448,17 @@ class SqsActions:
         wanted_attributes = _names(params.get("MessageAttributeNames"))
         lease_secs = max(float(visibility), MIN_LEASE_SECS)
         deadline = time.monotonic() + wait
+        redriven = 0
         while True:
             if queue.fifo:
                 tasks = await self._lease_fifo(queue, count, lease_secs, ctx)
             else:
                 tasks = await self._lease(queue, count, lease_secs, deadline, ctx)
+            leased = len(tasks)
             tasks = await self._redrive(queue, tasks, ctx)
+            if not tasks and leased and redriven < MAX_REDRIVEN_ROUNDS:
+                redriven += 1
+                continue  # all it leased went to the dead-letter queue: what came after them may be there
             remaining = deadline - time.monotonic()
             if tasks or remaining <= 0:
                 break

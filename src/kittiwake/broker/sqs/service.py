@@ -46,6 +46,8 @@ log = logging.getLogger("kittiwake.broker.sqs")
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."
 DEDUP_EXPIRY_SECS = 60.0
+# SDKs send bodies JSON-escaped: a 1 MiB message (or batch) of non-ASCII text is up to 6 MiB of \uXXXX
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
 ACTIONS = (
     "CreateQueue", "GetQueueUrl", "ListQueues", "DeleteQueue", "PurgeQueue", "GetQueueAttributes",
     "SetQueueAttributes", "SendMessage", "SendMessageBatch", "ReceiveMessage", "DeleteMessage",
