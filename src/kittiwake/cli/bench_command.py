@@ -1,6 +1,6 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Nine subcommands, each starting its own broker on a throwaway directory:
+Ten subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
@@ -12,7 +12,7 @@ its `--plot` is a bar chart of every system's drain rate and latency), `workers`
 a mix of short and long tasks and its longest idle-while-waiting; its `--plot` draws the drains
 and each slot's timeline), `producer` (one thread through a batching producer, against
 `Client.enqueue` and Huey's single enqueue, and the producer's added latency), `flows` (a three-input
-join, a Spark step's start, the main job's flow against one PySpark script) and `mapreduce`
+join, a Spark step's start, the main job's flow against one PySpark script), `mapreduce`
 (grep, wordcount and sort on `kittiwake worker --node` commands against PySpark on the same
 gen-data input, MB/s against partition size; its `--plot` draws a panel per app) and `sqs` (boto3
 send → receive → delete against the broker's SQS API and moto_server in the same run). Each prints a
