@@ -49,6 +49,7 @@ from kittiwake.bench.wire import BlockingConnection, lease_refs
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
 UDP_PORT = re.compile(r" udp_port=(\d+) ")
+SQS_PORT = re.compile(r" sqs_port=(\d+) ")
 BROKER_START_TIMEOUT_SECS = 300.0  # a restart over a million tasks is allowed to take a while
 BROKER_STOP_TIMEOUT_SECS = 120.0
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
@@ -96,6 +97,7 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.port = 0
         self.udp_port: int | None = None  # with --udp-port in extra_args
+        self.sqs_port: int | None = None  # with --sqs-port in extra_args
         self._lines: Queue[str | None] = Queue()
 
     @property
@@ -129,6 +131,8 @@ class BrokerProcess:
                 self.host, self.port = match.group(1), int(match.group(2))
                 udp = UDP_PORT.search(line)
                 self.udp_port = int(udp.group(1)) if udp else None
+                sqs = SQS_PORT.search(line)
+                self.sqs_port = int(sqs.group(1)) if sqs else None
                 if self.host in ("0.0.0.0", "::", ""):
                     self.host = "127.0.0.1"
                 return time.monotonic() - started

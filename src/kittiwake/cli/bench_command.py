@@ -1,6 +1,6 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Nine subcommands, each starting its own broker on a throwaway directory:
+Ten subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
@@ -12,9 +12,10 @@ its `--plot` is a bar chart of every system's drain rate and latency), `workers`
 a mix of short and long tasks and its longest idle-while-waiting; its `--plot` draws the drains
 and each slot's timeline), `producer` (one thread through a batching producer, against
 `Client.enqueue` and Huey's single enqueue, and the producer's added latency), `flows` (a three-input
-join, a Spark step's start, the main job's flow against one PySpark script) and `mapreduce`
+join, a Spark step's start, the main job's flow against one PySpark script), `mapreduce`
 (grep, wordcount and sort on `kittiwake worker --node` commands against PySpark on the same
-gen-data input, MB/s against partition size; its `--plot` draws a panel per app). Each prints a
+gen-data input, MB/s against partition size; its `--plot` draws a panel per app) and `sqs` (boto3
+send → receive → delete against the broker's SQS API and moto_server in the same run). Each prints a
 table, and with `--json FILE` writes the report documented in `kittiwake.bench.report`; a latency
 CDF plot goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 """
@@ -100,7 +101,7 @@ def _quick_default(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: ops, latency, scale, tasks, peers, workers, flows, mapreduce (each on a fresh broker)."""
+    """Measure the broker: ops, latency, scale, tasks, peers, workers, flows, mapreduce, sqs (each on a fresh broker)."""
 
 
 @bench.command("ops")
@@ -580,6 +581,43 @@ def mapreduce_command(app_name: str, size: int, partition_sizes: tuple[int, ...]
             console.print(f"[dim]chart written to {target}")
         else:
             console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot])")
+
+
+@bench.command("sqs")
+@click.option("--seconds", type=click.FloatRange(0.1), default=5.0, show_default=True,
+              help="Measured seconds per figure and system.")
+@click.option("--warmup", type=click.FloatRange(0.0), default=1.0, show_default=True,
+              help="Unmeasured seconds before each figure.")
+@click.option("--processes", type=click.IntRange(1, 64), default=2, show_default=True, help="Load processes.")
+@click.option("--threads", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="Threads per load process, each with its own boto3 client.")
+@click.option("--only", multiple=True, type=click.Choice(("single", "batch")),
+              help="Run only this figure (repeatable).")
+@_durability_option
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the report as JSON to FILE ('-' for stdout).")
+@click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
+              help="Where to create the broker's throwaway directory (default: the system temp dir).")
+def sqs_command(seconds: float, warmup: float, processes: int, threads: int, only: tuple[str, ...],
+                durability: str, json_path: str | None, parent_dir: str | None) -> None:
+    """boto3 send → receive → delete against Kittiwake's SQS API and moto_server, same run; ×ref = vs moto_server."""
+    from kittiwake.bench.report import print_machine, show_figures, write_json
+
+    try:
+        from kittiwake.bench.sqs import FIGURES, SqsBenchSettings, run_sqs
+        import boto3  # noqa: F401
+        import moto.server  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(f"{exc.name} is missing: pip install 'kittiwake[sqs]'") from None
+    console = _console()
+    settings = SqsBenchSettings(seconds=seconds, warmup_secs=warmup, processes=processes, threads=threads,
+                                durability=durability, figures=only or FIGURES)
+    report = run_sqs(settings, parent_dir=parent_dir)
+    show_figures(console, f"kittiwake bench sqs — {processes}×{threads} boto3 clients, {durability}, "
+                 "tasks/s = messages sent, received and deleted, ×ref = vs moto_server", report["sqs"])
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
 
 
 @bench.command("udp")
