@@ -22,7 +22,7 @@ PUBLIC = [
 ]
 TRANSIENT = {
     errors.Unavailable, errors.TooManyConnections, errors.IdleTimeout,
-    errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout,
+    errors.ConnectionLost, errors.BrokerUnreachable, errors.RequestTimeout, errors.ProducerFull,
 }
 
 

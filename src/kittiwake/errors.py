@@ -200,6 +200,20 @@ class RequestTimeout(Transient):
     code = "TIMEOUT"
 
 
+class ProducerFull(Transient):
+    """Client side: a batching producer made with `block=False` already holds `max_buffer_tasks`
+    tasks not yet answered, so this one was refused (nothing was sent). Code PRODUCER_FULL."""
+
+    code = "PRODUCER_FULL"
+
+
+class ProducerClosed(KittiwakeError):
+    """Client side: the batching producer was closed, so the task was refused, or was never
+    sent (then it was not enqueued). Code PRODUCER_CLOSED."""
+
+    code = "PRODUCER_CLOSED"
+
+
 class RemoteFailure(Protocol):
     """An error as it comes back from a worker (`app.serialization.RemoteError`)."""
 

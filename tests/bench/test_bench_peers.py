@@ -134,6 +134,34 @@ def _schema_exists(schema: str) -> bool:
     return asyncio.run(exists())
 
 
+@pytest.mark.timeout(240)
+def test_peers_runs_kittiwake_on_postgresql_beside_pgqueuer_and_drops_its_schema(tmp_path: Path) -> None:
+    import psycopg
+
+    from support.postgres import fresh_schema
+
+    report_path = tmp_path / "peers.json"
+    with fresh_schema() as (dsn, schema):
+        store = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+        result = CliRunner().invoke(bench, [
+            "peers", "--tasks", str(TASKS), "--submits", str(SUBMITS), "--threaded-submits", "0",
+            "--latency-samples", str(SAMPLES), "--peers", "pgqueuer", "--pg-dsn", dsn, "--kittiwake-store", store,
+            "--dir", str(tmp_path), "--json-out", str(report_path),
+        ], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        peers = json.loads(report_path.read_text())["peers"]
+        kittiwake = peers["kittiwake"]
+        assert kittiwake["status"] == "ok", kittiwake["reason"]
+        assert kittiwake["drain"]["done"] == TASKS and kittiwake["drain"]["left_in_queue"] == 0
+        assert kittiwake["service"].endswith(f"schema={schema}") and kittiwake["label"].endswith("(postgresql)")
+        if peers["pgqueuer"]["status"] == "ok":
+            assert peers["pgqueuer"]["ratio"] > 0
+        with psycopg.connect(dsn) as db:
+            assert db.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
+    bad = CliRunner().invoke(bench, ["peers", "--kittiwake-store", "mysql://x/y"])
+    assert bad.exit_code == 2 and "--kittiwake-store" in bad.output, bad.output
+
+
 def test_the_tally_counts_every_run_and_keeps_its_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "tally.bin"
     monkeypatch.setenv(tally.TALLY_ENV, str(path))
@@ -167,6 +195,28 @@ def test_a_tally_record_names_the_thread_that_ran_the_task(tmp_path: Path, monke
     assert len(runs) == 2 and {run.pid for run in runs} == {os.getpid()}
     assert {run.thread for run in runs} == {thread.native_id for thread in threads}
     assert all(run.ended - run.started >= 0.02 for run in runs)
+
+
+def test_threads_that_first_count_into_a_new_tally_file_together_lose_no_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each thread finding the file changed reopened it: two could close the old descriptor twice
+    (EBADF) or write through one just closed, and the record was lost."""
+    for round_ in range(30):
+        path = tmp_path / f"tally-{round_}.bin"
+        monkeypatch.setenv(tally.TALLY_ENV, str(path))
+        start = threading.Barrier(8)
+
+        def run() -> None:
+            start.wait()
+            tally.null_task(b"")
+
+        threads = [threading.Thread(target=run) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert tally.count(path) == 8, f"round {round_}: {tally.count(path)} of 8 records"
 
 
 def test_stopping_a_worker_group_ends_the_children_its_command_left(tmp_path: Path) -> None:

@@ -135,6 +135,37 @@ def test_ops_runs_its_broker_on_postgresql_and_drops_the_schema_it_created(tmp_p
         assert db.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None
 
 
+@pytest.mark.timeout(180)
+def test_ops_with_two_brokers_sharing_postgresql_reports_each_row_and_drops_their_schemas(tmp_path: Path) -> None:
+    import psycopg
+
+    from support.postgres import fresh_schema
+
+    with fresh_schema() as (dsn, schema):
+        url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+        report = run_bench(tmp_path, "ops", "--seconds", "0.3", "--warmup", "0.1", "--clients", "4", "--queues", "2",
+                           "--processes", "1", "--only", "enqueue", "--only", "lease_dequeue", "--store", url,
+                           "--brokers", "2")
+        rows = [(row["brokers"], row["mode"]) for row in report["brokers"]]
+        assert rows == [(1, "one"), (1, "many"), (2, "many")]
+        for row in report["brokers"]:
+            assert row["store"].endswith(f"schema={schema}_{row['mode']}{row['brokers']}"
+                                         + (" brokers=many" if row["mode"] == "many" else ""))
+            assert set(row["ops"]) == {"enqueue", "lease_dequeue"}
+            for record in row["ops"].values():
+                assert_record(record, rate=True)
+        assert report["ops"] == report["brokers"][0]["ops"]
+        assert set(report["scaling"]["enqueue"]) == {"many/one", "2x"}
+        with psycopg.connect(dsn) as db:
+            left = db.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (schema + "%",)).fetchall()
+        assert left == []
+
+
+def test_ops_refuses_several_brokers_without_a_postgresql_store() -> None:
+    refused = CliRunner().invoke(bench, ["ops", "--brokers", "2", "--seconds", "0.1"])
+    assert refused.exit_code == 2 and "--brokers" in refused.output, refused.output
+
+
 def test_ops_refuses_a_store_holding_tasks_and_a_bad_url(tmp_path: Path) -> None:
     from kittiwake.engine import PutTask
     from kittiwake.model import Task

@@ -189,7 +189,7 @@ def test_sigterm_exits_zero_and_acknowledged_tasks_survive(broker: BrokerProcess
 def test_a_lease_survives_a_crash_with_its_expiry(broker: BrokerProcess) -> None:
     with broker.connect() as conn:
         conn.enqueue("held", b"payload")
-        [task] = conn.lease("held", lease_secs=5)
+        [task] = conn.lease("held", lease_secs=3)  # a restart takes well under a second; 3 s outlast it
     leased_until = task["lease_expires_at"]
     broker.kill()
     broker.restart()

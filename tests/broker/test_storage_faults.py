@@ -41,7 +41,7 @@ from support.faulty_store import Failure, FaultyStore, Stage
 from support.in_process_broker import InProcessBroker
 from support.queue_load import QueueLoad, drain, hung_or_cut, wait_until_serving
 
-ROUNDS = 10  # single faults, each followed by a pause of FAULT_EVERY_SECS while the load goes on
+ROUNDS = 7  # single faults, each followed by a pause of FAULT_EVERY_SECS while the load goes on
 FAULT_EVERY_SECS = (0.05, 0.15)  # the broker retries at once after the first failure of an outage
 PERSISTENT_SECS = 0.3  # one round where every call of the stage fails: writes pause for a second
 # Rounds whose fault brings a rollback or recovery fault after it, and how many of those fail: one

@@ -108,6 +108,23 @@ def test_reads_see_writes_before_commit(store):
     assert scan_pids(store, "q") == ["b"]
 
 
+def test_reads_of_other_rows_and_queues_between_buffered_writes(store):
+    put(store, task("q", "a"), task("r", "a"))
+    store.commit()
+    put(store, task("q", "b"))
+    store.write([DeleteTask("q", "a")])
+    assert store.load_task("q", "c") is None  # a row no buffered write touches
+    assert store.load_task("r", "a").data == b"r/a"
+    assert scan_pids(store, "r") == ["a"]
+    assert store.load_task("q", "b").data == b"q/b"
+    assert store.load_task("q", "a") is None
+    store.write([DropQueue("r")])
+    assert store.load_task("r", "a") is None  # the drop is seen by a read of any of its rows
+    assert scan_pids(store, "r") == []
+    store.commit()
+    assert scan_pids(store, "q") == ["b"]
+
+
 def test_a_task_round_trips_every_field(store):
     original = task(
         "crawl#fetch", "http://www.google.com/\u00e9", data=b"\x00\xffbinary", enqueued_at=123.5, sender="svc",
@@ -132,6 +149,25 @@ def test_set_lease_changes_only_the_lease_columns(store):
     row = store.load_task("q", "p")
     assert (row.data, row.headers, row.attempts, row.deliveries, row.lease_id) == (b"keep", {"h": "v"}, 1, 1, 5)
     assert (row.lease_owner, row.lease_peer, row.leased_at, row.lease_expires_at) == ("w1", "10.0.0.1:1", NOW, 1_030.0)
+
+
+def test_interleaved_writes_to_one_row_apply_in_the_order_made(store):
+    # one buffer holding every kind, rows interleaved, some rows written by several kinds in turn
+    put(store, task("q", "a", data=b"a1"), task("q", "x"))
+    store.write([
+        lease("q", "a", 1, 1_030.0), DeleteTask("q", "x"), PutTask(task("q", "b", data=b"b1")),
+        DeleteTask("q", "a"), lease("q", "b", 2, 1_040.0), PutTask(task("q", "a", data=b"a2")),
+        SetWaiting("q", "b", 1, 1), SetCounter("c", 5), lease("q", "a", 3, 1_050.0), DeleteTask("q", "b"),
+        PutTask(task("q", "b", data=b"b2")), SetCounter("c", 3),
+    ])
+    store.commit()
+    a, b = store.load_task("q", "a"), store.load_task("q", "b")
+    assert (a.data, a.lease_id, a.lease_expires_at) == (b"a2", 3, 1_050.0)
+    assert (b.data, b.lease_id, b.waiting_on) == (b"b2", 0, 0)
+    assert store.load_task("q", "x") is None
+    recovery = store.recover(NOW)
+    assert [(s.queue, s.size) for s in recovery.queues] == [("q", 2)]
+    assert recovery.counters == {"c": 5}
 
 
 def test_set_lease_and_delete_of_a_missing_row_do_nothing(store):

@@ -141,8 +141,9 @@ def test_dropped_database_connections_under_load_lose_nothing(
     load.start()
     try:
         time.sleep(1.5)
-        assert _drop_connections(dsn, schema) >= 4  # each broker's working and presence sessions
-        time.sleep(1.0)
+        for _ in range(3):  # a cut may land mid-commit, leaving a connection in pipeline mode
+            assert _drop_connections(dsn, schema) >= 2
+            time.sleep(0.7)
         for broker in (a, b):
             wait_until_serving(broker.url, deadline_secs=20.0)
         time.sleep(1.0)

@@ -170,3 +170,33 @@ def test_a_write_to_a_queue_not_claimed_is_refused(brokers: Brokers) -> None:
     with pytest.raises((RuntimeError, errors.StorageFailure)):
         store.commit()
     store.rollback()
+
+
+def test_a_reap_never_forgets_the_generation_of_a_queue_another_broker_is_writing(brokers: Brokers) -> None:
+    """A dropped queue's generation row is forgotten once the queue has no row left; another broker
+    may meanwhile be writing the queue's first rows of that generation (uncommitted, so unseen by
+    the reap). Forgetting it then would make those rows a dead generation's: lost at commit."""
+    from kittiwake.engine.mutations import DropQueue, PutTask
+    from kittiwake.model import Task
+
+    a, b = brokers.stores
+    queue = f"reaped{next(_queues)}"
+    a.claim([queue])
+    a.write([PutTask(Task(queue=queue, pid="old", data=b"x", enqueued_at=START))])
+    a.commit()
+    a.claim([queue])
+    a.write([DropQueue(queue)])
+    a.commit()
+
+    b.claim([queue])  # sees the new generation, locks the queue
+    b.write([PutTask(Task(queue=queue, pid="new", data=b"y", enqueued_at=START))])
+    b.claim([f"{queue}-flush"])  # sends the write (uncommitted) within b's transaction
+    a.reap(1000)  # deletes the old row; must not forget the generation b writes into
+    a.commit()
+    b.commit()
+
+    a.claim([queue])
+    try:
+        assert a.load_task(queue, "new") is not None, "a committed task fell into a forgotten generation"
+    finally:
+        a.commit()

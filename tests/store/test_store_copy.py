@@ -36,8 +36,8 @@ def _fill(directory: Path) -> Any:
             for n in range(30):
                 client.enqueue("mail.in", f"letter {n}", pid=f"m{n:03}", sender="ann", receiver="bob" if n % 3 else None,
                                headers={"n": str(n)}, max_attempts=5)
-            for n in range(1200):  # more than a page of the copy
-                client.enqueue(f"fifo.{n % 3}", b"\x00\xffbytes")
+            # more than a page of the copy, in one request: the copy reads rows, however they were sent
+            client.enqueue_many([{"queue": f"fifo.{n % 3}", "data": b"\x00\xffbytes"} for n in range(1200)])
             running = client.lease("mail.in", lease_secs=3600)[0]
             client.renew(running, 3600, progress=0.25, note="half \x00 way, ünïcode")  # a note is bytea on PostgreSQL
             parent = client.enqueue("flow.a", "parent", pid="root")

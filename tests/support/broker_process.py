@@ -37,6 +37,7 @@ from kittiwake.protocol import FrameReader, Reply, decode_reply, encode_frame, e
 
 LISTENING = re.compile(r"^kittiwake broker listening on (\S+):(\d+) (?:tls_port=(\d+) )?")
 UDP_PORT = re.compile(r" udp_port=(\d+) ")
+SQS_PORT = re.compile(r" sqs_port=(\d+) ")
 START_TIMEOUT_SECS = 30.0
 
 
@@ -66,6 +67,7 @@ class BrokerProcess:
         self.host = host
         self.port = port
         self.udp_port: int | None = None  # with `--udp-port` in extra_args: the port the broker took
+        self.sqs_port: int | None = None  # with `--sqs-port` in extra_args: the port the broker took
         self.extra_args = tuple(extra_args)
         self.preexec_fn = preexec_fn
         self.stdout_path = self.data_dir.with_name(self.data_dir.name + ".stdout")
@@ -83,6 +85,12 @@ class BrokerProcess:
         """`kwu://` to the broker's UDP port (started with `--udp-port`)."""
         assert self.udp_port is not None, "the broker was started without --udp-port"
         return f"kwu://{self.host}:{self.udp_port}"
+
+    @property
+    def sqs_endpoint(self) -> str:
+        """`http://` to the broker's SQS API (started with `--sqs-port`)."""
+        assert self.sqs_port is not None, "the broker was started without --sqs-port"
+        return f"http://{self.host}:{self.sqs_port}"
 
     def client_url(self, user: str | None = None, token: str | None = None, *, tls: bool = False) -> str:
         """A client URL: `kw://` to the plaintext port or `kws://` to the TLS port (CA from `tls.ca`)."""
@@ -132,6 +140,8 @@ class BrokerProcess:
                 self.port = int(match.group(2))
                 udp = UDP_PORT.search(listening.splitlines()[0])
                 self.udp_port = int(udp.group(1)) if udp else None
+                sqs = SQS_PORT.search(listening.splitlines()[0])
+                self.sqs_port = int(sqs.group(1)) if sqs else None
                 if match.group(3):
                     self.tls_port = int(match.group(3))
                 return True

@@ -11,6 +11,8 @@ from support.broker_process import BrokerProcess
 from worker import apps
 from worker.harness import read_lines, wait_for, workers
 
+TASKS = 24
+
 
 def test_policy_scales_up_on_growth_and_down_after_idle() -> None:
     policy = ScalePolicy(1, 3, window_secs=1.0, idle_secs=2.0)
@@ -33,12 +35,13 @@ def test_autoscaling_up_under_a_backlog_and_down_when_idle(broker: BrokerProcess
                  "--scale-window-secs", "1", "--scale-idle-secs", "1.5",
                  "--scale-cmd", f'echo "$KITTIWAKE_DESIRED" >> {wanted}') as worker:
         wait_for(lambda: len(live_workers(app.client)) == 1, message="one worker at first")
-        handles = [apps.slow.submit(str(runs), f"t{n}", 0.4) for n in range(40)]
+        # 24 tasks of 0.4 s: a backlog that outlasts the scale-up to MAX and the call for one more
+        handles = [apps.slow.submit(str(runs), f"t{n}", 0.4) for n in range(TASKS)]
         wait_for(lambda: len(live_workers(app.client)) == 3, timeout=30, message="three workers under load")
-        assert sorted(app.results(handles, timeout=60)) == sorted(f"t{n}" for n in range(40))
+        assert sorted(app.results(handles, timeout=60)) == sorted(f"t{n}" for n in range(TASKS))
         assert set(wait_for(lambda: read_lines(wanted), message="--scale-cmd beyond MAX")) == {"4"}
         wait_for(lambda: len(live_workers(app.client)) == 1, timeout=30, message="back to one worker when idle")
-        assert len(read_lines(runs)) == 80  # every task started and ended once: retiring lost nothing
+        assert len(read_lines(runs)) == 2 * TASKS  # every task started and ended once: retiring lost nothing
         # the two retired processes stopped gracefully (each logs it just after leaving the registry)
         wait_for(lambda: worker.log().count(" stopped after ") == 2, timeout=10, message="two graceful stops")
         assert worker.terminate() == 0

@@ -41,6 +41,7 @@ SERVE_GANGS = ("--queues", f"{GANG_QUEUE},{JOIN_QUEUE}", "--prefetch", "0")
 SERVE_LEADERS = ("--queues", GANG_QUEUE, "--prefetch", "0")
 SERVE_MEMBERS = ("--queues", JOIN_QUEUE, "--prefetch", "0")
 SIZE = 3
+KILL_PAUSE_SECS = (0.3, 1.0)  # between kills: the six kills of the suite still land before the six gangs are done
 
 
 def kill_seed() -> int:
@@ -215,7 +216,7 @@ def run_gangs_under_kills(broker: BrokerProcess, app, tmp_path: Path, gangs: int
         tags = [f"t{n}" for n in range(gangs)]
         handles = [apps.gang_step.submit(str(runs), tag, rng.uniform(0.1, 0.6)) for tag in tags]
         while sum(fleet.kills.values()) < kills and not all(handle.done() for handle in handles):
-            time.sleep(rng.uniform(0.5, 1.5))
+            time.sleep(rng.uniform(*KILL_PAUSE_SECS))
             fleet.kill(rng)
         assert app.results(handles, timeout=120) == tags
         summary = check_gangs(runs, tags, fleet.killed_pids)

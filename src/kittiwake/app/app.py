@@ -17,6 +17,17 @@ into (`collapse`).
 `map` and `Job.submit` bundle many tasks per `enqueue` request (CloudKon's
 task bundling), so submitting N tasks costs N / chunk round trips.
 
+Batching (CMQ's producer): `App(batching=True)` (or a `ProducerSettings`, or a
+map of them) sends every `submit` through one batching producer: a handle
+comes back before its task reaches the broker, `handle.sent()` waits until it
+is durable, and submits from a loop share requests. ``with app.batch():``
+does the same for the submits a thread makes inside the block — through the
+app's producer, or one made for the block — and waits for them at its end
+(raising if any failed). `map` and jobs bundle by themselves and keep their
+own requests; a submit naming as parent (`after=`) a handle that another path
+still holds waits for that parent to be durable first, so a parent always
+reaches the broker before its child.
+
 Each `App` instance has an id (random, or `app_id=` to keep results across
 restarts of the submitter); `close()` stops the collector and, for a random
 id, deletes the app's reply queues. The reply queues are named
@@ -27,11 +38,14 @@ results (`reply_prefix="alice.replies."`).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
@@ -52,7 +66,7 @@ from kittiwake.app.replies import ReplyCollector
 from kittiwake.app.schedule import make_schedule
 from kittiwake.app.serialization import Serializer
 from kittiwake.app.shell import SHELL_TASK, run_shell
-from kittiwake.client import Client
+from kittiwake.client import Client, Producer, ProducerSettings
 from kittiwake.constants import (
     REPLIES_PREFIX,
     REPLY_TO_HEADER,
@@ -63,6 +77,9 @@ from kittiwake.constants import (
 from kittiwake.model import Limits, task_key, validate_pid, validate_queue
 
 MAX_BATCH = Limits().max_batch
+# close() waits this long for what the batching producer holds; tasks unanswered by then fail
+# (CONNECTION_LOST, PRODUCER_CLOSED) rather than hang the program's exit on a broker that went silent
+PRODUCER_CLOSE_SECS = 30.0
 _REPLY_PREFIX_RE = re.compile(r"[A-Za-z0-9_.:@/\-]{1,200}")  # used with fullmatch: queue-name characters, no '#'
 
 
@@ -78,7 +95,9 @@ class App:
         connect_timeout: float = 10.0,
         clock: Callable[[], float] = time.time,
         reply_prefix: str = REPLIES_PREFIX,
+        batching: bool | ProducerSettings | dict[str, Any] = False,
     ) -> None:
+        self.batching = ProducerSettings.of(batching)
         if not isinstance(reply_prefix, str) or not _REPLY_PREFIX_RE.fullmatch(reply_prefix):
             raise ValueError(f"reply_prefix {reply_prefix!r} must be 1..200 characters of [A-Za-z0-9_.:@/-]")
         self.reply_prefix = reply_prefix
@@ -93,6 +112,8 @@ class App:
         self.join_handlers: dict[str, JoinHandler] = {}
         self._client: Client | None = None
         self._collector: ReplyCollector | None = None
+        self._producer: Producer | None = None
+        self._batch_scope = threading.local()  # .producer: the producer of this thread's `batch()` block
         self._lock = threading.Lock()
         self.task(name=SHELL_TASK, retry_on=())(run_shell)  # a command that cannot start will not start later
 
@@ -128,8 +149,54 @@ class App:
                     self._collector = ReplyCollector(lambda: self.client, self.serializer, self.id)
         return self._collector
 
+    @property
+    def producer(self) -> Producer | None:
+        """The batching producer every submit goes through (made on first use), or None without batching."""
+        if self.batching is None:
+            return None
+        if self._producer is None:
+            client = self.client  # takes the lock itself
+            with self._lock:
+                if self._producer is None:
+                    self._producer = client.producer(**dataclasses.asdict(self.batching))
+        return self._producer
+
+    def _new_producer(self, settings: ProducerSettings) -> Producer:
+        return self.client.producer(**dataclasses.asdict(settings))
+
+    @contextmanager
+    def batch(self, settings: ProducerSettings | dict[str, Any] | None = None) -> Iterator[Producer]:
+        """Batch this thread's submits inside the block; at its end wait until all are durable,
+        raising the first failure (each handle's `sent()` tells its own). Uses the app's producer
+        with `batching`, else one made for the block (with `settings`, or the defaults)."""
+        outer = getattr(self._batch_scope, "producer", None)
+        if outer is not None:  # nested: the outer block's producer, flushed by the outer block
+            yield outer
+            return
+        own = self.producer is None
+        producer = self._new_producer(ProducerSettings.of(settings or True)) if own else self.producer
+        assert producer is not None
+        self._batch_scope.producer = producer
+        try:
+            yield producer
+        except BaseException:
+            self._batch_scope.producer = None
+            if own:
+                producer.close()  # sends what it holds; the block's own error is the one raised
+            raise
+        self._batch_scope.producer = None
+        try:
+            producer.flush()
+        finally:
+            if own:
+                producer.close()
+
     def close(self) -> None:
-        """Stop collecting results and disconnect; the app can be used (and re-pointed) again."""
+        """Send what the batching producer holds, stop collecting results and disconnect; the app can
+        be used (and re-pointed) again."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close(timeout=PRODUCER_CLOSE_SECS)
         collector, self._collector = self._collector, None
         if collector is not None:
             collector.close()
@@ -241,8 +308,10 @@ class App:
         after: Iterable[Any] | None = None,
         task_id: str | None = None,
         node: str | None = None,
+        via: Producer | None = None,
     ) -> tuple[dict[str, Any], Handle]:
-        """The broker task for one call and its handle, nothing sent yet (for bundling)."""
+        """The broker task for one call and its handle, nothing sent yet (for bundling). Parents
+        (`after`) still held by a batching producer other than `via` are waited for first."""
         options = definition.options
         if key is not None:
             validate_pid(key, Limits(), "key")
@@ -278,6 +347,11 @@ class App:
             max_attempts=options.broker_max_attempts,
         )
         if after:
+            after = list(after)
+            for parent in after:
+                sending = getattr(parent, "sending", None)
+                if sending is not None and sending.producer is not via:
+                    parent.sent()  # the same producer keeps the order; another path might not
             task["after"] = [task_key(parent, "after") for parent in after]
         handle = Handle(self, task_id, options.name, queue, pid, slot, reply_queue, submission)
         if key is not None and slot is not None:
@@ -293,9 +367,16 @@ class App:
         kwargs: dict[str, Any],
         **options: Any,
     ) -> Handle:
-        """Submit one call; `options` are those of `prepare` (key, delay, at, after, node)."""
-        task, handle = self.prepare(definition, args, kwargs, **options)
-        self.enqueue_prepared([task], [handle])
+        """Submit one call; `options` are those of `prepare` (key, delay, at, after, node).
+        Through the batching producer if there is one (`batch`, `batching`)."""
+        producer = getattr(self._batch_scope, "producer", None) or self.producer
+        task, handle = self.prepare(definition, args, kwargs, via=producer, **options)
+        if producer is None:
+            self.enqueue_prepared([task], [handle])
+            return handle
+        if handle.capture is not None:
+            handle.task = task  # a keyed submit learns which run it joined once the outcome is known
+        handle.sending = producer.enqueue_task(task)
         return handle
 
     def enqueue_prepared(

@@ -32,12 +32,23 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from kittiwake import errors
 from kittiwake.app.envelope import result_pid
-from kittiwake.app.handles import Handle
 from kittiwake.constants import REPLY_TO_HEADER
 
 if TYPE_CHECKING:
     from kittiwake.app.replies import ReplyCollector
+    from kittiwake.app.result_slots import ResultCapture, ResultSlot
     from kittiwake.client import Client, EnqueueOutcome
+
+
+class Handle(Protocol):
+    """What following needs of a handle (`handles.Handle`, which calls this module: no import back)."""
+
+    queue: str
+    pid: str
+    slot: ResultSlot | None
+    reply_queue: str | None
+    submission: str | None
+    capture: ResultCapture | None
 
 
 class Collecting(Protocol):

@@ -24,6 +24,13 @@ result went to that app), raises `ResultUnavailable`; a task submitted with
 ``ignore_result`` returns None once finished. Brief broker outages while
 waiting (a restart) are waited out.
 
+A handle submitted through a batching producer (`App(batching=...)`, or
+inside ``with app.batch():``) is returned before its task reaches the
+broker: `sent(timeout)` waits until the task is durable (raising the
+enqueue's error if it failed, `ConnectionLost` if its outcome is unknown);
+`result`, `status` and `cancel` wait for that first. A handle submitted
+without one was durable when `submit` returned, and `sent()` returns at once.
+
 `status()` is ``(state, progress, note)``; state is one of
 
 * ``pending``: waiting to be leased (or waiting for its delay, or for a retry);
@@ -35,10 +42,12 @@ waiting (a restart) are waited out.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Protocol
 
 from kittiwake import errors
+from kittiwake.app.collapse import follow_collapsed
 from kittiwake.app.envelope import public_note, redelivery_allowed
 from kittiwake.app.result_slots import ResultCapture, ResultSlot
 from kittiwake.app.serialization import RemoteError
@@ -47,11 +56,12 @@ from kittiwake.errors import ResultUnavailable, TaskFailed
 from kittiwake.model import dead_queue_of
 
 if TYPE_CHECKING:
-    from kittiwake.client import Client
+    from kittiwake.client import Client, Sending
 
 FIRST_CHECK_SECS = 1.0
 MAX_CHECK_SECS = 5.0
 RESULT_GRACE_SECS = 10.0  # a finished task's result may still be on its way to the collector
+_following = threading.Lock()  # a keyed handle learns once which run it joined, whichever thread asks
 
 
 class BrokerAccess(Protocol):
@@ -73,7 +83,7 @@ class Handle:
     """One submitted task. `.id` is its task id; `.queue` and `.pid` name it in the broker."""
 
     __slots__ = ("app", "id", "name", "queue", "pid", "slot", "wants_result", "reply_queue", "submission",
-                 "capture", "__weakref__")
+                 "capture", "sending", "task", "__weakref__")
 
     def __init__(
         self, app: BrokerAccess, task_id: str, name: str, queue: str, pid: str, slot: ResultSlot | None,
@@ -89,6 +99,25 @@ class Handle:
         self.reply_queue = reply_queue
         self.submission = submission  # the run whose result this handle waits for
         self.capture: ResultCapture | None = None  # this task id's results, kept until the run joined is known
+        self.sending: Sending | None = None  # its enqueue, while a batching producer holds it
+        self.task: dict[str, Any] | None = None  # the task sent, kept while a keyed enqueue is pending
+
+    # ------------------------------------------------------------ enqueue
+
+    def sent(self, timeout: float | None = None) -> None:
+        """Wait until the task is durable in the broker (at once when it was submitted without
+        batching); raises the enqueue's error, or `RequestTimeout` after `timeout` s."""
+        sending = self.sending
+        if sending is None:
+            return
+        outcome = sending.sent(timeout)
+        with _following:
+            if self.sending is None:
+                return
+            task, self.task = self.task, None
+            if task is not None:
+                follow_collapsed(self.app, [task], [self], [outcome])  # type: ignore[arg-type]
+            self.sending = None
 
     def __repr__(self) -> str:
         return f"<Handle {self.name} id={self.id} queue={self.queue}>"
@@ -102,6 +131,11 @@ class Handle:
     def result(self, timeout: float | None = None) -> Any:
         """The task's return value; raises TaskFailed, ResultUnavailable, or TimeoutError after `timeout` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self.sending is not None:
+            try:
+                self.sent(timeout)
+            except errors.RequestTimeout:
+                raise TimeoutError(f"task {self.id} not even enqueued within {timeout} s") from None
         check_every = FIRST_CHECK_SECS
         gone_since: float | None = None
         while True:
@@ -175,7 +209,13 @@ class Handle:
     # -------------------------------------------------------------- status
 
     def status(self) -> TaskStatus:
-        """(state, progress, note) as the broker and the reply queue tell it now."""
+        """(state, progress, note) as the broker and the reply queue tell it now (``pending`` while a
+        batching producer still holds it; the enqueue's error if that failed)."""
+        sending = self.sending
+        if sending is not None:
+            if not sending.done():
+                return TaskStatus("pending", None, None)
+            self.sent()
         if self.slot is not None and self.slot.is_set():
             if self.slot.ok:
                 return TaskStatus("done", 1.0, None)
@@ -199,6 +239,7 @@ class Handle:
         """Withdraw the task (whatever its state) into its dead-letter queue, failing every
         task that waits on it. True if it was withdrawn, False if it had already finished.
         A worker running it is not interrupted, but it can no longer finish it."""
+        self.sent()
         try:
             self.app.client.cancel((self.queue, self.pid), reason)
         except errors.TaskNotFound:

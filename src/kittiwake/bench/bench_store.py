@@ -14,12 +14,19 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlencode
 
 from kittiwake.store.location import StoreLocation, open_store, parse_store_url
 
 
 class BenchStoreError(ValueError):
     """The store cannot take a benchmark: it holds tasks, or its server cannot be reached."""
+
+
+def store_url(location: StoreLocation, schema: str, brokers: str) -> str:
+    """The URL of a PostgreSQL store at `location`'s server with this schema and brokers mode."""
+    separator = "&" if "?" in location.target else "?"
+    return f"{location.target}{separator}{urlencode({'schema': schema, 'brokers': brokers})}"
 
 
 def _exists(location: StoreLocation) -> bool:

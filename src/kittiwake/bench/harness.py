@@ -49,6 +49,7 @@ from kittiwake.bench.wire import BlockingConnection, lease_refs
 
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
 UDP_PORT = re.compile(r" udp_port=(\d+) ")
+SQS_PORT = re.compile(r" sqs_port=(\d+) ")
 BROKER_START_TIMEOUT_SECS = 300.0  # a restart over a million tasks is allowed to take a while
 BROKER_STOP_TIMEOUT_SECS = 120.0
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
@@ -96,6 +97,7 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.port = 0
         self.udp_port: int | None = None  # with --udp-port in extra_args
+        self.sqs_port: int | None = None  # with --sqs-port in extra_args
         self._lines: Queue[str | None] = Queue()
 
     @property
@@ -129,6 +131,8 @@ class BrokerProcess:
                 self.host, self.port = match.group(1), int(match.group(2))
                 udp = UDP_PORT.search(line)
                 self.udp_port = int(udp.group(1)) if udp else None
+                sqs = SQS_PORT.search(line)
+                self.sqs_port = int(sqs.group(1)) if sqs else None
                 if self.host in ("0.0.0.0", "::", ""):
                     self.host = "127.0.0.1"
                 return time.monotonic() - started
@@ -263,13 +267,25 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
 
 
 class Session:
-    """A throwaway directory, a broker on it (or on the store `store_url` names), and a pool of load processes."""
+    """A throwaway directory, a broker on it (or on the store `store_url` names), and a pool of load processes.
+
+    `brokers` > 1 starts that many brokers on the store `store_url` names (which must let several
+    share it: PostgreSQL with brokers=many); load connection n then talks to broker n mod `brokers`,
+    and the broker CPU reported is theirs summed. `broker` is the first, for set-up calls."""
 
     def __init__(self, *, durability: str = DURABILITY, processes: int = LOAD_PROCESSES, parent_dir: str | None = None,
-                 keep: bool = False, broker_args: Sequence[str] = (), store_url: str | None = None) -> None:
+                 keep: bool = False, broker_args: Sequence[str] = (), store_url: str | None = None,
+                 brokers: int = 1) -> None:
+        if brokers > 1 and store_url is None:
+            raise ValueError("several brokers need a store they can share (--store postgresql://…?brokers=many)")
         self.root = Path(tempfile.mkdtemp(prefix="kittiwake-bench-", dir=parent_dir))
         self.keep = keep
-        self.broker = BrokerProcess(self.root / "data", self.root / "broker.log", durability, broker_args, store_url)
+        self.brokers = [
+            BrokerProcess(self.root / "data", self.root / f"broker{'' if n == 0 else n}.log", durability, broker_args,
+                          store_url)
+            for n in range(brokers)
+        ]
+        self.broker = self.brokers[0]
         self.pool: LoadPool | None = None
         self.processes = processes
         self.startup_secs = 0.0
@@ -281,7 +297,7 @@ class Session:
             self._previous_sigterm = signal.signal(signal.SIGTERM, _exit_on_signal)
         try:
             self.pool = LoadPool(self.processes)
-            self.startup_secs = self.broker.start()
+            self.startup_secs = max(broker.start() for broker in self.brokers)
         except BaseException:
             self.close()
             raise
@@ -291,7 +307,8 @@ class Session:
         self.close()
 
     def close(self) -> None:
-        self.broker.stop()
+        for broker in self.brokers:
+            broker.stop()
         if self.pool is not None:
             self.pool.close()
             self.pool = None
@@ -305,6 +322,12 @@ class Session:
         """A connection for set-up calls from this process, one at a time."""
         return BlockingConnection(self.broker.host, self.broker.port)
 
+    def _others(self) -> tuple[tuple[str, int], ...]:
+        return tuple((broker.host, broker.port) for broker in self.brokers[1:])
+
+    def _broker_cpu_secs(self) -> float:
+        return sum(broker.cpu_secs() for broker in self.brokers)
+
     def timed(self, scenario: Scenario, clients: int, warmup_secs: float, seconds: float,
               progress: Progress = _no_progress, processes: int | None = None) -> Measured:
         """Closed-loop load from every load process: warm up, then measure for `seconds`."""
@@ -313,17 +336,17 @@ class Session:
         start_ns = time.monotonic_ns() + 300_000_000  # time for every process to connect
         measure_ns = start_ns + int(warmup_secs * 1e9)
         stop_ns = measure_ns + int(seconds * 1e9)
-        jobs = [TimedLoad(self.broker.host, self.broker.port, scenario, share, start_ns, measure_ns, stop_ns)
-                for share in shares]
+        jobs = [TimedLoad(self.broker.host, self.broker.port, scenario, share, start_ns, measure_ns, stop_ns,
+                          self._others()) for share in shares]
         broker_cpu: dict[str, float] = {}
         span = (stop_ns - start_ns) / 1e9
 
         def watch(tasks: int) -> None:
             now = time.monotonic_ns()
             if "measure" not in broker_cpu and now >= measure_ns:
-                broker_cpu["measure"] = self.broker.cpu_secs()
+                broker_cpu["measure"] = self._broker_cpu_secs()
             if "stop" not in broker_cpu and now >= stop_ns:
-                broker_cpu["stop"] = self.broker.cpu_secs()
+                broker_cpu["stop"] = self._broker_cpu_secs()
             progress(min(1.0, max(0.0, (now - start_ns) / 1e9 / span)), tasks)
 
         result = self.pool.run(jobs, watch)
@@ -338,17 +361,17 @@ class Session:
         """Closed-loop load that ends after a number of operations (or tasks) per connection."""
         assert self.pool is not None
         shares = split_connections(connections, min(processes or self.pool.size, self.pool.size))
-        jobs = [CountedLoad(self.broker.host, self.broker.port, scenario, share, ops, warmup_ops)
+        jobs = [CountedLoad(self.broker.host, self.broker.port, scenario, share, ops, warmup_ops, self._others())
                 for share in shares]
         expected = total_tasks or max(1, connections * ((ops or 0) + warmup_ops) * scenario.batch)
-        cpu_before = self.broker.cpu_secs()
+        cpu_before = self._broker_cpu_secs()
         wall_before = time.monotonic()
         result = self.pool.run(jobs, lambda tasks: progress(min(1.0, tasks / expected), tasks))
         wall = time.monotonic() - wall_before
         seconds = (result.last_end_ns - result.first_start_ns) / 1e9 if result.ops else 0.0
         measured = Measured(result, seconds)
         if wall > 0:
-            measured.broker_cpu_percent = round(100.0 * (self.broker.cpu_secs() - cpu_before) / wall, 1)
+            measured.broker_cpu_percent = round(100.0 * (self._broker_cpu_secs() - cpu_before) / wall, 1)
         return measured
 
     def probe(self, job: WakeProbe | FsyncProbe, expected: int, progress: Progress = _no_progress) -> Measured:

@@ -34,6 +34,11 @@ class Scenario:
     lease_secs: float = WORK_LEASE_SECS
 
 
+def addresses(job: TimedLoad | CountedLoad) -> tuple[tuple[str, int], ...]:
+    """Where a load job's connections go: connection number n to the (n mod count)th broker."""
+    return ((job.host, job.port), *job.others)
+
+
 @dataclass(frozen=True)
 class TimedLoad:
     """Run `connections` (global connection numbers) from `start_ns` until `stop_ns`;
@@ -46,6 +51,7 @@ class TimedLoad:
     start_ns: int
     measure_ns: int
     stop_ns: int
+    others: tuple[tuple[str, int], ...] = ()  # more brokers on the same store (see `addresses`)
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class CountedLoad:
     connections: tuple[int, ...]
     ops: int | None
     warmup_ops: int = 0
+    others: tuple[tuple[str, int], ...] = ()  # more brokers on the same store (see `addresses`)
 
 
 @dataclass(frozen=True)

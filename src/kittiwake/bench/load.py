@@ -32,7 +32,7 @@ from multiprocessing.connection import Connection as Pipe
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
-from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
+from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe, addresses
 from kittiwake.bench.probes import run_fsync_probe, run_wake_probe
 from kittiwake.bench.processes import cpu_secs, serve_jobs
 from kittiwake.bench.wire import (
@@ -333,6 +333,7 @@ async def run_load(job: TimedLoad | CountedLoad, counter: Synchronized) -> LoadR
     data = os.urandom(job.scenario.data_bytes)
     tally = Tally()
     clients: list[ClosedLoop] = []
+    brokers = addresses(job)
     for number in job.connections:
         script = make_script(job.scenario, number, data)
         if timed:
@@ -340,7 +341,7 @@ async def run_load(job: TimedLoad | CountedLoad, counter: Synchronized) -> LoadR
         else:
             options = dict(measure_ns=0, stop_ns=2**63 - 1, warmup_ops=job.warmup_ops, ops=job.ops)
         client = ClosedLoop(script, tally, **options)  # type: ignore[arg-type]
-        await client.connect(job.host, job.port)
+        await client.connect(*brokers[number % len(brokers)])
         clients.append(client)
     if timed:
         await asyncio.sleep(max(0.0, (job.start_ns - time.monotonic_ns()) / 1e9))

@@ -43,11 +43,12 @@ from typing import Any, Callable
 from rich.console import Console
 
 from kittiwake.bench import references
-from kittiwake.bench.bench_store import bench_store
+from kittiwake.bench.bench_store import bench_store, store_url
 from kittiwake.bench.harness import Measured, Session, queue_sizes
 from kittiwake.bench.jobs import Scenario
 from kittiwake.bench.report import figure, check_target, machine_info, progress_bars
 from kittiwake.bench.settings import OPS_BULK_PREFIX, OPS_FIGURES, OPS_SINGLE_PREFIX, OpsSettings
+from kittiwake.store.location import parse_store_url
 
 TOP_UP_MARGIN = 1.3
 
@@ -82,7 +83,73 @@ def _record(name: str, measured: Measured, *, batch: int, requests: int, queues:
 
 def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None = None) -> tuple[dict[str, Any], dict[str, Measured]]:
     """Run the figures (all five unless `settings.only` names some); returns the JSON
-    report and the raw measurements (for plots)."""
+    report and the raw measurements (for plots). With `settings.brokers` > 1 the figures run
+    once per row of `broker_rows` and the report's `brokers` holds each row (`ops` is the first)."""
+    if settings.brokers == 1:
+        ops, measured, store, startup = _run_figures(settings, console, settings.store_url, 1, parent_dir)
+        report = {
+            "machine": machine_info(),
+            "settings": {**_settings(settings), "store": store, "broker_startup_s": round(startup, 3)},
+            "ops": ops,
+        }
+        return report, measured
+    assert settings.store_url is not None
+    rows: list[dict[str, Any]] = []
+    measured = {}
+    for brokers, mode, url in broker_rows(settings.store_url, settings.brokers):
+        ops, row_measured, store, startup = _run_figures(settings, console, url, brokers, parent_dir)
+        rows.append({"brokers": brokers, "mode": mode, "store": store, "broker_startup_s": round(startup, 3),
+                     "ops": ops})
+        measured.update({f"{name} ({brokers} × {mode})": value for name, value in row_measured.items()})
+    report = {
+        "machine": machine_info(),
+        "settings": {**_settings(settings), "store": rows[0]["store"]},
+        "ops": rows[0]["ops"],
+        "brokers": rows,
+        "scaling": scaling(rows),
+    }
+    return report, measured
+
+
+def _settings(settings: OpsSettings) -> dict[str, Any]:
+    queue_count = max(1, min(settings.queues, settings.clients))
+    return {**{k: v for k, v in asdict(settings).items() if k != "store_url"}, "queues": queue_count}
+
+
+def broker_rows(url: str, brokers: int) -> list[tuple[int, str, str]]:
+    """(brokers, mode, store URL) of each row of a run with several brokers: one broker alone on
+    the schema (brokers=one, the reference), then 1 … `brokers` brokers sharing it (brokers=many).
+    Each row runs on a schema of its own, named after the URL's (`<schema>_<mode><count>`), so
+    that each starts empty; the rows' schemas are created and dropped as `bench_store` does."""
+    location = parse_store_url(url)
+    if location.kind != "postgresql":
+        raise ValueError("several brokers share a PostgreSQL store: --store postgresql://…")
+    rows = [(1, "one")] + [(count, "many") for count in range(1, brokers + 1)]
+    return [(count, mode, store_url(location, f"{location.schema[:50]}_{mode}{count}", mode)) for count, mode in rows]
+
+
+def scaling(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per figure: each shared row's tasks/s over one shared broker's (`N×`), and one shared
+    broker's over one broker alone (`many/one`, the price of sharing)."""
+    one = next(row for row in rows if row["mode"] == "one")
+    shared = [row for row in rows if row["mode"] == "many"]
+    base = shared[0]
+
+    def ratio(row: dict[str, Any], of: dict[str, Any], name: str) -> float | None:
+        top, bottom = row["ops"].get(name, {}).get("tasks_per_s"), of["ops"].get(name, {}).get("tasks_per_s")
+        return round(top / bottom, 2) if top and bottom else None
+
+    return {
+        name: {"many/one": ratio(base, one, name),
+               **{f"{row['brokers']}x": ratio(row, base, name) for row in shared[1:]}}
+        for name in one["ops"]
+    }
+
+
+def _run_figures(settings: OpsSettings, console: Console, url: str | None, brokers: int,
+                 parent_dir: str | None) -> tuple[dict[str, Any], dict[str, Measured], str, float]:
+    """The figures on a fresh broker (or `brokers` brokers sharing the store at `url`): their
+    records, the raw measurements, the store's description and the brokers' start-up seconds."""
     clients = settings.clients
     queue_count = max(1, min(settings.queues, clients))
     single = tuple(f"{OPS_SINGLE_PREFIX}{k}" for k in range(queue_count))
@@ -93,16 +160,18 @@ def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None =
     run_secs = settings.warmup_secs + settings.seconds
     measured: dict[str, Measured] = {}
     store = "sqlite (throwaway directory)"
+    suffix = "" if brokers == 1 and settings.brokers == 1 else f" [{brokers} × {parse_store_url(url or '').brokers}]"
     with ExitStack() as stack:
-        if settings.store_url is not None:
-            store = stack.enter_context(bench_store(settings.store_url)).describe()
+        if url is not None:
+            store = stack.enter_context(bench_store(url)).describe()
         session = stack.enter_context(Session(durability=settings.durability, processes=settings.processes,
-                                              parent_dir=parent_dir, store_url=settings.store_url))
+                                              parent_dir=parent_dir, store_url=url, brokers=brokers))
         bar = stack.enter_context(progress_bars(console))
 
         def timed(name: str, label: str, scenario: Scenario) -> None:
             if name in wanted:
-                measured[name] = session.timed(scenario, clients, settings.warmup_secs, settings.seconds, bar(label))
+                measured[name] = session.timed(scenario, clients, settings.warmup_secs, settings.seconds,
+                                               bar(label + suffix))
 
         def rate(*names: str) -> float:
             """The best enqueue rate measured, or the lease figure's own target when none ran."""
@@ -112,12 +181,12 @@ def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None =
         timed("fifo_enqueue", "FIFO enqueue", Scenario("fifo_enqueue", single, data_bytes=data))
         if "lease_dequeue" in wanted:
             estimate = rate("enqueue", "fifo_enqueue") or references.OPS["lease_dequeue"].target_tasks_per_sec
-            _top_up(session, single, estimate, run_secs, bar("top up (unmeasured)"))
+            _top_up(session, single, estimate, run_secs, bar("top up (unmeasured)" + suffix))
         timed("lease_dequeue", "lease + dequeue", Scenario("lease_dequeue", single, data_bytes=data))
         timed("batch_enqueue", f"batch enqueue ×{batch}", Scenario("fifo_enqueue", bulk, batch=batch, data_bytes=data))
         if "batch_lease_dequeue" in wanted:
             estimate = rate("batch_enqueue") or references.OPS["batch_lease_dequeue"].target_tasks_per_sec
-            _top_up(session, bulk, estimate, run_secs, bar("top up (unmeasured)"))
+            _top_up(session, bulk, estimate, run_secs, bar("top up (unmeasured)" + suffix))
         timed("batch_lease_dequeue", f"batch lease + dequeue ×{batch}",
               Scenario("lease_dequeue", bulk, batch=batch, data_bytes=data))
         broker_startup_s = session.startup_secs
@@ -130,10 +199,24 @@ def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None =
         name: _record(name, measured[name], batch=size, requests=requests, queues=queue_count, clients=clients)
         for name, (size, requests) in shape.items() if name in measured
     }
-    report = {
-        "machine": machine_info(),
-        "settings": {**{k: v for k, v in asdict(settings).items() if k != "store_url"}, "store": store, "queues": queue_count,
-                     "broker_startup_s": round(broker_startup_s, 3)},
-        "ops": ops,
-    }
-    return report, measured
+    return ops, measured, store, broker_startup_s
+
+
+def show_brokers(console: Console, report: dict[str, Any]) -> None:
+    """One table of a run with several brokers: tasks/s per figure and row, and the ratios."""
+    from rich.table import Table
+
+    rows = report["brokers"]
+    table = Table(title=f"kittiwake bench ops — brokers sharing one PostgreSQL schema, "
+                        f"{report['settings']['queues']} queue(s), tasks/s")
+    table.add_column("figure")
+    for row in rows:
+        table.add_column(f"{row['brokers']} × {row['mode']}", justify="right")
+    ratios = sorted({key for ratio in report["scaling"].values() for key in ratio}, key=lambda k: (k != "many/one", k))
+    for key in ratios:
+        table.add_column(key, justify="right")
+    for name, ratio in report["scaling"].items():
+        rates = [row["ops"].get(name, {}).get("tasks_per_s") for row in rows]
+        table.add_row(name, *(f"{rate:,.0f}" if rate else "—" for rate in rates),
+                      *(f"{ratio[key]:.2f}" if ratio.get(key) else "—" for key in ratios))
+    console.print(table)

@@ -94,3 +94,8 @@ TARGET_WORKERS_IDLE_WHILE_WAITING_MS = 20.0  # no slot idle while a task waits, 
 TARGET_MAPREDUCE_RATIO = {100_000: 10.0, 1_000_000: 4.0, 100_000_000: 0.8}
 TARGET_MAPREDUCE_SPREAD = 0.30
 MAPREDUCE_SPREAD_RANGE = (1_000_000, 100_000_000)
+
+# `bench producer`: one thread enqueueing through a batching producer (CMQ's producer), durable at flush
+TARGET_PRODUCER_TASKS_PER_SEC = 50_000.0
+TARGET_PRODUCER_RATIO_VS_HUEY = 15.0  # Huey's single enqueue on Redis, measured in the same run
+TARGET_PRODUCER_ADDED_P50_MS = 0.2  # producer enqueue + sent() over a plain enqueue, idle broker

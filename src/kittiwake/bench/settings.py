@@ -86,6 +86,7 @@ class OpsSettings:
     data_bytes: int = DATA_BYTES
     only: tuple[str, ...] = ()  # figure names to run; empty: all
     store_url: str | None = None  # the broker's store (sqlite://DIR, postgresql://…); None: a throwaway SQLite directory
+    brokers: int = 1  # > 1: rows of 1 broker alone and 1 … brokers sharing a PostgreSQL store (`ops.broker_rows`)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,22 @@ class LatencySettings:
     fsync_samples: int = 5000
     durability: str = DURABILITY
     data_bytes: int = DATA_BYTES
+
+
+@dataclass(frozen=True)
+class ProducerBenchSettings:
+    tasks: int = 200_000  # through the producer, one thread
+    client_tasks: int = 5_000  # plain Client.enqueue, the reference
+    huey_tasks: int = 20_000  # Huey's single enqueue on Redis
+    samples: int = 2_000  # latency samples of each kind, interleaved
+    data_bytes: int = 100
+    durability: str = DURABILITY
+    redis_url: str = PEERS_REDIS_URL
+    huey: bool = True
+
+
+PRODUCER_QUEUE = "bench.producer"  # `producer`: every figure's tasks
+QUICK_PRODUCER = {"tasks": 2_000, "client_tasks": 200, "huey_tasks": 200, "samples": 50}
 
 
 @dataclass(frozen=True)
@@ -170,6 +187,7 @@ class PeersSettings:
     pg_dsn: str = PEERS_PG_DSN
     stall_secs: float = 120.0  # a drain with no task done for this long fails
     max_drain_secs: float = 300.0  # a drain still running after this is reported as partial, at its rate
+    kittiwake_store: str | None = None  # the Kittiwake broker's store URL (`bench_store`); None: a throwaway SQLite directory
 
 
 CELERY_POOLS = ("solo", "prefork")  # `bench celery --pools`: Celery's worker pools it runs each system with

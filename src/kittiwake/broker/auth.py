@@ -128,6 +128,14 @@ class Authenticator:
 
     # --------------------------------------------------------------- check
 
+    def sqs_credentials(self, access_key: str) -> tuple[str, Principal] | None:
+        """(SQS secret, principal) of the user named by an SQS access key id, if it has a secret."""
+        self._maybe_reload(self.clock())
+        record = self._users.get(access_key)
+        if record is None or not record.sqs_secret:
+            return None
+        return record.sqs_secret, self._principals[access_key]
+
     def authenticate(self, user: object, token: object, source: str, done: Done) -> None:
         """Check credentials; `done(principal or error)` runs now or later on the event loop."""
         now = self.clock()

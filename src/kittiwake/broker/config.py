@@ -47,6 +47,7 @@ class BrokerConfig:
     limits: Limits = field(default_factory=Limits)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # auth file, TLS, listeners
     udp_port: int | None = None  # also listen for kwu:// datagrams on this port (0: a free one); None: off
+    sqs_port: int | None = None  # also serve the SQS API (HTTP) on this port (0: a free one); None: off
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -58,6 +59,8 @@ class BrokerConfig:
         _check_int("port", self.port, 0, 65535)
         if self.udp_port is not None:
             _check_int("udp_port", self.udp_port, 0, 65535)
+        if self.sqs_port is not None:
+            _check_int("sqs_port", self.sqs_port, 0, 65535)
         if self.durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}, got {self.durability!r}")
         _check_int("max_frame", self.max_frame, MIN_FRAME_BYTES, MAX_FRAME_BYTES)

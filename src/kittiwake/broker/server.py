@@ -19,7 +19,9 @@ every POLL_TICKS ticks every parked long-poll looks again in case one was lost.
 Listeners: the plaintext port (`port`) unless `security.plaintext` is off,
 and the TLS port (`tls_port`) when a certificate is given; both lead to the
 same connections. With `udp_port`, also a UDP port (`udp_listener`) whose
-datagrams go to the same group commit. With an auth file every connection gets a `Session`
+datagrams go to the same group commit. With `sqs_port`, also an HTTP port
+(`http_server`) serving the SQS API (`kittiwake.broker.sqs`), whose requests go
+to the same group commit too. With an auth file every connection gets a `Session`
 (`session.py`) that checks its credentials and then its rights.
 
 Stopping: stop accepting, stop reading, serve and commit what was already
@@ -36,6 +38,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from kittiwake.broker import announcements
 from kittiwake.broker.auth import Authenticator
@@ -45,6 +48,7 @@ from kittiwake.broker.security import exposure_note, exposure_warnings
 from kittiwake.broker.session import Session
 from kittiwake.broker.tls import HANDSHAKE_TIMEOUT_SECS, server_context
 from kittiwake.broker.group_commit import GroupCommit
+from kittiwake.broker.http_server import HttpServer, Routes
 from kittiwake.broker.read_budget import ReadBudget
 from kittiwake.broker.timeouts import ConnectionTimeouts
 from kittiwake.broker.udp_listener import UdpListener
@@ -80,6 +84,10 @@ class Broker:
         self.tls_port: int | None = None
         self.udp_port: int | None = None
         self.udp: UdpListener | None = None
+        self.sqs_port: int | None = None
+        self.http: HttpServer | None = None
+        self.routes = Routes()  # the HTTP port's: other modules may add theirs before start
+        self._sqs: Any = None  # kittiwake.broker.sqs.service.SqsService, imported only when the port is on
         self._tick_handle: asyncio.TimerHandle | None = None
         self._ticks = 0
         self._shared = False  # several brokers share the store: poll for their changes too
@@ -166,13 +174,34 @@ class Broker:
         self._shared = announcements.listen(store, loop, group.wake)
         self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
         self.timeouts.start(loop)
+        if config.sqs_port is not None:
+            try:
+                await self._start_sqs(config.sqs_port)
+            except BaseException:
+                await self.stop()
+                raise
         tls = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
         tls += f", UDP on port {self.udp_port}" if self.udp_port is not None else ""
+        tls += f", SQS API on port {self.sqs_port}" if self.sqs_port is not None else ""
         plaintext = "" if self._server is not None else " (TLS only)"
         log.info("broker started on %s:%d%s%s (%s), %s",
                  self.host, self.port, plaintext, tls, exposure_note(self.host, security), self.store_description)
         for warning in exposure_warnings(self.host, security):
             log.warning("%s", warning)
+
+    async def _start_sqs(self, port: int) -> None:
+        """The SQS API on the HTTP port: its queues are read through the group commit, so it starts last."""
+        from kittiwake.broker.sqs.service import MAX_REQUEST_BYTES, SqsService
+
+        self._sqs = SqsService(self)
+        await self._sqs.start(self.routes)
+        self.http = HttpServer(self.routes, max_body_bytes=MAX_REQUEST_BYTES, max_connections=self.config.max_connections)
+        self.sqs_port = await self.http.start(self.config.host, port)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether requests are still taken (False once stopping)."""
+        return not self._stopping and self.group is not None
 
     def _tick(self) -> None:
         group = self.group
@@ -232,6 +261,10 @@ class Broker:
             for server in (self._server, self._tls_server):
                 if server is not None:
                     server.close()
+            if self.http is not None:
+                self.http.stop_accepting()
+            if self._sqs is not None:
+                self._sqs.stop()
             for connection in list(self.connections):
                 connection.stop_reading()
             if self.udp is not None:
@@ -251,6 +284,9 @@ class Broker:
             for connection in list(self.connections):
                 if connection.transport is not None:
                     connection.transport.abort()
+            if self.http is not None:
+                await asyncio.sleep(0.05)  # HTTP handlers answered by the last pass write their answers
+                await self.http.stop()
             for server in (self._server, self._tls_server):
                 if server is not None:
                     await server.wait_closed()
@@ -281,6 +317,7 @@ def listening_line(broker: Broker) -> str:
     security = config.security
     tls = f"tls_port={broker.tls_port} " if broker.tls_port is not None else ""
     tls += f"udp_port={broker.udp_port} " if broker.udp_port is not None else ""
+    tls += f"sqs_port={broker.sqs_port} " if broker.sqs_port is not None else ""
     plaintext = "" if security.plaintext else "plaintext=off "
     auth = "auth=on " if security.auth_file else "auth=off "
     return (

@@ -8,7 +8,8 @@ hand) and read by `kittiwake broker --auth-file`:
       "users": {
         "alice": {
           "token_hash": "scrypt:16384:8:1:<salt, base64>:<hash, base64>",
-          "rights": {"alice.*": ["produce", "consume", "admin"], "shared.inbox": ["produce"]}
+          "rights": {"alice.*": ["produce", "consume", "admin"], "shared.inbox": ["produce"]},
+          "sqs_secret": "<optional: the secret access key of the SQS API>"
         }
       }
     }
@@ -18,6 +19,12 @@ A token is hashed with scrypt (n=16384, r=8, p=1, 32 bytes) and a random
 is slow to attack, and the broker runs the check in a small thread pool
 (`kittiwake.broker.auth`), never on its event loop. Generated tokens are 32
 random bytes (43 URL-safe characters), far beyond guessing.
+
+An `sqs_secret` (`kittiwake auth sqs-secret USER`) lets the user sign
+requests to the broker's SQS API (`--sqs-port`) with SigV4: access key id =
+the user name, secret access key = that secret. SigV4 checks a signature
+with the secret itself, so it is kept as it is, not hashed (AWS keeps its
+secret keys the same way): the file is then as sensitive as those keys.
 
 User names are 1..64 characters of `[A-Za-z0-9_.@-]`; a given token is 16..256
 printable ASCII characters. Rights map a queue pattern (see
@@ -142,6 +149,7 @@ class UserRecord:
     name: str
     token_hash: TokenHash
     grants: tuple[Grant, ...]
+    sqs_secret: str | None = None  # the SigV4 secret access key of the SQS API, if the user has one
 
     def rights_json(self) -> dict[str, list[str]]:
         return {
@@ -205,14 +213,20 @@ def parse_users(document: object) -> dict[str, UserRecord]:
         where = f"user {name!r}"
         if not isinstance(fields, dict):
             raise UserFileError(f"{where} must be a map with token_hash and rights")
-        unknown = set(fields) - {"token_hash", "rights"}
+        unknown = set(fields) - {"token_hash", "rights", "sqs_secret"}
         if unknown:
             raise UserFileError(f"{where} has unknown fields {sorted(unknown)}")
         try:
             token_hash = TokenHash.parse(fields.get("token_hash"))
         except UserFileError as exc:
             raise UserFileError(f"{where}: {exc}") from None
-        records[name] = UserRecord(name, token_hash, parse_grants(fields.get("rights", {}), where))
+        sqs_secret = fields.get("sqs_secret")
+        if sqs_secret is not None:
+            try:
+                validate_token(sqs_secret)
+            except UserFileError as exc:
+                raise UserFileError(f"{where}: sqs_secret: {exc}") from None
+        records[name] = UserRecord(name, token_hash, parse_grants(fields.get("rights", {}), where), sqs_secret)
     return records
 
 
@@ -236,7 +250,8 @@ def dump_users(users: Mapping[str, UserRecord]) -> str:
     document: dict[str, Any] = {
         "kittiwake_auth": FORMAT_VERSION,
         "users": {
-            name: {"token_hash": record.token_hash.encode(), "rights": record.rights_json()}
+            name: {"token_hash": record.token_hash.encode(), "rights": record.rights_json(),
+                   **({"sqs_secret": record.sqs_secret} if record.sqs_secret else {})}
             for name, record in sorted(users.items())
         },
     }

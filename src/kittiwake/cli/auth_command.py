@@ -3,11 +3,13 @@
     kittiwake auth add-user alice --rights 'alice.*=all' --file users.json
     kittiwake auth set-rights alice --rights 'alice.*=produce,consume' --file users.json
     kittiwake auth new-token alice --file users.json
+    kittiwake auth sqs-secret alice --file users.json
     kittiwake auth remove-user alice --file users.json
     kittiwake auth list-users --file users.json
 
 `add-user` and `new-token` print a generated token once (or take `--token`);
-only its scrypt hash is written. The file is replaced atomically with mode
+only its scrypt hash is written. `sqs-secret` prints a generated secret
+access key for the SQS API (`--sqs-port`), kept as it is in the file. The file is replaced atomically with mode
 0600, and a running broker picks the change up within a second. `--file`
 defaults to `$KITTIWAKE_AUTH_FILE`. See `kittiwake.broker.users` for the format.
 """
@@ -92,7 +94,8 @@ def set_rights(name: str, rights: tuple[str, ...], path: str) -> None:
         table = users.load_users(path)
         if name not in table:
             raise users.UserFileError(f"no user {name!r} in {path}")
-        table[name] = users.UserRecord(name, table[name].token_hash, users.parse_rights_options(rights))
+        table[name] = users.UserRecord(name, table[name].token_hash, users.parse_rights_options(rights),
+                                       table[name].sqs_secret)
         users.save_users(path, table)
     except users.UserFileError as exc:
         raise _fail(exc) from None
@@ -113,7 +116,7 @@ def new_token(name: str, token: str | None, path: str) -> None:
         if name not in table:
             raise users.UserFileError(f"no user {name!r} in {path}")
         secret = token if token is not None else users.new_token()
-        table[name] = users.UserRecord(name, users.TokenHash.of(secret), table[name].grants)
+        table[name] = users.UserRecord(name, users.TokenHash.of(secret), table[name].grants, table[name].sqs_secret)
         users.save_users(path, table)
     except users.UserFileError as exc:
         raise _fail(exc) from None
@@ -121,6 +124,35 @@ def new_token(name: str, token: str | None, path: str) -> None:
         _show_token(name, secret)
     else:
         say(f"token of {name} saved")
+
+
+@auth.command("sqs-secret")
+@click.argument("name")
+@click.option("--secret", help="Use this secret (16..256 printable characters) instead of a generated one.")
+@click.option("--remove", is_flag=True, help="Take the user's SQS secret away: its signatures stop working.")
+@file_option
+def sqs_secret(name: str, secret: str | None, remove: bool, path: str) -> None:
+    """Give user NAME a secret access key for the broker's SQS API (access key id = NAME)."""
+    users = _users_module()
+    try:
+        if secret is not None:
+            users.validate_token(secret)
+        table = users.load_users(path)
+        if name not in table:
+            raise users.UserFileError(f"no user {name!r} in {path}")
+        chosen = None if remove else (secret if secret is not None else users.new_token())
+        record = table[name]
+        table[name] = users.UserRecord(name, record.token_hash, record.grants, chosen)
+        users.save_users(path, table)
+    except users.UserFileError as exc:
+        raise _fail(exc) from None
+    if chosen is None:
+        say(f"SQS secret of {name} removed")
+    elif secret is None:
+        say(f"SQS secret access key of {name} (shown once, keep it secret): {chosen}")
+        say(f"use with: AWS_ACCESS_KEY_ID={name} AWS_SECRET_ACCESS_KEY=<the secret>, endpoint http://HOST:SQS_PORT")
+    else:
+        say(f"SQS secret of {name} saved")
 
 
 @auth.command("remove-user")

@@ -1,6 +1,6 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Nine subcommands, each starting its own broker on a throwaway directory:
+Eleven subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
@@ -11,10 +11,12 @@ its `--plot` is a bar chart of every system's drain rate and latency), `celery` 
 null tasks on the kombu transport `kittiwake://` and on Redis), `workers` (the App and
 `kittiwake worker` with its default flags: app.map drains, efficiency of sleeping tasks on slots,
 a mix of short and long tasks and its longest idle-while-waiting; its `--plot` draws the drains
-and each slot's timeline), `flows` (a three-input
-join, a Spark step's start, the main job's flow against one PySpark script) and `mapreduce`
+and each slot's timeline), `producer` (one thread through a batching producer, against
+`Client.enqueue` and Huey's single enqueue, and the producer's added latency), `flows` (a three-input
+join, a Spark step's start, the main job's flow against one PySpark script), `mapreduce`
 (grep, wordcount and sort on `kittiwake worker --node` commands against PySpark on the same
-gen-data input, MB/s against partition size; its `--plot` draws a panel per app). Each prints a
+gen-data input, MB/s against partition size; its `--plot` draws a panel per app) and `sqs` (boto3
+send → receive → delete against the broker's SQS API and moto_server in the same run). Each prints a
 table, and with `--json FILE` writes the report documented in `kittiwake.bench.report`; a latency
 CDF plot goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 """
@@ -44,6 +46,8 @@ from kittiwake.bench.settings import (
     MapReduceSettings,
     OpsSettings,
     PeersSettings,
+    ProducerBenchSettings,
+    QUICK_PRODUCER,
     ScaleSettings,
     TasksSettings,
     WORKERS_FIGURES,
@@ -54,6 +58,7 @@ from kittiwake.bench.settings import (
 # The defaults of every option (settings imports nothing of the benchmarks, so --help stays light).
 OPS, LATENCY, SCALE, TASKS, PEERS = OpsSettings(), LatencySettings(), ScaleSettings(), TasksSettings(), PeersSettings()
 FLOWS = FlowsSettings()
+PRODUCER = ProducerBenchSettings()
 CELERY = CelerySettings()
 WORKERS = WorkersSettings()
 
@@ -100,7 +105,7 @@ def _quick_default(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: ops, latency, scale, tasks, peers, celery, workers, flows, mapreduce (each on a fresh broker)."""
+    """Measure the broker: ops, latency, scale, tasks, peers, celery, workers, flows, mapreduce, sqs (each on a fresh broker)."""
 
 
 @bench.command("ops")
@@ -122,15 +127,19 @@ def bench() -> None:
               help="Run the broker on this store: sqlite://DIR or postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME]. "
               "It must hold no task; a directory or schema the benchmark creates is removed at the end. "
               "Default: a throwaway SQLite directory.")
+@click.option("--brokers", type=click.IntRange(1, 16), default=OPS.brokers, show_default=True,
+              help="Above 1 (a PostgreSQL --store): run the figures with one broker alone on the schema "
+              "(brokers=one), then with 1 … N brokers sharing it (brokers=many), each on a fresh schema "
+              "<schema>_one1, <schema>_many1, …; connection i talks to broker i mod N.")
 @_durability_option
 @_output_options
 def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues: int, processes: int,
-                only: tuple[str, ...], store_url: str | None, durability: str, json_path: str | None,
+                only: tuple[str, ...], store_url: str | None, brokers: int, durability: str, json_path: str | None,
                 plot: str | None, parent_dir: str | None) -> None:
     """TaskMaster §6 Table 1 on this machine: single-task and batched enqueue, lease + dequeue."""
     from kittiwake import errors
     from kittiwake.bench.bench_store import BenchStoreError
-    from kittiwake.bench.ops import run_ops
+    from kittiwake.bench.ops import run_ops, show_brokers
     from kittiwake.bench.report import print_machine, show_figures
     from kittiwake.store.location import parse_store_url
 
@@ -139,17 +148,24 @@ def ops_command(seconds: float, warmup: float, clients: int, batch: int, queues:
             parse_store_url(store_url)
         except ValueError as exc:
             raise click.BadParameter(f"--store {store_url!r}: {exc}", param_hint="--store") from None
+    if brokers > 1 and (store_url is None or parse_store_url(store_url).kind != "postgresql"):
+        raise click.BadParameter("several brokers share a PostgreSQL store: give --store postgresql://…",
+                                 param_hint="--brokers")
     console = _console()
     settings = OpsSettings(seconds=seconds, warmup_secs=warmup, clients=clients, batch=batch, queues=queues,
-                           processes=processes, durability=durability, only=only, store_url=store_url)
+                           processes=processes, durability=durability, only=only, store_url=store_url,
+                           brokers=brokers)
     try:
         report, measured = run_ops(settings, console, parent_dir=parent_dir)
     except (errors.StorageFailure, BenchStoreError) as exc:  # the store cannot be opened, or holds tasks
         what = exc.message if isinstance(exc, errors.KittiwakeError) else exc
         raise click.ClickException(f"--store: {what}") from None
-    store = report["settings"]["store"]
-    show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, {store}, "
-                 "×ref = vs TaskMaster Table 1", report["ops"])
+    for row in report.get("brokers") or [{"store": report["settings"]["store"], "ops": report["ops"]}]:
+        shared = f" — {row['brokers']} broker(s), brokers={row['mode']}" if "brokers" in row else ""
+        show_figures(console, f"kittiwake bench ops — {clients} clients, {durability}, {row['store']}{shared}, "
+                     "×ref = vs TaskMaster Table 1", row["ops"])
+    if "brokers" in report:
+        show_brokers(console, report)
     print_machine(console, report["machine"])
     _finish(console, report, measured, "kittiwake bench ops", json_path, plot)
 
@@ -266,6 +282,54 @@ def name_list(choices: tuple[str, ...], default: tuple[str, ...]) -> Callable[..
     return split
 
 
+@bench.command("producer")
+@click.option("--quick", is_flag=True, help="Small sizes everywhere, for a smoke test.")
+@click.option("--tasks", type=click.IntRange(1), default=None,
+              help=f"Tasks through the producer [default: {PRODUCER.tasks:,}; {QUICK_PRODUCER['tasks']:,} with --quick]")
+@click.option("--client-tasks", type=click.IntRange(1), default=None,
+              help=f"Tasks through Client.enqueue [default: {PRODUCER.client_tasks:,}]")
+@click.option("--huey-tasks", type=click.IntRange(1), default=None,
+              help=f"Huey single enqueues [default: {PRODUCER.huey_tasks:,}]")
+@click.option("--samples", type=click.IntRange(1), default=None,
+              help=f"Latency samples of each kind [default: {PRODUCER.samples:,}]")
+@click.option("--data-bytes", type=click.IntRange(0, 1 << 20), default=PRODUCER.data_bytes, show_default=True,
+              help="Data per task (Huey's payload too).")
+@click.option("--huey/--no-huey", default=True, show_default=True, help="Measure Huey on Redis too.")
+@click.option("--redis-url", default=PRODUCER.redis_url, show_default=True,
+              help="Huey's Redis database (claimed and emptied, as by bench peers).")
+@click.option("--udp/--no-udp", default=True, show_default=True,
+              help="Also enqueue over kwu:// through a lossy relay at 0%, 1.4% and 5% loss (as bench udp).")
+@click.option("--udp-seconds", type=click.FloatRange(0.1), default=None,
+              help="Load per UDP row [default: 5; 0.5 with --quick].")
+@_durability_option
+@_output_options
+def producer_command(quick: bool, tasks: int | None, client_tasks: int | None, huey_tasks: int | None,
+                     samples: int | None, data_bytes: int, huey: bool, redis_url: str, udp: bool,
+                     udp_seconds: float | None, durability: str,
+                     json_path: str | None, plot: str | None, parent_dir: str | None) -> None:
+    """One thread through a batching producer: tasks/s vs Client.enqueue and Huey, its added latency,
+    and enqueues over UDP under loss."""
+    from kittiwake.bench.producer import run_producer, show
+    from kittiwake.bench.report import print_machine, write_json
+
+    base = replace(PRODUCER, **QUICK_PRODUCER) if quick else PRODUCER
+    chosen = {"tasks": tasks, "client_tasks": client_tasks, "huey_tasks": huey_tasks, "samples": samples}
+    settings = replace(base, **{key: value for key, value in chosen.items() if value is not None},
+                       data_bytes=data_bytes, huey=huey, redis_url=redis_url, durability=durability)
+    console = _console()
+    report = run_producer(settings, console, parent_dir=parent_dir)
+    show(console, report)
+    if udp:
+        from kittiwake.bench.udp_loss import UdpLossSettings, measure, table
+
+        seconds = udp_seconds if udp_seconds is not None else (0.5 if quick else UdpLossSettings().seconds)
+        report["udp"] = measure(UdpLossSettings(seconds=seconds, durability=durability), parent_dir=parent_dir)
+        console.print(table(report["udp"]))
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
+
+
 @bench.command("peers")
 @click.option("--tasks", type=click.IntRange(1), default=PEERS.tasks, show_default=True,
               help="The drain's backlog: --submits of them one by one, the rest through each bulk API.")
@@ -288,6 +352,10 @@ def name_list(choices: tuple[str, ...], default: tuple[str, ...]) -> Callable[..
               help="The PostgreSQL database of pgqueuer; its objects go to a schema of this run's own.")
 @click.option("--max-drain-secs", type=click.FloatRange(1.0), default=PEERS.max_drain_secs, show_default=True,
               help="A drain still running after this is reported as partial, at the rate it reached.")
+@click.option("--kittiwake-store", "kittiwake_store", metavar="URL", default=None,
+              help="Run Kittiwake's broker on this store, e.g. postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME] "
+              "beside pgqueuer on the same server. It must hold no task; a schema the run creates is dropped. "
+              "Default: a throwaway SQLite directory.")
 @click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
               help="Where to create the throwaway directory (default: the system temp dir).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
@@ -295,18 +363,25 @@ def name_list(choices: tuple[str, ...], default: tuple[str, ...]) -> Callable[..
 @click.option("--json", "--json-out", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the report as JSON to FILE ('-' for stdout).")
 def peers_command(tasks: int, submits: int, threaded_submits: int, latency_samples: int, latency_gap_secs: float, peers: tuple[str, ...],
-                  processes: int, redis_url: str, pg_dsn: str, max_drain_secs: float, parent_dir: str | None,
-                  plot: str | None, json_path: str | None) -> None:
+                  processes: int, redis_url: str, pg_dsn: str, max_drain_secs: float, kittiwake_store: str | None,
+                  parent_dir: str | None, plot: str | None, json_path: str | None) -> None:
     """Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer: submit, drain, latency."""
     from kittiwake.bench.peers.run import run_peers
     from kittiwake.bench.peers.show import show, write_chart
     from kittiwake.bench.report import plot_path, print_machine, write_json
+    from kittiwake.store.location import parse_store_url
 
+    if kittiwake_store is not None:
+        try:
+            parse_store_url(kittiwake_store)
+        except ValueError as exc:
+            raise click.BadParameter(f"{kittiwake_store!r}: {exc}", param_hint="--kittiwake-store") from None
     console = _console()
     settings = PeersSettings(tasks=tasks, submits=min(submits, tasks), threaded_submits=threaded_submits,
                              latency_samples=latency_samples,
                              latency_gap_secs=latency_gap_secs, peers=peers, processes=processes,
-                             redis_url=redis_url, pg_dsn=pg_dsn, max_drain_secs=max_drain_secs)
+                             redis_url=redis_url, pg_dsn=pg_dsn, max_drain_secs=max_drain_secs,
+                             kittiwake_store=kittiwake_store)
     report = run_peers(settings, console, parent_dir=parent_dir)
     show(console, report)
     print_machine(console, report["machine"])
@@ -548,7 +623,44 @@ def mapreduce_command(app_name: str, size: int, partition_sizes: tuple[int, ...]
             console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot])")
 
 
-@bench.command("udp", hidden=True)
+@bench.command("sqs")
+@click.option("--seconds", type=click.FloatRange(0.1), default=5.0, show_default=True,
+              help="Measured seconds per figure and system.")
+@click.option("--warmup", type=click.FloatRange(0.0), default=1.0, show_default=True,
+              help="Unmeasured seconds before each figure.")
+@click.option("--processes", type=click.IntRange(1, 64), default=2, show_default=True, help="Load processes.")
+@click.option("--threads", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="Threads per load process, each with its own boto3 client.")
+@click.option("--only", multiple=True, type=click.Choice(("single", "batch")),
+              help="Run only this figure (repeatable).")
+@_durability_option
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the report as JSON to FILE ('-' for stdout).")
+@click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
+              help="Where to create the broker's throwaway directory (default: the system temp dir).")
+def sqs_command(seconds: float, warmup: float, processes: int, threads: int, only: tuple[str, ...],
+                durability: str, json_path: str | None, parent_dir: str | None) -> None:
+    """boto3 send → receive → delete against Kittiwake's SQS API and moto_server, same run; ×ref = vs moto_server."""
+    from kittiwake.bench.report import print_machine, show_figures, write_json
+
+    try:
+        from kittiwake.bench.sqs import FIGURES, SqsBenchSettings, run_sqs
+        import boto3  # noqa: F401
+        import moto.server  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(f"{exc.name} is missing: pip install 'kittiwake[sqs]'") from None
+    console = _console()
+    settings = SqsBenchSettings(seconds=seconds, warmup_secs=warmup, processes=processes, threads=threads,
+                                durability=durability, figures=only or FIGURES)
+    report = run_sqs(settings, parent_dir=parent_dir)
+    show_figures(console, f"kittiwake bench sqs — {processes}×{threads} boto3 clients, {durability}, "
+                 "tasks/s = messages sent, received and deleted, ×ref = vs moto_server", report["sqs"])
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
+
+
+@bench.command("udp")
 @click.option("--seconds", type=click.FloatRange(0.1), default=5.0, show_default=True, help="Load per row.")
 @click.option("--threads", type=click.IntRange(1, 1024), default=16, show_default=True,
               help="Threads sharing one UDP client (requests in flight).")

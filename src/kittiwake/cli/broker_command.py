@@ -3,7 +3,8 @@
 `--store postgresql://…`, `kittiwake.store.location`).
 
 Prints one line to stdout once it listens — `kittiwake broker listening on
-HOST:PORT [tls_port=N] [plaintext=off] auth=on|off data=DIR|store=URL durability=MODE` —
+HOST:PORT [tls_port=N] [udp_port=N] [sqs_port=N] [plaintext=off] auth=on|off data=DIR|store=URL
+durability=MODE` —
 and logs to stderr. HOST:PORT is the plaintext port, or the TLS port when
 the plaintext port is off. A store that cannot be opened (a server down, a bad
 URL, a schema of a newer version) is one line on stderr and exit status 1.
@@ -77,6 +78,10 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
                    "from connections in the middle of a frame until frames complete (at least one max frame).")
 @click.option("--udp-port", type=click.IntRange(0, 65535), default=None,
               help="Also serve kwu:// (UDP datagrams) on this port; 0 picks a free one. Off by default.")
+@click.option("--sqs-port", type=click.IntRange(0, 65535), default=None,
+              help="Also serve the SQS API (AWS JSON 1.0 over HTTP: boto3, the AWS CLI) on this port; "
+              "0 picks a free one. Off by default. With --auth-file, requests must be signed with a user's SQS "
+              "secret (kittiwake auth sqs-secret USER); without, no signature is checked.")
 @click.pass_context
 def broker(
     ctx: click.Context,
@@ -100,6 +105,7 @@ def broker(
     idle_timeout_secs: float,
     max_buffered_mb: int,
     udp_port: int | None,
+    sqs_port: int | None,
 ) -> None:
     """Run a broker on the embedded store (or --store) until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
@@ -125,6 +131,7 @@ def broker(
             idle_timeout_secs=idle_timeout_secs,
             max_buffered_mb=max_buffered_mb,
             udp_port=udp_port,
+            sqs_port=sqs_port,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
@@ -140,3 +147,22 @@ def broker(
         click.echo(f"kittiwake broker: cannot start: {what}{why}", err=True)
         sys.exit(1)
     sys.exit(status)
+
+
+def _sqs_command() -> click.Command:
+    """`kittiwake sqs`: the broker with its SQS API on (port 9324, the port SQS emulators use)."""
+    params = []
+    for param in broker.params:
+        if param.name == "sqs_port":
+            param = click.Option(["--sqs-port"], type=click.IntRange(0, 65535), default=DEFAULT_SQS_PORT,
+                                 show_default=True, help="Port of the SQS API; 0 picks a free one.")
+        params.append(param)
+    return click.Command(
+        "sqs", callback=broker.callback, params=params,
+        help="Run a broker with its SQS API on (as `kittiwake broker --sqs-port 9324`): point boto3 or the AWS CLI "
+        "at http://HOST:9324.",
+    )
+
+
+DEFAULT_SQS_PORT = 9324
+sqs = _sqs_command()

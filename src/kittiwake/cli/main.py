@@ -19,6 +19,7 @@ from kittiwake.client.url import URL_ENV
 
 LAZY_COMMANDS = {
     "broker": "kittiwake.cli.broker_command:broker",
+    "sqs": "kittiwake.cli.broker_command:sqs",
     "demo": "kittiwake.cli.demo_command:demo",
     "bench": "kittiwake.cli.bench_command:bench",
     "worker": "kittiwake.cli.worker_command:worker",

@@ -7,6 +7,9 @@ share (single item vs batch, errors, timeouts, reconnects).
 """
 
 from kittiwake.client.async_client import AsyncClient
+from kittiwake.client.async_producer import AsyncProducer, AsyncSending
+from kittiwake.client.producer import Producer, ProducerStats, Sending
+from kittiwake.client.producer_settings import ProducerSettings
 from kittiwake.client.sync_client import Client
 from kittiwake.client.url import DEFAULT_URL, URL_ENV, BrokerAddress, parse_url
 from kittiwake.model import LeaseRef
@@ -24,6 +27,8 @@ from kittiwake.protocol.replies import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncProducer",
+    "AsyncSending",
     "BrokerAddress",
     "Client",
     "DEFAULT_URL",
@@ -33,8 +38,12 @@ __all__ = [
     "LeaseRef",
     "LeaseSample",
     "LeasedTask",
+    "Producer",
+    "ProducerSettings",
+    "ProducerStats",
     "QueueInfo",
     "QueueStats",
+    "Sending",
     "TaskView",
     "URL_ENV",
     "UpdateResult",

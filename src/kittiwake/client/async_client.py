@@ -24,6 +24,14 @@ from typing import Any, TypeVar, overload
 from kittiwake import errors
 from kittiwake.client import calls
 from kittiwake.client.async_connection import AsyncConnection
+from kittiwake.client.async_producer import AsyncProducer
+from kittiwake.client.producer_settings import (
+    DEFAULT_LINGER_MS,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BATCH_TASKS,
+    DEFAULT_MAX_BUFFER_TASKS,
+    ProducerSettings,
+)
 from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS, next_delay_secs
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
 from kittiwake.client.pool import MAX_CONNECT_ATTEMPT_SECS, MAX_UNSENT_RETRIES
@@ -203,6 +211,27 @@ class AsyncClient:
             unless=unless,
         )
         return await self._run(call, timeout)
+
+    def producer(
+        self,
+        *,
+        linger_ms: float = DEFAULT_LINGER_MS,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        max_batch_tasks: int = DEFAULT_MAX_BATCH_TASKS,
+        max_buffer_tasks: int = DEFAULT_MAX_BUFFER_TASKS,
+        block: bool = True,
+    ) -> AsyncProducer:
+        """A batching producer on this client's connection (`kittiwake.client.async_producer`); the
+        settings of `Client.producer`. Call it inside the event loop that will use it:
+        ``async with client.producer() as producer: await producer.enqueue(queue, data)``."""
+        settings = ProducerSettings(
+            linger_ms=linger_ms,
+            max_batch_bytes=max_batch_bytes,
+            max_batch_tasks=max_batch_tasks,
+            max_buffer_tasks=max_buffer_tasks,
+            block=block,
+        )
+        return AsyncProducer(self, settings)
 
     async def enqueue_many(
         self, tasks: Iterable[TaskLike], *, timeout: float | None = None

@@ -135,6 +135,32 @@ class BlockingConnection:
             self.abort()
             raise
 
+    # ------------------------------------------------ pipelined use (the batching producer)
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def send_frame(self, frame: bytes) -> None:
+        """Write one framed request without waiting for its reply (`NotSent` if it did not leave whole)."""
+        self._send(frame, None)
+
+    def read_replies(self) -> list[ReplyEnvelope]:
+        """The replies one read brings (call it when the socket is readable); ConnectionLost if it broke."""
+        try:
+            self._sock.settimeout(None)
+            data = self._sock.recv(READ_CHUNK_BYTES)
+        except OSError as exc:
+            self.close()
+            raise errors.ConnectionLost(f"connection to {self.address} broke: {exc}; outcome unknown") from None
+        if not data:
+            self.close()
+            raise errors.ConnectionLost(f"{self.address} closed the connection; outcome unknown")
+        try:
+            return [decode_envelope(body) for body in self._frames.feed(data)]
+        except errors.KittiwakeError:
+            self.close()
+            raise
+
     def _send(self, frame: bytes, timeout_secs: float | None) -> None:
         try:
             self._sock.settimeout(timeout_secs)

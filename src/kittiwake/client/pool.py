@@ -88,6 +88,13 @@ class ConnectionPool:
             "the request was not sent"
         )
 
+    def open_connection(self) -> BlockingConnection:
+        """A new connection of the caller's own, never pooled (retried with backoff as any connect)."""
+        with self._lock:
+            if self._closed:
+                raise errors.BrokerUnreachable("the client is closed")
+        return self._connect()
+
     def _take(self) -> BlockingConnection:
         while True:
             with self._lock:

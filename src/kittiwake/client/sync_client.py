@@ -26,6 +26,14 @@ from kittiwake.client import calls
 from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
 from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
+from kittiwake.client.producer import Producer
+from kittiwake.client.producer_settings import (
+    DEFAULT_LINGER_MS,
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_BATCH_TASKS,
+    DEFAULT_MAX_BUFFER_TASKS,
+    ProducerSettings,
+)
 from kittiwake.protocol.replies import (
     DeadLetterPage,
     EnqueueOutcome,
@@ -149,6 +157,34 @@ class Client:
         """Add many tasks in one request; each is a `NewTask` or a map with the
         keyword names of `enqueue` plus `queue` and `data`. One outcome per task, in order."""
         return self._run(calls.enqueue_many(tasks), timeout)
+
+    def producer(
+        self,
+        *,
+        linger_ms: float = DEFAULT_LINGER_MS,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        max_batch_tasks: int = DEFAULT_MAX_BATCH_TASKS,
+        max_buffer_tasks: int = DEFAULT_MAX_BUFFER_TASKS,
+        block: bool = True,
+    ) -> Producer:
+        """A batching producer on a connection of its own (`kittiwake.client.producer`).
+
+        `producer.enqueue(queue, data, **options)` takes the options of `enqueue` and returns at
+        once; `.sent(timeout)` on its result waits until the task is durable and returns its
+        `EnqueueOutcome`. A batch goes out when nothing is in flight, when it holds
+        `max_batch_tasks` tasks or `max_batch_bytes` bytes, when its oldest task waited
+        `linger_ms` behind the batch in flight, or when a reply arrives. At most
+        `max_buffer_tasks` tasks are held: then `enqueue` blocks, or raises PRODUCER_FULL with
+        `block=False`. `flush()` waits for everything so far; use it as a context manager (exit:
+        flush, then close)."""
+        settings = ProducerSettings(
+            linger_ms=linger_ms,
+            max_batch_bytes=max_batch_bytes,
+            max_batch_tasks=max_batch_tasks,
+            max_buffer_tasks=max_buffer_tasks,
+            block=block,
+        )
+        return Producer(self._pool, settings)
 
     # ------------------------------------------------------------- consuming
 

@@ -5,12 +5,14 @@ the same columns, indexes and generations (`postgres_statements`), in a
 schema of its own, over one connection (psycopg 3).
 
 Group commit. Writes are buffered in Python as in the SQLite store. A flush
-turns each run of mutations of one kind into ONE statement over arrays
-(`unnest`), and sends the runs, the read that caused the flush, or the
-`COMMIT`, in one pipeline: a batch of requests costs one round trip to commit,
-however many mutations it holds. Between commits the connection holds one
-open transaction (opened by the first flushed write); reads with nothing
-buffered run on their own, outside any transaction.
+turns the mutations of each kind into ONE statement over arrays (`unnest`),
+reordered across kinds only where no row's own writes change order (`_flush`),
+and sends them, the read that caused the flush, or the `COMMIT`, in one
+pipeline: a batch of requests costs one round trip to commit, however many
+mutations it holds. Between commits the connection holds one open transaction
+(opened by the first flushed write); reads with nothing buffered run on their
+own, outside any transaction. A read of rows no buffered write touches (an
+enqueue asking whether its pid exists) does not flush the buffer.
 
 Durability and isolation. A commit returns once PostgreSQL reports it:
 
@@ -158,6 +160,11 @@ def _last_per_key(rows: list[tuple], key_width: int) -> list[tuple]:
     return list(by_key.values()) if len(by_key) < len(rows) else rows
 
 
+# the order a flush sends each kind of write in, within a segment (see `_flush`)
+_KIND_ORDER = (PutTask, SetLease, SetWaiting, DeleteTask, PutEdge, DeleteEdges, SetCounter)
+_KIND_RANK = {kind: rank for rank, kind in enumerate(_KIND_ORDER)}
+
+
 def _columns(rows: list[tuple]) -> list[list[Any]]:
     """Rows as one list per column: the arrays `unnest` takes."""
     return [list(column) for column in zip(*rows)]
@@ -194,6 +201,10 @@ class PostgresStore:
         self.durability = durability
         self.connect_timeout_secs = connect_timeout_secs
         self._pending: list[Mutation] = []
+        # what the buffered writes touch, so that a read of other rows need not flush them
+        self._pending_rows: set[tuple[str, str]] = set()  # (queue, pid) of task rows written
+        self._pending_queues: set[str] = set()  # queues with a task row written or dropped
+        self._pending_drops: set[str] = set()  # queues dropped
         self._in_transaction = False
         self.commits = 0
         self.brokers = brokers
@@ -289,15 +300,36 @@ class PostgresStore:
     # -------------------------------------------------------------- writes
 
     def write(self, mutations: Sequence[Mutation]) -> None:
-        # a PutTask holds the caller's Task, which it may change before the flush: keep it as written
-        self._pending.extend(PutTask(snapshot(m.task)) if type(m) is PutTask else m for m in mutations)
+        pending, rows, queues = self._pending, self._pending_rows, self._pending_queues
+        for mutation in mutations:
+            kind = type(mutation)
+            if kind is PutTask:
+                # a PutTask holds the caller's Task, which it may change before the flush: keep it as written
+                task = snapshot(mutation.task)  # type: ignore[union-attr]
+                pending.append(PutTask(task))
+                rows.add((task.queue, task.pid))
+                queues.add(task.queue)
+                continue
+            pending.append(mutation)
+            if kind is SetLease or kind is DeleteTask or kind is SetWaiting:
+                rows.add((mutation.queue, mutation.pid))  # type: ignore[union-attr]
+                queues.add(mutation.queue)  # type: ignore[union-attr]
+            elif kind is DropQueue:
+                queues.add(mutation.queue)  # type: ignore[union-attr]
+                self._pending_drops.add(mutation.queue)  # type: ignore[union-attr]
+
+    def _forget_pending(self) -> None:
+        self._pending = []
+        self._pending_rows = set()
+        self._pending_queues = set()
+        self._pending_drops = set()
 
     def _flush(self) -> None:
         """Send every buffered write, inside the open transaction; call within a pipeline."""
         pending = self._pending
         if not pending:
             return
-        self._pending = []
+        self._forget_pending()
         db = self._db
         if not self._in_transaction:
             db.execute("BEGIN")
@@ -305,69 +337,87 @@ class PostgresStore:
         gens = self._gens
         if self.shared:
             self._note_written(pending)
-        run_kind: type | None = None
-        run: list[tuple] = []
+        # One statement per kind for a whole segment of writes, not per run: a pass interleaves
+        # kinds (a lease's SetLease, the next request's DeleteTask), and each statement costs the
+        # server a plan and an execution. Writes to different rows commute, so a segment takes
+        # a write unless its row already holds a write of a kind sent later (`_KIND_ORDER`): the
+        # writes to each row then run in the order they were made. A DropQueue ends a segment.
+        segment: dict[type, list[tuple]] = {}
+        touched: dict[tuple, int] = {}  # row key -> latest kind rank in the segment
         shrunk: set[tuple[str, int]] = set()
 
-        def flush_run() -> None:
-            if not run:
-                return
-            if run_kind is PutTask:
-                db.execute(sql.PUT_TASKS, _columns(_last_per_key(run, 3)))
-            elif run_kind is DeleteTask:
-                db.execute(sql.DELETE_TASKS, _columns(run))
-                shrunk.update(row[:2] for row in run)
-            elif run_kind is SetLease:
-                db.execute(sql.SET_LEASES, _columns(_last_per_key(run, 3)))
-            elif run_kind is SetWaiting:
-                db.execute(sql.SET_WAITING, _columns(_last_per_key(run, 3)))
-            elif run_kind is SetCounter:
-                db.execute(sql.SET_COUNTERS, _columns(run))
-            elif run_kind is PutEdge:
-                db.execute(sql.PUT_EDGES, _columns(run))
-            elif run_kind is DeleteEdges:
-                db.execute(sql.DELETE_EDGES, _columns(run))
-            run.clear()
+        def send() -> None:
+            for kind in _KIND_ORDER:
+                rows = segment.get(kind)
+                if not rows:
+                    continue
+                if kind is PutTask:
+                    db.execute(sql.PUT_TASKS, _columns(_last_per_key(rows, 3)))
+                elif kind is SetLease:
+                    db.execute(sql.SET_LEASES, _columns(_last_per_key(rows, 3)))
+                elif kind is SetWaiting:
+                    db.execute(sql.SET_WAITING, _columns(_last_per_key(rows, 3)))
+                elif kind is DeleteTask:
+                    db.execute(sql.DELETE_TASKS, _columns(rows))
+                    shrunk.update(row[:2] for row in rows)
+                elif kind is PutEdge:
+                    db.execute(sql.PUT_EDGES, _columns(rows))
+                elif kind is DeleteEdges:
+                    db.execute(sql.DELETE_EDGES, _columns(rows))
+                else:
+                    db.execute(sql.SET_COUNTERS, _columns(rows))
+            segment.clear()
+            touched.clear()
 
         for mutation in pending:
             kind = type(mutation)
-            if kind is not run_kind:
-                flush_run()
-                run_kind = kind
             if kind is PutTask:
                 t = mutation.task
-                run.append((
+                row: tuple = (
                     t.queue, gens.get(t.queue, 0), t.pid, t.data, t.enqueued_at, t.sender, t.receiver,
                     encode_headers(t.headers) if t.headers else None, t.max_attempts, t.attempts,
                     t.deliveries, t.lease_id, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at,
                     t.waiting_on, t.children, t.progress, _note(t.note),
-                ))
+                )
+                key: tuple | None = row[:3]
             elif kind is SetLease:
                 m = mutation
-                run.append((
+                row = (
                     m.queue, gens.get(m.queue, 0), m.pid, m.attempts, m.deliveries, m.lease_id, m.lease_owner,
                     m.lease_peer, m.leased_at, m.lease_expires_at, m.progress, _note(m.note),
-                ))
+                )
+                key = row[:3]
             elif kind is DeleteTask:
-                run.append((mutation.queue, gens.get(mutation.queue, 0), mutation.pid))
+                row = (mutation.queue, gens.get(mutation.queue, 0), mutation.pid)
+                key = row
             elif kind is SetWaiting:
                 m = mutation
-                run.append((m.queue, gens.get(m.queue, 0), m.pid, m.waiting_on, m.children))
+                row = (m.queue, gens.get(m.queue, 0), m.pid, m.waiting_on, m.children)
+                key = row[:3]
             elif kind is SetCounter:
-                run.append((mutation.name, mutation.value))
+                row, key = (mutation.name, mutation.value), None  # counters only grow: any order
             elif kind is PutEdge:
                 m = mutation
-                run.append((m.queue, m.pid, m.child_queue, m.child_pid))
+                row = (m.queue, m.pid, m.child_queue, m.child_pid)
+                key = ("edges", m.queue, m.pid)
             elif kind is DeleteEdges:
-                run.append((mutation.queue, mutation.pid))
+                row = (mutation.queue, mutation.pid)
+                key = ("edges", mutation.queue, mutation.pid)
             else:
                 assert isinstance(mutation, DropQueue)
+                send()
                 gen = gens.get(mutation.queue, 0) + 1
                 gens[mutation.queue] = gen
                 db.execute(sql.SET_GENERATION, (mutation.queue, gen))
                 db.execute(sql.DROP_QUEUE_SIZES, (mutation.queue, gen))
-                run_kind = None
-        flush_run()
+                continue
+            if key is not None:
+                rank = _KIND_RANK[kind]
+                if touched.get(key, rank) > rank:
+                    send()
+                touched[key] = rank
+            segment.setdefault(kind, []).append(row)
+        send()
         if shrunk:
             db.execute(sql.FORGET_EMPTY_QUEUE_SIZES, _columns(sorted(shrunk)))
 
@@ -385,6 +435,13 @@ class PostgresStore:
             if queue not in self.claimed:
                 raise RuntimeError(f"a write to queue {queue!r}, which this broker has not claimed")
             written.add(queue)
+
+    def _flush_in_transaction(self) -> None:
+        """`_flush`, and open the transaction even when nothing was buffered; within a pipeline."""
+        self._flush()
+        if not self._in_transaction:
+            self._db.execute("BEGIN")
+            self._in_transaction = True
 
     def commit(self) -> None:
         written: set[str] = set()
@@ -445,29 +502,34 @@ class PostgresStore:
 
     def rollback(self) -> None:
         """Forget writes since the last commit; a broken connection is replaced by a new one."""
-        self._pending = []
+        self._forget_pending()
         self._in_transaction = False
         self._end_transaction(set())
         self._versions.clear()  # the broker rebuilds its engine from reads made without locks
         try:
-            db = self._db
-            if db is None or db.closed or db.broken:
+            try:
+                db = self._db
+                if db is None or db.closed or db.broken or db.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
+                    raise psycopg.OperationalError("the connection is not usable")
+                if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    db.execute("ROLLBACK")
+            except psycopg.Error:
+                # broken, or left in pipeline mode by a connection cut mid-commit (where no statement
+                # gets through any more, and psycopg does not call it broken): a new connection
                 self._close_quietly()
                 self._db = self._connect()
-            elif db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                db.execute("ROLLBACK")
             self._gens = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
         except psycopg.Error as exc:
             raise _failure(exc) from exc
 
     # --------------------------------------------------------------- reads
 
-    def _read(self, statement: str, params: tuple | dict[str, Any]) -> list[tuple]:
-        """Flush buffered writes and run one query, in one round trip. Named `params` with a
-        "queue" get its current generation as "gen", known once the writes are flushed (they may
-        drop the queue)."""
+    def _read(self, statement: str, params: tuple | dict[str, Any], flush: bool = True) -> list[tuple]:
+        """Flush buffered writes (unless `flush` is false: they touch no row the query reads) and
+        run one query, in one round trip. Named `params` with a "queue" get its current generation
+        as "gen", known once the writes are flushed (they may drop the queue)."""
         try:
-            if self._pending:
+            if self._pending and flush:
                 with self._db.pipeline():
                     self._flush()
                     cursor = self._db.execute(statement, self._with_gen(params))
@@ -484,7 +546,8 @@ class PostgresStore:
     def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
         if "\x00" in after_pid:
             after_pid = _below_nul(after_pid)
-        rows = self._read(sql.LOAD_AVAILABLE, {"queue": queue, "after": after_pid, "now": now, "limit": limit})
+        rows = self._read(sql.LOAD_AVAILABLE, {"queue": queue, "after": after_pid, "now": now, "limit": limit},
+                          flush=queue in self._pending_queues)
         return [_task(row) for row in rows]
 
     def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
@@ -498,14 +561,18 @@ class PostgresStore:
     def load_task(self, queue: str, pid: str) -> Task | None:
         if "\x00" in pid:
             return None  # no pid holds NUL
-        rows = self._read(sql.LOAD_TASK, {"queue": queue, "pid": pid})
+        # an enqueue with a pid asks whether it exists: most often a row no buffered write touches
+        touched = (queue, pid) in self._pending_rows or queue in self._pending_drops
+        rows = self._read(sql.LOAD_TASK, {"queue": queue, "pid": pid}, flush=touched)
         return _task(rows[0]) if rows else None
 
     def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
         if from_pid is not None and "\x00" in from_pid:
-            rows = self._read(sql.SCAN_AFTER, {"queue": queue, "after": _below_nul(from_pid), "limit": limit})
+            rows = self._read(sql.SCAN_AFTER, {"queue": queue, "after": _below_nul(from_pid), "limit": limit},
+                              flush=queue in self._pending_queues)
         else:
-            rows = self._read(sql.SCAN_FROM, {"queue": queue, "from": from_pid or "", "limit": limit})
+            rows = self._read(sql.SCAN_FROM, {"queue": queue, "from": from_pid or "", "limit": limit},
+                              flush=queue in self._pending_queues)
         return [_task(row) for row in rows]
 
     def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
@@ -530,10 +597,7 @@ class PostgresStore:
             self._check_presence()
             db = self._db
             with db.pipeline():
-                self._flush()
-                if not self._in_transaction:
-                    db.execute("BEGIN")
-                    self._in_transaction = True
+                self._flush_in_transaction()
                 db.execute(sql.LOCK_QUEUES, (self._lock_space, new))
                 cursor = db.execute(sql.QUEUE_VERSIONS, (new,))
             rows = cursor.fetchall()
@@ -591,14 +655,11 @@ class PostgresStore:
         try:
             db = self._db
             with db.pipeline():
-                self._flush()
-                if not self._in_transaction:
-                    db.execute("BEGIN")
-                    self._in_transaction = True
+                self._flush_in_transaction()
                 reaped = db.execute(sql.REAP_STALE_ROWS, (limit,))
             count = reaped.rowcount
             if count < limit:
-                for (queue,) in db.execute(sql.FORGET_EMPTY_GENERATIONS, (limit,)).fetchall():
+                for (queue,) in db.execute(sql.FORGET_EMPTY_GENERATIONS, (self._lock_space, limit)).fetchall():
                     self._gens.pop(queue, None)
             return count
         except psycopg.Error as exc:
@@ -606,7 +667,7 @@ class PostgresStore:
 
     def close(self) -> None:
         """Close the connections. Writes since the last commit are discarded, as in a crash."""
-        self._pending = []
+        self._forget_pending()
         try:
             if self._transaction_open():
                 self._db.execute("ROLLBACK")

@@ -9,14 +9,15 @@ hold NUL, which PostgreSQL text cannot; times are float8, counts bigint.
 
 Every write statement takes one array per column and applies a whole run of
 mutations of one kind (`unnest`), so a flush is a handful of statements sent
-in one pipeline. Puts and deletes keep `queue_sizes` in the same statement
+in one pipeline. Their parameters are sent in binary (`%b`): no text escaping
+of each task's bytes, and no parsing of the text on the server. Puts and deletes keep `queue_sizes` in the same statement
 (a data-modifying CTE), so the sizes are exact and kept by the server.
 
 The statements name no schema: the store sets `search_path` to its own.
 `schema_version` holds the version; `MIGRATIONS[v]` takes version v - 1 to v.
 
 Several brokers (version 2): `queue_versions` holds, per queue, the version
-its last committing broker wrote (`postgres_sharing` says how the versions and
+its last committing broker wrote (the `postgres` module says how the versions and
 the advisory locks keep each broker's cache right); `broker_incarnations`
 numbers broker starts, so that no two commits ever write the same version.
 """
@@ -109,9 +110,9 @@ PUT_TASKS = (
     "WITH put AS (INSERT INTO tasks (queue, gen, pid, data, enqueued_at, sender, receiver, headers, "
     "max_attempts, attempts, deliveries, lease_id, lease_owner, lease_peer, leased_at, lease_expires_at, "
     "waiting_on, children, progress, note) "
-    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bytea[], %s::float8[], %s::text[], "
-    "%s::text[], %s::bytea[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::text[], %s::text[], "
-    "%s::float8[], %s::float8[], %s::bigint[], %s::bigint[], %s::float8[], %s::bytea[]) "
+    "SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::bytea[], %b::float8[], %b::text[], "
+    "%b::text[], %b::bytea[], %b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], %b::text[], %b::text[], "
+    "%b::float8[], %b::float8[], %b::bigint[], %b::bigint[], %b::float8[], %b::bytea[]) "
     "ON CONFLICT (queue, gen, pid) DO UPDATE SET data = excluded.data, enqueued_at = excluded.enqueued_at, "
     "sender = excluded.sender, receiver = excluded.receiver, headers = excluded.headers, "
     "max_attempts = excluded.max_attempts, attempts = excluded.attempts, deliveries = excluded.deliveries, "
@@ -129,7 +130,7 @@ PUT_TASKS = (
 )
 
 DELETE_TASKS = (
-    "WITH gone AS (DELETE FROM tasks t USING unnest(%s::text[], %s::bigint[], %s::text[]) AS k(queue, gen, pid) "
+    "WITH gone AS (DELETE FROM tasks t USING unnest(%b::text[], %b::bigint[], %b::text[]) AS k(queue, gen, pid) "
     "WHERE t.queue = k.queue AND t.gen = k.gen AND t.pid = k.pid RETURNING t.queue, t.gen) "
     "UPDATE queue_sizes s SET size = s.size - c.n "
     "FROM (SELECT queue, gen, count(*) AS n FROM gone GROUP BY queue, gen) AS c "
@@ -137,7 +138,7 @@ DELETE_TASKS = (
 )
 
 FORGET_EMPTY_QUEUE_SIZES = (
-    "DELETE FROM queue_sizes s USING unnest(%s::text[], %s::bigint[]) AS k(queue, gen) "
+    "DELETE FROM queue_sizes s USING unnest(%b::text[], %b::bigint[]) AS k(queue, gen) "
     "WHERE s.queue = k.queue AND s.gen = k.gen AND s.size <= 0"
 )
 
@@ -145,8 +146,8 @@ SET_LEASES = (
     "UPDATE tasks t SET attempts = k.attempts, deliveries = k.deliveries, lease_id = k.lease_id, "
     "lease_owner = k.lease_owner, lease_peer = k.lease_peer, leased_at = k.leased_at, "
     "lease_expires_at = k.lease_expires_at, progress = k.progress, note = k.note "
-    "FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::text[], "
-    "%s::text[], %s::float8[], %s::float8[], %s::float8[], %s::bytea[]) "
+    "FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::bigint[], %b::bigint[], %b::bigint[], %b::text[], "
+    "%b::text[], %b::float8[], %b::float8[], %b::float8[], %b::bytea[]) "
     "AS k(queue, gen, pid, attempts, deliveries, lease_id, lease_owner, lease_peer, leased_at, "
     "lease_expires_at, progress, note) "
     "WHERE t.queue = k.queue AND t.gen = k.gen AND t.pid = k.pid"
@@ -154,24 +155,24 @@ SET_LEASES = (
 
 SET_WAITING = (
     "UPDATE tasks t SET waiting_on = k.waiting_on, children = k.children "
-    "FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[]) "
+    "FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::bigint[], %b::bigint[]) "
     "AS k(queue, gen, pid, waiting_on, children) "
     "WHERE t.queue = k.queue AND t.gen = k.gen AND t.pid = k.pid"
 )
 
 SET_COUNTERS = (
     "INSERT INTO counters (name, value) SELECT name, max(value) "
-    "FROM unnest(%s::text[], %s::bigint[]) AS k(name, value) GROUP BY name "
+    "FROM unnest(%b::text[], %b::bigint[]) AS k(name, value) GROUP BY name "
     "ON CONFLICT (name) DO UPDATE SET value = greatest(counters.value, excluded.value)"
 )
 
 PUT_EDGES = (
     "INSERT INTO edges (queue, pid, child_queue, child_pid) "
-    "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) ON CONFLICT DO NOTHING"
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[]) ON CONFLICT DO NOTHING"
 )
 
 DELETE_EDGES = (
-    "DELETE FROM edges e USING unnest(%s::text[], %s::text[]) AS k(queue, pid) "
+    "DELETE FROM edges e USING unnest(%b::text[], %b::text[]) AS k(queue, pid) "
     "WHERE e.queue = k.queue AND e.pid = k.pid"
 )
 
@@ -240,12 +241,15 @@ REAP_STALE_ROWS = (
     "WHERE t.queue = old.queue AND t.gen = old.gen AND t.pid = old.pid"
 )
 
+# a generation is forgotten only while the reap holds its queue's lock (tried, never waited for):
+# another broker holding it may be writing the queue's first rows of that generation, unseen here
 FORGET_EMPTY_GENERATIONS = (
     "DELETE FROM generations WHERE queue IN (SELECT g.queue FROM generations g "
-    "WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.queue = g.queue) LIMIT %s) RETURNING queue"
+    "WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.queue = g.queue) "
+    "AND pg_try_advisory_xact_lock(%s, hashtext(g.queue)) LIMIT %s) RETURNING queue"
 )
 
-# ------------------------------------------------------------------ several brokers (postgres_sharing)
+# ------------------------------------------------------------------ several brokers (see `postgres`)
 
 # transaction-level advisory locks, one per queue, keyed (schema, queue): taken in key order, so two
 # brokers locking overlapping sets in one statement each never wait on each other in a cycle

@@ -8,6 +8,11 @@ on its own service: a fresh Kittiwake broker (durable, default flags) on a
 throwaway directory; the claimed Redis database, emptied before and after;
 pgqueuer's own schema. For each system, in this order:
 
+`--kittiwake-store URL` runs Kittiwake's broker on that store instead (as
+`bench ops --store`: it must hold no task, and a schema the run created is
+dropped), e.g. PostgreSQL, so that Kittiwake and pgqueuer on one database
+server compare in the same run.
+
 1. single submit/s: `--submits` tasks one by one from one thread, with no
    worker running.
 2. bulk submit/s: the rest of `--tasks` through the tool's bulk API, in
@@ -58,12 +63,14 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
 
+from kittiwake.bench.bench_store import bench_store
 from kittiwake.bench.harness import BrokerProcess, latency_summary_ms
 from kittiwake.bench.jobs import FsyncProbe
 from kittiwake.bench.probes import run_fsync_probe
@@ -95,6 +102,7 @@ from kittiwake.bench.settings import (
     PeersSettings,
 )
 from kittiwake.errors import BadRequest
+from kittiwake.store.location import parse_store_url
 
 PAYLOAD_SEED = 1024
 POLL_SECS = 0.05
@@ -154,6 +162,7 @@ class SystemRun:
         self.redis = redis
         self.postgres = postgres
         self.broker: BrokerProcess | None = None
+        self.store = ExitStack()  # the Kittiwake broker's store when --kittiwake-store names one
         self.pool: ProcessPool | None = None
         self.workers: WorkerGroup | None = None
         self.env: dict[str, str] = {tally.TALLY_ENV: str(self.tally_path)}
@@ -168,10 +177,15 @@ class SystemRun:
         if missing:
             return missing
         if system.service == "kittiwake":
-            self.broker = BrokerProcess(self.directory / "data", self.directory / "broker.log")
+            url = self.settings.kittiwake_store
+            service = KITTIWAKE_SERVICE
+            if url is not None:
+                service = f"{KITTIWAKE_SERVICE}; store {self.store.enter_context(bench_store(url)).describe()}"
+                self.record["label"] = f"{self.system.label} ({parse_store_url(url).kind})"
+            self.broker = BrokerProcess(self.directory / "data", self.directory / "broker.log", store_url=url)
             self.broker.start()
             self.env["KITTIWAKE_URL"] = f"kw://{self.broker.host}:{self.broker.port}"
-            self.record.update(service=KITTIWAKE_SERVICE, durable=True)
+            self.record.update(service=service, durable=True)
             return None
         if system.service == "redis":
             if not self.redis.claimed:
@@ -207,6 +221,7 @@ class SystemRun:
             steps.append(self.pool.close)
         if self.broker is not None:
             steps.append(self.broker.stop)
+        steps.append(self.store.close)  # after the broker: drops a schema the run created
         if self.system.service == "redis" and self.redis.claimed:
             steps.append(self.redis.empty)
         if self.system.service == "postgres":

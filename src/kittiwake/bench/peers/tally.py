@@ -43,6 +43,15 @@ class TaskRun(NamedTuple):
 
 _descriptor: int | None = None
 _descriptor_key: tuple[int, str] = (0, "")  # the process and the file it was opened for
+_descriptor_lock = threading.Lock()  # threads of a worker count at once: one reopens, none writes meanwhile
+
+
+def _new_lock_in_child() -> None:
+    global _descriptor_lock
+    _descriptor_lock = threading.Lock()  # a fork may copy the lock held by a thread the child lacks
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def _tally_descriptor() -> int:
@@ -62,8 +71,9 @@ def _tally_descriptor() -> int:
 
 
 def _append(started: float) -> None:
-    descriptor = _tally_descriptor()
-    os.write(descriptor, RECORD.pack(started, time.time(), os.getpid(), threading.get_native_id()))
+    record = RECORD.pack(started, time.time(), os.getpid(), threading.get_native_id())
+    with _descriptor_lock:
+        os.write(_tally_descriptor(), record)
 
 
 def null_task(payload: str | bytes) -> None:

@@ -1,0 +1,346 @@
+"""The broker's HTTP/1.1 listener: h11 on the broker's event loop, with routes other modules register.
+
+A small server for the broker's HTTP faces (the SQS API today; a dashboard
+and /metrics can share the port): `HttpServer` owns the sockets and the
+HTTP framing, `Routes` maps a path to an async handler. A module adds its
+routes with `routes.add(prefix, handler)`; the longest matching prefix wins,
+so `/` can be one module's catch-all while `/metrics` is another's.
+
+h11 is sans-IO: this module feeds it bytes from an `asyncio.Protocol` and
+writes what it produces, so there is no thread and no second event loop; a
+handler awaits whatever it needs (the SQS API awaits replies of the group
+commit) while other connections are served.
+
+What the server promises, whatever a client sends:
+
+* keep-alive: requests on one connection are answered in order, one at a
+  time (a pipelined request waits, unread, until the previous answer is
+  written); a connection is closed after `idle_timeout_secs` with no request;
+* bounds: a head over `max_head_bytes` gets 431, a body over `max_body_bytes`
+  gets 413 (at once when Content-Length says so), bytes that are not HTTP/1.1
+  get 400, a path no route takes gets 404; each closes the connection but
+  the 404, which is an ordinary answer;
+* a connection that ends (EOF) or breaks while its handler runs cancels the
+  handler: nobody is left to read the answer (a long poll stops waiting);
+* a request must arrive whole within `request_timeout_secs` of its first
+  byte (a slow sender cannot hold a connection forever: 408 and close);
+* a handler that raises gets 500 and a logged traceback; the broker goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+import h11
+
+log = logging.getLogger("kittiwake.broker.http")
+
+DEFAULT_MAX_BODY_BYTES = 2 * 1024 * 1024
+DEFAULT_MAX_HEAD_BYTES = 32 * 1024
+DEFAULT_REQUEST_TIMEOUT_SECS = 30.0
+DEFAULT_IDLE_TIMEOUT_SECS = 75.0
+DEFAULT_MAX_CONNECTIONS = 10_000
+SERVER_NAME = b"kittiwake"
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str  # without the query string
+    query: str
+    headers: dict[str, str]  # names lower-cased; a repeated header keeps its last value
+    body: bytes
+    peer: str | None
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: int
+    body: bytes = b""
+    content_type: str = "text/plain; charset=utf-8"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+
+
+def text_response(status: int, text: str) -> HttpResponse:
+    return HttpResponse(status, (text + "\n").encode())
+
+
+class Routes:
+    """Path prefixes to handlers; the longest prefix that matches a request's path serves it."""
+
+    def __init__(self) -> None:
+        self._routes: dict[str, Handler] = {}
+
+    def add(self, prefix: str, handler: Handler) -> None:
+        if not prefix.startswith("/"):
+            raise ValueError(f"a route starts with '/', got {prefix!r}")
+        if prefix in self._routes:
+            raise ValueError(f"the route {prefix!r} is taken")
+        self._routes[prefix] = handler
+
+    def find(self, path: str) -> Handler | None:
+        best: str | None = None
+        for prefix in self._routes:
+            if path.startswith(prefix) and (best is None or len(prefix) > len(best)):
+                best = prefix
+        return self._routes[best] if best is not None else None
+
+
+class HttpServer:
+    """One HTTP port of the broker."""
+
+    def __init__(
+        self,
+        routes: Routes,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_head_bytes: int = DEFAULT_MAX_HEAD_BYTES,
+        request_timeout_secs: float = DEFAULT_REQUEST_TIMEOUT_SECS,
+        idle_timeout_secs: float = DEFAULT_IDLE_TIMEOUT_SECS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
+        self.routes = routes
+        self.max_body_bytes = max_body_bytes
+        self.max_head_bytes = max_head_bytes
+        self.request_timeout_secs = request_timeout_secs
+        self.idle_timeout_secs = idle_timeout_secs
+        self.max_connections = max_connections
+        self.connections: set[HttpConnection] = set()
+        self.port: int | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self.requests = 0  # served, for tests and logs
+        self.handler_errors = 0
+
+    async def start(self, host: str, port: int) -> int:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: HttpConnection(self), host, port, backlog=1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    def stop_accepting(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def stop(self) -> None:
+        """Close the listener and every connection; running handlers are cancelled."""
+        self.stop_accepting()
+        for connection in list(self.connections):
+            connection.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class HttpConnection(asyncio.Protocol):
+    """One client connection: h11 framing, one request handled at a time."""
+
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+        self.loop = asyncio.get_running_loop()
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.max_head_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.peer: str | None = None
+        self._request: h11.Request | None = None
+        self._body = bytearray()
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closing = False
+        self._receiving = False  # a request has started arriving: its timer runs
+
+    # ------------------------------------------------------------- asyncio
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        address = transport.get_extra_info("peername")
+        self.peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else None
+        if len(self.server.connections) >= self.server.max_connections:
+            self._closing = True
+            transport.close()
+            return
+        self.server.connections.add(self)
+        self._arm(self.server.idle_timeout_secs, self._idle)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        self._disarm()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()  # nobody is left to read the answer
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.h11.receive_data(data)
+            self._events()
+        except Exception:  # one connection's bytes must never take the broker down
+            log.exception("HTTP connection %s failed", self.peer)
+            self.abort()
+
+    def eof_received(self) -> bool | None:
+        # HTTP clients do not half-close and wait: EOF means gone, so a running handler
+        # (a long poll) is cancelled rather than left to answer nobody
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            self._closing = True
+            return False
+        try:
+            self.h11.receive_data(b"")
+            self._events()
+        except Exception:
+            self.abort()
+        return True  # keep the transport: the answer to a request read before the EOF may still be written
+
+    # --------------------------------------------------------------- input
+
+    def _events(self) -> None:
+        while self._task is None and not self._closing:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                self._fail(exc.error_status_hint, f"bad request: {exc}")
+                return
+            if event is h11.NEED_DATA:
+                if not self._receiving and (self.h11.their_state is h11.SEND_BODY or self.h11.trailing_data[0]):
+                    self._receiving = True  # the first bytes of a request: it has this long to arrive whole
+                    self._arm(self.server.request_timeout_secs, self._slow)
+                return
+            if event is h11.PAUSED:
+                return
+            if isinstance(event, h11.Request):
+                self._request = event
+                self._body.clear()
+                if not self._receiving:
+                    self._receiving = True
+                    self._arm(self.server.request_timeout_secs, self._slow)
+                # h11 bounds a head that arrives in pieces; one that came whole is measured here
+                if len(event.target) + sum(len(name) + len(value) + 4 for name, value in event.headers) > self.server.max_head_bytes:
+                    self._fail(431, f"the request head is over {self.server.max_head_bytes} bytes")
+                    return
+                length = _content_length(event)
+                if length is not None and length > self.server.max_body_bytes:
+                    self._fail(413, f"the body is over {self.server.max_body_bytes} bytes")
+                    return
+            elif isinstance(event, h11.Data):
+                self._body += event.data
+                if len(self._body) > self.server.max_body_bytes:
+                    self._fail(413, f"the body is over {self.server.max_body_bytes} bytes")
+                    return
+            elif isinstance(event, h11.EndOfMessage):
+                self._receiving = False
+                self._disarm()
+                self._dispatch()
+            elif isinstance(event, h11.ConnectionClosed):
+                self.close()
+                return
+
+    def _dispatch(self) -> None:
+        request = self._request
+        assert request is not None
+        target = request.target.decode("latin-1")
+        path, _, query = target.partition("?")
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.headers}
+        http_request = HttpRequest(request.method.decode("latin-1"), path, query, headers, bytes(self._body), self.peer)
+        self._body.clear()
+        handler = self.server.routes.find(path)
+        self.server.requests += 1
+        if handler is None:
+            self._respond(text_response(404, f"no such path: {path[:200]}"))
+            return
+        self._task = self.loop.create_task(self._run(handler, http_request))
+
+    async def _run(self, handler: Handler, request: HttpRequest) -> None:
+        try:
+            response = await handler(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.server.handler_errors += 1
+            log.exception("HTTP handler for %s %s failed", request.method, request.path[:200])
+            response = text_response(500, "internal error")
+        self._task = None
+        if not self._closing:
+            self._respond(response)
+            self._events()  # a pipelined request may be waiting
+
+    # -------------------------------------------------------------- output
+
+    def _respond(self, response: HttpResponse, *, close: bool = False) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        headers = [
+            ("content-type", response.content_type),
+            ("content-length", str(len(response.body))),
+            ("server", "kittiwake"),
+            *response.headers,
+        ]
+        if close:
+            headers.append(("connection", "close"))
+        try:
+            data = self.h11.send(h11.Response(status_code=response.status, headers=headers))
+            data += self.h11.send(h11.Data(data=response.body)) if response.body else b""
+            data += self.h11.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            self.abort()
+            return
+        transport.write(data)
+        if close or self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+            self.close()
+            return
+        self.h11.start_next_cycle()
+        self._request = None
+        self._arm(self.server.idle_timeout_secs, self._idle)
+
+    def _fail(self, status: int, text: str) -> None:
+        """Answer a request that cannot be read with `status`, then close."""
+        self._disarm()
+        if self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            self._respond(text_response(status, text), close=True)
+        self.close()
+
+    def close(self) -> None:
+        self._closing = True
+        self._disarm()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()  # flushes what was written first
+
+    def abort(self) -> None:
+        self._closing = True
+        self._disarm()
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -------------------------------------------------------------- timers
+
+    def _arm(self, secs: float, callback: Callable[[], None]) -> None:
+        self._disarm()
+        if secs > 0:
+            self._timer = self.loop.call_later(secs, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _idle(self) -> None:
+        self._timer = None
+        if self._task is None:
+            self.close()
+
+    def _slow(self) -> None:
+        self._timer = None
+        if self._task is None:
+            self._fail(408, f"the request did not arrive whole within {self.server.request_timeout_secs:g} s")
+
+
+def _content_length(request: h11.Request) -> int | None:
+    for name, value in request.headers:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

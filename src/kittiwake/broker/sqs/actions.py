@@ -1,0 +1,761 @@
+"""The SQS actions, each turned into protocol requests run through the broker's group commit.
+
+One method per action of the JSON protocol (`X-Amz-Target: AmazonSQS.<Action>`),
+taking the request's JSON object and returning the response's. What each does
+in Kittiwake terms (names: `naming`):
+
+* SendMessage(Batch) — enqueue: an immediate message gets a FIFO pid in the
+  queue itself, a delayed one pid = due time in `<queue>.delayed`; every
+  message has `max_attempts` out of reach, since SQS, not the engine, decides
+  when a message has been received too often. FIFO: the message goes to its
+  group's queue with `unless` naming the deduplication marker of the last
+  five minutes, and the marker in the same request, so a duplicate collapses
+  atomically;
+* ReceiveMessage — lease (visibility timeout = lease length; the lease's
+  delivery count is ApproximateReceiveCount). Standard queues lease from the
+  queue and its due delayed messages, then long-poll the queue itself (a
+  parked lease, woken by the next send) no longer than until the next delayed
+  message is due (or, while delayed messages are in flight, a second).
+  FIFO queues lease, one receive at a time per queue, only from groups with
+  nothing in flight, and long-poll by looking again every `FIFO_POLL_SECS`. A leased message received more than the RedrivePolicy's
+  maxReceiveCount moves to the dead-letter queue in one atomic update
+  (dequeue + enqueue) and is not returned;
+* DeleteMessage(Batch) — dequeue of the handle's lease. A handle whose lease
+  is over succeeds as SQS does (the message was deleted, or is someone
+  else's now and stays);
+* ChangeMessageVisibility(Batch) — renew to the new timeout; 0 hands the
+  message back at once (a reject, which counts no receive);
+* PurgeQueue / DeleteQueue — delete_queue of each Kittiwake queue of it.
+
+Deduplication markers expire by the minute: `expire_dedup` drops the
+marker queues older than the window (the service calls it every minute).
+With an auth file, each action needs a permission on the SQS queue's name
+(`require`): admin to create, delete, purge or set attributes, produce to
+send, consume to receive, delete or change visibility, any to read the URL
+or attributes; ListQueues shows the queues the user has any permission on.
+The Kittiwake queues behind an SQS queue are the broker's business: its
+requests on them are not checked again.
+
+ApproximateFirstReceiveTimestamp is the first lease's time for a message
+received once, and otherwise what this broker remembers (at most
+`FIRST_RECEIVES` messages), else the current lease's time: approximate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import json
+import re
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from kittiwake import errors
+from kittiwake.broker.access import ANY, Permission, Principal
+from kittiwake.model import LeaseRef, pid_at
+from kittiwake.protocol import messages as m
+from kittiwake.protocol.replies import LeasedTask
+from kittiwake.broker.sqs import naming, sqs_errors
+from kittiwake.broker.sqs.pass_calls import PassCalls, request_id
+from kittiwake.broker.sqs.queue_registry import MAX_ATTEMPTS, READABLE, QueueRegistry, SqsQueue, finite_int
+
+FIFO_POLL_SECS = 0.1
+MAX_REDRIVEN_ROUNDS = 10  # leases in one receive that found only messages to move to the dead-letter queue
+DEDUP_WINDOW_MINUTES = 5
+FIRST_RECEIVES = 100_000
+MAX_BATCH = 10
+MAX_BATCH_BODY_BYTES = 1_048_576
+MIN_LEASE_SECS = 0.001  # VisibilityTimeout 0: visible again at once
+# FIFO pids of a burst of sends may run a few microseconds ahead of the clock; a lease of what is due
+# looks this far ahead so it does not miss them (a delayed message is due at most this much early)
+DUE_SLACK_SECS = 0.01
+# A long poll parks on the queue itself, which a send wakes; what a send does not announce (a delayed
+# message falling due, one in flight in `<queue>.delayed` becoming visible again) ends the park instead
+DELAYED_PEEK = 10
+IN_FLIGHT_RECHECK_SECS = 1.0
+MIN_PARK_SECS = 0.05
+MAX_MESSAGE_ATTRIBUTES = 10
+_ENTRY_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_ATTRIBUTE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
+_DEDUP_RE = re.compile(r"[!-~]{1,128}")
+SYSTEM_ATTRIBUTES = (
+    "AWSTraceHeader",
+    "ApproximateFirstReceiveTimestamp",
+    "ApproximateReceiveCount",
+    "MessageDeduplicationId",
+    "MessageGroupId",
+    "SenderId",
+    "SentTimestamp",
+    "SequenceNumber",
+)
+
+
+@dataclass(slots=True)
+class Context:
+    """Who asks, and how they named the endpoint: queue URLs are built from the Host they used."""
+
+    host: str
+    region: str
+    sender: str
+    peer: str | None
+    principal: Principal | None = None  # with an auth file: the user whose SQS secret signed the request
+
+
+ADMIN_ONLY = (Permission.ADMIN,)
+PRODUCE_ONLY = (Permission.PRODUCE,)
+CONSUME_ONLY = (Permission.CONSUME,)
+
+
+def require(ctx: Context, permissions: tuple[Permission, ...], name: str) -> None:
+    """AccessDenied unless the caller holds one of `permissions` on the SQS queue `name` (no auth file: anyone)."""
+    principal = ctx.principal
+    if principal is None or any(principal.may(permission, name) for permission in permissions):
+        return
+    wanted = " or ".join(permission.value for permission in permissions)
+    raise sqs_errors.SqsError("AccessDenied", f"user {principal.user!r} has no {wanted} permission on queue "
+                              f"{name[:80]!r}", status=403)
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A message about to be enqueued, and what its send reply says of it."""
+
+    entry_id: str | None
+    task: m.TaskIn
+    md5_body: str
+    md5_attributes: str | None
+    message_id: str | None  # known before the enqueue (FIFO), else derived from the pid it gets
+    dedup_marker: m.TaskIn | None = None
+
+
+class SqsActions:
+    """The SQS API of one broker."""
+
+    def __init__(self, calls: PassCalls, registry: QueueRegistry, limits_header_bytes: int) -> None:
+        self.calls = calls
+        self.registry = registry
+        self.header_bytes = limits_header_bytes
+        self.first_receives: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    async def call(self, request: m.Request, ctx: Context) -> Any:
+        try:
+            return await self.calls.call(request, ctx.peer)
+        except errors.Unavailable as exc:
+            raise sqs_errors.unavailable(exc.message) from None
+        except errors.KittiwakeError as exc:
+            if exc.code in ("BAD_REQUEST", "FRAME_TOO_LARGE"):
+                raise sqs_errors.invalid_parameter(exc.message) from None
+            raise sqs_errors.internal(f"{exc.code}: {exc.message}") from None
+
+    async def queue_of(self, params: dict[str, Any], ctx: Context, permissions: tuple[Permission, ...]) -> SqsQueue:
+        """The queue QueueUrl names, once the caller may use it so (with an auth file)."""
+        name = naming.queue_name_of_url(params.get("QueueUrl"))
+        require(ctx, permissions, name)
+        return await self.registry.get(name)
+
+    # ------------------------------------------------------------- queues
+
+    async def CreateQueue(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        name = params.get("QueueName")
+        if name is None:
+            raise sqs_errors.missing_parameter("QueueName")
+        attributes = _string_map(params.get("Attributes"), "Attributes")
+        require(ctx, ADMIN_ONLY, str(name))
+        queue = await self.registry.create(naming.validate_queue_name(name), attributes)
+        return {"QueueUrl": naming.queue_url(ctx.host, queue.name)}
+
+    async def GetQueueUrl(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        name = params.get("QueueName")
+        if not isinstance(name, str):
+            raise sqs_errors.missing_parameter("QueueName")
+        require(ctx, ANY, name)
+        queue = await self.registry.get(name)
+        return {"QueueUrl": naming.queue_url(ctx.host, queue.name)}
+
+    async def ListQueues(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        prefix = params.get("QueueNamePrefix")
+        names = self.registry.names(prefix if isinstance(prefix, str) else None)
+        if ctx.principal is not None:  # a user sees the queues it has some permission on
+            names = [name for name in names if any(ctx.principal.may(permission, name) for permission in ANY)]
+        max_results = params.get("MaxResults")
+        result: dict[str, Any] = {}
+        if max_results is not None:
+            limit = finite_int(max_results, "MaxResults", 1, 1000)
+            token = params.get("NextToken")
+            if isinstance(token, str) and token:
+                after = _decode_token(token)
+                names = [name for name in names if name > after]
+            if len(names) > limit:
+                names = names[:limit]
+                result["NextToken"] = base64.urlsafe_b64encode(names[-1].encode()).decode()
+        else:
+            names = names[:1000]
+        if names:
+            result["QueueUrls"] = [naming.queue_url(ctx.host, name) for name in names]
+        return result
+
+    async def DeleteQueue(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, ADMIN_ONLY)
+        await self._purge(queue, ctx)
+        if queue.fifo:  # a queue created again under this name starts with no deduplication history
+            markers = await self.call(m.ListQueues(id=request_id(), op="list_queues",
+                                                   pattern=f"{naming.DEDUP_PREFIX}{queue.name}/*", limit=1_000_000), ctx)
+            for info in markers:
+                await self.call(m.DeleteQueue(id=request_id(), op="delete_queue", queue=info.queue), ctx)
+        await self.registry.delete(queue.name)
+        return {}
+
+    async def PurgeQueue(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        await self._purge(await self.queue_of(params, ctx, ADMIN_ONLY), ctx)
+        return {}
+
+    async def _purge(self, queue: SqsQueue, ctx: Context) -> None:
+        for name in await self._kittiwake_queues(queue, ctx):
+            await self.call(m.DeleteQueue(id=request_id(), op="delete_queue", queue=name), ctx)
+
+    async def _kittiwake_queues(self, queue: SqsQueue, ctx: Context) -> list[str]:
+        if queue.fifo:
+            return [info.queue for info in await self._group_infos(queue, ctx)]
+        return [queue.name, naming.delayed_queue(queue.name)]
+
+    async def _group_infos(self, queue: SqsQueue, ctx: Context) -> list[Any]:
+        """The group queues of a FIFO queue with their sizes. `stats` first returns expired leases to
+        their queues, so a group whose message's visibility just ended counts as free at once."""
+        infos = await self.call(m.Stats(id=request_id(), op="stats", pattern=queue.name + "/*", sample=0), ctx)
+        return [info for info in infos if not info.queue.endswith(".dead")]
+
+    async def GetQueueAttributes(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, ANY)
+        wanted = params.get("AttributeNames") or []
+        if not isinstance(wanted, list):
+            raise sqs_errors.invalid_parameter("AttributeNames must be a list")
+        for name in wanted:
+            if name != "All" and name not in READABLE:
+                raise sqs_errors.invalid_attribute_name(str(name))
+        if not wanted:
+            return {}
+        everything = "All" in wanted
+        values = dict(queue.attributes)
+        values["QueueArn"] = naming.queue_arn(ctx.region, queue.name)
+        values["CreatedTimestamp"] = str(queue.created)
+        values["LastModifiedTimestamp"] = str(queue.modified)
+        if everything or any(name.startswith("ApproximateNumber") for name in wanted):
+            values.update(await self._counts(queue, ctx))
+        chosen = {key: value for key, value in values.items() if everything or key in wanted}
+        return {"Attributes": chosen} if chosen else {}
+
+    async def _counts(self, queue: SqsQueue, ctx: Context) -> dict[str, str]:
+        visible = in_flight = delayed = 0
+        if queue.fifo:
+            infos = await self._group_infos(queue, ctx)
+        else:
+            infos = await self.call(m.Stats(id=request_id(), op="stats", sample=0,
+                                            queues=[queue.name, naming.delayed_queue(queue.name)]), ctx)
+        for info in infos:
+            if info.queue == naming.delayed_queue(queue.name):
+                delayed += info.size - info.leased
+                in_flight += info.leased
+            elif naming.owns(queue.name, info.queue) and not info.queue.endswith(".dead"):
+                visible += info.size - info.leased
+                in_flight += info.leased
+        return {
+            "ApproximateNumberOfMessages": str(visible),
+            "ApproximateNumberOfMessagesNotVisible": str(in_flight),
+            "ApproximateNumberOfMessagesDelayed": str(delayed),
+        }
+
+    async def SetQueueAttributes(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, ADMIN_ONLY)
+        await self.registry.set_attributes(queue.name, _string_map(params.get("Attributes"), "Attributes"))
+        return {}
+
+    # --------------------------------------------------------------- send
+
+    async def SendMessage(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, PRODUCE_ONLY)
+        outgoing = self._outgoing(queue, params, None, ctx, time.time())
+        sent = await self._send(queue, [outgoing], ctx)
+        return sent[0]
+
+    async def SendMessageBatch(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, PRODUCE_ONLY)
+        entries = _entries(params, "Send")
+        total = sum(len(str(entry.get("MessageBody", "")).encode("utf-8")) for entry in entries)
+        if total > MAX_BATCH_BODY_BYTES:
+            raise sqs_errors.batch_too_long(total)
+        now = time.time()
+        outgoing: list[Outgoing] = []
+        failed: list[dict[str, Any]] = []
+        for entry in entries:
+            try:
+                outgoing.append(self._outgoing(queue, entry, entry["Id"], ctx, now))
+            except sqs_errors.SqsError as exc:
+                failed.append({"Id": entry["Id"], "SenderFault": exc.sender, "Code": exc.shape, "Message": exc.message})
+        successful = await self._send(queue, outgoing, ctx) if outgoing else []
+        return {"Successful": successful, "Failed": failed}
+
+    def _outgoing(self, queue: SqsQueue, params: dict[str, Any], entry_id: str | None, ctx: Context, now: float) -> Outgoing:
+        body = params.get("MessageBody")
+        if not isinstance(body, str) or body == "":
+            raise sqs_errors.missing_parameter("MessageBody")
+        data = body.encode("utf-8")
+        most = queue.int_attribute("MaximumMessageSize")
+        if len(data) > most:
+            raise sqs_errors.invalid_parameter(
+                f"One or more parameters are invalid. Reason: Message must be shorter than {most} bytes."
+            )
+        attributes = _message_attributes(params.get("MessageAttributes"))
+        headers: dict[str, str] = {}
+        md5_attributes = None
+        if attributes:
+            md5_attributes = naming.md5_of_attributes(attributes)
+            headers[naming.ATTRIBUTES_HEADER] = json.dumps(attributes, separators=(",", ":"))
+        trace = _trace_header(params.get("MessageSystemAttributes"))
+        if trace is not None:
+            headers[naming.TRACE_HEADER] = trace
+        delay_param = params.get("DelaySeconds")
+        delay = queue.int_attribute("DelaySeconds") if delay_param is None else finite_int(delay_param, "DelaySeconds", 0, 900)
+        if queue.fifo:
+            return self._fifo_outgoing(queue, params, entry_id, data, headers, md5_attributes, delay, now)
+        # a standard queue keeps a group id (SQS fair queues) and a deduplication id and hands them back;
+        # it neither orders by group nor deduplicates
+        for name, header in (("MessageGroupId", naming.GROUP_HEADER), ("MessageDeduplicationId", naming.DEDUP_HEADER)):
+            value = params.get(name)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not _DEDUP_RE.fullmatch(value):
+                raise sqs_errors.invalid_parameter(f"Value for parameter {name} is invalid.")
+            headers[header] = value
+        for value in headers.values():
+            if len(value.encode("utf-8")) > self.header_bytes:
+                raise sqs_errors.invalid_parameter(f"Message attributes over {self.header_bytes} bytes are not supported")
+        if delay > 0:
+            pid = f"{pid_at(now + delay)}.{uuid.uuid4().hex}"
+            task = m.TaskIn(queue=naming.delayed_queue(queue.name), data=data, pid=pid, sender=ctx.sender,
+                            headers=headers or None, max_attempts=MAX_ATTEMPTS)
+        else:
+            task = m.TaskIn(queue=queue.name, data=data, sender=ctx.sender, headers=headers or None,
+                            max_attempts=MAX_ATTEMPTS)
+        return Outgoing(entry_id, task, naming.md5_of_body(body), md5_attributes, None)
+
+    def _fifo_outgoing(self, queue: SqsQueue, params: dict[str, Any], entry_id: str | None, data: bytes,
+                       headers: dict[str, str], md5_attributes: str | None, delay: int, now: float) -> Outgoing:
+        group = params.get("MessageGroupId")
+        if not isinstance(group, str) or not group:
+            raise sqs_errors.missing_parameter("MessageGroupId")
+        if not _DEDUP_RE.fullmatch(group):
+            raise sqs_errors.invalid_parameter("Value for parameter MessageGroupId is invalid.")
+        if params.get("DelaySeconds") not in (None, 0, "0"):
+            raise sqs_errors.invalid_parameter(
+                f"Value {params.get('DelaySeconds')} for parameter DelaySeconds is invalid. Reason: The request "
+                "include parameter that is not valid for this queue type."
+            )
+        dedup = params.get("MessageDeduplicationId")
+        if dedup is None:
+            if queue.attributes.get("ContentBasedDeduplication") != "true":
+                raise sqs_errors.invalid_parameter(
+                    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId "
+                    "provided explicitly"
+                )
+            dedup = hashlib.sha256(data).hexdigest()
+        elif not isinstance(dedup, str) or not _DEDUP_RE.fullmatch(dedup):
+            raise sqs_errors.invalid_parameter("Value for parameter MessageDeduplicationId is invalid.")
+        message_id = str(uuid.uuid4())
+        headers[naming.ID_HEADER] = message_id
+        headers[naming.GROUP_HEADER] = group
+        headers[naming.DEDUP_HEADER] = dedup
+        for value in headers.values():
+            if len(value.encode("utf-8")) > self.header_bytes:
+                raise sqs_errors.invalid_parameter(f"Message attributes over {self.header_bytes} bytes are not supported")
+        minute = int(now // 60)
+        markers = [(_dedup_queue(queue.name, minute - back), dedup) for back in range(DEDUP_WINDOW_MINUTES + 1)]
+        pid = f"{pid_at(now + delay)}.{uuid.uuid4().hex[:8]}" if delay > 0 else None
+        task = m.TaskIn(queue=naming.group_queue(queue.name, group), data=data, pid=pid, headers=headers,
+                        max_attempts=MAX_ATTEMPTS, unless=markers)
+        marker = m.TaskIn(queue=_dedup_queue(queue.name, minute), data=message_id.encode(), pid=dedup,
+                          max_attempts=MAX_ATTEMPTS)
+        return Outgoing(entry_id, task, naming.md5_of_body(data.decode("utf-8")), md5_attributes, message_id, marker)
+
+    async def _send(self, queue: SqsQueue, outgoing: list[Outgoing], ctx: Context) -> list[dict[str, Any]]:
+        tasks: list[m.TaskIn] = []
+        for item in outgoing:
+            tasks.append(item.task)
+            if item.dedup_marker is not None:
+                tasks.append(item.dedup_marker)
+        outcomes = await self.call(m.Enqueue(id=request_id(), op="enqueue", tasks=tasks), ctx)
+        results: list[dict[str, Any]] = []
+        index = 0
+        for item in outgoing:
+            outcome = outcomes[index]
+            index += 2 if item.dedup_marker is not None else 1
+            message_id = item.message_id
+            if outcome.collapsed and item.dedup_marker is not None:
+                message_id = await self._deduplicated_id(queue, item.dedup_marker.pid or "", ctx) or message_id
+            elif message_id is None:
+                message_id = naming.derived_message_id(outcome.queue, outcome.pid)
+            result: dict[str, Any] = {"MessageId": message_id, "MD5OfMessageBody": item.md5_body}
+            if item.md5_attributes is not None:
+                result["MD5OfMessageAttributes"] = item.md5_attributes
+            if queue.fifo:
+                result["SequenceNumber"] = _sequence_number(outcome.pid)
+            if item.entry_id is not None:
+                result = {"Id": item.entry_id, **result}
+            results.append(result)
+        return results
+
+    async def _deduplicated_id(self, queue: SqsQueue, dedup: str, ctx: Context) -> str | None:
+        """The message id of the message a duplicate collapsed into, from its marker."""
+        minute = int(time.time() // 60)
+        for back in range(DEDUP_WINDOW_MINUTES + 2):
+            try:
+                view = await self.calls.call(m.Get(id=request_id(), op="get", queue=_dedup_queue(queue.name, minute - back),
+                                                   pid=dedup), ctx.peer)
+            except errors.KittiwakeError:
+                continue
+            return bytes(view.data).decode("utf-8", "replace")
+        return None
+
+    async def expire_dedup(self) -> int:
+        """Drop deduplication markers older than the window; returns the marker queues dropped."""
+        infos = await self.calls.call(m.ListQueues(id=request_id(), op="list_queues",
+                                                   pattern=naming.DEDUP_PREFIX + "*", limit=1_000_000))
+        oldest = int(time.time() // 60) - DEDUP_WINDOW_MINUTES
+        dropped = 0
+        for info in infos:
+            minute = info.queue.rsplit("/", 1)[-1]
+            if minute.isdigit() and int(minute) < oldest:
+                await self.calls.call(m.DeleteQueue(id=request_id(), op="delete_queue", queue=info.queue))
+                dropped += 1
+        return dropped
+
+    # ------------------------------------------------------------ receive
+
+    async def ReceiveMessage(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
+        count = finite_int(params.get("MaxNumberOfMessages", 1), "MaxNumberOfMessages", 1, 10)
+        wait_param = params.get("WaitTimeSeconds")
+        wait = queue.int_attribute("ReceiveMessageWaitTimeSeconds") if wait_param is None else finite_int(
+            wait_param, "WaitTimeSeconds", 0, 20)
+        visibility_param = params.get("VisibilityTimeout")
+        visibility = queue.int_attribute("VisibilityTimeout") if visibility_param is None else finite_int(
+            visibility_param, "VisibilityTimeout", 0, 43_200)
+        system = set(_names(params.get("AttributeNames"))) | set(_names(params.get("MessageSystemAttributeNames")))
+        wanted_attributes = _names(params.get("MessageAttributeNames"))
+        lease_secs = max(float(visibility), MIN_LEASE_SECS)
+        deadline = time.monotonic() + wait
+        redriven = 0
+        while True:
+            if queue.fifo:
+                tasks = await self._lease_fifo(queue, count, lease_secs, ctx)
+            else:
+                tasks = await self._lease(queue, count, lease_secs, deadline, ctx)
+            leased = len(tasks)
+            tasks = await self._redrive(queue, tasks, ctx)
+            if not tasks and leased and redriven < MAX_REDRIVEN_ROUNDS:
+                redriven += 1
+                continue  # all it leased went to the dead-letter queue: what came after them may be there
+            remaining = deadline - time.monotonic()
+            if tasks or remaining <= 0:
+                break
+            if queue.fifo:
+                await asyncio.sleep(min(FIFO_POLL_SECS, remaining))
+        messages = [self._message(task, system, wanted_attributes) for task in tasks]
+        return {"Messages": messages} if messages else {}
+
+    def _lease_request(self, queues: list[str], count: int, lease_secs: float, ctx: Context, *,
+                       max_pid: str | None = None, wait_secs: float = 0.0) -> m.Lease:
+        return m.Lease(id=request_id(), op="lease", queues=queues, max_tasks=count, lease_secs=lease_secs,
+                       max_pid=max_pid, wait_secs=wait_secs, worker=ctx.sender)
+
+    async def _lease(self, queue: SqsQueue, count: int, lease_secs: float, deadline: float,
+                     ctx: Context) -> list[LeasedTask]:
+        """Due messages now; else a long-poll on the queue, until a delayed message is due at the latest."""
+        delayed = naming.delayed_queue(queue.name)
+        due = pid_at(time.time() + DUE_SLACK_SECS) + "~"  # after every pid of that microsecond, FIFO or delayed
+        tasks = await self.call(self._lease_request([queue.name, delayed], count, lease_secs, ctx, max_pid=due), ctx)
+        remaining = deadline - time.monotonic()
+        if tasks or remaining <= 0:
+            return tasks
+        heads = await self.call(m.Peek(id=request_id(), op="peek", queue=delayed, n=DELAYED_PEEK), ctx)
+        if heads:
+            now = time.time()
+            waiting = [int(head.pid.split(".", 1)[0]) / 1e6 for head in heads if head.state == "available"]
+            wake_at = min(waiting) if waiting else now + IN_FLIGHT_RECHECK_SECS
+            if len(waiting) < len(heads):  # one in flight comes back when its visibility ends: look again soon
+                wake_at = min(wake_at, now + IN_FLIGHT_RECHECK_SECS)
+            remaining = min(remaining, max(wake_at - now, MIN_PARK_SECS))
+        return await self.call(self._lease_request([queue.name], count, lease_secs, ctx, wait_secs=remaining), ctx)
+
+    async def _lease_fifo(self, queue: SqsQueue, count: int, lease_secs: float, ctx: Context) -> list[LeasedTask]:
+        """Lease from the groups with nothing in flight, one receive of the queue at a time."""
+        async with queue.fifo_lock:
+            infos = await self._group_infos(queue, ctx)
+            free = [info.queue for info in infos if info.leased == 0 and info.size > 0]
+            if not free:
+                return []
+            due = pid_at(time.time() + DUE_SLACK_SECS) + "~"
+            return await self.call(self._lease_request(free[:1000], count, lease_secs, ctx, max_pid=due), ctx)
+
+    async def _redrive(self, queue: SqsQueue, tasks: list[LeasedTask], ctx: Context) -> list[LeasedTask]:
+        """Move messages received more than maxReceiveCount times to the dead-letter queue; the rest."""
+        redrive = queue.redrive
+        if redrive is None or not tasks:
+            return tasks
+        target_name, most = redrive
+        moving = [task for task in tasks if task.deliveries > most]
+        if not moving:
+            return tasks
+        target = self.registry.queues.get(target_name)
+        enqueue: list[m.TaskIn] = []
+        for task in moving:
+            headers = dict(task.headers or {})
+            headers[naming.ID_HEADER] = naming.message_id(task.queue, task.pid, task.headers)
+            headers.setdefault(naming.SENT_HEADER, str(int(task.enqueued_at * 1000)))
+            group = headers.get(naming.GROUP_HEADER)
+            if target is not None and target.fifo and group is not None:
+                destination = naming.group_queue(target_name, group)
+            else:
+                destination = target_name
+            enqueue.append(m.TaskIn(queue=destination, data=task.data, sender=task.sender, headers=headers,
+                                    max_attempts=MAX_ATTEMPTS))
+        await self.call(m.Update(id=request_id(), op="update", dequeue=[task.lease_ref() for task in moving],
+                                 enqueue=enqueue), ctx)
+        moved = {id(task) for task in moving}
+        return [task for task in tasks if id(task) not in moved]
+
+    def _message(self, task: LeasedTask, system: set[str], wanted_attributes: list[str]) -> dict[str, Any]:
+        headers = task.headers or {}
+        body = bytes(task.data).decode("utf-8", "replace")
+        message: dict[str, Any] = {
+            "MessageId": naming.message_id(task.queue, task.pid, task.headers),
+            "ReceiptHandle": naming.receipt_handle(task.queue, task.pid, task.lease_id),
+            "MD5OfBody": naming.md5_of_body(body),
+            "Body": body,
+        }
+        stored = headers.get(naming.ATTRIBUTES_HEADER)
+        if stored and wanted_attributes:
+            attributes = _filter_attributes(json.loads(stored), wanted_attributes)
+            if attributes:
+                message["MessageAttributes"] = attributes
+                message["MD5OfMessageAttributes"] = naming.md5_of_attributes(attributes)
+        include = set(SYSTEM_ATTRIBUTES) if "All" in system else system & set(SYSTEM_ATTRIBUTES)
+        if include:
+            message["Attributes"] = self._system_attributes(task, headers, include)
+        return message
+
+    def _system_attributes(self, task: LeasedTask, headers: dict[str, str], include: set[str]) -> dict[str, str]:
+        leased_ms = int((task.leased_at or time.time()) * 1000)
+        key = (task.queue, task.pid)
+        first = self.first_receives.get(key)
+        if first is None or task.deliveries <= 1:
+            first = leased_ms
+            self.first_receives[key] = first
+            if len(self.first_receives) > FIRST_RECEIVES:
+                self.first_receives.popitem(last=False)
+        values: dict[str, str | None] = {
+            "AWSTraceHeader": headers.get(naming.TRACE_HEADER),
+            "ApproximateFirstReceiveTimestamp": str(first),
+            "ApproximateReceiveCount": str(task.deliveries),
+            "MessageDeduplicationId": headers.get(naming.DEDUP_HEADER),
+            "MessageGroupId": headers.get(naming.GROUP_HEADER),
+            "SenderId": task.sender or "anonymous",
+            "SentTimestamp": headers.get(naming.SENT_HEADER) or str(int(task.enqueued_at * 1000)),
+            "SequenceNumber": _sequence_number(task.pid) if "/" in task.queue else None,  # FIFO: a group's queue
+        }
+        return {name: value for name, value in values.items() if name in include and value is not None}
+
+    # ------------------------------------------------- delete, visibility
+
+    def _lease_ref(self, queue: SqsQueue, handle: object) -> LeaseRef:
+        name, pid, lease_id = naming.parse_receipt_handle(handle)
+        if not naming.owns(queue.name, name):
+            raise sqs_errors.receipt_handle_invalid(str(handle))
+        return LeaseRef(name, pid, lease_id)
+
+    async def DeleteMessage(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
+        handle = params.get("ReceiptHandle")
+        if handle is None:
+            raise sqs_errors.missing_parameter("ReceiptHandle")
+        ref = self._lease_ref(queue, handle)
+        await self.call(m.Dequeue(id=request_id(), op="dequeue", leases=[ref]), ctx)
+        return {}  # an outcome that is not ok: deleted already, or someone else's now; SQS says ok
+
+    async def DeleteMessageBatch(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
+        entries = _entries(params, "Delete")
+        refs: list[tuple[str, LeaseRef]] = []
+        failed: list[dict[str, Any]] = []
+        for entry in entries:
+            try:
+                refs.append((entry["Id"], self._lease_ref(queue, entry.get("ReceiptHandle"))))
+            except sqs_errors.SqsError as exc:
+                failed.append({"Id": entry["Id"], "SenderFault": True, "Code": exc.shape, "Message": exc.message})
+        if refs:
+            await self.call(m.Dequeue(id=request_id(), op="dequeue", leases=[ref for _, ref in refs]), ctx)
+        return {"Successful": [{"Id": entry_id} for entry_id, _ in refs], "Failed": failed}
+
+    async def ChangeMessageVisibility(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
+        if params.get("ReceiptHandle") is None:
+            raise sqs_errors.missing_parameter("ReceiptHandle")
+        if params.get("VisibilityTimeout") is None:
+            raise sqs_errors.missing_parameter("VisibilityTimeout")
+        ref = self._lease_ref(queue, params.get("ReceiptHandle"))
+        visibility = finite_int(params.get("VisibilityTimeout"), "VisibilityTimeout", 0, 43_200)
+        error = (await self._change_visibility([ref], visibility, ctx))[0]
+        if error is not None:
+            raise error
+        return {}
+
+    async def ChangeMessageVisibilityBatch(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        queue = await self.queue_of(params, ctx, CONSUME_ONLY)
+        entries = _entries(params, "ChangeMessageVisibility")
+        successful: list[dict[str, str]] = []
+        failed: list[dict[str, Any]] = []
+        for entry in entries:  # each its own timeout: one call per entry (at most ten)
+            try:
+                ref = self._lease_ref(queue, entry.get("ReceiptHandle"))
+                visibility = finite_int(entry.get("VisibilityTimeout"), "VisibilityTimeout", 0, 43_200)
+                error = (await self._change_visibility([ref], visibility, ctx))[0]
+                if error is not None:
+                    raise error
+            except sqs_errors.SqsError as exc:
+                failed.append({"Id": entry["Id"], "SenderFault": exc.sender, "Code": exc.shape, "Message": exc.message})
+            else:
+                successful.append({"Id": entry["Id"]})
+        return {"Successful": successful, "Failed": failed}
+
+    async def _change_visibility(self, refs: list[LeaseRef], visibility: int, ctx: Context) -> list[sqs_errors.SqsError | None]:
+        if visibility == 0:
+            request: m.Request = m.Release(id=request_id(), op="release", leases=refs, reject=True)
+        else:
+            request = m.Renew(id=request_id(), op="renew", leases=refs, lease_secs=float(visibility))
+        outcomes = await self.call(request, ctx)
+        return [None if outcome.ok else sqs_errors.message_not_inflight() for outcome in outcomes]
+
+
+# ------------------------------------------------------------- parameters
+
+
+def _dedup_queue(name: str, minute: int) -> str:
+    return f"{naming.DEDUP_PREFIX}{name}/{minute}"
+
+
+def _sequence_number(pid: str) -> str:
+    return pid.split(".", 1)[0].zfill(20)
+
+
+def _decode_token(token: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(token.encode()).decode()
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise sqs_errors.invalid_parameter("Invalid NextToken") from None
+
+
+def _string_map(value: Any, name: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise sqs_errors.invalid_parameter(f"{name} must be a map")
+    return value
+
+
+def _names(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise sqs_errors.invalid_parameter("attribute names must be a list of strings")
+    return value
+
+
+def _entries(params: dict[str, Any], action: str) -> list[dict[str, Any]]:
+    entries = params.get("Entries")
+    if entries is None:
+        raise sqs_errors.missing_parameter("Entries")
+    if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+        raise sqs_errors.invalid_parameter("Entries must be a list of maps")
+    if not entries:
+        raise sqs_errors.empty_batch(action)
+    if len(entries) > MAX_BATCH:
+        raise sqs_errors.too_many_entries(len(entries))
+    seen: set[str] = set()
+    for entry in entries:
+        entry_id = entry.get("Id")
+        if not isinstance(entry_id, str) or not _ENTRY_ID_RE.fullmatch(entry_id):
+            raise sqs_errors.invalid_batch_entry_id()
+        if entry_id in seen:
+            raise sqs_errors.ids_not_distinct(entry_id)
+        seen.add(entry_id)
+    return entries
+
+
+def _message_attributes(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise sqs_errors.invalid_parameter("MessageAttributes must be a map")
+    if len(value) > MAX_MESSAGE_ATTRIBUTES:
+        raise sqs_errors.invalid_parameter(
+            f"Number of message attributes [{len(value)}] exceeds the allowed maximum [{MAX_MESSAGE_ATTRIBUTES}]."
+        )
+    checked: dict[str, Any] = {}
+    for name, attribute in value.items():
+        if not _ATTRIBUTE_NAME_RE.fullmatch(name) or name.lower().startswith(("aws.", "amazon.")):
+            raise sqs_errors.invalid_parameter(
+                f"The message attribute name '{name[:256]}' is invalid. Attribute name can contain A-Z, a-z, 0-9, "
+                "underscore (_), hyphen (-), and period (.) characters."
+            )
+        if not isinstance(attribute, dict):
+            raise sqs_errors.invalid_parameter(f"The message attribute '{name}' must be a map")
+        data_type = attribute.get("DataType")
+        if not isinstance(data_type, str) or not data_type:
+            raise sqs_errors.invalid_parameter(
+                f"The message attribute '{name}' must contain non-empty message attribute type."
+            )
+        kind = data_type.split(".", 1)[0]
+        if kind not in ("String", "Number", "Binary"):
+            raise sqs_errors.invalid_parameter(
+                f"The message attribute '{name}' has an invalid message attribute type, the set of supported type "
+                "prefixes is Binary, Number, and String."
+            )
+        field = "BinaryValue" if kind == "Binary" else "StringValue"
+        content = attribute.get(field)
+        if not isinstance(content, str) or content == "":
+            raise sqs_errors.invalid_parameter(
+                f"The message attribute '{name}' must contain non-empty message attribute value for message "
+                f"attribute type '{data_type}'."
+            )
+        if kind == "Binary":
+            try:
+                base64.b64decode(content, validate=True)
+            except (ValueError, binascii.Error):
+                raise sqs_errors.invalid_parameter(f"The message attribute '{name}' has an invalid binary value.") from None
+        checked[name] = {"DataType": data_type, field: content}
+    return checked
+
+
+def _trace_header(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return None
+    trace = value.get("AWSTraceHeader")
+    if isinstance(trace, dict) and isinstance(trace.get("StringValue"), str):
+        return trace["StringValue"]
+    return None
+
+
+def _filter_attributes(attributes: dict[str, Any], wanted: list[str]) -> dict[str, Any]:
+    if "All" in wanted or ".*" in wanted:
+        return attributes
+    chosen: dict[str, Any] = {}
+    for name, value in attributes.items():
+        for pattern in wanted:
+            if name == pattern or (pattern.endswith(".*") and name.startswith(pattern[:-1])):
+                chosen[name] = value
+                break
+    return chosen

@@ -1,0 +1,165 @@
+"""The broker's HTTP listener on its own: routes, keep-alive, bounds, timeouts, failing handlers.
+
+Each test runs an `HttpServer` on a loopback port of a fresh event loop with
+handlers written here, and talks to it over real sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable
+
+import pytest
+
+from kittiwake.broker.http_server import HttpRequest, HttpResponse, HttpServer, Routes
+
+
+async def echo(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(200, f"{request.method} {request.path} {request.query} {len(request.body)}".encode())
+
+
+async def metrics(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(200, b"metrics")
+
+
+async def broken(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("a bug in a handler")
+
+
+def serve(test: Callable[[int, HttpServer], Awaitable[None]], **options: float) -> None:
+    async def main() -> None:
+        routes = Routes()
+        routes.add("/", echo)
+        routes.add("/metrics", metrics)
+        routes.add("/broken", broken)
+        server = HttpServer(routes, max_body_bytes=1000, max_head_bytes=2000, **options)  # type: ignore[arg-type]
+        port = await server.start("127.0.0.1", 0)
+        try:
+            await asyncio.wait_for(test(port, server), 20)
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
+
+
+async def exchange(port: int, data: bytes) -> bytes:
+    """Send `data`, read until the server closes or goes quiet."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    chunks = []
+    try:
+        while True:
+            chunk = await asyncio.wait_for(reader.read(65536), 1.0)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except asyncio.TimeoutError:
+        pass
+    writer.close()
+    return b"".join(chunks)
+
+
+def request(path: str = "/", body: bytes = b"", extra: str = "") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n").encode() + body
+
+
+def test_the_longest_prefix_routes_and_requests_pipeline_in_order() -> None:
+    async def test(port: int, server: HttpServer) -> None:
+        answer = await exchange(port, request("/q?x=1", b"abc") + request("/metrics/cpu") + request("/other"))
+        bodies = [part.split(b"\r\n\r\n", 1)[1][:40] for part in answer.split(b"HTTP/1.1 ")[1:]]
+        assert bodies == [b"POST /q x=1 3", b"metrics", b"POST /other  0"]
+
+    serve(test)
+
+
+def test_unrouted_paths_get_404_and_the_connection_stays() -> None:
+    routes = Routes()
+    routes.add("/only", metrics)
+    with pytest.raises(ValueError):
+        routes.add("/only", metrics)
+    assert routes.find("/elsewhere") is None
+
+    async def test(port: int, server: HttpServer) -> None:
+        server.routes = routes
+        answer = await exchange(port, request("/elsewhere") + request("/only"))
+        assert answer.startswith(b"HTTP/1.1 404")
+        assert answer.count(b"HTTP/1.1 200") == 1
+
+    serve(test)
+
+
+def test_a_body_over_the_limit_gets_413_before_it_is_read() -> None:
+    async def test(port: int, server: HttpServer) -> None:
+        head = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n"
+        assert (await exchange(port, head)).startswith(b"HTTP/1.1 413")
+        chunked = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + b"7d0\r\n" + b"y" * 2000 + b"\r\n"
+        assert (await exchange(port, chunked)).startswith(b"HTTP/1.1 413")
+
+    serve(test)
+
+
+def test_a_head_over_the_limit_gets_431_and_garbage_gets_400() -> None:
+    async def test(port: int, server: HttpServer) -> None:
+        big = request(extra="X-Big: " + "a" * 5000 + "\r\n")
+        assert (await exchange(port, big)).startswith(b"HTTP/1.1 431")
+        assert (await exchange(port, b"NOT HTTP AT ALL\r\n\r\n")).startswith(b"HTTP/1.1 400")
+
+    serve(test)
+
+
+def test_a_failing_handler_gets_500_and_the_server_goes_on() -> None:
+    async def test(port: int, server: HttpServer) -> None:
+        answer = await exchange(port, request("/broken") + request("/"))
+        assert answer.startswith(b"HTTP/1.1 500")
+        assert b"HTTP/1.1 200" in answer
+        assert server.handler_errors == 1
+
+    serve(test)
+
+
+def test_a_request_that_does_not_arrive_whole_gets_408() -> None:
+    async def test(port: int, server: HttpServer) -> None:
+        answer = await exchange(port, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+        assert answer.startswith(b"HTTP/1.1 408")
+
+    serve(test, request_timeout_secs=0.2)
+
+
+def test_an_idle_connection_is_closed() -> None:
+    async def test(port: int, server: HttpServer) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server, nothing said
+        writer.close()
+
+    serve(test, idle_timeout_secs=0.2)
+
+
+def test_a_client_that_goes_away_cancels_its_handler() -> None:
+    started = asyncio.Event
+    cancelled: list[bool] = []
+
+    async def test(port: int, server: HttpServer) -> None:
+        began = started()
+
+        async def slow(request: HttpRequest) -> HttpResponse:
+            began.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+            return HttpResponse(200)
+
+        server.routes.add("/slow", slow)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request("/slow"))
+        await began.wait()
+        writer.close()
+        for _ in range(100):
+            if cancelled:
+                break
+            await asyncio.sleep(0.01)
+        assert cancelled == [True]
+
+    serve(test)

@@ -1,0 +1,127 @@
+"""The SQS API on a broker with an auth file: SigV4 checked against each user's SQS secret, rights applied.
+
+The signature check itself is tested in process against requests signed by
+botocore's own signer; the rest talks to a broker subprocess with boto3.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+boto3 = pytest.importorskip("boto3")
+
+import botocore.exceptions  # noqa: E402
+from botocore.auth import SigV4Auth  # noqa: E402
+from botocore.awsrequest import AWSRequest  # noqa: E402
+from botocore.credentials import Credentials  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+from kittiwake.broker.http_server import HttpRequest  # noqa: E402
+from kittiwake.broker.users import load_users  # noqa: E402
+from kittiwake.cli.auth_command import auth  # noqa: E402
+from kittiwake.broker.sqs import sigv4  # noqa: E402
+from kittiwake.broker.sqs.sqs_errors import SqsError  # noqa: E402
+from support.auth_users import write_auth_file  # noqa: E402
+from support.broker_process import BrokerProcess  # noqa: E402
+
+ALICE_SECRET = "alice-sqs-secret-0123456789"
+
+
+def signed(secret: str, *, body: bytes = b"{}", url: str = "http://127.0.0.1:9324/") -> HttpRequest:
+    """A request as botocore signs it, in the form the HTTP server hands it over."""
+    request = AWSRequest(method="POST", url=url, data=body,
+                         headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"})
+    SigV4Auth(Credentials("alice", secret), "sqs", "eu-west-1").add_auth(request)
+    prepared = request.prepare()
+    path, _, query = prepared.url.split("9324", 1)[1].partition("?")
+    headers = {name.lower(): value for name, value in prepared.headers.items()}
+    headers["host"] = "127.0.0.1:9324"
+    return HttpRequest("POST", path or "/", query, headers, body, None)
+
+
+def test_a_signature_made_with_the_secret_verifies() -> None:
+    for request in (signed(ALICE_SECRET), signed(ALICE_SECRET, url="http://127.0.0.1:9324/000000000000/q?b=2&a=x%20y")):
+        signature = sigv4.parse(request)
+        assert (signature.access_key, signature.region, signature.service) == ("alice", "eu-west-1", "sqs")
+        sigv4.verify(request, signature, ALICE_SECRET)
+
+
+def test_a_wrong_secret_a_changed_body_or_an_old_date_is_refused() -> None:
+    request = signed(ALICE_SECRET)
+    with pytest.raises(SqsError) as wrong:
+        sigv4.verify(request, sigv4.parse(request), "another-secret-0123456789")
+    assert wrong.value.shape == "SignatureDoesNotMatch"
+    request.body = b'{"QueueNamePrefix": "x"}'
+    with pytest.raises(SqsError, match="does not match"):
+        sigv4.verify(request, sigv4.parse(request), ALICE_SECRET)
+    fresh = signed(ALICE_SECRET)
+    with pytest.raises(SqsError) as skewed:  # as if it arrived an hour after it was signed
+        sigv4.verify(fresh, sigv4.parse(fresh), ALICE_SECRET, now=time.time() + 3600)
+    assert skewed.value.shape == "RequestTimeTooSkewed"
+    unsigned = HttpRequest("POST", "/", "", {}, b"{}", None)
+    with pytest.raises(SqsError) as missing:
+        sigv4.parse(unsigned)
+    assert missing.value.shape == "MissingAuthenticationToken"
+
+
+@pytest.fixture
+def auth_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    path = write_auth_file(tmp_path / "users.json", {
+        "alice": ("alice-token-0123456789abcdef", {"alice-*": ["all"], "shared": ["consume"]}),
+        "bob": ("bob-token-0123456789abcdef", {"*": ["all"]}),
+    })
+    result = CliRunner().invoke(auth, ["sqs-secret", "alice", "--secret", ALICE_SECRET, "--file", str(path)])
+    assert result.exit_code == 0, result.output
+    assert load_users(path)["alice"].sqs_secret == ALICE_SECRET
+    process = BrokerProcess(tmp_path / "data", auth_file=path, extra_args=["--sqs-port", "0"])
+    try:
+        yield process
+    finally:
+        process.terminate()
+
+
+def client(broker: BrokerProcess, user: str, secret: str) -> Any:
+    return boto3.client("sqs", endpoint_url=broker.sqs_endpoint, region_name="eu-west-1",
+                        aws_access_key_id=user, aws_secret_access_key=secret)
+
+
+def error_code(call: Any) -> str:
+    with pytest.raises(botocore.exceptions.ClientError) as raised:
+        call()
+    return str(raised.value.response["Error"]["Code"])
+
+
+def test_users_sign_with_their_sqs_secret_and_keep_to_their_rights(auth_broker: BrokerProcess) -> None:
+    alice = client(auth_broker, "alice", ALICE_SECRET)
+    url = alice.create_queue(QueueName="alice-jobs")["QueueUrl"]
+    alice.send_message(QueueUrl=url, MessageBody="signed")
+    (message,) = alice.receive_message(QueueUrl=url, AttributeNames=["SenderId"])["Messages"]
+    assert (message["Body"], message["Attributes"]["SenderId"]) == ("signed", "alice")
+    alice.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    assert error_code(lambda: alice.create_queue(QueueName="shared")) == "AccessDenied"
+    assert error_code(lambda: client(auth_broker, "alice", "not-alices-secret-0000").list_queues()) == "SignatureDoesNotMatch"
+    assert error_code(lambda: client(auth_broker, "bob", "bob-token-0123456789abcdef").list_queues()) == "InvalidClientTokenId"
+    assert error_code(lambda: client(auth_broker, "nobody", ALICE_SECRET).list_queues()) == "InvalidClientTokenId"
+
+
+def test_list_queues_shows_a_user_its_own_queues(auth_broker: BrokerProcess, tmp_path: Path) -> None:
+    result = CliRunner().invoke(auth, ["sqs-secret", "bob", "--secret", "bob-sqs-secret-0123456789",
+                                       "--file", str(tmp_path / "users.json")])
+    assert result.exit_code == 0, result.output
+    bob = client(auth_broker, "bob", "bob-sqs-secret-0123456789")
+    deadline = time.monotonic() + 10
+    while True:  # the broker re-reads the auth file within a second of a change
+        try:
+            bob.create_queue(QueueName="shared")
+            break
+        except botocore.exceptions.ClientError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    bob.create_queue(QueueName="bobs")
+    client(auth_broker, "alice", ALICE_SECRET).create_queue(QueueName="alice-own")
+    names = [url.rsplit("/", 1)[1] for url in client(auth_broker, "alice", ALICE_SECRET).list_queues()["QueueUrls"]]
+    assert names == ["alice-own", "shared"]
