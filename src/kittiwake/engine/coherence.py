@@ -42,8 +42,7 @@ def claim(state: EngineState, name: str) -> QueueState | None:
 
 def claim_open(state: EngineState, name: str) -> QueueState:
     """`claim`, making the queue's state when it holds nothing yet."""
-    if state.shared and name not in state.store.claimed:  # type: ignore[attr-defined]
-        _reload(state, state.store.claim((name,)))  # type: ignore[attr-defined]
+    claim(state, name)
     return open_queue(state, name)
 
 
