@@ -75,3 +75,21 @@ def test_pids_beyond_ascii_still_split_correctly() -> None:
     queue = SortedQueue([f"\u00e9t\u00e9-{index:03d}" for index in range(100)] + ["z\u4e16\u754c"])
     parts = queue.split(3)
     assert [pid for part in parts for pid in part] == queue.pids
+
+
+def test_consecutive_fifo_pids_across_a_carry_split_evenly() -> None:
+    # 400 pids a microsecond apart around a multiple of 100 ms: every decimal place from the
+    # fifth carries inside the range, which no spread of FIFO pids should notice
+    start = 1_795_515_379_400_000 - 200
+    queue = SortedQueue([fifo_pid(start + index) for index in range(400)])
+    sizes = [len(part) for part in queue.split(5)]
+    assert len(sizes) == 5 and all(60 <= size <= 100 for size in sizes), sizes
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(10**15, 10**17 - 10**6), st.integers(50, 5_000), st.integers(2, 8))
+def test_consecutive_fifo_pids_split_evenly_wherever_they_start(start: int, count: int, parts: int) -> None:
+    queue = SortedQueue([fifo_pid(start + index) for index in range(count)])
+    sizes = [len(part) for part in queue.split(parts)]
+    assert len(sizes) == parts, sizes
+    assert all(abs(size - count / parts) <= count / parts / 4 + 2 for size in sizes), sizes

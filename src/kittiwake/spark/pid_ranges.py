@@ -12,8 +12,10 @@ smallest pid at or after `x`. So the cut is made in pid space, not by rank:
    last pid parts from the first (enough to place the cuts), at a character
    beyond ASCII (then the bound is rough), or at `MAX_DEPTH`;
 2. the first and last pids are read as numbers whose digits are their
-   characters, in the base of the characters they use (ten for the digits of
-   FIFO pids), and `parts - 1` points are spread evenly between them;
+   characters, in the base of the alphabet they are drawn from (`alphabet`:
+   ten for the digits of FIFO pids, so a carry in the clock leaves no gap;
+   printable ASCII for other ASCII pids), and `parts - 1` points are spread
+   evenly between them;
 3. each point is snapped to the real pid at or after it (one probe each), and
    repeats are dropped.
 
@@ -90,18 +92,17 @@ def spread(first: str, last: str, parts: int) -> list[str]:
     """`parts - 1` strings evenly spaced between `first` and `last`, each cut short before any
     character a pid cannot hold (so each may be probed)."""
     length = min(max(len(first), len(last)), MAX_DEPTH)
-    low_end, high_end = first[:length], last[:length]
-    code_points = [ord(c) for c in low_end + high_end]
-    smallest, largest = min(code_points), max(code_points)
-    base = largest - smallest + 2  # digit 0 is "no character": a shorter string sorts first
+    smallest, largest = alphabet(first[:length] + last[:length])
+    base = largest - smallest + 1
 
     def value(text: str) -> int:
+        # a string shorter than `length` reads as if padded with the alphabet's smallest character
         number = 0
         for index in range(length):
-            number = number * base + (ord(text[index]) - smallest + 1 if index < len(text) else 0)
+            number = number * base + (ord(text[index]) - smallest if index < len(text) else 0)
         return number
 
-    low, high = value(low_end), value(high_end)
+    low, high = value(first), value(last)
     if high <= low:
         return []
     points = []
@@ -113,12 +114,23 @@ def spread(first: str, last: str, parts: int) -> list[str]:
             digits.append(digit)
         text = ""
         for digit in reversed(digits):
-            if digit == 0:
-                break
-            character = chr(smallest + digit - 1)
+            character = chr(smallest + digit)
             if not character.isprintable():
                 break
             text += character
         if text:
             points.append(text)
     return points
+
+
+def alphabet(text: str) -> tuple[int, int]:
+    """The smallest and largest code points of the characters pids like these are made of: the
+    decimal digits when `text` has only those (FIFO pids: base ten, so that carries in the clock
+    leave no gaps between the points), else printable ASCII when it is all ASCII, else every code
+    point from its smallest to its largest."""
+    code_points = [ord(c) for c in text]
+    if all(ord("0") <= code_point <= ord("9") for code_point in code_points):
+        return ord("0"), ord("9")
+    if all(ASCII_LOW <= code_point <= ASCII_HIGH for code_point in code_points):
+        return ASCII_LOW, ASCII_HIGH
+    return min(code_points), max(code_points)
