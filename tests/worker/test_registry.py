@@ -47,3 +47,15 @@ def test_a_killed_workers_record_stops_being_live(broker: BrokerProcess, app, tm
     assert len(all_workers(app.client)) == 1
     with workers(broker.url, tmp_path):  # a starting worker prunes dead records
         wait_for(lambda: len(all_workers(app.client)) == 1 and live_workers(app.client), message="pruning")
+
+
+def test_a_record_being_registered_is_not_pruned(broker: BrokerProcess, app) -> None:
+    """A starting worker's prune must not remove a record another worker has enqueued and not yet
+    leased (the two steps of registering): that worker would be missing until its next beat."""
+    from kittiwake.constants import WORKERS_QUEUE
+    from kittiwake.worker.registry import prune_dead
+
+    app.client.enqueue(WORKERS_QUEUE, json.dumps({"host": "h"}), pid="w-starting", receiver="w-starting",
+                       max_attempts=1_000_000)
+    assert prune_dead(app.client) == 0
+    assert [record.id for record in all_workers(app.client)] == ["w-starting"]

@@ -14,6 +14,10 @@ clock comparison between hosts is needed; the broker's clock decides.
 
 A stopping worker dequeues its record. Records of dead workers are removed
 by the next worker that starts (`prune_dead`), and by ``kittiwake workers --prune``.
+A record counts as dead once its lease ran out (its attempts count it); one
+never leased is a worker registering right now (between its enqueue and its
+lease) and is left alone unless it is older than `UNLEASED_GRACE_SECS` (its
+worker died in between).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -31,6 +36,7 @@ from kittiwake.constants import WORKERS_QUEUE
 log = logging.getLogger("kittiwake.worker.registry")
 
 TTL_BEATS = 3  # a record outlives two missed beats
+UNLEASED_GRACE_SECS = 60.0  # a record never leased this long after its enqueue: its worker died registering
 
 
 @dataclass(slots=True)
@@ -51,6 +57,33 @@ class WorkerRecord:
     def utilisation(self) -> float | None:
         return self.status.get("utilisation")
 
+    @property
+    def last_beat_at(self) -> float | None:
+        """When the broker last renewed the record (its clock): the deadline less the time to live."""
+        beat_secs = self.info.get("beat_secs")
+        if self.expires_at is None or not isinstance(beat_secs, (int, float)) or isinstance(beat_secs, bool):
+            return None
+        return self.expires_at - beat_secs * TTL_BEATS
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as `kittiwake workers --json` and the broker's HTTP API show it."""
+        return {
+            "id": self.id,
+            "alive": self.alive,
+            "host": self.info.get("host"),
+            "pid": self.info.get("pid"),
+            "queues": self.info.get("queues", []),
+            "concurrency": self.info.get("concurrency"),
+            "started_at": self.info.get("started_at"),
+            "running": self.running,
+            "held": self.status.get("held", 0),
+            "utilisation": self.utilisation,
+            "finished": self.status.get("finished", 0),
+            "stopping": self.status.get("stopping", False),
+            "last_beat_at": self.last_beat_at,
+            "expires_at": self.expires_at,
+        }
+
 
 class WorkerRegistry:
     """This process's record in ``_workers``, renewed by a thread."""
@@ -68,7 +101,8 @@ class WorkerRegistry:
         self._thread: threading.Thread | None = None
 
     def start(self, info: dict[str, Any], status: Callable[[], dict[str, Any]]) -> None:
-        self._info, self._status = info, status
+        # with the beat, a reader tells when the record was last renewed (`WorkerRecord.last_beat_at`)
+        self._info, self._status = {**info, "beat_secs": self.every_secs}, status
         try:
             prune_dead(self.client, self.queue)
         except errors.KittiwakeError as error:
@@ -119,7 +153,8 @@ class WorkerRegistry:
             self.client.renew(self._record, self.ttl_secs, note=note)
 
 
-def _record_of(view: Any) -> WorkerRecord:
+def record_of(view: Any) -> WorkerRecord:
+    """A record from its task as peek shows it (anything with pid, data, state, note, lease_expires_at)."""
     try:
         info = json.loads(view.data)
     except ValueError:
@@ -133,7 +168,7 @@ def _record_of(view: Any) -> WorkerRecord:
 
 def all_workers(client: Client, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
     """Every record in the registry, alive or not, by worker id."""
-    return [_record_of(view) for view in client.peek(queue, min(limit, 10_000))]
+    return [record_of(view) for view in client.peek(queue, min(limit, 10_000))]
 
 
 def live_workers(client: Client, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
@@ -144,8 +179,10 @@ def live_workers(client: Client, limit: int = 1000, queue: str = WORKERS_QUEUE) 
 def prune_dead(client: Client, queue: str = WORKERS_QUEUE) -> int:
     """Remove the records of workers that stopped renewing them; returns how many."""
     removed = 0
-    for record in all_workers(client, queue=queue):
-        if record.alive:
+    now = time.time()
+    for view in client.peek(queue, 10_000):
+        record = record_of(view)
+        if record.alive or (view.attempts == 0 and now - view.enqueued_at < UNLEASED_GRACE_SECS):
             continue
         try:
             for task in client.lease(queue, receiver=record.id, lease_secs=5.0, max_tasks=10):
