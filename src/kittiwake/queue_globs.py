@@ -8,14 +8,17 @@ name, so every other character stands for itself. The whole name must match:
 
 How it is matched, and why it cannot stall: most patterns are a literal
 (`billing#invoices`) or a literal prefix then one `*` (`alice.*`), which are a
-string comparison and a `startswith`. Anything else runs the pattern as a
-non-deterministic automaton, all of its states at once, with one bit per
-state in a Python int (the shift-and algorithm): state i means "the first i
-non-star tokens are matched", a token moves i to i + 1 when it accepts the
-character, and a `*` after token i lets state i stay. One step per character
-of the name and no backtracking, so a pattern like `*a*a*a*a*b` costs the
-same on `aaaa…` as on anything else — unlike a backtracking regex, whose
-worst case is exponential.
+string comparison and a `startswith`; a pattern of stars and literals only
+(`*.dead`, `shop#*.jobs`) is a `startswith`, an `endswith` and a `find` per
+literal between stars, each from where the last one ended (taking each literal
+at its leftmost place leaves the most room for the rest, so nothing is tried
+twice). Anything with a `?` runs the pattern as a non-deterministic automaton,
+all of its states at once, with one bit per state in a Python int (the
+shift-and algorithm): state i means "the first i non-star tokens are matched",
+a token moves i to i + 1 when it accepts the character, and a `*` after token
+i lets state i stay. One step per character of the name. Neither way
+backtracks, so a pattern like `*a*a*a*a*b` costs no more on `aaaa…` than on
+anything else — unlike a backtracking regex, whose worst case is exponential.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class QueuePattern:
     text: str
     _literal: str | None = field(init=False, repr=False, compare=False)
     _prefix: str | None = field(init=False, repr=False, compare=False)
+    _parts: tuple[str, ...] | None = field(init=False, repr=False, compare=False)
     _masks: dict[str, int] = field(init=False, repr=False, compare=False)
     _any_mask: int = field(init=False, repr=False, compare=False)
     _star_mask: int = field(init=False, repr=False, compare=False)
@@ -59,6 +63,8 @@ class QueuePattern:
         star = text.find("*")
         literal = text if not any(c in text for c in WILDCARDS) else None
         prefix = text[:-1] if star == len(text) - 1 and "?" not in text else None
+        # stars only (`a*b*c`): the literal runs between them, found left to right with str.find
+        parts = tuple(text.split("*")) if literal is None and prefix is None and "?" not in text else None
         # the automaton, for every other shape (built for all: it is small)
         masks: dict[str, int] = {}
         any_mask = 0
@@ -78,6 +84,7 @@ class QueuePattern:
         masks = {char: mask | any_mask for char, mask in masks.items()}
         object.__setattr__(self, "_literal", literal)
         object.__setattr__(self, "_prefix", prefix)
+        object.__setattr__(self, "_parts", parts)
         object.__setattr__(self, "_masks", masks)
         object.__setattr__(self, "_any_mask", any_mask)
         object.__setattr__(self, "_star_mask", star_mask)
@@ -93,6 +100,8 @@ class QueuePattern:
             return name == self._literal
         if self._prefix is not None:
             return name.startswith(self._prefix)
+        if self._parts is not None:
+            return _stars_match(self._parts, name)
         states = 1  # state 0: nothing matched yet
         masks, any_mask, star_mask = self._masks, self._any_mask, self._star_mask
         for char in name:
@@ -103,6 +112,22 @@ class QueuePattern:
 
     def __str__(self) -> str:
         return self.text
+
+
+def _stars_match(parts: tuple[str, ...], name: str) -> bool:
+    """Whether `name` matches parts[0] * parts[1] * … * parts[-1]. The first part must start
+    the name and the last end it; each one between is taken at its leftmost place after the
+    previous, which can only leave more room for the rest (so no backtracking is needed)."""
+    first, last = parts[0], parts[-1]
+    if len(name) < len(first) + len(last) or not name.startswith(first) or not name.endswith(last):
+        return False
+    position, end = len(first), len(name) - len(last)
+    for part in parts[1:-1]:
+        found = name.find(part, position, end)
+        if found < 0:
+            return False
+        position = found + len(part)
+    return True
 
 
 def compile_pattern(text: str) -> QueuePattern:

@@ -19,7 +19,11 @@ or for a while. After every pass:
 * nothing written is left uncommitted; an enqueue answered ok is in the store, one answered "not
   applied" (or hit by a bug) never is;
 * the engine equals a fresh engine recovered from the store: both are held to one model read back
-  from the store (`engine.reference_queues.check_engine`).
+  from the store (`engine.reference_queues.check_engine`);
+* the task moves the passes handed over (`engine.tally`, only from passes that committed) account
+  for what the store holds: each queue's size is its enqueues less its dequeues and dead letters
+  (a dead-letter queue's, the dead letters of its queue less its dequeues). A commit that reached
+  the disk and then failed is not counted, by design: the check starts again from the store then.
 
 Replay one seed with
 
@@ -44,7 +48,8 @@ from kittiwake import errors
 from kittiwake.broker.pass_replies import NOT_APPLIED, OUTCOME_UNKNOWN, error_frame
 from kittiwake.broker.passes import Item, PassLimits, PassOutcome, Passes
 from kittiwake.engine import DEAD_REASON_HEADER, Engine
-from kittiwake.model import DEAD_PID_HEADER
+from kittiwake.engine.tally import DEAD_LETTERED, DEQUEUED, ENQUEUED, MOVES
+from kittiwake.model import DEAD_PID_HEADER, DEAD_SUFFIX
 from kittiwake.model import NewTask
 from kittiwake.protocol import FrameReader, Reply, decode_reply, decode_request, encode_request
 from kittiwake.protocol import messages as m
@@ -135,6 +140,9 @@ class PassSimulation:
         self.outage_passes = 0  # passes left of a lasting fault
         self.trace: collections.deque[str] = collections.deque(maxlen=TRACE_LINES)
         self.counts: collections.Counter[str] = collections.Counter()
+        self.moves: dict[str, list[int]] = {}  # queue → moves counted by committed passes
+        self.unknown_commits = 0  # commits that reached the disk and failed after: their moves are not counted
+        self.size_offsets: dict[str, int] = {}  # queue → tasks stored but not accounted for by the moves
 
     def new_engine(self) -> Engine:
         return BuggyEngine(self.store, head_tasks=HEAD_TASKS, cache_bytes=CACHE_BYTES)
@@ -251,6 +259,13 @@ class PassSimulation:
 
     def run_pass(self) -> None:
         outcome = self.passes.run()
+        if outcome.tally is not None:
+            assert outcome.committed, "a pass that failed handed over its moves"
+            for queue, row in outcome.tally.counts.items():
+                total = self.moves.setdefault(queue, [0] * len(MOVES))
+                for move, count in enumerate(row):
+                    total[move] += count
+        assert outcome.committed == (outcome.tally is not None)
         self.counts["pass"] += 1
         self.counts["committed" if outcome.committed else "failed"] += 1
         self.log(f"pass {'committed' if outcome.committed else 'FAILED'}: {sum(map(len, outcome.replies.values()))} "
@@ -322,10 +337,35 @@ class PassSimulation:
             back = self.refused & stored
             assert not back, f"enqueues refused as not applied are in the store: {sorted(back)[:5]}"
             check_engine(engine, model, max_tasks=MAX_TASKS)
+            self.check_moves(model)
             fresh = self.new_engine()
             fresh.recover(self.wall)
             check_engine(fresh, model, max_tasks=MAX_TASKS)
             assert engine.list_queues(None, 0, 1_000_000) == fresh.list_queues(None, 0, 1_000_000)
+
+    def check_moves(self, model: ModelQueues) -> None:
+        """Each queue's size, from the moves counted: enqueued - dequeued - dead-lettered (+ the dead
+        letters of its queue for a dead-letter queue), up to an offset taken again after a commit that
+        reached the disk but raised (its moves were made durable and rightly not counted)."""
+        def accounted(queue: str) -> int:
+            row = self.moves.get(queue, [0] * len(MOVES))
+            size = row[ENQUEUED] - row[DEQUEUED] - row[DEAD_LETTERED]
+            if queue.endswith(DEAD_SUFFIX):
+                size += self.moves.get(queue[: -len(DEAD_SUFFIX)], [0] * len(MOVES))[DEAD_LETTERED]
+            return size
+
+        names = set(model.queues) | set(self.moves) | {name + DEAD_SUFFIX for name in self.moves}
+        sizes = {name: len(model.queues.get(name, {})) - accounted(name) for name in names}
+        unknown = self.store.injected[Stage.AFTER_COMMIT]
+        if unknown != self.unknown_commits:
+            self.unknown_commits = unknown
+            self.size_offsets = sizes
+            return
+        for name in names:
+            assert sizes[name] == self.size_offsets.get(name, 0), (
+                f"{name}: {len(model.queues.get(name, {}))} tasks stored, the moves counted account for "
+                f"{accounted(name) + self.size_offsets.get(name, 0)}"
+            )
 
     def check_accounted_for(self) -> None:
         """Every request of an open connection is answered once, or still pending, deferred or parked."""

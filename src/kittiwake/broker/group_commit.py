@@ -7,18 +7,24 @@ so everything that arrives while the loop is busy — above all while a commit
 runs — rides the next pass together. After a pass, the shell defers what the
 pass could not answer on its connection, then writes each connection's
 replies in one `transport.write` (`Connection.deliver`). The real clocks are
-read here and handed to the passes.
+read here and handed to the passes. What a committed pass did (its tally of
+task moves, its commit's time) goes to `on_commit` when one is set: the
+metrics (`kittiwake.observe`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Callable, cast
 
 from kittiwake.broker.connection import WRITE_BUFFER_HIGH, Connection
 from kittiwake.broker.passes import Item, PassLimits, PassOutcome, Passes
 from kittiwake.engine import Engine, TaskStore
+from kittiwake.engine.tally import Tally
+
+log = logging.getLogger("kittiwake.broker")
 
 
 class GroupCommit:
@@ -39,6 +45,7 @@ class GroupCommit:
         limits = PassLimits(max_frame=max_frame, max_held_bytes=WRITE_BUFFER_HIGH)
         self.passes = Passes(store, make_engine, limits, wall_clock=wall_clock, monotonic_clock=monotonic_clock)
         self._scheduled: asyncio.Handle | None = None
+        self.on_commit: Callable[[Tally, float | None], None] | None = None  # (moves, commit secs or None)
 
     # -------------------------------------------------------------- inputs
 
@@ -91,6 +98,11 @@ class GroupCommit:
         """One group-commit pass, then its replies; never raises."""
         self._scheduled = None
         outcome = self.passes.run()
+        if outcome.tally is not None and self.on_commit is not None:
+            try:
+                self.on_commit(outcome.tally, outcome.commit_secs)
+            except Exception:
+                log.exception("counting a pass for the metrics failed")
         if self.passes.pending:  # over a pass's bounds: the rest goes next
             self._schedule()
         self._deliver(outcome)

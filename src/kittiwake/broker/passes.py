@@ -22,6 +22,14 @@ up while a commit runs (TaskMaster §5.3). A connection's replies keep the
 order of its requests (long-polls aside): once one of its requests is
 deferred, because its output is full, the later ones wait behind it.
 
+What a pass did for the metrics: the engine records each task move in its
+tally (`engine.tally`), which the pass empties before each attempt and hands
+over with its outcome only once the commit succeeded, with the commit's time
+on the monotonic clock (when the pass wrote anything). A failed attempt's
+tally goes with the engine it throws away (the rebuilt one starts empty), so
+a move is counted once, and only when durable (a commit that reached the
+disk and then raised is not: the broker cannot tell it happened).
+
 The engine work of a pass is an *attempt* that only collects what it would do
 (replies, long-polls to park, requests to defer); the pass's own state changes
 when the attempt has finished. That is what lets a pass start over.
@@ -89,6 +97,7 @@ from kittiwake.broker.pass_replies import (
 )
 from kittiwake.broker.store_health import StoreHealth
 from kittiwake.engine import Engine, TaskStore
+from kittiwake.engine.tally import Tally
 from kittiwake.errors import StorageFault
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import CancelWaitResult
@@ -122,6 +131,8 @@ class PassOutcome:
     replies: dict[Caller, list[bytes]]  # per connection, in the order made; each frame answers one request
     deferred: list[tuple[Caller, Item]]  # not run: their connection's output is full
     committed: bool  # False: the pass failed and nothing of it is durable (or its outcome is unknown)
+    tally: Tally | None = None  # the task moves the pass made durable; None unless it committed
+    commit_secs: float | None = None  # how long its commit took, when it committed something it wrote
 
 
 class PassFailed(Exception):
@@ -236,6 +247,7 @@ class Passes:
                     if engine is None:
                         raise PassFailed("no engine: the store failed", self.health.fault)
                 tried = True
+                engine.state.tally = Tally()  # this attempt's moves, and nothing else's
                 try:
                     attempt = self._attempt(engine, batch, housekeeping, poisoned, paused, now)
                 except EngineBug as bug:
@@ -255,7 +267,9 @@ class Passes:
                     self._rebuild(now)
             deferred = self._apply(batch, attempt, paused)
             committing = True
+            started = self.monotonic_clock()
             self.store.commit()
+            commit_secs = self.monotonic_clock() - started
         except Exception as exc:  # a StorageFailure or PassFailed, or the commit failed otherwise
             self.failed_passes += 1
             if isinstance(exc, errors.StorageFailure):
@@ -266,12 +280,18 @@ class Passes:
                 fault, outcome_known = None, not committing
             self.health.pass_failed(exc, fault, len(batch), tried)
             held = self._fail(batch, attempt, poisoned, now, unavailable_error(fault, outcome_known), deferred)
-            committed = False
-        else:
-            self.health.pass_committed(attempt.writes)
-            held = attempt.held
-            self.long_polls.served(held)
-            committed = True
+            return self._outcome(held, deferred, False)
+        assert attempt is not None
+        self.health.pass_committed(attempt.writes)
+        self.long_polls.served(attempt.held)
+        # the moves are durable now
+        tally, engine.state.tally = engine.state.tally, Tally()
+        outcome = self._outcome(attempt.held, deferred, True)
+        outcome.tally = tally
+        outcome.commit_secs = commit_secs if attempt.writes or tally else None
+        return outcome
+
+    def _outcome(self, held: list[HeldReply], deferred: list[tuple[Caller, Item]], committed: bool) -> PassOutcome:
         held.extend(self.long_polls.expired(self.monotonic_clock()))
         return PassOutcome(by_connection(held), deferred, committed)
 

@@ -72,6 +72,7 @@ def _reload(state: EngineState, reloads: dict) -> None:
             queue.rates, queue.rate = old.rates, old.rate
         state.queues[name] = queue
         state.names.add(name)
+        state.names_changes += 1
         hold_leases(state, reload.leased)
         if queue.stored_available > 0:
             state.ready.add(name)  # parked long-polls on it try again

@@ -30,6 +30,7 @@ from kittiwake.engine.mutations import Mutation, PutTask
 from kittiwake.engine.rates import ENQUEUE
 from kittiwake.engine.coherence import claim_open
 from kittiwake.engine.state import EngineState, flush, forget_if_empty, rates_of
+from kittiwake.engine.tally import ENQUEUED
 from kittiwake.model import EnqueueOutcome, NewTask, Task
 
 
@@ -88,6 +89,7 @@ def enqueue_one(state: EngineState, new: NewTask, now: float, mutations: list[Mu
             # a parent already failed: the task is born dead, like its
             # siblings that were waiting when the parent failed
             rates_of(queue).add(ENQUEUE, now)
+            state.tally.count(queue.name, ENQUEUED)
             bury(state, task, f"{PARENT_FAILED_REASON} {failed[0]}/{failed[1]}", now, mutations)
             forget_if_empty(state, queue)
             return EnqueueOutcome(new.queue, pid, False)
@@ -98,6 +100,7 @@ def enqueue_one(state: EngineState, new: NewTask, now: float, mutations: list[Mu
     else:
         add_available(state, queue, task)
     rates_of(queue).add(ENQUEUE, now)
+    state.tally.count(queue.name, ENQUEUED)
     mutations.append(PutTask(task))
     mutations.extend(edges)
     if new.queue in state.join_ports:

@@ -37,6 +37,7 @@ from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import ENQUEUE
 from kittiwake.engine.coherence import claim, claim_open
 from kittiwake.engine.state import EngineState, flush, forget_if_empty, rates_of
+from kittiwake.engine.tally import DEAD_LETTERED
 from kittiwake.model import (
     DEAD_PID_HEADER,
     DEAD_REASON_HEADER,
@@ -121,6 +122,7 @@ def bury(state: EngineState, task: Task, reason: str, now: float, mutations: lis
     dead.note_pid(buried.pid)
     add_available(state, dead, buried)
     rates_of(dead).add(ENQUEUE, now)
+    state.tally.count(task.queue, DEAD_LETTERED)
     mutations.append(PutTask(buried))
 
 

@@ -3,11 +3,15 @@ for a receiver (Paštas ch. 3), list_queues and stats (TaskMaster §3.5).
 
 Functions that read the engine's queue states and its store and change
 nothing but lazily swept leases (stats sweeps first, so its counts are exact
-at `now`). Views stop at the reply data budget.
+at `now`). Views stop at the reply data budget. Those that claim a queue first
+(`engine.coherence`) run inside a group-commit pass; `scan_page`, `find_view`
+and `queue_stats` claim nothing, for readers between passes (the broker's
+HTTP views), and show what this broker committed.
 """
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any, Iterable, Sequence
 
 from kittiwake import errors
@@ -67,6 +71,24 @@ def peek(state: EngineState, queue: str, n: int, from_pid: str | None, now: floa
     return _views(state, state.store.scan(queue, from_pid, n), now)
 
 
+def scan_page(
+    state: EngineState, queue: str, n: int, from_pid: str | None, now: float
+) -> tuple[list[dict[str, Any]], str | None]:
+    """`peek` without its claim, for readers outside a group-commit pass (the HTTP views): up to
+    n views from `from_pid` on, under the reply budget, and the pid the next page starts at
+    (None: no more). Reads what this broker committed; locks nothing."""
+    limits = state.limits
+    validate_queue(queue, limits)
+    validate_count(n, "n", 1, limits.max_batch)
+    if from_pid is not None:
+        validate_pid(from_pid, limits, "from_pid", queue)
+    if queue not in state.queues:
+        return [], None
+    tasks = state.store.scan(queue, from_pid, n + 1)
+    views = _views(state, tasks[:n], now)
+    return views, tasks[len(views)].pid if len(views) < len(tasks) else None
+
+
 def _views(state: EngineState, tasks: list[Task], now: float) -> list[dict[str, Any]]:
     """Views of tasks, cut short once their data passes the reply budget (at least one)."""
     budget = state.limits.max_reply_data_bytes
@@ -84,7 +106,17 @@ def get(state: EngineState, queue: str, pid: str, now: float) -> dict[str, Any]:
     also finds its newest dead letter (dead letters live at `<pid>~<time>`)."""
     validate_queue(queue, state.limits)
     validate_pid(pid, state.limits, "pid", queue)
-    queue_state = claim(state, queue)
+    return _get(state, queue, claim(state, queue), pid, now)
+
+
+def find_view(state: EngineState, queue: str, pid: str, now: float) -> dict[str, Any]:
+    """`get` without its claim, for readers outside a group-commit pass (the HTTP views)."""
+    validate_queue(queue, state.limits)
+    validate_pid(pid, state.limits, "pid", queue)
+    return _get(state, queue, state.queues.get(queue), pid, now)
+
+
+def _get(state: EngineState, queue: str, queue_state: QueueState | None, pid: str, now: float) -> dict[str, Any]:
     task = find(state, queue_state, pid) if queue_state is not None else None
     if task is None and queue_state is not None and queue.endswith(DEAD_SUFFIX):
         letters = dead_letters_of(state, queue, pid)
@@ -151,6 +183,12 @@ def stats(
 def _stats_of(state: EngineState, name: str, sample: int, now: float) -> QueueStats:
     queue = claim(state, name)
     dead = claim(state, dead_queue_of(name))
+    return queue_stats(name, queue, dead, sample, now)
+
+
+def queue_stats(name: str, queue: QueueState | None, dead: QueueState | None, sample: int, now: float) -> QueueStats:
+    """The statistics of one queue from its state and its dead-letter queue's (None: empty);
+    reads memory only, changes nothing."""
     if queue is None:
         return QueueStats(name, 0, 0, 0, dead.size if dead else 0, 0, 0, 0, 0, 0, 0, None, None)
     rates = queue.rates or RateWindow()
@@ -159,7 +197,7 @@ def _stats_of(state: EngineState, name: str, sample: int, now: float) -> QueueSt
     oldest = queue.oldest_enqueued_at()
     leased_sample = [
         LeaseSample(t.queue, t.pid, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at)
-        for t in list(queue.leased.values())[:sample]
+        for t in islice(queue.leased.values(), sample)
     ]
     return QueueStats(
         queue=name,

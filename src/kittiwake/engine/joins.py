@@ -50,6 +50,7 @@ from kittiwake.engine.queue_patterns import name_matcher
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import ENQUEUE
 from kittiwake.engine.state import EngineState, flush, forget_if_empty, open_queue, rates_of
+from kittiwake.engine.tally import ENQUEUED
 from kittiwake.join_spec import REQUIRED, SEQUENCE, JoinSpec, key_matches, sequence_key
 from kittiwake.model import Task, validate_pid
 
@@ -223,6 +224,7 @@ def _put(state: EngineState, task: Task, now: float, mutations: list[Mutation]) 
     queue.note_pid(task.pid)
     add_available(state, queue, task)
     rates_of(queue).add(ENQUEUE, now)
+    state.tally.count(queue.name, ENQUEUED)
     mutations.append(PutTask(task))
     if task.queue in state.join_ports:
         arrived(state, task, now, mutations)

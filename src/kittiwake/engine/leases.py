@@ -40,6 +40,7 @@ from kittiwake.engine.rate_limit import TokenBucket
 from kittiwake.engine.rates import LEASE
 from kittiwake.engine.coherence import claim, claim_many, claim_open
 from kittiwake.engine.state import EXPIRY_COMPACT_MIN, EngineState, flush, forget_if_empty, rates_of
+from kittiwake.engine.tally import DEQUEUED, EXPIRED, LEASED, RELEASED
 from kittiwake.engine.transitions import Operation
 from kittiwake.model import (
     ItemOutcome,
@@ -144,6 +145,7 @@ def lease(state: EngineState, request: LeaseRequest, now: float) -> list[Task]:
     if reply_budget is not None:
         reply_budget -= REPLY_ENVELOPE_BYTES
     expiry = state.expiry
+    tally = state.tally
     for pid, queue in candidates[:want]:
         if leased and budget < len(queue.available[pid].data):
             break  # the reply would be too large to read; the rest waits for the next lease
@@ -167,6 +169,9 @@ def lease(state: EngineState, request: LeaseRequest, now: float) -> list[Task]:
         mutations.append(SetLease.of(task))
         leased.append(task)
         rates_of(queue).add(LEASE, now)
+        tally.count(queue.name, LEASED)
+        if task.deliveries == 1:
+            tally.waited(queue.name, now - task.enqueued_at)
         touch(state, queue)
         if queue.rate is not None:
             queue.rate.spend(1)
@@ -247,6 +252,7 @@ def sweep(state: EngineState, now: float, everywhere: bool = True) -> int:
         assert queue is not None
         expired += 1
         del queue.leased[pid]
+        state.tally.count(name, EXPIRED)
         fail_attempt(state, queue, task, LEASE_EXPIRED_REASON, now, mutations)
         flush(state, mutations)
     enforce_cache(state)
@@ -330,6 +336,9 @@ def apply_dequeue(state: EngineState, queue: QueueState, task: Task, now: float,
     queue.size -= 1
     held = now - task.leased_at if task.leased_at is not None else 0.0
     rates_of(queue).add_dequeue(now, 1, max(held, 0.0))
+    state.tally.count(queue.name, DEQUEUED)
+    if task.leased_at is not None:  # not a late dequeue, whose lease the sweep took back
+        state.tally.ran(queue.name, held)
     mutations.append(DeleteTask(queue.name, task.pid))
     if task.children:
         flush(state, mutations)
@@ -360,6 +369,7 @@ def apply_release(
     """Give a resolved lease back, counting a failed attempt; True if the task went dead."""
     del queue.leased[task.pid]
     task.lease_id = 0  # the holder gave it back: its lease id fences nothing any more
+    state.tally.count(queue.name, RELEASED)
     return fail_attempt(state, queue, task, reason or RELEASED_REASON, now, mutations, bury)
 
 
@@ -367,6 +377,7 @@ def apply_reject(state: EngineState, queue: QueueState, task: Task, mutations: l
     """Give a resolved lease back without counting an attempt: available again at once."""
     del queue.leased[task.pid]
     task.lease_id = 0
+    state.tally.count(queue.name, RELEASED)
     task.lease_owner = task.lease_peer = None
     task.leased_at = task.lease_expires_at = None
     mutations.append(SetLease.of(task))

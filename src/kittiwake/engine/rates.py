@@ -9,6 +9,8 @@ nothing. Time is passed in.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 BUCKET_SECS = 10.0
 WINDOW_SECS = 300.0
 _KEEP = int(WINDOW_SECS / BUCKET_SECS)
@@ -55,9 +57,38 @@ class RateWindow:
                     sums[index] += counts[index]
         return sums
 
+    def recent(self, kind: int, now: float, window_secs: float) -> float:
+        """The count of `kind` in the window, as `totals` counts it, reading the newest buckets
+        only: cheap for a short window, so a view can rank 100K queues by their last minute."""
+        first = int((now - window_secs) // BUCKET_SECS) + 1
+        total: float = 0
+        for number, counts in reversed(self._buckets):
+            if number < first:
+                break
+            total += counts[kind]
+        return total
+
     def rate(self, kind: int, now: float, window_secs: float) -> float:
         return self.totals(now, window_secs)[kind] / window_secs
 
     def idle_since(self, now: float) -> bool:
         """True when no bucket falls in the 5-minute window any more."""
         return not self._buckets or self._buckets[-1][0] <= int(now // BUCKET_SECS) - _KEEP
+
+
+def recent_counts(windows: Iterable[RateWindow | None], kind: int, now: float, window_secs: float) -> list[float]:
+    """`RateWindow.recent` of each window (0 for None), in one loop: ranking 100K queues by rate
+    costs a pass over their newest buckets, not 100K method calls."""
+    first = int((now - window_secs) // BUCKET_SECS) + 1
+    counts: list[float] = []
+    append = counts.append
+    for window in windows:
+        total: float = 0
+        if window is not None:
+            buckets = window._buckets
+            index = len(buckets) - 1
+            while index >= 0 and buckets[index][0] >= first:
+                total += buckets[index][1][kind]
+                index -= 1
+        append(total)
+    return counts

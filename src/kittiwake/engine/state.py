@@ -24,7 +24,10 @@ Where a task is (see `transitions` for the moves between places):
 
 Around them:
 
-* `names` — every queue in `queues`, sorted, for list_queues and stats.
+* `names` — every queue in `queues`, sorted, for list_queues and stats;
+  `names_changes` counts the changes to it (and so to which queue states
+  `queues` holds), so a reader of every queue may keep what it derived from
+  them until the count moves.
 * `recent` — queues by last use (least recent first): which head to evict
   when `memory_bytes` passes `cache_bytes`.
 * `expiry` — a heap of (expires_at, lease_id, queue, pid), one entry per
@@ -45,6 +48,8 @@ Around them:
 * `store`, `limits`, `head_tasks`, `cache_bytes` — what the engine was made
   with: the store it reads and writes, the published limits, the head size
   per queue and the memory budget of all heads.
+* `tally` — the task moves since the broker last took it (`tally`): what
+  the metrics count, once the pass that made them committed.
 * `shared`, `id_slot`, `id_stride` — whether other brokers share the store
   (every queue is then claimed before use, `coherence`), and this broker's
   share of the id space (`ids`): ids = id_slot modulo id_stride;
@@ -64,6 +69,7 @@ from kittiwake.engine.mutations import DropQueue, Mutation
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import RateWindow
 from kittiwake.engine.storage import QueueSummary, TaskStore
+from kittiwake.engine.tally import Tally
 from kittiwake.join_spec import JoinSpec
 from kittiwake.model import FIFO_PID_DIGITS, Limits, Task, validate_queue
 
@@ -87,6 +93,7 @@ class EngineState:
     cache_bytes: int
     queues: dict[str, QueueState] = field(default_factory=dict)
     names: SortedList = field(default_factory=SortedList)
+    names_changes: int = 0
     recent: OrderedDict[str, None] = field(default_factory=OrderedDict)
     expiry: list[tuple[float, int, str, str]] = field(default_factory=list)
     expiry_compact_at: int = EXPIRY_COMPACT_MIN
@@ -106,6 +113,7 @@ class EngineState:
     due_asked_at: float | None = None
     id_slot: int = 0
     id_stride: int = 1
+    tally: Tally = field(default_factory=Tally)
 
 
 def open_queue(state: EngineState, name: str) -> QueueState:
@@ -114,6 +122,7 @@ def open_queue(state: EngineState, name: str) -> QueueState:
     if queue is None:
         queue = state.queues[name] = QueueState(name)
         state.names.add(name)
+        state.names_changes += 1
     return queue
 
 
@@ -144,6 +153,7 @@ def drop_memory(state: EngineState, queue: QueueState) -> None:
     state.memory_bytes -= queue.memory_bytes
     state.queues.pop(queue.name, None)
     state.names.discard(queue.name)
+    state.names_changes += 1
     state.recent.pop(queue.name, None)
 
 
@@ -178,6 +188,7 @@ def recover(state: EngineState, now: float) -> None:
     for summary in recovery.queues:
         queues[summary.queue] = queue_of_summary(state, summary)
     state.names.update(queues)  # one sort, not 100K bisected inserts
+    state.names_changes += 1
     reserved = state.reserved
     for name, value in recovery.counters.items():
         if name in reserved:
