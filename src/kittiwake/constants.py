@@ -54,6 +54,9 @@ REPLIES_PREFIX = "_replies."
 WORKERS_QUEUE = "_workers"
 """The worker registry: one record per worker process (`worker.registry`)."""
 
+JOBS_QUEUE = "_jobs"
+"""The job registry: one record per job an `App` submitted (`app.job_records`), read by the dashboard."""
+
 DEFAULT_QUEUE = "default"
 """Where a task definition without `queue=` puts its tasks."""
 
@@ -87,6 +90,15 @@ REPLY_TO_HEADER = "kittiwake-reply-to"
 
 SUBMITTED_AT_HEADER = "kittiwake-submitted-at"
 """Epoch seconds when an app task was submitted."""
+
+TRACEPARENT_HEADER = "traceparent"
+"""W3C Trace Context: the trace and the span that sent an app task (`app.tracing`); absent without tracing."""
+
+TRACESTATE_HEADER = "tracestate"
+"""W3C Trace Context: vendors' trace state beside `TRACEPARENT_HEADER`, when there is one."""
+
+MAX_TRACESTATE_BYTES = 512
+"""A longer trace state is not sent: what W3C Trace Context asks every carrier to propagate at least."""
 
 # ---------------------------------------------------------- dead-letter reasons
 # The broker's own reasons in `DEAD_REASON_HEADER`; workers add theirs (`ERROR`,

@@ -2,8 +2,8 @@
 
 Its tasks live in `alice.shop` (and through it `alice.shop.delayed`,
 `.dead`, `.gang`, `.gang.<id>`, `.ticks-done`, `@<node>`), its results in
-`alice.replies.<app id>`; its workers keep their registry in `alice.workers`.
-So the user needs `alice.*` and nothing else.
+`alice.replies.<app id>`, its jobs' records in `alice.jobs`; its workers keep their registry in
+`alice.workers`. So the user needs `alice.*` and nothing else.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from kittiwake.app import App
 
-app = App(reply_prefix="alice.replies.")
+app = App(reply_prefix="alice.replies.", job_registry="alice.jobs")
 
 
 def note(path: str, *words: Any) -> None:

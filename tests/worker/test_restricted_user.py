@@ -1,10 +1,10 @@
 """An App and its workers under a broker user whose rights cover only its own prefix.
 
 alice may do anything to `alice.*` and nothing else: with
-`App(reply_prefix="alice.replies.")` and `kittiwake worker --queues
-alice.shop,alice.shop.gang --registry-queue alice.workers`, results, delayed tasks, DAGs, dead letters, gangs,
-periodic ticks, the worker registry and cancelling all stay inside that
-prefix. bob, with `bob.*`, can neither touch nor see any of it.
+`App(reply_prefix="alice.replies.", job_registry="alice.jobs")` and `kittiwake worker --queues
+alice.shop,alice.shop.gang --registry-queue alice.workers`, results, delayed tasks, DAGs and
+their records, dead letters, gangs, periodic ticks, the worker registry and cancelling all stay
+inside that prefix. bob, with `bob.*`, can neither touch nor see any of it.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ def test_an_app_and_its_workers_need_rights_on_their_own_prefix_only(secured: Br
             first = job.add(restricted_apps.add, 1, 2)
             job.add(restricted_apps.add, 10, 20, after=[first])  # after= names alice.shop
             assert job.submit().results(timeout=30) == [3, 30]
+            with Client(alice_url) as alice:
+                assert alice.get("alice.jobs", job.id).pid == job.id  # the job's record
             with pytest.raises(TaskFailed) as failed:
                 restricted_apps.explode.submit("boom").result(timeout=30)  # read back from alice.shop.dead
             assert failed.value.type == "ValueError"

@@ -33,7 +33,13 @@ restarts of the submitter); `close()` stops the collector and, for a random
 id, deletes the app's reply queues. The reply queues are named
 `<group>#<reply_prefix><app id>`; `reply_prefix` (default `_replies.`) lets a
 broker user whose rights cover only its own prefix (`alice.*`) receive
-results (`reply_prefix="alice.replies."`).
+results (`reply_prefix="alice.replies."`). Jobs write their records (`job_records`) into
+`job_registry` (default `_jobs`): such a user names a queue of its own there
+(`job_registry="alice.jobs"`), or None for no records.
+
+Tracing: with an OpenTelemetry tracer provider set, each submit is a PRODUCER
+span whose context travels in the task's headers to the worker's run
+(`tracing`); without one, nothing is added.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
+from kittiwake.app import tracing
 from kittiwake.app.bundles import BundleSender
 from kittiwake.app.collapse import follow_collapsed
 from kittiwake.app.definitions import (
@@ -68,6 +75,7 @@ from kittiwake.app.serialization import Serializer
 from kittiwake.app.shell import SHELL_TASK, run_shell
 from kittiwake.client import Client, Producer, ProducerSettings
 from kittiwake.constants import (
+    JOBS_QUEUE,
     REPLIES_PREFIX,
     REPLY_TO_HEADER,
     SUBMISSION_HEADER,
@@ -96,11 +104,15 @@ class App:
         clock: Callable[[], float] = time.time,
         reply_prefix: str = REPLIES_PREFIX,
         batching: bool | ProducerSettings | dict[str, Any] = False,
+        job_registry: str | None = JOBS_QUEUE,
     ) -> None:
         self.batching = ProducerSettings.of(batching)
         if not isinstance(reply_prefix, str) or not _REPLY_PREFIX_RE.fullmatch(reply_prefix):
             raise ValueError(f"reply_prefix {reply_prefix!r} must be 1..200 characters of [A-Za-z0-9_.:@/-]")
         self.reply_prefix = reply_prefix
+        if job_registry is not None:
+            validate_queue(job_registry, Limits(), "job_registry")  # BadRequest
+        self.job_registry = job_registry
         self._url = url
         self.serializer = Serializer(serializer)
         self._fixed_id = app_id is not None
@@ -331,6 +343,7 @@ class App:
             if key is not None:
                 task["unless"] = [(options.queue, key)]
         headers = {TASK_ID_HEADER: task_id, SUBMITTED_AT_HEADER: f"{now:.6f}"}
+        tracing.inject(headers)  # the current span's context (the submit's own span: `tracing`)
         slot = reply_queue = submission = None
         if not options.ignore_result:
             reply_queue = reply_queue_for(options.queue, self.id, self.reply_prefix)
@@ -368,7 +381,19 @@ class App:
         **options: Any,
     ) -> Handle:
         """Submit one call; `options` are those of `prepare` (key, delay, at, after, node).
-        Through the batching producer if there is one (`batch`, `batching`)."""
+        Through the batching producer if there is one (`batch`, `batching`); inside a PRODUCER
+        span when tracing is on (`tracing`)."""
+        span = tracing.start_send(definition.name)
+        if span is None:
+            return self._submit_call(definition, args, kwargs, options)
+        with tracing.use(span):
+            handle = self._submit_call(definition, args, kwargs, options)
+            tracing.sent(span, handle.queue, handle.pid, handle.id)
+            return handle
+
+    def _submit_call(
+        self, definition: TaskDefinition, args: tuple[Any, ...], kwargs: dict[str, Any], options: dict[str, Any]
+    ) -> Handle:
         producer = getattr(self._batch_scope, "producer", None) or self.producer
         task, handle = self.prepare(definition, args, kwargs, via=producer, **options)
         if producer is None:
@@ -380,12 +405,23 @@ class App:
         return handle
 
     def enqueue_prepared(
-        self, tasks: list[dict[str, Any]], handles: list[Handle], chunk: int = DEFAULT_MAP_CHUNK
+        self,
+        tasks: list[dict[str, Any]],
+        handles: list[Handle],
+        chunk: int = DEFAULT_MAP_CHUNK,
+        *,
+        lead: dict[str, Any] | None = None,
     ) -> None:
         """Enqueue prepared tasks in order, `chunk` per request (parents before children stay so);
-        a handle whose task collapsed into a live one is pointed at that task's run."""
+        a handle whose task collapsed into a live one is pointed at that task's run. `lead`: one
+        more task (a job's record), sent in the same request as the first chunk, before it."""
         chunk = max(1, min(chunk, MAX_BATCH))
-        for start in range(0, len(tasks), chunk):
+        first = 0
+        if lead is not None:
+            first = min(chunk, MAX_BATCH - 1, len(tasks))
+            outcomes = self.client.enqueue_many([lead, *tasks[:first]])
+            follow_collapsed(self, tasks[:first], handles[:first], outcomes[1:])
+        for start in range(first, len(tasks), chunk):
             outcomes = self.client.enqueue_many(tasks[start : start + chunk])
             follow_collapsed(self, tasks[start : start + chunk], handles[start : start + chunk], outcomes)
 
@@ -393,8 +429,18 @@ class App:
         """One task per item, called as `task(item)`, submitted `chunk` per request; returns the handles.
 
         The next bundle is prepared while the one before it is in flight (`bundles`); no keys, so
-        nothing collapses."""
+        nothing collapses. With tracing on, one PRODUCER span sends them all (`tracing`)."""
         definition = self.definition_of(task)
+        span = tracing.start_send(definition.name)
+        if span is None:
+            return self._map(definition, items, chunk)
+        with tracing.use(span):
+            handles = self._map(definition, items, chunk)
+            tracing.sent(span, definition.queue)
+            span.set_attribute("messaging.batch.message_count", len(handles))
+            return handles
+
+    def _map(self, definition: TaskDefinition, items: Iterable[Any], chunk: int) -> list[Handle]:
         chunk = max(1, min(chunk, MAX_BATCH))
         handles: list[Handle] = []
         if isinstance(items, (list, tuple, range)) and len(items) <= chunk:
@@ -421,6 +467,7 @@ class App:
         now = self.clock()
         submitted_at = f"{now:.6f}"
         count = len(calls)
+        context = tracing.context_headers()  # one span sends the bundle: the same context in each task
         if options.ignore_result:
             task_ids = new_ids(count, now)
             tasks = [
@@ -428,6 +475,9 @@ class App:
                  "headers": {TASK_ID_HEADER: task_id, SUBMITTED_AT_HEADER: submitted_at}}
                 for task_id, call in zip(task_ids, calls)
             ]
+            if context:
+                for item in tasks:
+                    tracing.merge(item["headers"], context)
             return tasks, [Handle(self, task_id, name, queue, task_id, None) for task_id in task_ids]
         task_ids, submissions = new_ids(count, now), new_ids(count, now)
         reply_queue = reply_queue_for(queue, self.id, self.reply_prefix)
@@ -440,15 +490,19 @@ class App:
                          SUBMISSION_HEADER: submission}}
             for task_id, submission, call in zip(task_ids, submissions, calls)
         ]
+        if context:
+            for item in tasks:
+                tracing.merge(item["headers"], context)
         handles = [
             Handle(self, task_id, name, queue, task_id, slot, reply_queue, submission)
             for task_id, submission, slot in zip(task_ids, submissions, slots)
         ]
         return tasks, handles
 
-    def job(self) -> Job:
-        """A `Job`: build a graph of tasks with `add`, then submit it in bundles."""
-        return Job(self)
+    def job(self, name: str | None = None) -> Job:
+        """A `Job`: build a graph of tasks with `add`, then submit it in bundles. `name` names it in
+        its record (`job_records`; default: its first task's name)."""
+        return Job(self, name)
 
     def results(self, handles: Iterable[Handle], timeout: float | None = None) -> list[Any]:
         """The results of many handles in order; raises the first failure (or TimeoutError)."""

@@ -13,7 +13,8 @@ finishes the run: it is enqueued in the same atomic step that dequeues this
 task and posts its result, and only if the run succeeds — never by a run that
 failed, was lost with its worker, or lost its lease (TaskMaster's atomic
 dequeue-and-enqueue). Such tasks must be in the running task's consistency
-group (the part of its queue name before ``#``).
+group (the part of its queue name before ``#``). With tracing on, such a task
+carries the run's trace context in its headers (`tracing`), unless given one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from kittiwake.app import tracing
 from kittiwake.model import Limits, group_of, validate_pid, validate_queue
 
 ProgressReporter = Callable[[float, "str | None"], None]
@@ -64,6 +66,10 @@ class TaskContext:
         validate_queue(queue, limits)
         if pid is not None:
             validate_pid(pid, limits, "pid", queue)
+        if tracing.enabled():
+            traced = dict(headers or {})
+            tracing.inject(traced)
+            headers = traced or None
         item = {key: value for key, value in task_fields(queue, data, pid=pid, headers=headers).items()
                 if value is not None}
         if group_of(queue) != group_of(self.queue):

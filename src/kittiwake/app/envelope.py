@@ -36,6 +36,8 @@ Headers (all strings):
   same key apart;
 * ``kittiwake-reply-to``: the reply queue; absent when nobody wants the result;
 * ``kittiwake-submitted-at``: epoch seconds when submitted (for latency);
+* ``traceparent`` and ``tracestate``: the W3C Trace Context of the span that
+  submitted the task, only when tracing is on (`tracing`);
 * the broker adds ``kittiwake-dead-reason`` when it dead-letters a task.
 
 Notes written with `renew(note=...)` are how a worker leaves a word for the

@@ -17,6 +17,21 @@ before anything is sent; `submit` orders the nodes so that every parent is
 enqueued before its children (in the same request or an earlier one) —
 the broker counts a parent it does not know as already finished — and
 refuses a graph with a cycle.
+
+The job's record (`job_records`: what the dashboard lists) goes into the
+app's ``job_registry`` queue (``_jobs``; None writes none) in the same
+enqueue request as the first bundle, ahead of it: the broker applies a
+request whole or not at all, so no task of the job exists without its
+record (a user without rights on the registry gets FORBIDDEN and nothing is
+enqueued: name a queue of its own, or None). The job id, and so the record's
+pid, is drawn when the job is made: submitting the same `Job` again — after
+a failure half-way, say — collapses into the same record as its tasks
+collapse into theirs. A job built anew is another job, with a record of its
+own, even when its keyed tasks collapse into the live ones of an earlier
+job (both records then show the same sinks, so the same state).
+
+With tracing on (`tracing`), one PRODUCER span ``"<job name> send"`` sends
+the whole job: every task carries its context.
 """
 
 from __future__ import annotations
@@ -25,16 +40,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+from kittiwake import errors
+from kittiwake.app import tracing
 from kittiwake.app.definitions import DEFAULT_MAP_CHUNK, TaskDefinition
 from kittiwake.app.envelope import delayed_pid, delayed_queue_of, new_ids
 from kittiwake.app.handles import Handle, results_of
+from kittiwake.app.job_records import job_record, new_job_id, record_task, validate_job_name
 from kittiwake.app.locality import local_queue_of
 
 
 class JobSubmitter(Protocol):
-    """What a job needs of its `App`: its task definitions, its clock, and bundled submission."""
+    """What a job needs of its `App`: its task definitions, its clock, bundled submission, and
+    where job records go (None: nowhere)."""
 
     clock: Callable[[], float]
+    job_registry: str | None
 
     def definition_of(self, task: TaskDefinition | str) -> TaskDefinition: ...
 
@@ -42,7 +62,9 @@ class JobSubmitter(Protocol):
         self, definition: TaskDefinition, args: tuple[Any, ...], kwargs: dict[str, Any], **options: Any
     ) -> tuple[dict[str, Any], Handle]: ...
 
-    def enqueue_prepared(self, tasks: list[dict[str, Any]], handles: list[Handle], chunk: int = ...) -> None: ...
+    def enqueue_prepared(
+        self, tasks: list[dict[str, Any]], handles: list[Handle], chunk: int = ..., *, lead: dict[str, Any] | None = ...
+    ) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -87,10 +109,13 @@ class JobHandles:
 
 
 class Job:
-    """A graph of tasks under construction; `submit` sends it."""
+    """A graph of tasks under construction; `submit` sends it. `id` names it in its record."""
 
-    def __init__(self, app: JobSubmitter) -> None:
+    def __init__(self, app: JobSubmitter, name: str | None = None) -> None:
         self.app = app
+        self.name = None if name is None else validate_job_name(name)
+        self.created_at = app.clock()
+        self.id = new_job_id(self.created_at)
         self.nodes: list[Node] = []
 
     def add(
@@ -151,9 +176,34 @@ class Job:
             raise ValueError("the job's dependencies form a cycle")
         return ordered
 
+    @property
+    def display_name(self) -> str:
+        """Its name, or its first task's name."""
+        if self.name is not None:
+            return self.name
+        return self.nodes[0].definition.name if self.nodes else "job"
+
+    def sinks(self) -> list[Node]:
+        """The nodes no node of this job runs after, in the order added."""
+        parents = {id(parent) for node in self.nodes for parent in node.parents if isinstance(parent, Node)}
+        return [node for node in self.nodes if id(node) not in parents]
+
+    def record(self) -> dict[str, Any]:
+        """This job's record (`job_records`)."""
+        return job_record(self.id, self.display_name, self.created_at, (node.queue for node in self.nodes),
+                          ((node.queue, node.pid) for node in self.sinks()))
+
     def submit(self, *, chunk: int = DEFAULT_MAP_CHUNK) -> JobHandles:
-        """Enqueue every node, parents first, `chunk` tasks per request; returns the handles."""
+        """Enqueue every node, parents first, `chunk` tasks per request, with the job's record in the
+        first request; returns the handles."""
         ordered = self.order()
+        span = tracing.start_send(self.display_name, count=len(ordered), job_id=self.id) if ordered else None
+        if span is None:
+            return self._submit(ordered, chunk)
+        with tracing.use(span):
+            return self._submit(ordered, chunk)
+
+    def _submit(self, ordered: list[Node], chunk: int) -> JobHandles:
         tasks: list[dict[str, Any]] = []
         handles: dict[int, Handle] = {}
         for node in ordered:
@@ -167,5 +217,15 @@ class Job:
             handle.queue, handle.pid = node.queue, node.pid
             tasks.append(task)
             handles[node.index] = handle
-        self.app.enqueue_prepared(tasks, [handles[node.index] for node in ordered], chunk)
+        registry = self.app.job_registry
+        lead = record_task(registry, self.record()) if registry is not None and ordered else None
+        try:
+            self.app.enqueue_prepared(tasks, [handles[node.index] for node in ordered], chunk, lead=lead)
+        except errors.Forbidden as error:
+            if lead is None or f"queue {registry!r}" not in error.message:  # refused for another queue
+                raise
+            raise errors.Forbidden(
+                f"{error.message} (a job's record goes to {registry!r} with its first tasks: "
+                "App(job_registry=...) names a queue of yours, job_registry=None writes none)"
+            ) from error
         return JobHandles(self.nodes, handles)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from typing import Any, Iterator, Mapping
 
 from kittiwake import errors
@@ -339,19 +340,30 @@ def list_runs(flow: FlowDefinition | str | None, client: Any, *, limit: int = 10
     """Status of the runs of one flow (a Flow or its name), or of every flow for None, oldest first."""
     client, owned = client_of(client)
     try:
-        if flow is None:
-            groups = [q.queue.rsplit("#", 1)[0] for q in client.list_queues(RUNS_PATTERN)]
-        else:
-            groups = [flow.names.group if isinstance(flow, FlowDefinition) else FlowNames(flow).group]
-        found: list[RunStatus] = []
-        for group in groups:
-            for view in client.peek(f"{group}#runs", max(1, min(limit, PAGE))):
-                found.append(run_status(client, records.decode_record(view.data)))
-        found.sort(key=lambda status: status.created_at)
-        return found[:limit]
+        return read_runs(client, flow, limit=limit)
     finally:
         if owned:
             client.close()
+
+
+def read_runs(
+    reader: Any, flow: FlowDefinition | str | None, *, limit: int = 100, finish: bool = True, newest: bool = False
+) -> list[RunStatus]:
+    """`list_runs` over anything that answers the Client's reads it uses (`list_queues`, `peek`,
+    `get`; and, with `finish`, the calls that finish a run found done). `newest`: the newest
+    `limit` runs of each flow (every record is read, a page at a time), newest first."""
+    if flow is None:
+        groups = [q.queue.rsplit("#", 1)[0] for q in reader.list_queues(RUNS_PATTERN)]
+    else:
+        groups = [flow.names.group if isinstance(flow, FlowDefinition) else FlowNames(flow).group]
+    found: list[RunStatus] = []
+    for group in groups:
+        queue = f"{group}#runs"
+        views = deque(_scan_prefix(reader, queue), maxlen=limit) if newest else reader.peek(queue, max(1, min(limit, PAGE)))
+        for view in views:
+            found.append(run_status(reader, records.decode_record(view.data), finish=finish))
+    found.sort(key=lambda status: status.created_at, reverse=newest)
+    return found[:limit]
 
 
 # ------------------------------------------------------------------ handle

@@ -146,7 +146,7 @@ def run_native(
             splits=tuple(sample_splits(files, reducers)) if app_name == SORT else (),
         )
         record = spec.as_dict()
-        graph = app.job()
+        graph = app.job(f"mapreduce {app_name} {job}")  # its name in the job registry (the dashboard)
         maps = [graph.add(MAP_TASK, record, index, str(path.absolute()),
                           node=nodes[index % len(nodes)] if nodes else None)
                 for index, path in enumerate(files)]

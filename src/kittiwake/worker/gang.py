@@ -63,6 +63,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kittiwake import errors
+from kittiwake.app import tracing
 from kittiwake.app.envelope import gang_queue_of, undelayed_queue_of
 from kittiwake.constants import GANG_SUFFIX, TASK_ID_HEADER
 
@@ -156,6 +157,10 @@ def lead(runner: RankRunner, held: Held, needs: int, gang_timeout: float) -> Gan
                                                   task.queue, task.pid, runner.worker_id), {})}
         for n in range(1, needs)
     ]
+    trace_headers = tracing.context_headers()  # the members' runs go on in the leader's trace
+    if trace_headers:
+        for join in joins:
+            join["headers"] = dict(trace_headers)
     client.enqueue_many(joins)
     posts: list[LeasedTask] = []
     deadline = time.monotonic() + gang_timeout

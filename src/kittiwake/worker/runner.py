@@ -23,6 +23,9 @@ The decision, in order:
 A sandbox child imports the app by its reference ("module:attribute"); an
 app that cannot be found that way runs timed tasks in a thread and can only
 report a TIMEOUT after the run, not stop it.
+
+With tracing on (`kittiwake.app.tracing`), each run is a CONSUMER span, child
+of the span that submitted the task; a sandboxed run takes its context along.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any, Callable
 
 from kittiwake import errors
 from kittiwake.app import context as task_context
+from kittiwake.app import tracing
 from kittiwake.app.definitions import Delivery, TaskDefinition
 from kittiwake.app.envelope import redeliver_note, redelivery_allowed
 from kittiwake.app.serialization import PayloadError, RemoteError, Serializer
@@ -97,8 +101,8 @@ class Sandbox:
         on_progress: Callable[[float, str | None], None],
     ) -> tuple[bool, Any]:
         """(True, (result payload, tasks to enqueue on success)) or (False, RemoteError); raises
-        TimedOut after killing the child."""
-        self._connection.send((name, payload, context_fields))
+        TimedOut after killing the child. The current trace context goes along (`tracing`)."""
+        self._connection.send((name, payload, context_fields, tracing.context_headers()))
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -152,7 +156,7 @@ def sandbox_main(connection: Connection, app_reference: str, sys_path: list[str]
             return
         if request is None:
             return
-        name, payload, fields = request
+        name, payload, fields, trace_headers = request
 
         def report(fraction: float, note: str | None) -> None:
             connection.send(("progress", fraction, note))
@@ -161,7 +165,8 @@ def sandbox_main(connection: Connection, app_reference: str, sys_path: list[str]
             _, args, kwargs = serializer.load_call(payload)
             definition = app.tasks[name]
             context = task_context.TaskContext(reporter=report, **fields)
-            value = call_function(definition, context, args, kwargs)
+            with tracing.attached(trace_headers):
+                value = call_function(definition, context, args, kwargs)
             connection.send(("result", serializer.dump_result(value), context.outbox))
         except BaseException as error:  # everything travels back as an error result
             connection.send(("error", remote_error(error).to_wire()))
@@ -199,6 +204,17 @@ class TaskRunner:
         self._sandboxes.clear()
 
     def run(self, held: Held) -> Outcome:
+        """Run one held task; with tracing on, inside a CONSUMER span (`tracing`)."""
+        span = tracing.start_process(held.task, self.worker_id)
+        if span is None:
+            return self._run(held)
+        with tracing.use(span):
+            outcome = self._run(held)
+            name = held.definition.name if held.definition is not None else None
+            tracing.processed(span, name, outcome.kind.value)
+            return outcome
+
+    def _run(self, held: Held) -> Outcome:
         task = held.task
         if task.headers and JOIN_HEADER in task.headers:
             handler = self.app.join_handlers.get(task.queue)
@@ -263,6 +279,7 @@ class TaskRunner:
             enqueue = handler.run(task, self.client, lambda f, n: self.keeper.report(held, f, n))
         except Exception as error:
             log.warning("job %s/%s failed: %s: %s", task.queue, task.pid, type(error).__name__, error)
+            tracing.failed(type(error).__name__, str(error), exception=error)
             attempt = task.attempts + 1
             if attempt < (task.max_attempts or DEFAULT_BROKER_MAX_ATTEMPTS):
                 backoff = handler.backoff_secs(task)
@@ -326,6 +343,7 @@ class TaskRunner:
                 call_function(definition, context, args, kwargs)
         except Exception as error:
             log.exception("gang member %s/%s", held.task.queue, held.task.pid)
+            tracing.failed(type(error).__name__, str(error), exception=error)
             failure = error
         done = gang.done_message(self, held, assembled, join_args, failure)
         return Outcome(held, Kind.DONE, enqueue=[done] if done is not None else [])
@@ -361,14 +379,16 @@ class TaskRunner:
         if error.reason in ("RESULT_UNSERIALISABLE", "RESULT_TOO_LARGE", "WORKER_LOST") and exception is None:
             retryable = error.reason == "WORKER_LOST"
         if retryable and attempt < options.max_attempts:
+            tracing.failed(error.type, error.message, error.traceback, exception)
             backoff = options.backoff_secs(attempt, self.rng.random())
             note = redeliver_note(
                 held.task.deliveries,
                 f"retry {attempt + 1} of {options.max_attempts} in {backoff:.1f}s after {error.type}: {error.message}",
             )
             return Outcome(held, Kind.RETRY, reason=note[:4000], backoff_secs=backoff)
-        return self._fail(held, error)
+        return self._fail(held, error, exception)
 
-    def _fail(self, held: Held, error: RemoteError) -> Outcome:
+    def _fail(self, held: Held, error: RemoteError, exception: BaseException | None = None) -> Outcome:
+        tracing.failed(error.type, error.message, error.traceback, exception)
         payload = self.serializer.dump_error(error)
         return Outcome(held, Kind.FAIL, payload=payload, reason=error.reason)
