@@ -11,9 +11,9 @@ STAMP := $(VENV)/.installed-stamp
 FUZZ_SECS ?= 60
 FUZZ_TARGETS ?= frames,requests,request-path,engine-ops
 
-.PHONY: demo test fuzz setup fuse-deps clean
+.PHONY: demo test fuzz setup fuse-deps browser-deps clean
 
-setup: fuse-deps $(STAMP)
+setup: fuse-deps browser-deps $(STAMP)
 
 # The power-loss tests mount a FUSE filesystem, which needs fusermount3 and libfuse3 from the
 # system's packages. Nothing to do when both are there; installed when missing and this is root
@@ -30,6 +30,21 @@ fuse-deps:
 			"the power-loss tests will skip"; \
 	fi
 
+# The dashboard's browser tests drive Debian's chromium through Playwright (not Playwright's own
+# browser download). Nothing to do when it is there; installed when missing and this is root with
+# apt-get (a failed install stops make); otherwise a notice, and those tests say why they skip.
+CHROMIUM ?= /usr/bin/chromium
+browser-deps:
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "browser-deps: installing chromium with apt-get"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	else \
+		echo "browser-deps: $(CHROMIUM) is missing and cannot be installed here (needs root and apt-get);" \
+			"the browser tests will skip"; \
+	fi
+
 $(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
@@ -39,7 +54,7 @@ $(STAMP): pyproject.toml requirements.lock
 demo: $(STAMP)
 	$(PY) -m kittiwake demo
 
-test: fuse-deps $(STAMP)
+test: fuse-deps browser-deps $(STAMP)
 	$(PY) -m pytest
 
 fuzz: $(STAMP)

@@ -1,13 +1,14 @@
 """The broker's HTTP listener on its own: routes, keep-alive, bounds, timeouts, failing handlers.
 
 Each test runs an `HttpServer` on a loopback port of a fresh event loop with
-handlers written here, and talks to it over real sockets.
+handlers written here (streams among them), and talks to it over real sockets.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable
+import socket
+from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -163,3 +164,94 @@ def test_a_client_that_goes_away_cancels_its_handler() -> None:
         assert cancelled == [True]
 
     serve(test)
+
+
+def test_a_stream_is_sent_as_it_comes_then_the_connection_serves_the_next_request() -> None:
+    async def test(port: int, server: HttpServer) -> None:
+        async def chunks() -> AsyncIterator[bytes]:
+            for index in range(3):
+                await asyncio.sleep(0.01)
+                yield f"event {index}\n".encode()
+
+        async def stream(request: HttpRequest) -> HttpResponse:
+            return HttpResponse(200, content_type="text/event-stream", stream=chunks())
+
+        server.routes.add("/stream", stream)
+        answer = await exchange(port, request("/stream") + request("/after"))
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+        assert b"event 0\n" in rest and b"event 2\n" in rest and rest.index(b"event 0") < rest.index(b"event 2")
+        assert b"0\r\n\r\nHTTP/1.1 200" in rest  # the last chunk, then the pipelined request's answer
+        assert b"POST /after" in rest
+
+    serve(test)
+
+
+def test_a_stream_ends_when_its_client_goes_and_a_failing_one_closes_its_connection() -> None:
+    async def test(port: int, server: HttpServer) -> None:
+        ended: list[str] = []
+
+        async def endless() -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    yield b"tick\n"
+                    await asyncio.sleep(0.01)
+            finally:
+                ended.append("endless")
+
+        async def failing() -> AsyncIterator[bytes]:
+            yield b"first\n"
+            raise RuntimeError("a bug in a stream")
+
+        async def stream(request: HttpRequest) -> HttpResponse:
+            return HttpResponse(200, stream=endless() if request.path == "/endless" else failing())
+
+        server.routes.add("/endless", stream)
+        server.routes.add("/failing", stream)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request("/endless"))
+        assert b"tick" in await reader.readuntil(b"tick\n")
+        writer.close()
+        for _ in range(200):
+            if ended:
+                break
+            await asyncio.sleep(0.01)
+        assert ended == ["endless"]
+        answer = await exchange(port, request("/failing") + request("/"))
+        assert b"first\n" in answer and b"POST /" not in answer  # closed after the failure
+        assert server.handler_errors == 1
+        assert (await exchange(port, request("/"))).startswith(b"HTTP/1.1 200")
+
+    serve(test)
+
+
+def test_a_client_that_stops_reading_a_stream_is_cut_off() -> None:
+    async def test(port: int, server: HttpServer) -> None:
+        ended: list[bool] = []
+
+        async def flood() -> AsyncIterator[bytes]:
+            try:
+                while True:
+                    yield b"x" * 65536
+                    await asyncio.sleep(0)
+            finally:
+                ended.append(True)
+
+        async def stream(request: HttpRequest) -> HttpResponse:
+            return HttpResponse(200, stream=flood())
+
+        server.routes.add("/flood", stream)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        await asyncio.get_running_loop().sock_sendall(sock, request("/flood"))  # and never read
+        for _ in range(1000):
+            if server.streams_cut:
+                break
+            await asyncio.sleep(0.01)
+        assert server.streams_cut == 1 and ended == [True]
+        assert (await exchange(port, request("/"))).startswith(b"HTTP/1.1 200")  # the server goes on
+        sock.close()
+
+    serve(test, max_stream_buffer_bytes=256 * 1024)

@@ -50,6 +50,7 @@ from kittiwake.bench.wire import BlockingConnection, lease_refs
 LISTENING = re.compile(r"listening on (\S+):(\d+)")
 UDP_PORT = re.compile(r" udp_port=(\d+) ")
 SQS_PORT = re.compile(r" sqs_port=(\d+) ")
+HTTP_PORT = re.compile(r" http_port=(\d+) ")
 BROKER_START_TIMEOUT_SECS = 300.0  # a restart over a million tasks is allowed to take a while
 BROKER_STOP_TIMEOUT_SECS = 120.0
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
@@ -98,6 +99,7 @@ class BrokerProcess:
         self.port = 0
         self.udp_port: int | None = None  # with --udp-port in extra_args
         self.sqs_port: int | None = None  # with --sqs-port in extra_args
+        self.http_port: int | None = None  # with --http-port in extra_args
         self._lines: Queue[str | None] = Queue()
 
     @property
@@ -133,6 +135,8 @@ class BrokerProcess:
                 self.udp_port = int(udp.group(1)) if udp else None
                 sqs = SQS_PORT.search(line)
                 self.sqs_port = int(sqs.group(1)) if sqs else None
+                http = HTTP_PORT.search(line)
+                self.http_port = int(http.group(1)) if http else None
                 if self.host in ("0.0.0.0", "::", ""):
                     self.host = "127.0.0.1"
                 return time.monotonic() - started

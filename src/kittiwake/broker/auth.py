@@ -136,6 +136,19 @@ class Authenticator:
             return None
         return record.sqs_secret, self._principals[access_key]
 
+    def current(self, user: str, token_hash: TokenHash) -> Principal | None:
+        """The principal of `user` if its token is still the one hashed as `token_hash` (the file
+        is re-read when it changed): sessions made from a check end when the user or token goes."""
+        self._maybe_reload(self.clock())
+        record = self._users.get(user)
+        if record is None or record.token_hash.encode() != token_hash.encode():
+            return None
+        return self._principals[user]
+
+    def token_hash_of(self, user: str) -> TokenHash | None:
+        record = self._users.get(user)
+        return record.token_hash if record is not None else None
+
     def authenticate(self, user: object, token: object, source: str, done: Done) -> None:
         """Check credentials; `done(principal or error)` runs now or later on the event loop."""
         now = self.clock()

@@ -25,6 +25,8 @@ MAX_TIMEOUT_SECS = 7 * 24 * 3600.0
 DEFAULT_FRAME_TIMEOUT_SECS = 30.0
 DEFAULT_IDLE_TIMEOUT_SECS = 600.0  # as Kafka's connections.max.idle.ms
 DEFAULT_MAX_BUFFERED_MB = 256
+DEFAULT_METRICS_QUEUE_SERIES = 200  # the rest are counted in queue="other"
+MAX_METRICS_QUEUE_SERIES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,8 @@ class BrokerConfig:
     security: SecurityConfig = field(default_factory=SecurityConfig)  # auth file, TLS, listeners
     udp_port: int | None = None  # also listen for kwu:// datagrams on this port (0: a free one); None: off
     sqs_port: int | None = None  # also serve the SQS API (HTTP) on this port (0: a free one); None: off
+    http_port: int | None = None  # also serve /metrics, the dashboard and its JSON API on this port; None: off
+    metrics_queue_series: int = DEFAULT_METRICS_QUEUE_SERIES  # queues with series of their own in /metrics
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -61,6 +65,9 @@ class BrokerConfig:
             _check_int("udp_port", self.udp_port, 0, 65535)
         if self.sqs_port is not None:
             _check_int("sqs_port", self.sqs_port, 0, 65535)
+        if self.http_port is not None:
+            _check_int("http_port", self.http_port, 0, 65535)
+        _check_int("metrics_queue_series", self.metrics_queue_series, 0, MAX_METRICS_QUEUE_SERIES)
         if self.durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}, got {self.durability!r}")
         _check_int("max_frame", self.max_frame, MIN_FRAME_BYTES, MAX_FRAME_BYTES)

@@ -24,7 +24,15 @@ What the server promises, whatever a client sends:
   handler: nobody is left to read the answer (a long poll stops waiting);
 * a request must arrive whole within `request_timeout_secs` of its first
   byte (a slow sender cannot hold a connection forever: 408 and close);
-* a handler that raises gets 500 and a logged traceback; the broker goes on.
+* a handler that raises gets 500 and a logged traceback; the broker goes on;
+* streams: a response may carry an async iterator of chunks (`stream`)
+  instead of a body, sent as they come (chunked), for as long as the
+  iterator runs (server-sent events); the connection's handler task runs it,
+  so a client that goes away ends it as above. A client that stops reading
+  while the stream goes on, so that more than `max_stream_buffer_bytes` wait
+  unsent, is cut off (`streams_cut`): memory stays bounded and the broker goes
+  on. An iterator that raises ends the stream and closes the connection,
+  with a logged traceback (its head is sent: no 500 can follow).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 import h11
 
@@ -43,6 +51,7 @@ DEFAULT_MAX_HEAD_BYTES = 32 * 1024
 DEFAULT_REQUEST_TIMEOUT_SECS = 30.0
 DEFAULT_IDLE_TIMEOUT_SECS = 75.0
 DEFAULT_MAX_CONNECTIONS = 10_000
+DEFAULT_MAX_STREAM_BUFFER_BYTES = 1024 * 1024
 SERVER_NAME = b"kittiwake"
 
 
@@ -62,6 +71,7 @@ class HttpResponse:
     body: bytes = b""
     content_type: str = "text/plain; charset=utf-8"
     headers: list[tuple[str, str]] = field(default_factory=list)
+    stream: AsyncIterator[bytes] | None = None  # sent chunk by chunk instead of `body`, until it ends
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
@@ -104,8 +114,10 @@ class HttpServer:
         request_timeout_secs: float = DEFAULT_REQUEST_TIMEOUT_SECS,
         idle_timeout_secs: float = DEFAULT_IDLE_TIMEOUT_SECS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_stream_buffer_bytes: int = DEFAULT_MAX_STREAM_BUFFER_BYTES,
     ) -> None:
         self.routes = routes
+        self.max_stream_buffer_bytes = max_stream_buffer_bytes
         self.max_body_bytes = max_body_bytes
         self.max_head_bytes = max_head_bytes
         self.request_timeout_secs = request_timeout_secs
@@ -116,6 +128,7 @@ class HttpServer:
         self._server: asyncio.AbstractServer | None = None
         self.requests = 0  # served, for tests and logs
         self.handler_errors = 0
+        self.streams_cut = 0  # streams closed because their client stopped reading
 
     async def start(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
@@ -260,6 +273,17 @@ class HttpConnection(asyncio.Protocol):
             self.server.handler_errors += 1
             log.exception("HTTP handler for %s %s failed", request.method, request.path[:200])
             response = text_response(500, "internal error")
+        if response.stream is not None:
+            try:
+                finished = await self._send_stream(response, request)
+            finally:
+                close = getattr(response.stream, "aclose", None)  # an async generator's cleanup runs however it ends
+                if close is not None:
+                    await close()
+            self._task = None
+            if finished:
+                self._next_request()
+            return
         self._task = None
         if not self._closing:
             self._respond(response)
@@ -293,6 +317,50 @@ class HttpConnection(asyncio.Protocol):
         self.h11.start_next_cycle()
         self._request = None
         self._arm(self.server.idle_timeout_secs, self._idle)
+
+    async def _send_stream(self, response: HttpResponse, request: HttpRequest) -> bool:
+        """Send the head, then each chunk as the stream yields it; True when it ended and was sent whole."""
+        transport = self.transport
+        stream = response.stream
+        assert stream is not None
+        if transport is None or transport.is_closing() or self._closing:
+            return False
+        # no content-length: h11 frames the body chunked (or to the close, for an HTTP/1.0 client)
+        headers = [("content-type", response.content_type), ("server", "kittiwake"), *response.headers]
+        try:
+            transport.write(self.h11.send(h11.Response(status_code=response.status, headers=headers)))
+            async for chunk in stream:
+                if self._closing or transport.is_closing():
+                    return False
+                if chunk:
+                    transport.write(self.h11.send(h11.Data(data=chunk)))
+                if transport.get_write_buffer_size() > self.server.max_stream_buffer_bytes:
+                    self.server.streams_cut += 1
+                    log.info("HTTP stream %s to %s cut off: its client stopped reading (over %d bytes wait)",
+                             request.path[:200], self.peer, self.server.max_stream_buffer_bytes)
+                    self.abort()
+                    return False
+            transport.write(self.h11.send(h11.EndOfMessage()))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.server.handler_errors += 1
+            log.exception("HTTP stream for %s %s failed", request.method, request.path[:200])
+            self.abort()
+            return False
+        return True
+
+    def _next_request(self) -> None:
+        """After a whole answer: read the next request on a kept-alive connection, or close."""
+        if self._closing:
+            return
+        if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+            self.close()
+            return
+        self.h11.start_next_cycle()
+        self._request = None
+        self._arm(self.server.idle_timeout_secs, self._idle)
+        self._events()
 
     def _fail(self, status: int, text: str) -> None:
         """Answer a request that cannot be read with `status`, then close."""

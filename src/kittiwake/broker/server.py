@@ -21,7 +21,9 @@ and the TLS port (`tls_port`) when a certificate is given; both lead to the
 same connections. With `udp_port`, also a UDP port (`udp_listener`) whose
 datagrams go to the same group commit. With `sqs_port`, also an HTTP port
 (`http_server`) serving the SQS API (`kittiwake.broker.sqs`), whose requests go
-to the same group commit too. With an auth file every connection gets a `Session`
+to the same group commit too. With `http_port`, an HTTP port for people and
+their tools (`kittiwake.observe`): Prometheus metrics, the dashboard and its
+JSON API. With an auth file every connection gets a `Session`
 (`session.py`) that checks its credentials and then its rights.
 
 Stopping: stop accepting, stop reading, serve and commit what was already
@@ -86,7 +88,11 @@ class Broker:
         self.udp: UdpListener | None = None
         self.sqs_port: int | None = None
         self.http: HttpServer | None = None
-        self.routes = Routes()  # the HTTP port's: other modules may add theirs before start
+        self.routes = Routes()  # the SQS port's: other modules may add theirs before start
+        self.http_port: int | None = None
+        self.observe_http: HttpServer | None = None
+        self.observe_routes = Routes()  # the --http-port's (kittiwake.observe): metrics, dashboard, API
+        self.observer: Any = None  # kittiwake.observe.Observer, imported only when the port is on
         self._sqs: Any = None  # kittiwake.broker.sqs.service.SqsService, imported only when the port is on
         self._tick_handle: asyncio.TimerHandle | None = None
         self._ticks = 0
@@ -95,6 +101,7 @@ class Broker:
         self._stopped = asyncio.Event()
         self.host = config.host
         self.port = config.port
+        self.started_at: float | None = None  # epoch seconds, once `start` opened the store
 
     @property
     def data_dir(self) -> Path:
@@ -134,6 +141,7 @@ class Broker:
         def make_engine() -> Engine:
             return Engine(store, limits=config.limits, head_tasks=config.head_tasks, cache_bytes=config.cache_bytes)
 
+        self.started_at = time.time()
         group = GroupCommit(loop, store, make_engine, config.max_frame)
         try:
             group.start(time.time())
@@ -174,15 +182,18 @@ class Broker:
         self._shared = announcements.listen(store, loop, group.wake)
         self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
         self.timeouts.start(loop)
-        if config.sqs_port is not None:
-            try:
+        try:
+            if config.sqs_port is not None:
                 await self._start_sqs(config.sqs_port)
-            except BaseException:
-                await self.stop()
-                raise
+            if config.http_port is not None:
+                await self._start_observe(config.http_port)
+        except BaseException:
+            await self.stop()
+            raise
         tls = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
         tls += f", UDP on port {self.udp_port}" if self.udp_port is not None else ""
         tls += f", SQS API on port {self.sqs_port}" if self.sqs_port is not None else ""
+        tls += f", dashboard and metrics on http://{self.host}:{self.http_port}/" if self.http_port is not None else ""
         plaintext = "" if self._server is not None else " (TLS only)"
         log.info("broker started on %s:%d%s%s (%s), %s",
                  self.host, self.port, plaintext, tls, exposure_note(self.host, security), self.store_description)
@@ -197,6 +208,15 @@ class Broker:
         await self._sqs.start(self.routes)
         self.http = HttpServer(self.routes, max_body_bytes=MAX_REQUEST_BYTES, max_connections=self.config.max_connections)
         self.sqs_port = await self.http.start(self.config.host, port)
+
+    async def _start_observe(self, port: int) -> None:
+        """Metrics, the dashboard and its API on their own HTTP port (`kittiwake.observe`)."""
+        from kittiwake.observe import Observer
+
+        self.observer = Observer(self)
+        self.observer.install(self.observe_routes)
+        self.observe_http = HttpServer(self.observe_routes, max_connections=self.config.max_connections)
+        self.http_port = await self.observe_http.start(self.config.host, port)
 
     @property
     def accepting(self) -> bool:
@@ -261,8 +281,11 @@ class Broker:
             for server in (self._server, self._tls_server):
                 if server is not None:
                     server.close()
-            if self.http is not None:
-                self.http.stop_accepting()
+            for http in (self.http, self.observe_http):
+                if http is not None:
+                    http.stop_accepting()
+            if self.observer is not None:
+                self.observer.stop()
             if self._sqs is not None:
                 self._sqs.stop()
             for connection in list(self.connections):
@@ -284,9 +307,11 @@ class Broker:
             for connection in list(self.connections):
                 if connection.transport is not None:
                     connection.transport.abort()
-            if self.http is not None:
+            if self.http is not None or self.observe_http is not None:
                 await asyncio.sleep(0.05)  # HTTP handlers answered by the last pass write their answers
-                await self.http.stop()
+            for http in (self.http, self.observe_http):
+                if http is not None:
+                    await http.stop()
             for server in (self._server, self._tls_server):
                 if server is not None:
                     await server.wait_closed()
@@ -318,6 +343,7 @@ def listening_line(broker: Broker) -> str:
     tls = f"tls_port={broker.tls_port} " if broker.tls_port is not None else ""
     tls += f"udp_port={broker.udp_port} " if broker.udp_port is not None else ""
     tls += f"sqs_port={broker.sqs_port} " if broker.sqs_port is not None else ""
+    tls += f"http_port={broker.http_port} " if broker.http_port is not None else ""
     plaintext = "" if security.plaintext else "plaintext=off "
     auth = "auth=on " if security.auth_file else "auth=off "
     return (

@@ -1,6 +1,6 @@
 """`kittiwake bench`: the benchmarks of `kittiwake.bench` as CLI commands.
 
-Eleven subcommands, each starting its own broker on a throwaway directory:
+Twelve subcommands, each starting its own broker on a throwaway directory:
 `ops` (TaskMaster §6 Table 1 and bulk operations), `latency` (idle round
 trips against Fabriq and the disk's fsync), `scale` (a big queue, many
 queues, memory, restart, and a cold restart over 10M tasks written straight
@@ -15,8 +15,9 @@ and each slot's timeline), `producer` (one thread through a batching producer, a
 `Client.enqueue` and Huey's single enqueue, and the producer's added latency), `flows` (a three-input
 join, a Spark step's start, the main job's flow against one PySpark script), `mapreduce`
 (grep, wordcount and sort on `kittiwake worker --node` commands against PySpark on the same
-gen-data input, MB/s against partition size; its `--plot` draws a panel per app) and `sqs` (boto3
-send → receive → delete against the broker's SQS API and moto_server in the same run). Each prints a
+gen-data input, MB/s against partition size; its `--plot` draws a panel per app), `sqs` (boto3
+send → receive → delete against the broker's SQS API and moto_server in the same run) and `dashboard`
+(the HTTP port's queue table, overview and event stream over 100K queues, against /healthz). Each prints a
 table, and with `--json FILE` writes the report documented in `kittiwake.bench.report`; a latency
 CDF plot goes to `--plot FILE` (or next to the JSON file) when matplotlib is installed.
 """
@@ -105,7 +106,7 @@ def _quick_default(name: str) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: ops, latency, scale, tasks, peers, celery, workers, flows, mapreduce, sqs (each on a fresh broker)."""
+    """Measure the broker: ops, latency, scale, tasks, peers, celery, workers, flows, mapreduce, sqs, dashboard (each on a fresh broker)."""
 
 
 @bench.command("ops")
@@ -655,6 +656,37 @@ def sqs_command(seconds: float, warmup: float, processes: int, threads: int, onl
     report = run_sqs(settings, parent_dir=parent_dir)
     show_figures(console, f"kittiwake bench sqs — {processes}×{threads} boto3 clients, {durability}, "
                  "tasks/s = messages sent, received and deleted, ×ref = vs moto_server", report["sqs"])
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
+
+
+@bench.command("dashboard")
+@click.option("--queues", type=click.IntRange(1, 10_000_000), default=100_000, show_default=True,
+              help="Queues on the broker, one task each.")
+@click.option("--workers", type=click.IntRange(0, 256), default=10, show_default=True,
+              help="Threads leasing and dequeuing (and enqueueing) meanwhile.")
+@click.option("--samples", type=click.IntRange(1), default=200, show_default=True, help="Requests per figure.")
+@click.option("--stream-samples", type=click.IntRange(1), default=10, show_default=True,
+              help="Enqueues timed to their stream event.")
+@_durability_option
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Write the report as JSON to FILE ('-' for stdout).")
+@click.option("--dir", "parent_dir", type=click.Path(file_okay=False), default=None,
+              help="Where to create the broker's throwaway directory (default: the system temp dir).")
+def dashboard_command(queues: int, workers: int, samples: int, stream_samples: int, durability: str,
+                      json_path: str | None, parent_dir: str | None) -> None:
+    """The HTTP port's views (queue table, overview, stream) on a broker of many queues; ×healthz = vs /healthz."""
+    from kittiwake.bench.dashboard import DashboardSettings, run_dashboard, table
+    from kittiwake.bench.report import print_machine, write_json
+
+    console = _console()
+    settings = DashboardSettings(queues=queues, workers=workers, samples=samples, stream_samples=stream_samples,
+                                 durability=durability)
+    report = run_dashboard(settings, parent_dir=parent_dir, say=lambda text: console.print(f"[dim]{text}"))
+    console.print(table(f"kittiwake bench dashboard — {queues:,} queues, {workers} workers leasing, {durability}; "
+                        f"× healthz = median over /healthz's on the same port; load {report['load_ops_per_s']:,.0f} "
+                        "tasks/s meanwhile", report["dashboard"]))
     print_machine(console, report["machine"])
     if json_path:
         write_json(json_path, report)

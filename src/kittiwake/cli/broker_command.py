@@ -3,7 +3,7 @@
 `--store postgresql://…`, `kittiwake.store.location`).
 
 Prints one line to stdout once it listens — `kittiwake broker listening on
-HOST:PORT [tls_port=N] [udp_port=N] [sqs_port=N] [plaintext=off] auth=on|off data=DIR|store=URL
+HOST:PORT [tls_port=N] [udp_port=N] [sqs_port=N] [http_port=N] [plaintext=off] auth=on|off data=DIR|store=URL
 durability=MODE` —
 and logs to stderr. HOST:PORT is the plaintext port, or the TLS port when
 the plaintext port is off. A store that cannot be opened (a server down, a bad
@@ -23,7 +23,9 @@ from kittiwake.broker.config import (
     DEFAULT_FRAME_TIMEOUT_SECS,
     DEFAULT_IDLE_TIMEOUT_SECS,
     DEFAULT_MAX_BUFFERED_MB,
+    DEFAULT_METRICS_QUEUE_SERIES,
     DEFAULT_PORT,
+    MAX_METRICS_QUEUE_SERIES,
     BrokerConfig,
 )
 from kittiwake.protocol import DEFAULT_MAX_FRAME
@@ -82,6 +84,14 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               help="Also serve the SQS API (AWS JSON 1.0 over HTTP: boto3, the AWS CLI) on this port; "
               "0 picks a free one. Off by default. With --auth-file, requests must be signed with a user's SQS "
               "secret (kittiwake auth sqs-secret USER); without, no signature is checked.")
+@click.option("--http-port", type=click.IntRange(0, 65535), default=None,
+              help="Also serve the dashboard (/), its JSON API (/api/...) and Prometheus metrics (/metrics) on this "
+              "port; 0 picks a free one. Off by default. With --auth-file, every path but /healthz needs a user's "
+              "token (the dashboard asks for it; scrapers send it as HTTP basic auth).")
+@click.option("--metrics-queue-series", type=click.IntRange(0, MAX_METRICS_QUEUE_SERIES),
+              default=DEFAULT_METRICS_QUEUE_SERIES, show_default=True,
+              help="With --http-port: how many queues get series of their own in /metrics (the first to be active, "
+              "and the largest for the sizes); the others are added up in queue=\"other\".")
 @click.pass_context
 def broker(
     ctx: click.Context,
@@ -106,6 +116,8 @@ def broker(
     max_buffered_mb: int,
     udp_port: int | None,
     sqs_port: int | None,
+    http_port: int | None,
+    metrics_queue_series: int,
 ) -> None:
     """Run a broker on the embedded store (or --store) until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
@@ -132,6 +144,8 @@ def broker(
             max_buffered_mb=max_buffered_mb,
             udp_port=udp_port,
             sqs_port=sqs_port,
+            http_port=http_port,
+            metrics_queue_series=metrics_queue_series,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None

@@ -12,49 +12,15 @@ shortened to fit, and times relative to now ("in 29.8s", "3.1s ago").
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import json
 import time
 from typing import Any, Iterable, Sequence
 
 import click
-import msgspec
+
+from kittiwake.json_records import data_text, to_json_value
 
 DATA_CELL_CHARS = 48
-
-
-def data_text(data: bytes) -> tuple[str, str]:
-    """(text, encoding) of task data: UTF-8 text when it decodes, else base64."""
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(data).decode("ascii"), "base64"
-
-
-def to_json_value(value: Any) -> Any:
-    """Records as JSON-ready maps keyed by their Python attribute names (a
-    `LeasedTask` shows `expires_at`, not the wire's `lease_expires_at`), task
-    data rendered by `data_text`."""
-    if isinstance(value, msgspec.Struct):
-        return _record({name: getattr(value, name) for name in value.__struct_fields__})
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _record({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
-    if isinstance(value, dict):
-        return _record(value)
-    if isinstance(value, (list, tuple)):
-        return [to_json_value(item) for item in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    return value
-
-
-def _record(fields: dict[str, Any]) -> dict[str, Any]:
-    rendered = {str(key): to_json_value(item) for key, item in fields.items()}
-    data = fields.get("data")
-    if isinstance(data, bytes):
-        rendered["data"], rendered["data_encoding"] = data_text(data)
-    return rendered
 
 
 def print_json(value: Any) -> None:

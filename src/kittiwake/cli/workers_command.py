@@ -7,31 +7,11 @@ heartbeat, tasks finished, and when its record runs out unless renewed.
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from kittiwake.cli.context import CliContext, pass_cli
 from kittiwake.cli.output import print_json, print_table, relative_time, say
 from kittiwake.constants import WORKERS_QUEUE
-
-
-def _row(record: Any) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "alive": record.alive,
-        "host": record.info.get("host"),
-        "pid": record.info.get("pid"),
-        "queues": record.info.get("queues", []),
-        "concurrency": record.info.get("concurrency"),
-        "started_at": record.info.get("started_at"),
-        "running": record.running,
-        "held": record.status.get("held", 0),
-        "utilisation": record.utilisation,
-        "finished": record.status.get("finished", 0),
-        "stopping": record.status.get("stopping", False),
-        "expires_at": record.expires_at,
-    }
 
 
 @click.command("workers")
@@ -50,7 +30,7 @@ def workers(cli: CliContext, show_all: bool, prune: bool, registry_queue: str) -
         if not cli.json:
             say(f"pruned {removed} dead worker records")
     records = [record for record in all_workers(client, queue=registry_queue) if show_all or record.alive]
-    rows = [_row(record) for record in records]
+    rows = [record.to_dict() for record in records]
     if cli.json:
         print_json(rows)
         return

@@ -116,6 +116,8 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
     try:
         with console.status("starting the broker", spinner="dots") if show else nullcontext():
             url = services.start_broker()
+        if show and services.dashboard_url is not None:
+            console.print(f"the broker's dashboard, while the demo runs: [link]{services.dashboard_url}[/]")
         spark = services.start_spark_worker(FLOW_REFERENCE, settings.spark_master, settings.spark_concurrency,
                                             SESSION_SETTINGS)
         services.start_python_workers(FLOW_REFERENCE, settings.python_processes, settings.python_concurrency)

@@ -92,10 +92,18 @@ class Services:
 
     def start_broker(self) -> str:
         if self.url is None:
-            self.broker = BrokerProcess(self.root / "broker-data", self.root / "broker.log")
+            self.broker = BrokerProcess(self.root / "broker-data", self.root / "broker.log",
+                                        extra_args=["--http-port", "0"])
             self.broker.start()
             self.url = f"kw://{self.broker.host}:{self.broker.port}"
         return self.url
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """The broker's dashboard (its --http-port), when the demo started the broker."""
+        if self.broker is None or self.broker.http_port is None:
+            return None
+        return f"http://{self.broker.host}:{self.broker.http_port}/"
 
     def _kittiwake(self, *arguments: str) -> list[str]:
         assert self.url is not None

@@ -1,0 +1,124 @@
+"""What people and their tools see of a running broker, on its HTTP port (`kittiwake broker --http-port`).
+
+`Observer` is what the broker starts when the port is on: it registers the
+routes of each face on the port's `Routes` and stops their upkeep when the
+broker stops. The faces:
+
+* `/api/...`: the JSON API (`http_json.JsonApi`: auth, methods, errors;
+  each view registers its paths with `observer.add_json`): the overview
+  (`overview`), the queues (`queue_views`, `queue_list`), the workers
+  (`worker_views`), the jobs of apps (`job_views`), the runs of flows
+  (`flow_views`), the actions on tasks (`actions`), and the events the
+  page is pushed (`stream`); what views read and who sees what is in `reads`;
+* `/metrics`: Prometheus metrics (`metrics`), from what committed passes
+  did (`observations`, fed by the group commit's `on_commit`) and the
+  engine's queues at each scrape; `/api/history`: the last hour, a point
+  per 10 s (`history`, sampled by a timer the observer runs);
+* `/` and `/static/...`: the dashboard page (`pages`);
+* `/healthz`: 200 while the broker takes requests, 503 once it stops (no
+  credentials needed).
+
+Everything here reads the broker's engine on the event loop between group-
+commit passes (a pass commits before it returns, so what is read is what is
+durable) or sends requests through the group commit like any client;
+nothing opens a second path to the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from kittiwake.broker.http_server import HttpRequest, HttpResponse, Routes, text_response
+from kittiwake.engine.tally import Tally
+from kittiwake.observe import actions, flow_views, job_views, overview, queue_list, queue_views, stream, worker_views
+from kittiwake.observe.history import History, HistorySampler, Point
+from kittiwake.observe.http_json import HttpAuth, JsonApi, JsonHandler
+from kittiwake.observe.metrics import BrokerMetrics
+from kittiwake.observe.observations import Observations
+from kittiwake.observe.pages import Pages
+
+if TYPE_CHECKING:
+    from kittiwake.broker.server import Broker
+
+
+class Observer:
+    """The HTTP faces of one broker."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.auth = HttpAuth(broker)
+        self.api = JsonApi(self.auth)
+        self._stops: list[Callable[[], Any]] = []
+        self.observations = Observations(broker.config.metrics_queue_series)
+        self.metrics = BrokerMetrics(self, self.observations)
+        self.history = History()
+        self.sampler = HistorySampler(self.history, self.observations.snapshot, also=self._evict_idle_series)
+        if broker.group is not None:
+            broker.group.on_commit = self._committed
+        self.row_index = queue_list.RowIndex()  # the queue table's selections, shared by its views
+
+    def install(self, routes: Routes) -> None:
+        routes.add("/healthz", self._health)
+        routes.add("/metrics", self.metrics.handle)
+        routes.add("/api/", self.api.handle)
+        self.api.add("/api/", self._index)
+        self.api.add("/api/history", self._history)
+        self.sampler.start(asyncio.get_running_loop())
+        self.on_stop(self.sampler.stop)
+        overview.install(self)
+        queue_views.install(self)
+        worker_views.install(self)
+        job_views.install(self)
+        flow_views.install(self)
+        actions.install(self)
+        stream.install(self)
+        routes.add("/", Pages().handle)  # the longest-prefix fallback: other paths are its 404s
+
+    def add_json(self, path: str, handler: JsonHandler, *, write: bool = False) -> None:
+        """Serve `handler` at the exact API path `path` (`http_json.JsonApi.add`)."""
+        self.api.add(path, handler, write=write)
+
+    def on_stop(self, stop: Callable[[], Any]) -> None:
+        self._stops.append(stop)
+
+    def stop(self) -> None:
+        for stop in self._stops:
+            stop()
+        self._stops.clear()
+        if self.broker.group is not None and self.broker.group.on_commit == self._committed:
+            self.broker.group.on_commit = None
+
+    async def _index(self, request: HttpRequest, principal: Any) -> dict[str, Any]:
+        """`GET /api/`: the API's paths (each documented in the README's "Observability")."""
+        return {"paths": self.api.paths}
+
+    def history_point(self) -> Point | None:
+        """The newest point of `/api/history` (the stream sends each once)."""
+        points = self.history.points
+        return points[-1] if points else None
+
+    async def _history(self, request: HttpRequest, principal: Any) -> dict[str, Any]:
+        """`GET /api/history`: the last hour of the whole broker, a point per 10 s (`history`)."""
+        return self.history.view()
+
+    def _committed(self, tally: Tally, commit_secs: float | None) -> None:
+        self.observations.add_pass(tally, commit_secs, time.monotonic())
+
+    def _evict_idle_series(self) -> None:
+        group = self.broker.group
+        engine = group.passes.engine if group is not None else None
+        if engine is None:
+            return  # nothing known of what queues hold
+
+        def holds_tasks(name: str) -> bool:
+            queue = engine.state.queues.get(name)
+            return queue is not None and queue.size > 0
+
+        self.observations.evict_idle(time.monotonic(), holds_tasks)
+
+    async def _health(self, request: HttpRequest) -> HttpResponse:
+        if self.broker.accepting:
+            return text_response(200, "ok")
+        return text_response(503, "stopping")

@@ -1,0 +1,56 @@
+"""`GET /api/workers`: the worker registry's records, read from the engine.
+
+Each worker process keeps one record in the registry queue (`_workers`, or
+the `registry` parameter: a user whose rights cover only its prefix names
+one there), decoded by the registry's own `record_of`
+(`kittiwake.worker.registry`), so the page shows what `kittiwake workers
+--all --json` shows. A record is alive while its lease runs; `last_beat_at`
+is when the broker last renewed it. Needs ADMIN on the registry queue.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kittiwake.broker.access import Principal
+from kittiwake.broker.http_server import HttpRequest
+from kittiwake.constants import WORKERS_QUEUE
+from kittiwake.engine import inspection
+from kittiwake.engine.state import EngineState
+from kittiwake.model import validate_queue
+from kittiwake.observe import params
+from kittiwake.observe.http_json import query
+from kittiwake.observe.reads import engine_of, now_of, require_admin
+from kittiwake.protocol.replies import TaskView
+from kittiwake.worker.registry import WorkerRecord, record_of
+
+if TYPE_CHECKING:
+    from kittiwake.observe import Observer
+
+MAX_RECORDS = 1000
+
+
+def worker_records(state: EngineState, registry: str, now: float) -> list[WorkerRecord]:
+    """Up to `MAX_RECORDS` records of the registry, by worker id, alive or not."""
+    views, _ = inspection.scan_page(state, registry, MAX_RECORDS, None, now)
+    return [record_of(TaskView(**view)) for view in views]
+
+
+def summary(records: list[WorkerRecord]) -> dict[str, int]:
+    """The overview's figures: live workers, their slots, and the slots running a task."""
+    alive = [record for record in records if record.alive]
+    slots = sum(record.info.get("concurrency") or 0 for record in alive if isinstance(record.info.get("concurrency"), int))
+    return {"alive": len(alive), "slots": slots, "busy": sum(len(record.running) for record in alive)}
+
+
+def install(observer: Observer) -> None:
+    broker = observer.broker
+
+    async def workers(request: HttpRequest, principal: Principal | None) -> Any:
+        registry = validate_queue(params.text(query(request), "registry") or WORKERS_QUEUE, broker.config.limits,
+                                  "registry")
+        require_admin(principal, registry)
+        records = worker_records(engine_of(broker).state, registry, now_of(broker))
+        return {"workers": [record.to_dict() for record in records]}
+
+    observer.add_json("/api/workers", workers)
