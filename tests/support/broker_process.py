@@ -3,6 +3,9 @@
 `BrokerProcess` runs `python -m kittiwake.broker` on a data directory and
 waits for its listening line; it can be killed (SIGKILL), terminated (SIGTERM)
 and restarted on the same data, on the same port when that port is still free.
+The process is forked from a launcher that has the broker imported already
+(`support.broker_launcher`: the same command, listening about ten times sooner),
+or started with exec when `preexec_fn` is given or KITTIWAKE_TEST_BROKER_EXEC=1.
 The broker's stdout and stderr go to files beside the data directory (a pipe
 nobody reads would block the broker once full); `log_tail()` shows the end of
 the log in assertion messages.
@@ -34,10 +37,12 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from kittiwake.protocol import FrameReader, Reply, decode_reply, encode_frame, encode_request
+from support import broker_launcher
 
 LISTENING = re.compile(r"^kittiwake broker listening on (\S+):(\d+) (?:tls_port=(\d+) )?")
 UDP_PORT = re.compile(r" udp_port=(\d+) ")
 SQS_PORT = re.compile(r" sqs_port=(\d+) ")
+HTTP_PORT = re.compile(r" http_port=(\d+) ")
 START_TIMEOUT_SECS = 30.0
 
 
@@ -68,11 +73,12 @@ class BrokerProcess:
         self.port = port
         self.udp_port: int | None = None  # with `--udp-port` in extra_args: the port the broker took
         self.sqs_port: int | None = None  # with `--sqs-port` in extra_args: the port the broker took
+        self.http_port: int | None = None  # with `--http-port` in extra_args: the port the broker took
         self.extra_args = tuple(extra_args)
         self.preexec_fn = preexec_fn
         self.stdout_path = self.data_dir.with_name(self.data_dir.name + ".stdout")
         self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | broker_launcher.LaunchedProcess | None = None
         self.starts = 0
         self._start(port)
 
@@ -91,6 +97,12 @@ class BrokerProcess:
         """`http://` to the broker's SQS API (started with `--sqs-port`)."""
         assert self.sqs_port is not None, "the broker was started without --sqs-port"
         return f"http://{self.host}:{self.sqs_port}"
+
+    @property
+    def http_endpoint(self) -> str:
+        """`http://` to the broker's HTTP port (started with `--http-port`: dashboard, API, metrics)."""
+        assert self.http_port is not None, "the broker was started without --http-port"
+        return f"http://{self.host}:{self.http_port}"
 
     def client_url(self, user: str | None = None, token: str | None = None, *, tls: bool = False) -> str:
         """A client URL: `kw://` to the plaintext port or `kws://` to the TLS port (CA from `tls.ca`)."""
@@ -125,12 +137,16 @@ class BrokerProcess:
             "--host", self.host, "--port", str(port),
             *self._security_args(), *self.extra_args,
         ]
+        forked = self.preexec_fn is None and broker_launcher.enabled()
         with open(self.stdout_path, "wb") as stdout, open(self.log_path, "ab") as log:
-            log.write(f"--- start {self.starts}: {' '.join(command)}\n".encode())
+            log.write(f"--- start {self.starts}{' (forked)' if forked else ''}: {' '.join(command)}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(
-                command, stdout=stdout, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=self.preexec_fn
-            )
+            if forked:
+                self.proc = broker_launcher.start(command[3:], self.stdout_path, self.log_path)
+            else:
+                self.proc = subprocess.Popen(
+                    command, stdout=stdout, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=self.preexec_fn
+                )
         self.starts += 1
         deadline = time.monotonic() + START_TIMEOUT_SECS
         while time.monotonic() < deadline:
@@ -142,6 +158,8 @@ class BrokerProcess:
                 self.udp_port = int(udp.group(1)) if udp else None
                 sqs = SQS_PORT.search(listening.splitlines()[0])
                 self.sqs_port = int(sqs.group(1)) if sqs else None
+                http = HTTP_PORT.search(listening.splitlines()[0])
+                self.http_port = int(http.group(1)) if http else None
                 if match.group(3):
                     self.tls_port = int(match.group(3))
                 return True
