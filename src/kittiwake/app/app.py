@@ -35,7 +35,9 @@ id, deletes the app's reply queues. The reply queues are named
 broker user whose rights cover only its own prefix (`alice.*`) receive
 results (`reply_prefix="alice.replies."`). Jobs write their records (`job_records`) into
 `job_registry` (default `_jobs`): such a user names a queue of its own there
-(`job_registry="alice.jobs"`), or None for no records.
+(`job_registry="alice.jobs"`), or None for no records. Records older than
+`job_retention_secs` (default 7 days; None: kept) are removed by the app, at
+most once a minute, after a submit (`job_retention`).
 
 Tracing: with an OpenTelemetry tracer provider set, each submit is a PRODUCER
 span whose context travels in the task's headers to the worker's run
@@ -55,7 +57,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Callable, Iterable
 
-from kittiwake.app import tracing
+from kittiwake.app import job_retention, tracing
 from kittiwake.app.bundles import BundleSender
 from kittiwake.app.collapse import follow_collapsed
 from kittiwake.app.definitions import (
@@ -105,6 +107,7 @@ class App:
         reply_prefix: str = REPLIES_PREFIX,
         batching: bool | ProducerSettings | dict[str, Any] = False,
         job_registry: str | None = JOBS_QUEUE,
+        job_retention_secs: float | None = job_retention.DEFAULT_RETENTION_SECS,
     ) -> None:
         self.batching = ProducerSettings.of(batching)
         if not isinstance(reply_prefix, str) or not _REPLY_PREFIX_RE.fullmatch(reply_prefix):
@@ -113,6 +116,8 @@ class App:
         if job_registry is not None:
             validate_queue(job_registry, Limits(), "job_registry")  # BadRequest
         self.job_registry = job_registry
+        self.job_retention_secs = job_retention.validate_retention(job_retention_secs)
+        self._job_pruner = job_retention.Pruner()
         self._url = url
         self.serializer = Serializer(serializer)
         self._fixed_id = app_id is not None
@@ -424,6 +429,18 @@ class App:
         for start in range(first, len(tasks), chunk):
             outcomes = self.client.enqueue_many(tasks[start : start + chunk])
             follow_collapsed(self, tasks[start : start + chunk], handles[start : start + chunk], outcomes)
+        if lead is not None:
+            self._prune_job_records(lead["queue"])
+
+    def _prune_job_records(self, registry: str) -> None:
+        """Remove the registry's records past `job_retention_secs`, at most once a minute (`job_retention`)."""
+        if self.job_retention_secs is None:
+            return
+        now = self.clock()
+        with self._lock:
+            due = self._job_pruner.due(now)
+        if due:
+            job_retention.prune_quietly(self.client, registry, now - self.job_retention_secs)
 
     def map(self, task: TaskDefinition | str, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]:
         """One task per item, called as `task(item)`, submitted `chunk` per request; returns the handles.
