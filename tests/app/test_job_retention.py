@@ -1,6 +1,7 @@
 """Job records' retention (`kittiwake.app.job_retention`): the app that writes records removes the
 ones past `job_retention_secs`, at most once a minute, after a submit — against a real broker, with
-the app's clock (which dates the records) moved by hand."""
+the app's clock (which dates the records) moved by hand. `broker` is conftest's (also run on
+PostgreSQL when the suite is told to)."""
 
 from __future__ import annotations
 
@@ -35,15 +36,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("retention") / "data")
-    try:
-        yield process
-    finally:
-        process.kill()
 
 
 @pytest.fixture
