@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import bisect
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kittiwake.model import fifo_pid
@@ -88,6 +88,10 @@ def test_consecutive_fifo_pids_across_a_carry_split_evenly() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(10**15, 10**17 - 10**6), st.integers(50, 5_000), st.integers(2, 8))
+@example(10**16 - 2, 5_000, 5)  # a carry through every place: the last pid must be walked whole
+@example(10**8 - 100, 400, 5)
+@example(1_249_999_999_999_993, 50, 8)
+@example(1_249_999_999_999_762, 249, 8)
 def test_consecutive_fifo_pids_split_evenly_wherever_they_start(start: int, count: int, parts: int) -> None:
     queue = SortedQueue([fifo_pid(start + index) for index in range(count)])
     sizes = [len(part) for part in queue.split(parts)]

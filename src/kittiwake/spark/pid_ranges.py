@@ -9,7 +9,9 @@ smallest pid at or after `x`. So the cut is made in pid space, not by rank:
    is a binary search over printable ASCII (seven probes), and a probe at
    `prefix + " "` (space is the smallest printable character) tells whether
    the last pid goes on at all. The walk stops a few characters after the
-   last pid parts from the first (enough to place the cuts), at a character
+   last pid parts from the first (enough to place the cuts; for pids of
+   digits, such as FIFO pids, not before the first pid's length, since a carry
+   makes the characters after the parting all zeros or nines), at a character
    beyond ASCII (then the bound is rough), or at `MAX_DEPTH`;
 2. the first and last pids are read as numbers whose digits are their
    characters, in the base of the alphabet they are drawn from (`alphabet`:
@@ -68,6 +70,9 @@ def last_pid(probe: Probe, first: str) -> str:
     """The last pid, or a string close to it from below (see the module docstring)."""
     prefix = ""
     diverged_at: int | None = None
+    # digits (FIFO pids) are walked to the first pid's length: across a carry (…0999… to …1000…)
+    # the characters after the divergence say nothing of the distance until the last of them
+    whole = len(first) if first.isascii() and first.isdigit() else 0
     while len(prefix) < MAX_DEPTH:
         if probe(prefix + SMALLEST) is None:
             return prefix  # nothing sorts after the prefix: it is the last pid
@@ -83,7 +88,7 @@ def last_pid(probe: Probe, first: str) -> str:
         prefix += chr(low)
         if diverged_at is None and not first.startswith(prefix):
             diverged_at = len(prefix)
-        if diverged_at is not None and len(prefix) - diverged_at >= DEPTH_AFTER_DIVERGENCE:
+        if diverged_at is not None and len(prefix) - diverged_at >= DEPTH_AFTER_DIVERGENCE and len(prefix) >= whole:
             return prefix
     return prefix
 
