@@ -7,6 +7,7 @@ when, and how often, from outside the worker processes.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from pathlib import Path
@@ -15,6 +16,9 @@ from typing import Any
 from kittiwake.app import App, TaskContext
 
 app = App()
+
+if os.environ.get("KITTIWAKE_TEST_SANDBOX_IMPORT_SECS") and multiprocessing.parent_process() is not None:
+    time.sleep(float(os.environ["KITTIWAKE_TEST_SANDBOX_IMPORT_SECS"]))  # an app slow to import, in a timed task's sandbox
 
 
 def note(path: str, *words: Any) -> None:

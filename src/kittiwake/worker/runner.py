@@ -14,7 +14,11 @@ The decision, in order:
 3. The function runs: in this process on the slot's thread, or — when the
    task has a `timeout` — in a child process (`Sandbox`), because a thread
    cannot be stopped: the child is killed when the time is up and replaced
-   for the next task. Progress reports travel from the child over its pipe.
+   for the next task. The timeout is the run's: it starts once the child has
+   imported the app and said so, so a slow import (pandas, PySpark) is never
+   taken for a slow task; a child that has not imported it within
+   `SANDBOX_START_SECS` is killed and the run fails with WORKER_LOST, as it
+   does when the import fails. Progress reports travel from the child over its pipe.
 4. It returned: DONE with the encoded result (an unencodable or oversize
    result becomes an error result: the handle learns why instead of hanging).
    It raised (or timed out): RETRY with exponential backoff if attempts are
@@ -81,6 +85,9 @@ class TimedOut(Exception):
     """The run took longer than the task's timeout and was killed."""
 
 
+SANDBOX_START_SECS = 120.0
+
+
 class Sandbox:
     """A child process that runs timed tasks one at a time and can be killed (see the module docstring)."""
 
@@ -92,6 +99,7 @@ class Sandbox:
         )
         self._process.start()
         child_end.close()
+        self._ready = False  # the child sends ("ready",) once it has imported the app
 
     def alive(self) -> bool:
         return self._process.is_alive()
@@ -102,6 +110,10 @@ class Sandbox:
     ) -> tuple[bool, Any]:
         """(True, (result payload, tasks to enqueue on success)) or (False, RemoteError); raises
         TimedOut after killing the child. The current trace context goes along (`tracing`)."""
+        if not self._ready:
+            lost = self._wait_ready()
+            if lost is not None:
+                return False, lost
         self._connection.send((name, payload, context_fields, tracing.context_headers()))
         deadline = time.monotonic() + timeout
         while True:
@@ -121,6 +133,22 @@ class Sandbox:
                 return True, (message[1], message[2])
             elif kind == "error":
                 return False, RemoteError.from_wire(message[1])
+
+    def _wait_ready(self) -> RemoteError | None:
+        """Wait for the child to import the app (not part of any task's timeout); the error when it
+        died or took over `SANDBOX_START_SECS`, after killing it."""
+        try:
+            if self._connection.poll(SANDBOX_START_SECS):
+                if self._connection.recv() == ("ready",):
+                    self._ready = True
+                    return None
+                message = "the sandbox process sent something else than ready"
+            else:
+                message = f"the sandbox process did not import the app within {SANDBOX_START_SECS:.0f} s"
+        except (EOFError, OSError):
+            message = "the sandbox process died while importing the app (see the worker's log)"
+        self.kill()
+        return RemoteError("WorkerLost", message, reason="WORKER_LOST")
 
     def kill(self) -> None:
         if self._process.is_alive():
@@ -149,6 +177,7 @@ def sandbox_main(connection: Connection, app_reference: str, sys_path: list[str]
 
     app = load_app(app_reference, sys_path)
     serializer: Serializer = app.serializer
+    connection.send(("ready",))  # the task's timeout starts now (`Sandbox.run`)
     while True:
         try:
             request = connection.recv()
