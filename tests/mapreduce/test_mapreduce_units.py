@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import random
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -95,12 +95,10 @@ def test_a_spec_travels_as_a_plain_map() -> None:
        st.integers(1, 64))
 def test_blocks_are_whole_lines_that_add_up_to_the_file(lines: list[bytes], last_break: bool, block: int) -> None:
     data = b"\n".join(lines) + (b"\n" if last_break and lines else b"")
-    path = Path(f"/tmp/kw-blocks-{random.random()}")
-    path.write_bytes(data)
-    try:
-        blocks = list(read_blocks(str(path), block, b"\n"))
-    finally:
-        path.unlink()
+    with tempfile.NamedTemporaryFile(prefix="kw-blocks-") as file:  # hypothesis reseeds random: not for names
+        file.write(data)
+        file.flush()
+        blocks = list(read_blocks(file.name, block, b"\n"))
     assert b"".join(blocks) == data
     assert all(piece.endswith(b"\n") for piece in blocks[:-1])
     assert all(piece for piece in blocks)

@@ -185,10 +185,10 @@ def test_tasks_another_consumer_took_after_the_leases_ran_out_are_reported(
 def test_the_renewer_keeps_the_leases_of_a_long_batch(broker: BrokerProcess) -> None:
     with Client(broker.url) as client:
         fill(client, 5)
-        consumer = StreamConsumer(options(broker, lease_secs="1"))
+        consumer = StreamConsumer(options(broker, lease_secs="2"))  # renewed every 2/3 s
         try:
             consumer.plan(0, consumer.latest())
-            time.sleep(2.5)  # a batch taking longer than its lease
+            time.sleep(3.0)  # a batch taking longer than its lease
             views = client.peek(QUEUE, 10)
             assert {view.state for view in views} == {"leased"}
             assert {view.deliveries for view in views} == {1}

