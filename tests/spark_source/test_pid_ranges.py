@@ -5,6 +5,8 @@ evenly spread pids give parts of about equal size; the probes stay few."""
 from __future__ import annotations
 
 import bisect
+import random
+import uuid
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -97,3 +99,15 @@ def test_consecutive_fifo_pids_split_evenly_wherever_they_start(start: int, coun
     sizes = [len(part) for part in queue.split(parts)]
     assert len(sizes) == parts, sizes
     assert all(abs(size - count / parts) <= count / parts / 4 + 2 for size in sizes), sizes
+
+
+def test_app_task_ids_and_uuids_split_evenly() -> None:
+    rng = random.Random(7)
+    start = 1_795_000_000_000_000  # app task ids (`envelope.new_ids`): 14 hex digits of µs, 64 random bits
+    app_ids = SortedQueue([f"{start + 9_000 * index:014x}{rng.getrandbits(64):016x}" for index in range(10_000)])
+    uuids = SortedQueue([str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(5_000)])
+    for queue in (app_ids, uuids):
+        sizes = [len(part) for part in queue.split(5)]
+        count = len(queue.pids)
+        assert len(sizes) == 5 and all(abs(size - count / 5) < count / 10 for size in sizes), sizes
+        assert queue.probes < 400
