@@ -21,6 +21,7 @@ from kittiwake.app.job_retention import (
     PRUNE_EVERY_SECS,
     PRUNE_PAGE,
     PRUNE_PAGES,
+    Pruner,
     cutoff_pid,
     validate_retention,
 )
@@ -126,16 +127,67 @@ def test_a_submitter_that_may_not_consume_its_registry_still_submits(
         clock = Clock(time.time() - 30 * DAY)
         app = app_on(broker.client_url(*carol), clock, "carol.jobs", reply_prefix="carol.replies.")
         try:
-            with caplog.at_level(logging.WARNING, logger="kittiwake.app.job_retention"):
+            with caplog.at_level(logging.DEBUG, logger="kittiwake.app.job_retention"):
                 first = submit(app, "carol.jobs")
                 clock.now += 29 * DAY
                 second = submit(app, "carol.jobs")  # its round is refused: logged, the submit stands
+                clock.now += PRUNE_EVERY_SECS
+                third = submit(app, "carol.jobs")
         finally:
             app.close()
-        assert "could not remove old job records from 'carol.jobs'" in caplog.text
+        said = [(record.levelno, record.getMessage()) for record in caplog.records
+                if record.name == "kittiwake.app.job_retention"]
+        assert [level for level, _ in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]  # warned once
+        assert all("could not remove old job records from 'carol.jobs'" in message for _, message in said)
         with Client(broker.client_url(*ROOT)) as root:
-            assert records(root, "carol.jobs") == [first, second]
-            assert root.stats(["carol.jobs.work"], sample=0)[0].size == 2
+            assert records(root, "carol.jobs") == [first, second, third]
+            assert root.stats(["carol.jobs.work"], sample=0)[0].size == 3
+
+
+def test_a_registry_whose_oldest_task_is_not_a_record_is_left_alone(broker: BrokerProcess, client: Client) -> None:
+    registry = "mixed.jobs"  # a queue of tasks named as a registry by mistake
+    now = time.time()
+    client.enqueue(registry, b"a task", pid=None)  # a FIFO pid ("0…") sorts before any record
+    old = new_job_id(now - 30 * DAY)
+    client.enqueue_many([record_task(registry, job_record(old, "old", 0.0, [registry], [(registry, "x")]))])
+    app = app_on(broker.url, Clock(now), registry)
+    try:
+        fresh = submit(app, registry)
+    finally:
+        app.close()
+    views = client.peek(registry, 10)
+    assert [view.pid for view in views][1:] == [old, fresh]
+    assert all((view.attempts, view.deliveries) == (0, 0) for view in views)  # nothing was even leased
+
+
+def test_a_task_of_another_shape_among_old_records_is_handed_back_untouched(
+    broker: BrokerProcess, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = "among.jobs"
+    now = time.time()
+    old = new_job_id(now - 30 * DAY)
+    stranger = old + "-a-user-s"  # sorts after the record, before the cutoff
+    client.enqueue_many([record_task(registry, job_record(old, "old", 0.0, [registry], [(registry, "x")])),
+                         {"queue": registry, "pid": stranger, "data": b"mine"}])
+    app = app_on(broker.url, Clock(now), registry)
+    try:
+        with caplog.at_level(logging.WARNING, logger="kittiwake.app.job_retention"):
+            fresh = submit(app, registry)
+    finally:
+        app.close()
+    views = client.peek(registry, 10)
+    assert [view.pid for view in views] == [stranger, fresh]  # the record went, the stranger stayed
+    assert (views[0].state, views[0].attempts) == ("available", 0)  # leased a moment, given back: no attempt
+    assert "holds tasks that are not job records" in caplog.text  # and the round stopped at it
+
+
+def test_a_round_is_due_once_a_minute_and_again_after_the_clock_is_set_back() -> None:
+    pruner = Pruner()
+    assert pruner.due(1_000.0)
+    assert not pruner.due(1_000.0 + PRUNE_EVERY_SECS - 1)
+    assert pruner.due(1_000.0 + PRUNE_EVERY_SECS)
+    assert pruner.due(500.0)  # set back: waiting for the old time would stop pruning for that long
+    assert not pruner.due(501.0)
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "7d", True])

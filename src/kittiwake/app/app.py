@@ -36,8 +36,9 @@ broker user whose rights cover only its own prefix (`alice.*`) receive
 results (`reply_prefix="alice.replies."`). Jobs write their records (`job_records`) into
 `job_registry` (default `_jobs`): such a user names a queue of its own there
 (`job_registry="alice.jobs"`), or None for no records. Records older than
-`job_retention_secs` (default 7 days; None: kept) are removed by the app, at
-most once a minute, after a submit (`job_retention`).
+`job_retention_secs` (default 7 days; None: this app removes none) are removed
+by the apps writing to the registry, at most once a minute, after a submit
+(`job_retention`).
 
 Tracing: with an OpenTelemetry tracer provider set, each submit is a PRODUCER
 span whose context travels in the task's headers to the worker's run
@@ -440,7 +441,7 @@ class App:
         with self._lock:
             due = self._job_pruner.due(now)
         if due:
-            job_retention.prune_quietly(self.client, registry, now - self.job_retention_secs)
+            self._job_pruner.run(self.client, registry, now - self.job_retention_secs)
 
     def map(self, task: TaskDefinition | str, items: Iterable[Any], *, chunk: int = DEFAULT_MAP_CHUNK) -> list[Handle]:
         """One task per item, called as `task(item)`, submitted `chunk` per request; returns the handles.

@@ -17,8 +17,8 @@
   fullest; ``queues_truncated`` says whether some were left out).
 
 The state is never written: a reader derives it from where the sinks are,
-so a record is written once and never updated; the app that writes records
-removes them after its `job_retention_secs` (`job_retention`).
+so a record is written once and never updated; the apps that write records
+remove them after their `job_retention_secs` (`job_retention`).
 """
 
 from __future__ import annotations
