@@ -241,15 +241,18 @@ def test_the_client_reconnects_when_the_broker_comes_back_within_the_budget(brok
 
 @pytest.mark.parametrize("kind", ["Client", "AsyncClient"])
 def test_a_request_in_flight_when_the_broker_dies_is_connection_lost(broker: BrokerProcess, kind: str) -> None:
-    killer = threading.Timer(0.3, broker.kill)
-    killer.start()
+    killer = threading.Timer(0.3, broker.kill)  # started once connected: the lease is in flight by then
     with pytest.raises(errors.ConnectionLost) as caught:
         if kind == "Client":
             with Client(broker.url) as client:
+                client.ping()
+                killer.start()
                 client.lease("quiet", wait_secs=10)
         else:
             async def scenario() -> None:
                 async with AsyncClient(broker.url) as client:
+                    await client.ping()
+                    killer.start()
                     await client.lease("quiet", wait_secs=10)
 
             asyncio.run(scenario())
