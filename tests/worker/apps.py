@@ -109,6 +109,12 @@ def reports_progress(task: TaskContext, path: str, hold_secs: float) -> str:
     return task.id
 
 
+@app.task(queue="short", lease_secs=1.0, max_attempts=2, timeout=2.0, retry_backoff=0.1)
+def timed(path: str) -> str:
+    note(path, "ran", os.getpid(), time.time())
+    return "finished"
+
+
 @app.task(queue="short", lease_secs=1.0, max_attempts=2, timeout=1.0, retry_backoff=0.1)
 def overruns(path: str, sleep_secs: float) -> str:
     note(path, "start", os.getpid(), time.time())
