@@ -15,6 +15,7 @@ left stuck.
   runs out and assembles anew.
 * A member or the leader killed while the gang runs: the attempt fails as a
   lost worker and the whole gang runs again.
+* More gang tasks than slots: they all get through, no kill needed.
 * Random kills (a worker process, a supervisor, a whole command) while
   gangs assemble and run; ``--soak`` runs rounds of twelve gangs, ten kills
   each, through 100 kills (KITTIWAKE_GANG_KILLS sets another count).
@@ -203,6 +204,18 @@ def test_a_rank_killed_while_the_gang_runs_makes_the_whole_gang_run_again(
         gangs = assemblies(runs)["g"]
         assert len(gangs) >= 2 and gangs[-1].whole
         assert_slots_free(runs)
+
+
+def test_more_gangs_than_slots_all_run(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    """Twelve gangs of three on six slots: every slot may lead a gang that cannot assemble; a
+    process holding a parked gang then lends its slot to other gangs' joins rather than lead
+    another, so the gangs get through (before: every slot a parked leader, none ever assembled)."""
+    runs = tmp_path / "runs"
+    with WorkerFleet(broker.url, tmp_path, *SERVE_GANGS, count=2, processes=3):
+        tags = [f"t{n}" for n in range(12)]
+        handles = [apps.gang_step.submit(str(runs), tag, 0.3) for tag in tags]
+        assert app.results(handles, timeout=90) == tags
+    print("\n  " + check_gangs(runs, tags, set()))
 
 
 def run_gangs_under_kills(broker: BrokerProcess, app, tmp_path: Path, gangs: int, kills: int, seed: int) -> int:  # type: ignore[no-untyped-def]

@@ -12,7 +12,10 @@ Threads of a worker process and what each owns:
   leased with ``rate_per_sec``: the broker's token bucket spans every worker.
 * slots (`concurrency` threads): run one task at a time (`TaskRunner`),
   free its unit of capacity and pass the outcome to the settler — except a gang task that did not assemble,
-  which is parked: it keeps its lease and takes a slot again after a pause.
+  which is parked: it keeps its lease and takes a slot again after a pause. While a gang is parked
+  here, the leasers take no new gang tasks (`gang_leader_queues`; other queues as usual): the
+  process lends its free slot to other gangs' joins instead of leading yet another gang, so that
+  more gang tasks than slots do not end with every slot a leader waiting for members.
 * settler: takes every outcome waiting and applies them together
   (`Settler`: one update per consistency group for finished tasks, results
   included); outcomes that end while an update is on its way ride the next.
@@ -48,6 +51,7 @@ from kittiwake.app.envelope import (
     gang_queue_of,
     marker_pid_of_tick_pid,
     ticks_done_queue_of,
+    undelayed_queue_of,
 )
 from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
 from kittiwake.client import Client, LeasedTask
@@ -79,6 +83,13 @@ class LeaseClass:
     @property
     def delayed_queues(self) -> list[str]:
         return [delayed_queue_of(name) for name in self.queues]
+
+
+def gang_leader_queues(queues: list[str]) -> frozenset[str]:
+    """The served queues whose gang tasks this process would lead: those served with their join
+    queue ``<queue>.gang`` (a process serving only joins leads nothing)."""
+    served = set(queues)
+    return frozenset(name for name in queues if gang_queue_of(name) in served)
 
 
 def lease_classes(app: Any, queues: list[str]) -> list[LeaseClass]:
@@ -144,6 +155,9 @@ class WorkerLoop:
             os.environ["KITTIWAKE_NODE"] = config.node
             self.queues += [local_queue_of(name, config.node) for name in self.queues if NODE_SEPARATOR not in name]
         self.classes = lease_classes(app, self.queues)
+        self.leader_queues = gang_leader_queues(self.queues)
+        self._parked = 0  # gangs parked in this process (see `_park`)
+        self._parked_lock = threading.Lock()
         self.prefetch = Prefetch(config.concurrency, config.prefetch)
         self.capacity = Capacity(self.prefetch.total(), clock)
         self.keeper = LeaseKeeper(self.client, clock)
@@ -392,6 +406,11 @@ class WorkerLoop:
     def _lease(
         self, lease_class: LeaseClass, queues: list[str], want: int, *, wait_secs: float, max_pid: str | None = None
     ) -> list[LeasedTask]:
+        if self._parked and self.leader_queues:
+            queues = [name for name in queues if undelayed_queue_of(name) not in self.leader_queues]
+            if not queues:  # nothing but gang tasks here: wait as a long-poll would
+                self._stop_leasing.wait(wait_secs)
+                return []
         return self.client.lease(
             queues, max_tasks=want, lease_secs=lease_class.lease_secs, max_pid=max_pid, wait_secs=wait_secs,
             worker=self.id, rate_per_sec=lease_class.rate_per_sec,
@@ -444,19 +463,25 @@ class WorkerLoop:
         any task not started."""
         held.started_at = None
         held.ended = False
+        with self._parked_lock:
+            self._parked += 1
         self.capacity.give(1)
         timer = threading.Timer(pause_secs, self._unpark, args=(held,))
         timer.daemon = True
         timer.start()
 
     def _unpark(self, held: Held) -> None:
-        while not self._stop_leasing.is_set():
-            if held.lost:  # cancelled while parked: nothing to run, nothing to settle
-                self.keeper.drop(held)
-                return
-            if self.capacity.claim(timeout=self.config.wait_secs):
-                self._ready.put(held)  # its settling gives the unit back
-                return
+        try:
+            while not self._stop_leasing.is_set():
+                if held.lost:  # cancelled while parked: nothing to run, nothing to settle
+                    self.keeper.drop(held)
+                    return
+                if self.capacity.claim(timeout=self.config.wait_secs):
+                    self._ready.put(held)  # its settling gives the unit back
+                    return
+        finally:
+            with self._parked_lock:
+                self._parked -= 1
 
     def _check_recycle(self) -> None:
         limit = self.config.max_tasks_per_child
