@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from typing import Any, Callable, Iterable, Mapping
 
@@ -42,6 +43,13 @@ SINK_STATES = ("done", "failed", "running", "queued", "waiting")
 def new_job_id(epoch_secs: float, random_bytes: Callable[[int], bytes] = os.urandom) -> str:
     """``<creation time in ms, 13 digits>-<8 hex digits>``: sorts by creation time."""
     return f"{max(0, int(epoch_secs * 1000)):013d}-{random_bytes(4).hex()}"
+
+
+JOB_ID = re.compile(r"[0-9]{13}-[0-9a-f]{8}")  # what `new_job_id` makes
+
+
+def is_job_id(text: str) -> bool:
+    return JOB_ID.fullmatch(text) is not None
 
 
 def validate_job_name(name: object) -> str:

@@ -22,7 +22,7 @@ prunes it by its own retention, so the shortest wins, and None on one app
 does not keep what another removes — an app wanting its own retention names a
 registry of its own. Records go by age only, whatever their job's state: a
 job still running past the retention loses its line on the dashboard, never
-its tasks. Only tasks shaped like records (`RECORD_PID`) are removed: if the
+its tasks. Only tasks whose pid is a job id (`job_records.is_job_id`) are removed: if the
 registry's oldest task is anything else, the registry is not a registry of
 records only and nothing of it is touched; a task of another shape enqueued
 among old records is handed back unchanged (no attempt counted). Several
@@ -35,8 +35,9 @@ submit that ran it.
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING
+
+from kittiwake.app.job_records import is_job_id
 
 if TYPE_CHECKING:
     from kittiwake.client import Client
@@ -46,7 +47,6 @@ PRUNE_EVERY_SECS = 60.0
 PRUNE_PAGE = 100
 PRUNE_PAGES = 10
 PRUNE_LEASE_SECS = 30.0  # a pruner that dies holding records gives them back after this
-RECORD_PID = re.compile(r"[0-9]{13}-[0-9a-f]{8}")
 
 log = logging.getLogger("kittiwake.app.job_retention")
 
@@ -66,11 +66,6 @@ def cutoff_pid(before_secs: float) -> str:
     return f"{max(0, int(before_secs * 1000)):013d}"
 
 
-def is_record_pid(pid: str) -> bool:
-    """Whether `pid` has the shape of a record's (`job_records.new_job_id`)."""
-    return RECORD_PID.fullmatch(pid) is not None
-
-
 def prune(client: Client, registry: str, before_secs: float) -> int:
     """Remove the records of `registry` created before `before_secs`, up to a round's worth;
     returns how many were removed. Raises `ForeignTasks` when the registry's oldest task is not
@@ -81,12 +76,12 @@ def prune(client: Client, registry: str, before_secs: float) -> int:
         head = client.peek(registry, 1)
         if not head or head[0].pid > cutoff:
             break  # nothing old enough
-        if not is_record_pid(head[0].pid):
+        if not is_job_id(head[0].pid):
             raise ForeignTasks(f"the job registry {registry!r} holds tasks that are not job records "
                                f"(the oldest: {head[0].pid!r}): its records are not removed")
         leased = client.lease(registry, max_tasks=PRUNE_PAGE, max_pid=cutoff, lease_secs=PRUNE_LEASE_SECS)
-        records = [task for task in leased if is_record_pid(task.pid)]
-        others = [task for task in leased if not is_record_pid(task.pid)]
+        records = [task for task in leased if is_job_id(task.pid)]
+        others = [task for task in leased if not is_job_id(task.pid)]
         if others:  # enqueued among the records since the peek: handed back, no attempt counted
             client.release(others, reject=True)
         if not records:
