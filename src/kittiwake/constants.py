@@ -129,3 +129,9 @@ SEQ_FINAL_HEADER = "kittiwake-seq-final"
 
 SEQ_SEPARATOR = "/"
 """A token's key is `<run>[/<index>]...`; a sequence port's token adds one `/<index>` to its key."""
+
+DEFAULT_METRICS_QUEUE_SERIES = 200
+"""Queues with series of their own in /metrics (`--metrics-queue-series`); the rest add up in queue="other"."""
+
+MAX_METRICS_QUEUE_SERIES = 100_000
+"""The most `--metrics-queue-series` may ask for."""

@@ -29,6 +29,7 @@ from kittiwake.client import Client
 from kittiwake.constants import WORKERS_QUEUE
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.model import Task
+from kittiwake.observe.face import ObserveFace
 from kittiwake.observe.metrics import STATES, queue_sizes, worker_states
 from kittiwake.worker.registry import WorkerRegistry
 from support.in_process_broker import InProcessBroker
@@ -126,7 +127,7 @@ class Served:
         self.point = point  # the history's point of the workload's step
 
     def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.broker.broker.http_port, timeout=10)
+        connection = http.client.HTTPConnection("127.0.0.1", self.broker.broker.face_port("http"), timeout=10)
         try:
             connection.request("GET", path, headers=headers or {})
             response = connection.getresponse()
@@ -190,11 +191,13 @@ STATUSES = {
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     directory: Path = tmp_path_factory.mktemp("metrics")
-    broker = InProcessBroker(BrokerConfig(data_dir=str(directory / "data"), port=0, http_port=0), None)
+    face = ObserveFace(0)
+    broker = InProcessBroker(BrokerConfig(data_dir=str(directory / "data"), port=0), None, faces=[face])
     client = Client(broker.url)
     registries: list[WorkerRegistry] = []
     try:
-        observer = broker.broker.observer
+        observer = face.observer
+        assert observer is not None
         broker.call_in_loop(observer.sampler.stop)  # the test closes the history's steps itself
         broker.call_in_loop(observer.sampler.sample)
         workload = Workload()
@@ -303,7 +306,7 @@ def test_every_family_is_named_by_the_conventions(served: Served) -> None:
 
 
 def test_a_scrape_that_is_not_a_get_is_refused(served: Served) -> None:
-    connection = http.client.HTTPConnection("127.0.0.1", served.broker.broker.http_port, timeout=10)
+    connection = http.client.HTTPConnection("127.0.0.1", served.broker.broker.face_port("http"), timeout=10)
     try:
         connection.request("POST", "/metrics", body=b"")
         response = connection.getresponse()

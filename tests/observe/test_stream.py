@@ -24,6 +24,7 @@ from kittiwake import Client
 from kittiwake.broker import BrokerConfig
 from kittiwake.broker.security import SecurityConfig
 from kittiwake.observe import stream
+from kittiwake.observe.face import ObserveFace
 from kittiwake.observe.stream import SharedViews, event
 from support.auth_users import ROOT, standard_auth_file
 from support.broker_process import BrokerProcess
@@ -120,34 +121,38 @@ def test_bad_streams_are_refused_before_they_start(broker: BrokerProcess) -> Non
 
 
 def test_a_client_that_stops_reading_is_cut_off_and_the_broker_goes_on(tmp_path: Path) -> None:
-    config = BrokerConfig(data_dir=str(tmp_path / "data"), port=0, http_port=0, durability="os")
-    process_broker = InProcessBroker(config, None)
+    config = BrokerConfig(data_dir=str(tmp_path / "data"), port=0, durability="os")
+    face = ObserveFace(0)
+    process_broker = InProcessBroker(config, None, faces=[face])
     try:
-        broker = process_broker.broker
-        broker.observe_http.max_stream_buffer_bytes = 64 * 1024
+        server = face.server
+        assert server is not None
+        port = process_broker.broker.face_port("http")
+        assert port is not None
+        server.max_stream_buffer_bytes = 64 * 1024
         with Client(process_broker.url) as client:
             # 300 long names: each queues event is some 100 KB, and the ages on it change every second
             client.enqueue_many([{"queue": f"slow.{index:03d}." + "n" * 200, "data": "x"} for index in range(300)])
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.settimeout(10)
-        sock.connect(("127.0.0.1", broker.http_port))
-        while not broker.observe_http.connections:
+        sock.connect(("127.0.0.1", port))
+        while not server.connections:
             time.sleep(0.01)
 
         def small_send_buffer() -> None:  # or the kernel takes megabytes before the broker holds any
-            for connection in broker.observe_http.connections:
+            for connection in server.connections:
                 connection.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
 
         process_broker.call_in_loop(small_send_buffer)
-        sock.sendall(f"GET /api/stream?view=queues&limit=500 HTTP/1.1\r\nHost: 127.0.0.1:{broker.http_port}\r\n\r\n".encode())
+        sock.sendall(f"GET /api/stream?view=queues&limit=500 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
         deadline = time.monotonic() + 60
-        while broker.observe_http.streams_cut == 0 and time.monotonic() < deadline:
+        while server.streams_cut == 0 and time.monotonic() < deadline:
             time.sleep(0.05)  # and never read
-        assert broker.observe_http.streams_cut == 1
+        assert server.streams_cut == 1
 
         class Reader:  # the broker is still there for everybody else
-            host, http_port = "127.0.0.1", broker.http_port
+            host, http_port = "127.0.0.1", port
 
         assert get(Reader, "/api/overview")["totals"]["queues"] == 300
         with Client(process_broker.url) as client:
@@ -167,20 +172,22 @@ def test_history_points_ride_the_stream_and_an_ended_session_ends_it(
 ) -> None:
     monkeypatch.setattr(stream, "RECHECK_SECS", 0.5)  # credentials are looked at again every half second
     users = standard_auth_file(tmp_path / "users.json")
-    config = BrokerConfig(data_dir=str(tmp_path / "data"), port=0, http_port=0, durability="os",
+    config = BrokerConfig(data_dir=str(tmp_path / "data"), port=0, durability="os",
                           security=SecurityConfig(auth_file=str(users)))
-    process_broker = InProcessBroker(config, None)
+    face = ObserveFace(0)
+    process_broker = InProcessBroker(config, None, faces=[face])
     try:
-        broker = process_broker.broker
-        broker.observer.history.points.append({"t": 1_800_000_000, "enqueued": 2.5})  # as the sampler adds them
+        assert face.observer is not None
+        face.observer.history.points.append({"t": 1_800_000_000, "enqueued": 2.5})  # as the sampler adds them
+        port = process_broker.broker.face_port("http")
 
         class Port:
-            host, http_port = "127.0.0.1", broker.http_port
+            host, http_port = "127.0.0.1", port
 
         _, headers, _ = call(Port, "POST", "/api/session", {"user": ROOT[0], "token": ROOT[1]})
         cookie = headers["set-cookie"].split(";")[0]
         assert call(Port, "GET", "/api/stream")[0] == 401  # no credentials, no stream
-        events = Events("127.0.0.1", broker.http_port, "/api/stream", {"Cookie": cookie})
+        events = Events("127.0.0.1", port, "/api/stream", {"Cookie": cookie})
         try:
             assert events.response.status == 200
             assert events.until("history") == {"t": 1_800_000_000, "enqueued": 2.5}

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 from kittiwake.broker import Broker, BrokerConfig
+from kittiwake.broker.faces import Face
 from support.broker_process import RawConnection
 
 
 class InProcessBroker:
     """A `Broker` on a loop in a background thread, so blocking sockets can talk to it."""
 
-    def __init__(self, config: BrokerConfig, store: Any) -> None:
+    def __init__(self, config: BrokerConfig, store: Any, faces: Sequence[Face] = ()) -> None:
         self.loop = asyncio.new_event_loop()
-        self.broker = Broker(config, store=store)
+        self.broker = Broker(config, store=store, faces=faces)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         try:

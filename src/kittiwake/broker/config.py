@@ -3,7 +3,9 @@
 One frozen dataclass, validated on construction so a bad setting fails at start
 with a message naming it, never later under load. The published hard limits of
 tasks and requests live in `kittiwake.model.Limits` and ride along here, so the
-server and the engine read the same numbers.
+server and the engine read the same numbers. The faces (SQS, the dashboard,
+UDP: `broker.faces`) own their settings; the broker's are what every port
+shares.
 """
 
 from __future__ import annotations
@@ -25,8 +27,6 @@ MAX_TIMEOUT_SECS = 7 * 24 * 3600.0
 DEFAULT_FRAME_TIMEOUT_SECS = 30.0
 DEFAULT_IDLE_TIMEOUT_SECS = 600.0  # as Kafka's connections.max.idle.ms
 DEFAULT_MAX_BUFFERED_MB = 256
-DEFAULT_METRICS_QUEUE_SERIES = 200  # the rest are counted in queue="other"
-MAX_METRICS_QUEUE_SERIES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class BrokerConfig:
     port: int = DEFAULT_PORT
     durability: str = "fsync"  # "fsync": ok survives power loss; "os": survives a process crash
     max_frame: int = DEFAULT_MAX_FRAME
-    max_connections: int = 10_000
+    max_connections: int = 10_000  # all ports together (binary, TLS, every face's)
     cache_mb: int = 256  # engine head cache
     head_tasks: int = 1000  # tasks per queue kept in memory ahead of leases
     sqlite_cache_mb: int = 64
@@ -48,10 +48,6 @@ class BrokerConfig:
     max_buffered_mb: int = DEFAULT_MAX_BUFFERED_MB  # bytes of unfinished frames held across all connections
     limits: Limits = field(default_factory=Limits)
     security: SecurityConfig = field(default_factory=SecurityConfig)  # auth file, TLS, listeners
-    udp_port: int | None = None  # also listen for kwu:// datagrams on this port (0: a free one); None: off
-    sqs_port: int | None = None  # also serve the SQS API (HTTP) on this port (0: a free one); None: off
-    http_port: int | None = None  # also serve /metrics, the dashboard and its JSON API on this port; None: off
-    metrics_queue_series: int = DEFAULT_METRICS_QUEUE_SERIES  # queues with series of their own in /metrics
 
     def __post_init__(self) -> None:
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -61,13 +57,6 @@ class BrokerConfig:
         if not isinstance(self.host, str) or not self.host:
             raise ValueError("host must be a non-empty host name or address")
         _check_int("port", self.port, 0, 65535)
-        if self.udp_port is not None:
-            _check_int("udp_port", self.udp_port, 0, 65535)
-        if self.sqs_port is not None:
-            _check_int("sqs_port", self.sqs_port, 0, 65535)
-        if self.http_port is not None:
-            _check_int("http_port", self.http_port, 0, 65535)
-        _check_int("metrics_queue_series", self.metrics_queue_series, 0, MAX_METRICS_QUEUE_SERIES)
         if self.durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}, got {self.durability!r}")
         _check_int("max_frame", self.max_frame, MIN_FRAME_BYTES, MAX_FRAME_BYTES)

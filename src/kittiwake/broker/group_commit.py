@@ -8,8 +8,9 @@ runs — rides the next pass together. After a pass, the shell defers what the
 pass could not answer on its connection, then writes each connection's
 replies in one `transport.write` (`Connection.deliver`). The real clocks are
 read here and handed to the passes. What a committed pass did (its tally of
-task moves, its commit's time) goes to `on_commit` when one is set: the
-metrics (`kittiwake.observe`).
+task moves, its commit's time) goes to every listener added with
+`on_commit` (the metrics of `kittiwake.observe`, say); each gets the function
+that removes it.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable, cast
+from typing import Callable
 
-from kittiwake.broker.connection import WRITE_BUFFER_HIGH, Connection
+from kittiwake.broker.connection import WRITE_BUFFER_HIGH
+from kittiwake.broker.pass_replies import Caller
 from kittiwake.broker.passes import Item, PassLimits, PassOutcome, Passes
 from kittiwake.engine import Engine, TaskStore
 from kittiwake.engine.tally import Tally
@@ -45,7 +47,7 @@ class GroupCommit:
         limits = PassLimits(max_frame=max_frame, max_held_bytes=WRITE_BUFFER_HIGH)
         self.passes = Passes(store, make_engine, limits, wall_clock=wall_clock, monotonic_clock=monotonic_clock)
         self._scheduled: asyncio.Handle | None = None
-        self.on_commit: Callable[[Tally, float | None], None] | None = None  # (moves, commit secs or None)
+        self._commit_listeners: list[Callable[[Tally, float | None], None]] = []  # (moves, commit secs or None)
 
     # -------------------------------------------------------------- inputs
 
@@ -53,11 +55,21 @@ class GroupCommit:
         """Build the first engine from the store; raises if the store cannot be read."""
         self.passes.start(now)
 
-    def submit(self, connection: Connection, item: Item) -> None:
+    def on_commit(self, listener: Callable[[Tally, float | None], None]) -> Callable[[], None]:
+        """Call `listener` with the tally and commit seconds of every committed pass; returns its removal."""
+        self._commit_listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._commit_listeners:
+                self._commit_listeners.remove(listener)
+
+        return remove
+
+    def submit(self, connection: Caller, item: Item) -> None:
         self.passes.submit(connection, item)
         self._schedule()
 
-    def resubmit(self, connection: Connection, items: list[Item]) -> None:
+    def resubmit(self, connection: Caller, items: list[Item]) -> None:
         self.passes.resubmit(connection, items)
         self._schedule()
 
@@ -74,10 +86,10 @@ class GroupCommit:
         self.passes.wake(queues)
         self._schedule()
 
-    def drop_connection(self, connection: Connection) -> None:
+    def drop_connection(self, connection: Caller) -> None:
         self.passes.drop_connection(connection)
 
-    def end_waits(self, connection: Connection) -> None:
+    def end_waits(self, connection: Caller) -> None:
         """Answer a half-closed connection's parked long-polls with an empty list, now."""
         frames = self.passes.end_waits(connection)
         if frames:
@@ -98,11 +110,12 @@ class GroupCommit:
         """One group-commit pass, then its replies; never raises."""
         self._scheduled = None
         outcome = self.passes.run()
-        if outcome.tally is not None and self.on_commit is not None:
-            try:
-                self.on_commit(outcome.tally, outcome.commit_secs)
-            except Exception:
-                log.exception("counting a pass for the metrics failed")
+        if outcome.tally is not None:
+            for listener in list(self._commit_listeners):
+                try:
+                    listener(outcome.tally, outcome.commit_secs)
+                except Exception:
+                    log.exception("a listener of committed passes failed")
         if self.passes.pending:  # over a pass's bounds: the rest goes next
             self._schedule()
         self._deliver(outcome)
@@ -110,9 +123,9 @@ class GroupCommit:
     def _deliver(self, outcome: PassOutcome) -> None:
         # deferred before the replies go: a delivery that drains the output resubmits them
         for connection, item in outcome.deferred:
-            cast(Connection, connection).defer(item)
+            connection.defer(item)
         for connection, frames in outcome.replies.items():
-            cast(Connection, connection).deliver(frames)
+            connection.deliver(frames)
 
     # ------------------------------------------------------------ shutdown
 
@@ -123,5 +136,5 @@ class GroupCommit:
             self.run_pass()
         self._unschedule()
         for connection, frames in self.passes.end_every_wait().items():
-            cast(Connection, connection).deliver(frames)
+            connection.deliver(frames)
         self.store.close()

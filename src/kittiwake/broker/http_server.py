@@ -40,9 +40,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, cast
 
 import h11
+
+from kittiwake.broker.connection_slots import ConnectionSlots
+from kittiwake.broker.http_hosts import HostNames
+from kittiwake.broker.read_budget import SMALL_READ_BYTES, ReadBudget
 
 log = logging.getLogger("kittiwake.broker.http")
 
@@ -53,6 +57,11 @@ DEFAULT_IDLE_TIMEOUT_SECS = 75.0
 DEFAULT_MAX_CONNECTIONS = 10_000
 DEFAULT_MAX_STREAM_BUFFER_BYTES = 1024 * 1024
 SERVER_NAME = b"kittiwake"
+CHECKED_BODY_BYTES = 64 * 1024  # a body larger than this is announced to `check_head` before it is read
+FULL_RESPONSE = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 41\r\n"
+    b"connection: close\r\n\r\nthe broker is at its connection limit \r\n\r\n"
+)
 
 
 @dataclass(slots=True)
@@ -75,6 +84,7 @@ class HttpResponse:
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
+HeadCheck = Callable[[HttpRequest], "HttpResponse | None"]  # a request with its body still to come (empty)
 
 
 def text_response(status: int, text: str) -> HttpResponse:
@@ -115,14 +125,23 @@ class HttpServer:
         idle_timeout_secs: float = DEFAULT_IDLE_TIMEOUT_SECS,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         max_stream_buffer_bytes: int = DEFAULT_MAX_STREAM_BUFFER_BYTES,
+        name: str = "http",
+        slots: ConnectionSlots | None = None,
+        budget: ReadBudget | None = None,
+        host_names: HostNames | None = None,
+        check_head: HeadCheck | None = None,
     ) -> None:
         self.routes = routes
+        self.name = name
+        self.slots = slots if slots is not None else ConnectionSlots(max_connections)
+        self.budget = budget
+        self.host_names = host_names
+        self.check_head = check_head
         self.max_stream_buffer_bytes = max_stream_buffer_bytes
         self.max_body_bytes = max_body_bytes
         self.max_head_bytes = max_head_bytes
         self.request_timeout_secs = request_timeout_secs
         self.idle_timeout_secs = idle_timeout_secs
-        self.max_connections = max_connections
         self.connections: set[HttpConnection] = set()
         self.port: int | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -164,6 +183,11 @@ class HttpConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._closing = False
         self._receiving = False  # a request has started arriving: its timer runs
+        self._slot = False  # holds a slot of the connection cap
+        self._charged = False  # the read budget counts bytes of ours
+        self._held_for_budget = False
+        self._held_for_handler = False  # bytes pipelined behind a running handler fill a head
+        self._body_bytes = 0  # announced by Content-Length; 0 when unknown
 
     # ------------------------------------------------------------- asyncio
 
@@ -171,15 +195,23 @@ class HttpConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         address = transport.get_extra_info("peername")
         self.peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else None
-        if len(self.server.connections) >= self.server.max_connections:
+        if not self.server.slots.take(self.loop.time(), self.server.name):
             self._closing = True
+            cast(asyncio.Transport, transport).write(FULL_RESPONSE)  # uvloop's does not subclass it
             transport.close()
             return
+        self._slot = True
         self.server.connections.add(self)
         self._arm(self.server.idle_timeout_secs, self._idle)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
+        if self._slot:
+            self._slot = False
+            self.server.slots.give_back()
+        if self.server.budget is not None:
+            self.server.budget.forget(self)
+            self._charged = False
         self._disarm()
         if self._task is not None and not self._task.done():
             self._task.cancel()  # nobody is left to read the answer
@@ -188,9 +220,45 @@ class HttpConnection(asyncio.Protocol):
         try:
             self.h11.receive_data(data)
             self._events()
+            self._charge()
         except Exception:  # one connection's bytes must never take the broker down
             log.exception("HTTP connection %s failed", self.peer)
             self.abort()
+
+    # ------------------------------------------------------------- budgets
+
+    def hold_for_budget(self, held: bool) -> None:
+        """The read budget stops (True) or resumes (False) this connection's reading."""
+        self._held_for_budget = held
+        self._set_reading()
+
+    def _set_reading(self) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._held_for_budget or self._held_for_handler:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
+    def _charge(self, completed: bool = False) -> None:
+        """Tell the read budget how many bytes of a request this connection holds now."""
+        budget = self.server.budget
+        buffered = len(self.h11.trailing_data[0])
+        if self._task is not None:
+            # a handler runs: what arrives behind its request waits unread; a head's worth at most
+            held_for_handler = buffered > self.server.max_head_bytes
+            if held_for_handler != self._held_for_handler:
+                self._held_for_handler = held_for_handler
+                self._set_reading()
+        if budget is None:
+            return
+        held = len(self._body) + buffered if self._receiving else buffered
+        if not held and not self._charged and not completed:
+            return
+        frame = max(held + SMALL_READ_BYTES, self._body_bytes + buffered) if held else 0
+        budget.charge(self, held, frame, completed)
+        self._charged = bool(held)
 
     def eof_received(self) -> bool | None:
         # HTTP clients do not half-close and wait: EOF means gone, so a running handler
@@ -236,6 +304,13 @@ class HttpConnection(asyncio.Protocol):
                 if length is not None and length > self.server.max_body_bytes:
                     self._fail(413, f"the body is over {self.server.max_body_bytes} bytes")
                     return
+                refusal = self._check_head(event, length)
+                if refusal is not None:
+                    self._disarm()
+                    self._respond(refusal, close=True)
+                    self.close()
+                    return
+                self._body_bytes = length or 0
             elif isinstance(event, h11.Data):
                 self._body += event.data
                 if len(self._body) > self.server.max_body_bytes:
@@ -243,19 +318,37 @@ class HttpConnection(asyncio.Protocol):
                     return
             elif isinstance(event, h11.EndOfMessage):
                 self._receiving = False
+                self._body_bytes = 0
                 self._disarm()
+                self._charge(completed=True)
                 self._dispatch()
             elif isinstance(event, h11.ConnectionClosed):
                 self.close()
                 return
 
+    def _check_head(self, event: h11.Request, length: int | None) -> HttpResponse | None:
+        """A refusal of a request from its head alone: a host name not served, or a large body the face
+        will not take from this client."""
+        headers = _headers(event)
+        host_names = self.server.host_names
+        if host_names is not None and not host_names.allows(headers.get("host")):
+            return text_response(421, host_names.refusal(headers.get("host")))
+        check = self.server.check_head
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        if check is not None and (chunked or (length or 0) > CHECKED_BODY_BYTES):
+            return check(self._request_of(event, headers, b""))
+        return None
+
+    def _request_of(self, event: h11.Request, headers: dict[str, str], body: bytes) -> HttpRequest:
+        target = event.target.decode("latin-1")
+        path, _, query = target.partition("?")
+        return HttpRequest(event.method.decode("latin-1"), path, query, headers, body, self.peer)
+
     def _dispatch(self) -> None:
         request = self._request
         assert request is not None
-        target = request.target.decode("latin-1")
-        path, _, query = target.partition("?")
-        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.headers}
-        http_request = HttpRequest(request.method.decode("latin-1"), path, query, headers, bytes(self._body), self.peer)
+        http_request = self._request_of(request, _headers(request), bytes(self._body))
+        path = http_request.path
         self._body.clear()
         handler = self.server.routes.find(path)
         self.server.requests += 1
@@ -287,7 +380,9 @@ class HttpConnection(asyncio.Protocol):
         self._task = None
         if not self._closing:
             self._respond(response)
+            self._release_handler_hold()
             self._events()  # a pipelined request may be waiting
+            self._charge()
 
     # -------------------------------------------------------------- output
 
@@ -352,6 +447,7 @@ class HttpConnection(asyncio.Protocol):
 
     def _next_request(self) -> None:
         """After a whole answer: read the next request on a kept-alive connection, or close."""
+        self._release_handler_hold()
         if self._closing:
             return
         if self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
@@ -361,6 +457,12 @@ class HttpConnection(asyncio.Protocol):
         self._request = None
         self._arm(self.server.idle_timeout_secs, self._idle)
         self._events()
+        self._charge()
+
+    def _release_handler_hold(self) -> None:
+        if self._held_for_handler:
+            self._held_for_handler = False
+            self._set_reading()
 
     def _fail(self, status: int, text: str) -> None:
         """Answer a request that cannot be read with `status`, then close."""
@@ -402,6 +504,11 @@ class HttpConnection(asyncio.Protocol):
         self._timer = None
         if self._task is None:
             self._fail(408, f"the request did not arrive whole within {self.server.request_timeout_secs:g} s")
+
+
+def _headers(request: h11.Request) -> dict[str, str]:
+    """Header names lower-cased; a repeated header keeps its last value."""
+    return {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in request.headers}
 
 
 def _content_length(request: h11.Request) -> int | None:

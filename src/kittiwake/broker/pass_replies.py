@@ -31,7 +31,9 @@ OUTCOME_UNKNOWN = "it may or may not have been applied, as when a connection is 
 
 
 class Caller(Protocol):
-    """What a pass reads of the connection a request came on (`broker.connection.Connection`)."""
+    """Whoever a request of a pass came from: a binary connection (`broker.connection.Connection`),
+    a UDP datagram, a face's in-process call (`broker.local_calls`). The pass reads its state; the
+    group commit hands it its replies (`deliver`) and what waits for its output to drain (`defer`)."""
 
     @property
     def peer(self) -> str | None: ...  # `host:port`, the lease's peer
@@ -47,6 +49,12 @@ class Caller(Protocol):
 
     @property
     def deferred(self) -> Sized: ...  # items held back until its output drains
+
+    def deliver(self, frames: list[bytes]) -> None:
+        """Write the reply frames of one pass, in order."""
+
+    def defer(self, item: Any) -> None:
+        """Hold back an item not run while the output is full (asked only when `write_paused`)."""
 
 
 class ReplyKind(enum.Enum):

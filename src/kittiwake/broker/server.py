@@ -18,17 +18,20 @@ every POLL_TICKS ticks every parked long-poll looks again in case one was lost.
 
 Listeners: the plaintext port (`port`) unless `security.plaintext` is off,
 and the TLS port (`tls_port`) when a certificate is given; both lead to the
-same connections. With `udp_port`, also a UDP port (`udp_listener`) whose
-datagrams go to the same group commit. With `sqs_port`, also an HTTP port
-(`http_server`) serving the SQS API (`kittiwake.broker.sqs`), whose requests go
-to the same group commit too. With `http_port`, an HTTP port for people and
-their tools (`kittiwake.observe`): Prometheus metrics, the dashboard and its
-JSON API. With an auth file every connection gets a `Session`
+same connections. Every other way in is a *face* (`faces.Face`: the SQS API,
+the dashboard, UDP, ...), built by the composition root and handed to
+`Broker(config, faces=...)`: the broker starts each once the store is open
+and its own ports listen, and hands it itself as the face's `faces.Host` —
+the group commit, the engine's reads between passes, the authenticator, and
+the budgets every port shares: one cap on connections for the whole process
+(`connection_slots`, fitted to the open-files limit at start) and one budget
+of request bytes held while they arrive (`read_budget`). The server names no
+face. With an auth file every binary connection gets a `Session`
 (`session.py`) that checks its credentials and then its rights.
 
-Stopping: stop accepting, stop reading, serve and commit what was already
-received, answer every parked long-poll with an empty list, let the replies
-flush, close the store.
+Stopping: stop accepting (every face too), stop reading, serve and commit what
+was already received, answer every parked long-poll with an empty list, let
+the replies flush, stop the faces, close the store.
 """
 
 from __future__ import annotations
@@ -39,22 +42,25 @@ import resource
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable, Sequence
 
 from kittiwake.broker import announcements
 from kittiwake.broker.auth import Authenticator
 from kittiwake.broker.config import BrokerConfig
 from kittiwake.broker.connection import Connection
+from kittiwake.broker.connection_slots import ConnectionSlots, fit_to_open_files
+from kittiwake.broker.faces import CommitListener, Face
+from kittiwake.broker.pass_replies import Caller
 from kittiwake.broker.security import exposure_note, exposure_warnings
 from kittiwake.broker.session import Session
 from kittiwake.broker.tls import HANDSHAKE_TIMEOUT_SECS, server_context
 from kittiwake.broker.group_commit import GroupCommit
-from kittiwake.broker.http_server import HttpServer, Routes
 from kittiwake.broker.read_budget import ReadBudget
 from kittiwake.broker.timeouts import ConnectionTimeouts
-from kittiwake.broker.udp_listener import UdpListener
 from kittiwake.engine import Engine, TaskStore
+from kittiwake.model import Limits
 from kittiwake.protocol.messages import Request
 from kittiwake.store.location import open_store
 
@@ -66,16 +72,31 @@ LISTEN_BACKLOG = 4096  # a burst of thousands of connects should not wait on SYN
 FLUSH_ON_STOP_SECS = 5.0
 
 
-class Broker:
-    """One broker: a TCP listener, its connections, the engine and the store."""
+@dataclass(frozen=True, slots=True)
+class BrokerExposure:
+    """Where the broker listens and how it is protected (`faces.Exposure`)."""
 
-    def __init__(self, config: BrokerConfig, *, store: TaskStore | None = None) -> None:
+    address: str
+    auth: bool
+    tls: bool
+
+
+class Broker:
+    """One broker: its TCP listeners and connections, its faces, the engine and the store."""
+
+    def __init__(self, config: BrokerConfig, *, store: TaskStore | None = None, faces: Sequence[Face] = ()) -> None:
         self.config = config
         self.max_frame = config.max_frame
         self._given_store = store
+        names = [face.name for face in faces]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two faces share a name: {', '.join(names)}")
+        self.faces: list[Face] = list(faces)
+        self.face_ports: dict[str, int] = {}  # by face name, once started
         self.store: TaskStore | None = None
         self.group: GroupCommit | None = None
         self.connections: set[Connection] = set()
+        self.connection_slots = ConnectionSlots(config.max_connections)
         self.budget = ReadBudget(config.max_buffered_bytes, config.max_frame)
         self.timeouts = ConnectionTimeouts(
             lambda: self.connections, self.budget, config.frame_timeout_secs, config.idle_timeout_secs
@@ -84,16 +105,6 @@ class Broker:
         self._tls_server: asyncio.AbstractServer | None = None
         self.authenticator: Authenticator | None = None
         self.tls_port: int | None = None
-        self.udp_port: int | None = None
-        self.udp: UdpListener | None = None
-        self.sqs_port: int | None = None
-        self.http: HttpServer | None = None
-        self.routes = Routes()  # the SQS port's: other modules may add theirs before start
-        self.http_port: int | None = None
-        self.observe_http: HttpServer | None = None
-        self.observe_routes = Routes()  # the --http-port's (kittiwake.observe): metrics, dashboard, API
-        self.observer: Any = None  # kittiwake.observe.Observer, imported only when the port is on
-        self._sqs: Any = None  # kittiwake.broker.sqs.service.SqsService, imported only when the port is on
         self._tick_handle: asyncio.TimerHandle | None = None
         self._ticks = 0
         self._shared = False  # several brokers share the store: poll for their changes too
@@ -143,6 +154,10 @@ class Broker:
 
         self.started_at = time.time()
         group = GroupCommit(loop, store, make_engine, config.max_frame)
+        cap, lowered = fit_to_open_files(config.max_connections, open_files_limit())
+        self.connection_slots.limit = cap
+        if lowered is not None:
+            log.warning("%s", lowered)
         try:
             group.start(time.time())
             if security.plaintext:
@@ -154,14 +169,7 @@ class Broker:
                     lambda: Connection(self), config.host, security.tls_port, backlog=LISTEN_BACKLOG,
                     ssl=tls_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECS,
                 )
-            if config.udp_port is not None:
-                _, self.udp = await loop.create_datagram_endpoint(
-                    lambda: UdpListener(self, authenticator), local_addr=(config.host, config.udp_port)
-                )
         except BaseException:
-            if self.udp is not None:
-                self.udp.close()
-                self.udp = None
             for server in (self._server, self._tls_server):
                 if server is not None:
                     server.close()
@@ -177,51 +185,87 @@ class Broker:
             self.port = self._server.sockets[0].getsockname()[1]
         elif self.tls_port is not None:
             self.port = self.tls_port
-        if self.udp is not None and self.udp.transport is not None:
-            self.udp_port = self.udp.transport.get_extra_info("sockname")[1]
         self._shared = announcements.listen(store, loop, group.wake)
         self._tick_handle = loop.call_later(SWEEP_SECS, self._tick)
         self.timeouts.start(loop)
         try:
-            if config.sqs_port is not None:
-                await self._start_sqs(config.sqs_port)
-            if config.http_port is not None:
-                await self._start_observe(config.http_port)
+            for face in self.faces:  # they read through the group commit, so they start last
+                self.face_ports[face.name] = await face.start(self)
         except BaseException:
             await self.stop()
             raise
-        tls = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
-        tls += f", UDP on port {self.udp_port}" if self.udp_port is not None else ""
-        tls += f", SQS API on port {self.sqs_port}" if self.sqs_port is not None else ""
-        tls += f", dashboard and metrics on http://{self.host}:{self.http_port}/" if self.http_port is not None else ""
+        ports = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
+        ports += "".join(f", {face.name} on port {self.face_ports[face.name]}" for face in self.faces)
         plaintext = "" if self._server is not None else " (TLS only)"
         log.info("broker started on %s:%d%s%s (%s), %s",
-                 self.host, self.port, plaintext, tls, exposure_note(self.host, security), self.store_description)
-        for warning in exposure_warnings(self.host, security):
+                 self.host, self.port, plaintext, ports, exposure_note(self.host, security), self.store_description)
+        for warning in self.exposure_warnings():
             log.warning("%s", warning)
 
-    async def _start_sqs(self, port: int) -> None:
-        """The SQS API on the HTTP port: its queues are read through the group commit, so it starts last."""
-        from kittiwake.broker.sqs.service import MAX_REQUEST_BYTES, SqsService
+    def exposure_warnings(self) -> list[str]:
+        """What the binary port and every face warn about, given where the broker listens."""
+        security = self.config.security
+        exposure = BrokerExposure(self.host, security.auth_file is not None, security.tls)
+        warnings = exposure_warnings(self.host, security)
+        for face in self.faces:
+            warnings.extend(face.exposure_warnings(exposure))
+        return warnings
 
-        self._sqs = SqsService(self)
-        await self._sqs.start(self.routes)
-        self.http = HttpServer(self.routes, max_body_bytes=MAX_REQUEST_BYTES, max_connections=self.config.max_connections)
-        self.sqs_port = await self.http.start(self.config.host, port)
+    def face_port(self, name: str) -> int | None:
+        """The port of the face called `name`, once started; None when there is no such face."""
+        return self.face_ports.get(name)
 
-    async def _start_observe(self, port: int) -> None:
-        """Metrics, the dashboard and its API on their own HTTP port (`kittiwake.observe`)."""
-        from kittiwake.observe import Observer
-
-        self.observer = Observer(self)
-        self.observer.install(self.observe_routes)
-        self.observe_http = HttpServer(self.observe_routes, max_connections=self.config.max_connections)
-        self.http_port = await self.observe_http.start(self.config.host, port)
+    # ------------------------------------------------------- the faces' host
 
     @property
     def accepting(self) -> bool:
         """Whether requests are still taken (False once stopping)."""
         return not self._stopping and self.group is not None
+
+    @property
+    def address(self) -> str:
+        return self.host
+
+    @property
+    def limits(self) -> Limits:
+        return self.config.limits
+
+    @property
+    def store_kind(self) -> str:
+        return self.config.store_location.kind
+
+    @property
+    def read_budget(self) -> ReadBudget:
+        return self.budget
+
+    def withdraw(self, caller: Caller) -> None:
+        if self.group is not None:
+            self.group.drop_connection(caller)
+
+    def reads(self) -> Engine | None:
+        group = self.group
+        return group.passes.engine if group is not None else None
+
+    def wall_clock(self) -> float:
+        group = self.group
+        return group.passes.wall_clock() if group is not None else time.time()
+
+    def on_commit(self, listener: CommitListener) -> Callable[[], None]:
+        if self.group is None:
+            raise RuntimeError("the broker has not started: faces listen to commits once started")
+        return self.group.on_commit(listener)
+
+    def ports(self) -> dict[str, int]:
+        ports = {"port": self.port}
+        if self.tls_port is not None:
+            ports["tls_port"] = self.tls_port
+        ports.update((f"{name}_port", port) for name, port in self.face_ports.items())
+        return ports
+
+    def connection_counts(self) -> dict[str, int]:
+        counts = {"tcp": len(self.connections)}
+        counts.update((face.name, face.connections()) for face in self.faces)
+        return counts
 
     def _tick(self) -> None:
         group = self.group
@@ -238,16 +282,16 @@ class Broker:
     # -------------------------------------------------- connection host
 
     def admit(self, connection: Connection) -> bool:
-        if self._stopping or len(self.connections) >= self.config.max_connections:
+        if self._stopping or not self.connection_slots.take(time.monotonic(), "binary"):
             return False
         self.connections.add(connection)
         return True
 
-    def submit(self, connection: Connection, item: Request | bytes) -> None:
+    def submit(self, connection: Caller, item: Request | bytes) -> None:
         if self.group is not None and not self._stopping:
             self.group.submit(connection, item)
 
-    def resubmit(self, connection: Connection, items: list[Request | bytes]) -> None:
+    def resubmit(self, connection: Caller, items: list[Request | bytes]) -> None:
         if self.group is not None and not self._stopping:
             self.group.resubmit(connection, items)
 
@@ -261,7 +305,9 @@ class Broker:
         return Session(self.authenticator, connection, self.config.security.auth_timeout_secs)
 
     def forget(self, connection: Connection) -> None:
-        self.connections.discard(connection)
+        if connection in self.connections:
+            self.connections.discard(connection)
+            self.connection_slots.give_back()
         self.budget.forget(connection)
         if self.group is not None:
             self.group.drop_connection(connection)
@@ -281,17 +327,10 @@ class Broker:
             for server in (self._server, self._tls_server):
                 if server is not None:
                     server.close()
-            for http in (self.http, self.observe_http):
-                if http is not None:
-                    http.stop_accepting()
-            if self.observer is not None:
-                self.observer.stop()
-            if self._sqs is not None:
-                self._sqs.stop()
+            for face in self.faces:
+                self._quietly(face.stop_accepting, face.name)
             for connection in list(self.connections):
                 connection.stop_reading()
-            if self.udp is not None:
-                self.udp.stopping = True  # take no more datagrams; the replies below still go out
             if self.group is not None:
                 try:
                     self.group.finish()
@@ -299,19 +338,17 @@ class Broker:
                     log.exception("closing the store failed")
             for connection in list(self.connections):
                 connection.close()  # after the replies written above are flushed
-            if self.udp is not None:
-                self.udp.close()
             deadline = time.monotonic() + FLUSH_ON_STOP_SECS
             while self.connections and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
             for connection in list(self.connections):
                 if connection.transport is not None:
                     connection.transport.abort()
-            if self.http is not None or self.observe_http is not None:
-                await asyncio.sleep(0.05)  # HTTP handlers answered by the last pass write their answers
-            for http in (self.http, self.observe_http):
-                if http is not None:
-                    await http.stop()
+            for face in self.faces:
+                try:
+                    await face.stop()
+                except Exception:
+                    log.exception("stopping the %s face failed", face.name)
             for server in (self._server, self._tls_server):
                 if server is not None:
                     await server.wait_closed()
@@ -322,7 +359,21 @@ class Broker:
             self._stopped.set()
 
 
+    @staticmethod
+    def _quietly(step: Callable[[], None], name: str) -> None:
+        try:
+            step()
+        except Exception:
+            log.exception("stopping the %s face failed", name)
+
+
 # ------------------------------------------------------------------ process
+
+
+def open_files_limit() -> int:
+    """The soft RLIMIT_NOFILE of this process: how many descriptors it may hold."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 def raise_open_files_limit() -> int:
@@ -341,9 +392,7 @@ def listening_line(broker: Broker) -> str:
     config = broker.config
     security = config.security
     tls = f"tls_port={broker.tls_port} " if broker.tls_port is not None else ""
-    tls += f"udp_port={broker.udp_port} " if broker.udp_port is not None else ""
-    tls += f"sqs_port={broker.sqs_port} " if broker.sqs_port is not None else ""
-    tls += f"http_port={broker.http_port} " if broker.http_port is not None else ""
+    tls += "".join(f"{name}_port={port} " for name, port in broker.face_ports.items())
     plaintext = "" if security.plaintext else "plaintext=off "
     auth = "auth=on " if security.auth_file else "auth=off "
     return (
@@ -352,16 +401,14 @@ def listening_line(broker: Broker) -> str:
     )
 
 
-async def serve(config: BrokerConfig) -> None:
-    """Run a broker until SIGTERM or SIGINT, then stop it cleanly."""
+async def serve(config: BrokerConfig, faces: Sequence[Face] = ()) -> None:
+    """Run a broker with `faces` until SIGTERM or SIGINT, then stop it cleanly."""
     loop = asyncio.get_running_loop()
-    open_files = raise_open_files_limit()
-    if open_files < config.max_connections + 64:
-        log.warning("the open-files limit %d is below max_connections %d", open_files, config.max_connections)
+    raise_open_files_limit()  # the broker fits its connection cap to what this allows
     signalled = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signalled.set)
-    broker = Broker(config)
+    broker = Broker(config, faces=faces)
     await broker.start()
     print(listening_line(broker), flush=True)
     try:
@@ -371,8 +418,8 @@ async def serve(config: BrokerConfig) -> None:
         await broker.stop()
 
 
-def run_broker(config: BrokerConfig) -> int:
-    """Run a broker in this process until signalled; returns the exit status (0 after a clean stop)."""
+def run_broker(config: BrokerConfig, faces: Sequence[Face] = ()) -> int:
+    """Run a broker with `faces` in this process until signalled; returns the exit status (0 after a clean stop)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -384,5 +431,5 @@ def run_broker(config: BrokerConfig) -> int:
     else:
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve(config))
+        runner.run(serve(config, faces))
     return 0

@@ -70,7 +70,7 @@ from kittiwake.protocol.frames import HEADER_BYTES as FRAME_HEADER_BYTES
 from kittiwake.protocol.replies import AuthResult
 
 if TYPE_CHECKING:
-    from kittiwake.broker.server import Broker
+    from kittiwake.broker.faces import Host as Broker
 
 log = logging.getLogger("kittiwake.broker")
 

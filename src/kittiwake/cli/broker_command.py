@@ -8,6 +8,11 @@ durability=MODE` —
 and logs to stderr. HOST:PORT is the plaintext port, or the TLS port when
 the plaintext port is off. A store that cannot be opened (a server down, a bad
 URL, a schema of a newer version) is one line on stderr and exit status 1.
+
+This is the composition root of a broker process: the broker itself names no
+face, so the options of each face (`--udp-port`, `--sqs-port`, `--http-port`
+and theirs) build the faces here (`build_faces`), and the broker starts them.
+A new face is its module plus its options and one line in `build_faces`.
 """
 
 from __future__ import annotations
@@ -23,12 +28,38 @@ from kittiwake.broker.config import (
     DEFAULT_FRAME_TIMEOUT_SECS,
     DEFAULT_IDLE_TIMEOUT_SECS,
     DEFAULT_MAX_BUFFERED_MB,
-    DEFAULT_METRICS_QUEUE_SERIES,
     DEFAULT_PORT,
-    MAX_METRICS_QUEUE_SERIES,
     BrokerConfig,
 )
+from kittiwake.broker.faces import Face
+from kittiwake.constants import DEFAULT_METRICS_QUEUE_SERIES, MAX_METRICS_QUEUE_SERIES
 from kittiwake.protocol import DEFAULT_MAX_FRAME
+
+
+def build_faces(
+    *, udp_port: int | None = None, sqs_port: int | None = None, http_port: int | None = None,
+    metrics_queue_series: int = DEFAULT_METRICS_QUEUE_SERIES, http_host_names: tuple[str, ...] = (),
+) -> list[Face]:
+    """The faces the options ask for, in the order their ports are listed; each imported only when on."""
+    faces: list[Face] = []
+    host_names = None
+    if sqs_port is not None or http_port is not None:
+        from kittiwake.broker.http_hosts import HostNames
+
+        host_names = HostNames(http_host_names)
+    if udp_port is not None:
+        from kittiwake.broker.udp.face import UdpFace
+
+        faces.append(UdpFace(udp_port))
+    if sqs_port is not None:
+        from kittiwake.broker.sqs.face import SqsFace
+
+        faces.append(SqsFace(sqs_port, host_names=host_names))
+    if http_port is not None:
+        from kittiwake.observe.face import ObserveFace
+
+        faces.append(ObserveFace(http_port, metrics_queue_series=metrics_queue_series, host_names=host_names))
+    return faces
 
 
 @click.command("broker")
@@ -50,7 +81,8 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
 @click.option("--max-frame", default=DEFAULT_MAX_FRAME, show_default=True, type=click.IntRange(64 * 1024, (1 << 32) - 1),
               help="Largest frame accepted, in bytes; a bigger length prefix closes the connection.")
 @click.option("--max-connections", default=10_000, show_default=True, type=click.IntRange(1, 1_000_000),
-              help="Connections beyond this get TOO_MANY_CONNECTIONS and are closed.")
+              help="Connections of all ports together (binary, TLS, HTTP); beyond it a binary client gets "
+              "TOO_MANY_CONNECTIONS and an HTTP one 503. Lowered at start to what the open-files limit allows.")
 @click.option("--cache-mb", default=256, show_default=True, type=click.IntRange(1, 1 << 20),
               help="Memory for the heads of queues kept in memory, in MiB.")
 @click.option("--head-tasks", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
@@ -76,8 +108,9 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               type=float, help="Seconds a connection may have nothing in flight (a parked long-poll is in flight); "
                                "then IDLE_TIMEOUT and close. 0: never.")
 @click.option("--max-buffered-mb", default=DEFAULT_MAX_BUFFERED_MB, show_default=True, type=int,
-              help="MiB of unfinished frames held across all connections; beyond it the broker stops reading "
-                   "from connections in the middle of a frame until frames complete (at least one max frame).")
+              help="MiB of unfinished requests (binary frames and HTTP bodies) held across all connections; beyond "
+                   "it the broker stops reading from connections in the middle of one until others complete (at least "
+                   "one max frame).")
 @click.option("--udp-port", type=click.IntRange(0, 65535), default=None,
               help="Also serve kwu:// (UDP datagrams) on this port; 0 picks a free one. Off by default.")
 @click.option("--sqs-port", type=click.IntRange(0, 65535), default=None,
@@ -92,6 +125,9 @@ from kittiwake.protocol import DEFAULT_MAX_FRAME
               default=DEFAULT_METRICS_QUEUE_SERIES, show_default=True,
               help="With --http-port: how many queues get series of their own in /metrics (the first to be active, "
               "and the largest for the sizes); the others are added up in queue=\"other\".")
+@click.option("--http-host-name", "http_host_names", multiple=True, metavar="NAME",
+              help="A host name the HTTP ports (--sqs-port, --http-port) answer to, besides IP addresses and "
+              "localhost; repeat for more. Requests for any other name get 421 (a guard against DNS rebinding).")
 @click.pass_context
 def broker(
     ctx: click.Context,
@@ -118,6 +154,7 @@ def broker(
     sqs_port: int | None,
     http_port: int | None,
     metrics_queue_series: int,
+    http_host_names: tuple[str, ...],
 ) -> None:
     """Run a broker on the embedded store (or --store) until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
@@ -142,15 +179,13 @@ def broker(
             frame_timeout_secs=frame_timeout_secs,
             idle_timeout_secs=idle_timeout_secs,
             max_buffered_mb=max_buffered_mb,
-            udp_port=udp_port,
-            sqs_port=sqs_port,
-            http_port=http_port,
-            metrics_queue_series=metrics_queue_series,
         )
+        faces = build_faces(udp_port=udp_port, sqs_port=sqs_port, http_port=http_port,
+                            metrics_queue_series=metrics_queue_series, http_host_names=http_host_names)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     try:
-        status = run_broker(config)
+        status = run_broker(config, faces)
     except (OSError, errors.StorageFailure, ValueError) as exc:  # the port is taken, a bad auth file or data directory, ...
         from kittiwake.store.faults import diagnose_directory
 

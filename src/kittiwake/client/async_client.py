@@ -231,7 +231,7 @@ class AsyncClient:
             max_buffer_tasks=max_buffer_tasks,
             block=block,
         )
-        return AsyncProducer(self, settings)
+        return AsyncProducer(self._run, settings)
 
     async def enqueue_many(
         self, tasks: Iterable[TaskLike], *, timeout: float | None = None

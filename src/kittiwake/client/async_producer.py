@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
 
 from kittiwake import errors
 from kittiwake.client import calls
@@ -30,9 +30,8 @@ from kittiwake.model import NewTask
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import EnqueueOutcome, result_decoder
 
-if TYPE_CHECKING:
-    from kittiwake.client.async_client import AsyncClient
-
+# How a producer sends: run one call on the client's connection, with a timeout (None: the client's)
+RunCall = Callable[[Call[Any], "float | None"], Awaitable[Any]]
 _decode_enqueued = result_decoder("enqueue")
 
 
@@ -85,12 +84,13 @@ class AsyncSending:
 
 
 class AsyncProducer:
-    """Batches enqueues over an `AsyncClient`'s connection; made by `AsyncClient.producer(...)`."""
+    """Batches enqueues over an `AsyncClient`'s connection; made by `AsyncClient.producer(...)`,
+    which hands it the way to run a call on that connection (`run`)."""
 
-    def __init__(self, client: AsyncClient, settings: ProducerSettings) -> None:
+    def __init__(self, run: RunCall, settings: ProducerSettings) -> None:
         self.settings = settings
         self.stats = ProducerStats()
-        self._client = client
+        self._run = run
         self._loop = asyncio.get_running_loop()
         self._linger_secs = settings.linger_ms / 1000.0
         self._tasks = TaskMaker()
@@ -250,7 +250,7 @@ class AsyncProducer:
         raw: Any = None
         error: errors.KittiwakeError | None = None
         try:
-            raw = await self._client._run(call, None)
+            raw = await self._run(call, None)
         except errors.KittiwakeError as exc:
             error = exc
         except asyncio.CancelledError:

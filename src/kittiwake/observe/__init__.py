@@ -1,8 +1,9 @@
 """What people and their tools see of a running broker, on its HTTP port (`kittiwake broker --http-port`).
 
-`Observer` is what the broker starts when the port is on: it registers the
-routes of each face on the port's `Routes` and stops their upkeep when the
-broker stops. The faces:
+`ObserveFace` (`face`) is the broker face of the port (`--http-port`): it
+builds an `Observer` on the host the broker gives it (`broker.faces.Host`),
+which registers the routes of each view on the port's `Routes` and stops their
+upkeep when the broker stops. The views:
 
 * `/api/...`: the JSON API (`http_json.JsonApi`: auth, methods, errors;
   each view registers its paths with `observer.add_json`): the overview
@@ -36,27 +37,27 @@ from kittiwake.observe import actions, flow_views, job_views, overview, queue_li
 from kittiwake.observe.history import History, HistorySampler, Point
 from kittiwake.observe.http_json import HttpAuth, JsonApi, JsonHandler
 from kittiwake.observe.metrics import BrokerMetrics
+from kittiwake.constants import DEFAULT_METRICS_QUEUE_SERIES
 from kittiwake.observe.observations import Observations
 from kittiwake.observe.pages import Pages
 
 if TYPE_CHECKING:
-    from kittiwake.broker.server import Broker
+    from kittiwake.broker.faces import Host
 
 
 class Observer:
     """The HTTP faces of one broker."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.auth = HttpAuth(broker)
+    def __init__(self, host: Host, metrics_queue_series: int = DEFAULT_METRICS_QUEUE_SERIES) -> None:
+        self.host = host
+        self.auth = HttpAuth(host)
         self.api = JsonApi(self.auth)
         self._stops: list[Callable[[], Any]] = []
-        self.observations = Observations(broker.config.metrics_queue_series)
+        self.observations = Observations(metrics_queue_series)
         self.metrics = BrokerMetrics(self, self.observations)
         self.history = History()
         self.sampler = HistorySampler(self.history, self.observations.snapshot, also=self._evict_idle_series)
-        if broker.group is not None:
-            broker.group.on_commit = self._committed
+        self.on_stop(host.on_commit(self._committed))
         self.row_index = queue_list.RowIndex()  # the queue table's selections, shared by its views
 
     def install(self, routes: Routes) -> None:
@@ -87,8 +88,6 @@ class Observer:
         for stop in self._stops:
             stop()
         self._stops.clear()
-        if self.broker.group is not None and self.broker.group.on_commit == self._committed:
-            self.broker.group.on_commit = None
 
     async def _index(self, request: HttpRequest, principal: Any) -> dict[str, Any]:
         """`GET /api/`: the API's paths (each documented in the README's "Observability")."""
@@ -107,8 +106,7 @@ class Observer:
         self.observations.add_pass(tally, commit_secs, time.monotonic())
 
     def _evict_idle_series(self) -> None:
-        group = self.broker.group
-        engine = group.passes.engine if group is not None else None
+        engine = self.host.reads()
         if engine is None:
             return  # nothing known of what queues hold
 
@@ -119,6 +117,6 @@ class Observer:
         self.observations.evict_idle(time.monotonic(), holds_tasks)
 
     async def _health(self, request: HttpRequest) -> HttpResponse:
-        if self.broker.accepting:
+        if self.host.accepting:
             return text_response(200, "ok")
         return text_response(503, "stopping")

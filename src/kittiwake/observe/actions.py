@@ -3,7 +3,7 @@
 Each is a POST whose JSON body names a queue and the pids to act on, and
 each runs as the protocol request a client would send (`RequeueDead`,
 `PurgeDead`, `Cancel`) through the broker's group commit
-(`broker.sqs.pass_calls.PassCalls`), so its answer comes after the change is
+(`broker.local_calls.LocalCalls`), so its answer comes after the change is
 durable, and with an auth file only after `access.authorise` let the
 principal make it (ADMIN on the queue, and on its dead-letter queue for
 requeue and purge):
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kittiwake.broker.access import Principal, authorise
 from kittiwake.broker.http_server import HttpRequest
-from kittiwake.broker.sqs.pass_calls import PassCalls, request_id
+from kittiwake.broker.local_calls import LocalCalls, request_id
 from kittiwake.constants import CANCELLED_REASON
 from kittiwake.model import DEAD_SUFFIX, ItemOutcome, dead_queue_of
 from kittiwake.observe import params
@@ -46,9 +46,9 @@ def _failed(outcomes: list[ItemOutcome]) -> list[dict[str, Any]]:
 
 
 def install(observer: Observer) -> None:
-    broker = observer.broker
-    limits = broker.config.limits
-    calls = PassCalls(broker)
+    host = observer.host
+    limits = host.limits
+    calls = LocalCalls(host)
 
     def names(fields: dict[str, Any]) -> tuple[str, str]:
         """(queue, dead-letter queue) named by the body; either name may be given."""
@@ -60,7 +60,7 @@ def install(observer: Observer) -> None:
         """The result of `request`, once the principal may make it and `queue` holds something."""
         if principal is not None:
             request = authorise(principal, request)  # FORBIDDEN before anything is said of the queue
-        known(engine_of(broker).state, queue)
+        known(engine_of(host).state, queue)
         return await calls.call(request, peer)
 
     def dead_letters(kind: type[m.RequeueDead] | type[m.PurgeDead], op: str, done: str) -> JsonHandler:

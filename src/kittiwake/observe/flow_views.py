@@ -97,11 +97,11 @@ class EngineReader:
 
 
 def install(observer: Observer) -> None:
-    broker = observer.broker
+    host = observer.host
 
     async def flows(request: HttpRequest, principal: Principal | None) -> Any:
         limit = params.integer(query(request), "limit", DEFAULT_RUNS, 1, MAX_RUNS)
-        reader = EngineReader(engine_of(broker).state, now_of(broker), visibility(principal))
+        reader = EngineReader(engine_of(host).state, now_of(host), visibility(principal))
         return {"runs": [status.to_dict() for status in read_runs(reader, None, limit=limit, finish=False, newest=True)]}
 
     observer.add_json("/api/flows", flows)

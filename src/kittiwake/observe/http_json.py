@@ -43,7 +43,7 @@ from kittiwake.observe import sessions
 from kittiwake.observe.sessions import Sessions
 
 if TYPE_CHECKING:
-    from kittiwake.broker.server import Broker
+    from kittiwake.broker.faces import Host
 
 JsonHandler = Callable[[HttpRequest, Principal | None], Awaitable[Any]]
 
@@ -101,18 +101,18 @@ def error_response(error: errors.KittiwakeError, headers: list[tuple[str, str]] 
 class HttpAuth:
     """Credentials of HTTP requests, checked against the broker's users."""
 
-    def __init__(self, broker: Broker, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.broker = broker
+    def __init__(self, host: Host, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.host = host
         self.clock = clock
         self.sessions = Sessions()
 
     @property
     def enabled(self) -> bool:
-        return self.broker.authenticator is not None
+        return self.host.authenticator is not None
 
     async def principal(self, request: HttpRequest) -> Principal | None:
         """Who sent `request`: None when auth is off; raises `Unauthorized` without valid credentials."""
-        authenticator = self.broker.authenticator
+        authenticator = self.host.authenticator
         if authenticator is None:
             return None
         header = request.headers.get("authorization")
@@ -132,7 +132,7 @@ class HttpAuth:
 
     async def check(self, user: object, token: object, peer: str | None) -> Principal:
         """The principal of these credentials (the Authenticator's checks, cache and budgets)."""
-        authenticator = self.broker.authenticator
+        authenticator = self.host.authenticator
         if authenticator is None:
             raise errors.BadRequest("this broker has no users: auth is off")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -151,7 +151,7 @@ class HttpAuth:
         fields = body(request)
         user, token = fields.get("user"), fields.get("token")
         principal = await self.check(user, token, request.peer)
-        authenticator = self.broker.authenticator
+        authenticator = self.host.authenticator
         token_hash = authenticator.token_hash_of(principal.user) if authenticator is not None else None
         if token_hash is None:
             raise errors.Unauthorized("the user is gone")

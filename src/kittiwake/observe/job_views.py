@@ -141,14 +141,14 @@ def jobs(state: EngineState, registry: str, limit: int, now: float) -> list[dict
 
 
 def install(observer: Observer) -> None:
-    broker = observer.broker
-    limits = broker.config.limits
+    host = observer.host
+    limits = host.limits
 
     async def handle(request: HttpRequest, principal: Principal | None) -> Any:
         asked = query(request)
         limit = params.integer(asked, "limit", DEFAULT_JOBS, 1, MAX_JOBS)
         registry = validate_queue(params.text(asked, "registry") or JOBS_QUEUE, limits, "registry")
         require_admin(principal, registry)
-        return {"jobs": jobs(engine_of(broker).state, registry, limit, now_of(broker))}
+        return {"jobs": jobs(engine_of(host).state, registry, limit, now_of(host))}
 
     observer.add_json("/api/jobs", handle)

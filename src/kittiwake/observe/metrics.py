@@ -200,7 +200,7 @@ class BrokerMetrics:
 
     def __init__(self, observer: Observer, observations: Observations) -> None:
         self.observer = observer
-        self.broker = observer.broker
+        self.host = observer.host
         self.observations = observations
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # type: ignore[arg-type]
@@ -233,8 +233,7 @@ class BrokerMetrics:
 
     def collect(self) -> Iterator[Metric]:
         visible = self._visible
-        group = self.broker.group
-        engine = group.passes.engine if group is not None else None
+        engine = self.host.reads()
         top = self.observations.max_queue_series
         if engine is not None:
             queues = engine.state.queues
@@ -250,7 +249,7 @@ class BrokerMetrics:
         yield self._connections()
         info = GaugeMetricFamily("kittiwake_build_info", "The broker's version, Python and store.",
                                  labels=["version", "python", "store"])
-        info.add_metric([kittiwake.__version__, platform.python_version(), self.broker.config.store_location.kind], 1)
+        info.add_metric([kittiwake.__version__, platform.python_version(), self.host.store_kind], 1)
         yield info
 
     def _sizes(self, queues: dict[str, QueueState], top: int, visible: Visible) -> Iterator[Metric]:
@@ -302,13 +301,14 @@ class BrokerMetrics:
         yield run
 
     def _connections(self) -> Metric:
-        broker = self.broker
+        counts = self.host.connection_counts()
         family = GaugeMetricFamily("kittiwake_connections", "Open connections by transport.", labels=["transport"])
-        family.add_metric(["tcp"], len(broker.connections))
-        http = sum(len(server.connections) for server in (broker.observe_http, broker.http) if server is not None)
-        family.add_metric(["http"], http)
+        family.add_metric(["tcp"], counts.get("tcp", 0))
+        family.add_metric(["http"], sum(counts.get(name, 0) for name in HTTP_FACES))
         return family
 
+
+HTTP_FACES = ("http", "sqs")  # the faces whose connections are HTTP ones
 
 _MOVE_HELP: dict[str, str] = {
     "enqueued": "New tasks (a dead letter requeued is one; an enqueue that collapsed is not).",

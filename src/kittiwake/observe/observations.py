@@ -31,7 +31,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Callable
 
-from kittiwake.broker.config import DEFAULT_METRICS_QUEUE_SERIES, MAX_METRICS_QUEUE_SERIES
+from kittiwake.constants import DEFAULT_METRICS_QUEUE_SERIES, MAX_METRICS_QUEUE_SERIES
 from kittiwake.engine.tally import MOVES, Tally
 
 TASK_BUCKETS_SECS = (

@@ -27,23 +27,23 @@ if TYPE_CHECKING:
 
 
 def overview(observer: Observer, principal: Principal | None) -> dict[str, Any]:
-    broker = observer.broker
-    state = engine_of(broker).state
-    now = now_of(broker)
-    started_at = broker.started_at
+    host = observer.host
+    state = engine_of(host).state
+    now = now_of(host)
+    started_at = host.started_at
     workers = {"alive": 0, "slots": 0, "busy": 0}
     if principal is None or principal.may(Permission.ADMIN, WORKERS_QUEUE):
         workers = worker_views.summary(worker_views.worker_records(state, WORKERS_QUEUE, now))
     return {
         "broker": {
             "version": kittiwake.__version__,
-            "store": broker.config.store_location.kind,
+            "store": host.store_kind,
             "started_at": started_at,
             "uptime_secs": max(0.0, now - started_at) if started_at is not None else None,
             "auth": observer.auth.enabled,
             "user": principal.user if principal is not None else None,
-            "http_port": broker.http_port,
-            "port": broker.port,
+            "http_port": host.ports().get("http_port"),
+            "port": host.ports().get("port"),
         },
         "totals": queue_list.totals(state, visibility(principal), observer.row_index, principal),
         "workers": workers,

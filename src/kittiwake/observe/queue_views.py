@@ -39,17 +39,17 @@ MAX_TASKS = 200
 
 
 def queues_of(observer: Observer, principal: Principal | None, asked: QueuesQuery) -> dict[str, Any]:
-    broker = observer.broker
-    return queue_page(engine_of(broker).state, asked, visibility(principal), now_of(broker), observer.row_index,
+    host = observer.host
+    return queue_page(engine_of(host).state, asked, visibility(principal), now_of(host), observer.row_index,
                       principal)
 
 
 def queue_of(observer: Observer, principal: Principal | None, name: str) -> dict[str, Any]:
     """`/api/queue`'s answer for queue `name`."""
-    broker = observer.broker
+    host = observer.host
     require_admin(principal, name)
-    state = engine_of(broker).state
-    now = now_of(broker)
+    state = engine_of(host).state
+    now = now_of(host)
     known(state, name)
     queue, dead = state.queues.get(name), state.queues.get(dead_queue_of(name))
     stats = inspection.queue_stats(name, queue, dead, LEASES_SHOWN, now)
@@ -69,15 +69,15 @@ def queue_of(observer: Observer, principal: Principal | None, name: str) -> dict
 
 
 def tasks_of(observer: Observer, principal: Principal | None, asked: dict[str, str]) -> dict[str, Any]:
-    broker = observer.broker
-    limits = broker.config.limits
+    host = observer.host
+    limits = host.limits
     name = params.queue(asked, "name", limits)
     from_pid = params.pid(asked, "from", limits, name)
     limit = params.integer(asked, "limit", DEFAULT_TASKS, 1, MAX_TASKS)
     require_admin(principal, name)
-    state = engine_of(broker).state
+    state = engine_of(host).state
     known(state, name)
-    views, next_pid = inspection.scan_page(state, name, limit, from_pid, now_of(broker))
+    views, next_pid = inspection.scan_page(state, name, limit, from_pid, now_of(host))
     return {"tasks": views, "next": next_pid}
 
 
@@ -90,22 +90,22 @@ def _dead_letter(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def dead_of(observer: Observer, principal: Principal | None, asked: dict[str, str]) -> dict[str, Any]:
-    broker = observer.broker
-    limits = broker.config.limits
+    host = observer.host
+    limits = host.limits
     name = params.queue(asked, "name", limits)
     original = name[: -len(DEAD_SUFFIX)] if name.endswith(DEAD_SUFFIX) else name
     dead_name = dead_queue_of(original)
     from_pid = params.pid(asked, "from", limits, dead_name)
     limit = params.integer(asked, "limit", DEFAULT_TASKS, 1, MAX_TASKS)
     require_admin(principal, dead_name)
-    state = engine_of(broker).state
+    state = engine_of(host).state
     known(state, original)
-    views, next_pid = inspection.scan_page(state, dead_name, limit, from_pid, now_of(broker))
+    views, next_pid = inspection.scan_page(state, dead_name, limit, from_pid, now_of(host))
     return {"dead": [_dead_letter(view) for view in views], "next": next_pid}
 
 
 def install(observer: Observer) -> None:
-    limits = observer.broker.config.limits
+    limits = observer.host.limits
 
     async def queues(request: HttpRequest, principal: Principal | None) -> Any:
         return queues_of(observer, principal, QueuesQuery.of(query(request)))

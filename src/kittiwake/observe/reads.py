@@ -25,26 +25,22 @@ from kittiwake.engine.state import EngineState
 from kittiwake.model import dead_queue_of
 
 if TYPE_CHECKING:
-    from kittiwake.broker.server import Broker
+    from kittiwake.broker.faces import Host
 
 Visible = Callable[[str], bool]
 
 
-def engine_of(broker: Broker) -> Engine:
+def engine_of(host: Host) -> Engine:
     """The broker's engine; UNAVAILABLE while the store has failed or before the broker started."""
-    group = broker.group
-    engine = group.passes.engine if group is not None else None
+    engine = host.reads()
     if engine is None:
         raise errors.Unavailable("the store has failed: the broker serves no reads until it recovers")
     return engine
 
 
-def now_of(broker: Broker) -> float:
+def now_of(host: Host) -> float:
     """The engine's clock (epoch seconds): the time leases, ages and rates are measured against."""
-    group = broker.group
-    if group is None:
-        raise errors.Unavailable("the broker is not serving")
-    return group.passes.wall_clock()
+    return host.wall_clock()
 
 
 def visibility(principal: Principal | None) -> Visible | None:

@@ -114,7 +114,7 @@ def install(observer: Observer) -> None:
             made.append(("queues", lambda: shared.get(("queues", user, queues),
                                                       lambda: queues_of(observer, principal, queues))))
         elif view == "queue":
-            name = params.queue(asked, "name", observer.broker.config.limits)
+            name = params.queue(asked, "name", observer.host.limits)
             made.append(("queue", lambda: shared.get(("queue", user, name),
                                                      lambda: queue_of(observer, principal, name))))
         return made
@@ -126,7 +126,7 @@ def install(observer: Observer) -> None:
         start = clock()
         next_ping, next_check = start + PING_SECS, start + RECHECK_SECS
         history_sent = None
-        while observer.broker.accepting:
+        while observer.host.accepting:
             for name, make in views:
                 try:
                     kind, value = name, make()

@@ -44,13 +44,13 @@ def summary(records: list[WorkerRecord]) -> dict[str, int]:
 
 
 def install(observer: Observer) -> None:
-    broker = observer.broker
+    host = observer.host
 
     async def workers(request: HttpRequest, principal: Principal | None) -> Any:
-        registry = validate_queue(params.text(query(request), "registry") or WORKERS_QUEUE, broker.config.limits,
+        registry = validate_queue(params.text(query(request), "registry") or WORKERS_QUEUE, host.limits,
                                   "registry")
         require_admin(principal, registry)
-        records = worker_records(engine_of(broker).state, registry, now_of(broker))
+        records = worker_records(engine_of(host).state, registry, now_of(host))
         return {"workers": [record.to_dict() for record in records]}
 
     observer.add_json("/api/workers", workers)

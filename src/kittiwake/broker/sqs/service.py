@@ -35,11 +35,11 @@ from kittiwake import errors
 from kittiwake.broker.http_server import HttpRequest, HttpResponse, Routes
 from kittiwake.broker.sqs import naming, sigv4, sqs_errors
 from kittiwake.broker.sqs.actions import Context, SqsActions
-from kittiwake.broker.sqs.pass_calls import PassCalls
+from kittiwake.broker.local_calls import LocalCalls
 from kittiwake.broker.sqs.queue_registry import QueueRegistry
 
 if TYPE_CHECKING:
-    from kittiwake.broker.server import Broker
+    from kittiwake.broker.faces import Host
 
 log = logging.getLogger("kittiwake.broker.sqs")
 
@@ -60,12 +60,12 @@ ActionHandler = Callable[[dict[str, Any], Context], Awaitable[dict[str, Any]]]
 class SqsService:
     """The SQS API of one broker: its routes on the HTTP port, its registry and its upkeep."""
 
-    def __init__(self, broker: Broker) -> None:
-        calls = PassCalls(broker)
-        self.registry = QueueRegistry(calls)
-        self.actions = SqsActions(calls, self.registry, broker.config.limits.max_header_value_bytes)
+    def __init__(self, host: Host) -> None:
+        calls = LocalCalls(host)
+        self.registry = QueueRegistry(calls)  # type: ignore[arg-type]
+        self.actions = SqsActions(calls, self.registry, host.limits.max_header_value_bytes)  # type: ignore[arg-type]
         self.handlers: dict[str, ActionHandler] = {name: getattr(self.actions, name) for name in ACTIONS}
-        self.authenticator = broker.authenticator  # None: no auth file, no signature is checked
+        self.authenticator = host.authenticator  # None: no auth file, no signature is checked
         self._upkeep: asyncio.Task[None] | None = None
 
     async def start(self, routes: Routes) -> None:
@@ -106,6 +106,20 @@ class SqsService:
             log.error("SQS request failed: %s: %s", exc.code, exc.message)
             return error_response(sqs_errors.internal(f"{exc.code}: {exc.message}"))
         return HttpResponse(200, json.dumps(result).encode(), CONTENT_TYPE, [("x-amzn-RequestId", str(uuid.uuid4()))])
+
+    def check_head(self, request: HttpRequest) -> HttpResponse | None:
+        """Before a large body is read: with an auth file, the request must be signed by a user who
+        holds an SQS secret (the signature itself covers the body, so it is checked once that arrived)."""
+        if self.authenticator is None:
+            return None
+        try:
+            signature = sigv4.parse(request)
+            if self.authenticator.sqs_credentials(signature.access_key) is None:
+                raise sqs_errors.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.",
+                                          status=403)
+        except sqs_errors.SqsError as exc:
+            return error_response(exc)
+        return None
 
     def _context(self, request: HttpRequest) -> Context:
         """Who sent the request; with an auth file, only once its signature is checked."""
