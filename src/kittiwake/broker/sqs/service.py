@@ -12,9 +12,9 @@ the access key id a request was signed with is only read (it becomes the
 message's SenderId, and the region of its credential scope goes into queue
 ARNs), so anyone who reaches the SQS port can use every queue — keep it on
 loopback (the default host) or a trusted network. With an auth file every
-request must be signed (`sigv4`) by a user holding an SQS secret (`kittiwake
-auth sqs-secret USER`): access key id = the user name, secret access key =
-that secret. The auth file keeps only a hash of each user's token, and SigV4
+request must be signed (`sigv4`), its body included, by a user holding an
+SQS secret (`kittiwake auth sqs-secret USER`): access key id = the user
+name, secret access key = that secret. The auth file keeps only a hash of each user's token, and SigV4
 needs the secret itself to check a signature, which is why the SQS API has
 its own secret. The user's rights apply to the SQS queue names
 (`actions.require`).
