@@ -14,10 +14,11 @@ ARNs), so anyone who reaches the SQS port can use every queue — keep it on
 loopback (the default host) or a trusted network. With an auth file every
 request must be signed (`sigv4`), its body included, by a user holding an
 SQS secret (`kittiwake auth sqs-secret USER`): access key id = the user
-name, secret access key = that secret. The auth file keeps only a hash of each user's token, and SigV4
-needs the secret itself to check a signature, which is why the SQS API has
-its own secret. The user's rights apply to the SQS queue names
-(`actions.require`).
+name, secret access key = that secret. The auth file keeps only a hash of
+each user's token, and SigV4 needs the secret itself to check a signature,
+which is why the SQS API has its own secret. The user's rights apply to the
+SQS queue names (`actions.require`), and a dead-letter queue is written only
+with the produce right of the user who set the RedrivePolicy (`redrive`).
 
 Requests in the older query protocol (form-encoded `Action=…`, boto3 before
 1.34.90) are answered with an error naming the JSON protocol.
@@ -37,6 +38,7 @@ from kittiwake.broker.sqs import naming, sigv4, sqs_errors
 from kittiwake.broker.sqs.actions import Context, SqsActions
 from kittiwake.broker.sqs.pass_calls import PassCalls
 from kittiwake.broker.sqs.queue_registry import QueueRegistry
+from kittiwake.broker.sqs.redrive import RedriveRights
 
 if TYPE_CHECKING:
     from kittiwake.broker.server import Broker
@@ -63,7 +65,8 @@ class SqsService:
     def __init__(self, broker: Broker) -> None:
         calls = PassCalls(broker)
         self.registry = QueueRegistry(calls)
-        self.actions = SqsActions(calls, self.registry, broker.config.limits.max_header_value_bytes)
+        self.actions = SqsActions(calls, self.registry, broker.config.limits.max_header_value_bytes,
+                                  RedriveRights(broker.authenticator))
         self.handlers: dict[str, ActionHandler] = {name: getattr(self.actions, name) for name in ACTIONS}
         self.authenticator = broker.authenticator  # None: no auth file, no signature is checked
         self._upkeep: asyncio.Task[None] | None = None
