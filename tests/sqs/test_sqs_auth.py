@@ -6,6 +6,9 @@ botocore's own signer; the rest talks to a broker subprocess with boto3.
 
 from __future__ import annotations
 
+import hashlib
+import http.client
+import json
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -31,10 +34,13 @@ from support.broker_process import BrokerProcess  # noqa: E402
 ALICE_SECRET = "alice-sqs-secret-0123456789"
 
 
-def signed(secret: str, *, body: bytes = b"{}", url: str = "http://127.0.0.1:9324/") -> HttpRequest:
-    """A request as botocore signs it, in the form the HTTP server hands it over."""
+def signed(secret: str, *, body: bytes = b"{}", url: str = "http://127.0.0.1:9324/",
+           extra_headers: dict[str, str] | None = None) -> HttpRequest:
+    """A request as botocore signs it, in the form the HTTP server hands it over; `extra_headers` are
+    set before signing (botocore signs them, and takes X-Amz-Content-SHA256 as the payload's hash)."""
     request = AWSRequest(method="POST", url=url, data=body,
-                         headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"})
+                         headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues",
+                                  **(extra_headers or {})})
     SigV4Auth(Credentials("alice", secret), "sqs", "eu-west-1").add_auth(request)
     prepared = request.prepare()
     path, _, query = prepared.url.split("9324", 1)[1].partition("?")
@@ -66,6 +72,37 @@ def test_a_wrong_secret_a_changed_body_or_an_old_date_is_refused() -> None:
     with pytest.raises(SqsError) as missing:
         sigv4.parse(unsigned)
     assert missing.value.shape == "MissingAuthenticationToken"
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_body_swapped_under_a_declared_payload_hash_is_refused() -> None:
+    original = b'{"QueueNamePrefix": "alice"}'
+    request = signed(ALICE_SECRET, body=original)
+    sigv4.verify(request, sigv4.parse(request), ALICE_SECRET)
+    # the signature covers the body's hash; a header naming the old body's hash must not stand in for it
+    request.headers["x-amz-content-sha256"] = sha256_hex(original)
+    sigv4.verify(request, sigv4.parse(request), ALICE_SECRET)  # still the body it names: accepted
+    request.body = b'{"QueueNamePrefix": "bob--"}'
+    with pytest.raises(SqsError) as swapped:
+        sigv4.verify(request, sigv4.parse(request), ALICE_SECRET)
+    assert (swapped.value.shape, swapped.value.status) == ("XAmzContentSHA256Mismatch", 400)
+
+
+def test_a_signed_payload_hash_must_be_the_bodys() -> None:
+    body = b'{"QueueNamePrefix": "alice"}'
+    matching = signed(ALICE_SECRET, body=body, extra_headers={"X-Amz-Content-SHA256": sha256_hex(body)})
+    assert "x-amz-content-sha256" in sigv4.parse(matching).signed_headers
+    sigv4.verify(matching, sigv4.parse(matching), ALICE_SECRET)
+    # signed by the secret's holder, but over a hash that is not the body's: what arrived was not signed
+    for declared in (sha256_hex(b"another body"), "UNSIGNED-PAYLOAD", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"):
+        request = signed(ALICE_SECRET, body=body, extra_headers={"X-Amz-Content-SHA256": declared})
+        with pytest.raises(SqsError) as mismatch:
+            sigv4.verify(request, sigv4.parse(request), ALICE_SECRET)
+        assert mismatch.value.shape == "XAmzContentSHA256Mismatch", declared
+        assert "x-amz-content-sha256" in mismatch.value.message
 
 
 @pytest.fixture
@@ -125,3 +162,32 @@ def test_list_queues_shows_a_user_its_own_queues(auth_broker: BrokerProcess, tmp
     client(auth_broker, "alice", ALICE_SECRET).create_queue(QueueName="alice-own")
     names = [url.rsplit("/", 1)[1] for url in client(auth_broker, "alice", ALICE_SECRET).list_queues()["QueueUrls"]]
     assert names == ["alice-own", "shared"]
+
+
+def test_a_captured_request_replayed_with_another_body_is_refused(auth_broker: BrokerProcess) -> None:
+    alice = client(auth_broker, "alice", ALICE_SECRET)
+    url = alice.create_queue(QueueName="alice-replay")["QueueUrl"]
+    body = json.dumps({"QueueUrl": url, "MessageBody": "pay 10"}).encode()
+    request = AWSRequest(method="POST", url=auth_broker.sqs_endpoint + "/", data=body,
+                         headers={"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.SendMessage"})
+    SigV4Auth(Credentials("alice", ALICE_SECRET), "sqs", "eu-west-1").add_auth(request)
+    captured = dict(request.headers.items())
+    forged = body.replace(b"pay 10", b"pay 99")  # the same length: a signed Content-Length would not tell
+
+    def post(headers: dict[str, str], data: bytes) -> tuple[int, str]:
+        host, port = auth_broker.sqs_endpoint.removeprefix("http://").rsplit(":", 1)
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            connection.request("POST", "/", body=data, headers=headers)
+            response = connection.getresponse()
+            return response.status, json.loads(response.read() or b"{}").get("__type", "")
+        finally:
+            connection.close()
+
+    assert post(captured, forged) == (403, "com.amazonaws.sqs#SignatureDoesNotMatch")
+    assert post({**captured, "X-Amz-Content-SHA256": sha256_hex(body)}, forged) == (
+        400, "com.amazonaws.sqs#XAmzContentSHA256Mismatch")
+    assert post({**captured, "X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"}, forged)[0] == 400
+    assert post(captured, body) == (200, "")  # the request as it was signed: accepted
+    received = alice.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    assert [message["Body"] for message in received["Messages"]] == ["pay 10"]

@@ -145,6 +145,16 @@ class Authenticator:
             return None
         return self._principals[user]
 
+    def principal_of(self, user: str) -> Principal | None:
+        """The principal of `user` as the file stands now (re-read when it changed); None if no such user."""
+        self._maybe_reload(self.clock())
+        return self._principals.get(user)
+
+    def principals(self) -> list[Principal]:
+        """Every user's principal as the file stands now (re-read when it changed)."""
+        self._maybe_reload(self.clock())
+        return list(self._principals.values())
+
     def token_hash_of(self, user: str) -> TokenHash | None:
         record = self._users.get(user)
         return record.token_hash if record is not None else None

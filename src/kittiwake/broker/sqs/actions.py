@@ -19,7 +19,9 @@ in Kittiwake terms (names: `naming`):
   FIFO queues lease, one receive at a time per queue, only from groups with
   nothing in flight, and long-poll by looking again every `FIFO_POLL_SECS`. A leased message received more than the RedrivePolicy's
   maxReceiveCount moves to the dead-letter queue in one atomic update
-  (dequeue + enqueue) and is not returned;
+  (dequeue + enqueue) and is not returned — if the policy's setter may
+  still produce into it (`redrive`), else it is returned as if there were
+  no policy;
 * DeleteMessage(Batch) — dequeue of the handle's lease. A handle whose lease
   is over succeeds as SQS does (the message was deleted, or is someone
   else's now and stays);
@@ -33,6 +35,8 @@ With an auth file, each action needs a permission on the SQS queue's name
 (`require`): admin to create, delete, purge or set attributes, produce to
 send, consume to receive, delete or change visibility, any to read the URL
 or attributes; ListQueues shows the queues the user has any permission on.
+A RedrivePolicy given to CreateQueue or SetQueueAttributes also needs
+produce on its target (`redrive.RedriveRights`).
 The Kittiwake queues behind an SQS queue are the broker's business: its
 requests on them are not checked again.
 
@@ -63,6 +67,7 @@ from kittiwake.protocol.replies import LeasedTask
 from kittiwake.broker.sqs import naming, sqs_errors
 from kittiwake.broker.sqs.pass_calls import PassCalls, request_id
 from kittiwake.broker.sqs.queue_registry import MAX_ATTEMPTS, READABLE, QueueRegistry, SqsQueue, finite_int
+from kittiwake.broker.sqs.redrive import RedriveRights, dead_letter_update
 
 FIFO_POLL_SECS = 0.1
 MAX_REDRIVEN_ROUNDS = 10  # leases in one receive that found only messages to move to the dead-letter queue
@@ -105,6 +110,11 @@ class Context:
     peer: str | None
     principal: Principal | None = None  # with an auth file: the user whose SQS secret signed the request
 
+    @property
+    def user(self) -> str | None:
+        """The signing user's name with an auth file; None without one."""
+        return self.principal.user if self.principal is not None else None
+
 
 ADMIN_ONLY = (Permission.ADMIN,)
 PRODUCE_ONLY = (Permission.PRODUCE,)
@@ -117,8 +127,7 @@ def require(ctx: Context, permissions: tuple[Permission, ...], name: str) -> Non
     if principal is None or any(principal.may(permission, name) for permission in permissions):
         return
     wanted = " or ".join(permission.value for permission in permissions)
-    raise sqs_errors.SqsError("AccessDenied", f"user {principal.user!r} has no {wanted} permission on queue "
-                              f"{name[:80]!r}", status=403)
+    raise sqs_errors.access_denied(f"user {principal.user!r} has no {wanted} permission on queue {name[:80]!r}")
 
 
 @dataclass(slots=True)
@@ -136,9 +145,11 @@ class Outgoing:
 class SqsActions:
     """The SQS API of one broker."""
 
-    def __init__(self, calls: PassCalls, registry: QueueRegistry, limits_header_bytes: int) -> None:
+    def __init__(self, calls: PassCalls, registry: QueueRegistry, limits_header_bytes: int,
+                 redrive_rights: RedriveRights) -> None:
         self.calls = calls
         self.registry = registry
+        self.redrive_rights = redrive_rights
         self.header_bytes = limits_header_bytes
         self.first_receives: OrderedDict[tuple[str, str], int] = OrderedDict()
 
@@ -166,7 +177,8 @@ class SqsActions:
             raise sqs_errors.missing_parameter("QueueName")
         attributes = _string_map(params.get("Attributes"), "Attributes")
         require(ctx, ADMIN_ONLY, str(name))
-        queue = await self.registry.create(naming.validate_queue_name(name), attributes)
+        self.redrive_rights.check_policy(ctx.principal, attributes)
+        queue = await self.registry.create(naming.validate_queue_name(name), attributes, ctx.user)
         return {"QueueUrl": naming.queue_url(ctx.host, queue.name)}
 
     async def GetQueueUrl(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -271,7 +283,9 @@ class SqsActions:
 
     async def SetQueueAttributes(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
         queue = await self.queue_of(params, ctx, ADMIN_ONLY)
-        await self.registry.set_attributes(queue.name, _string_map(params.get("Attributes"), "Attributes"))
+        attributes = _string_map(params.get("Attributes"), "Attributes")
+        self.redrive_rights.check_policy(ctx.principal, attributes)
+        await self.registry.set_attributes(queue.name, attributes, ctx.user)
         return {}
 
     # --------------------------------------------------------------- send
@@ -502,29 +516,16 @@ class SqsActions:
             return await self.call(self._lease_request(free[:1000], count, lease_secs, ctx, max_pid=due), ctx)
 
     async def _redrive(self, queue: SqsQueue, tasks: list[LeasedTask], ctx: Context) -> list[LeasedTask]:
-        """Move messages received more than maxReceiveCount times to the dead-letter queue; the rest."""
+        """Move messages received more than maxReceiveCount times to the dead-letter queue, if the
+        policy's setter may write there now (`redrive`); the rest."""
         redrive = queue.redrive
         if redrive is None or not tasks:
             return tasks
         target_name, most = redrive
         moving = [task for task in tasks if task.deliveries > most]
-        if not moving:
+        if not moving or not self.redrive_rights.allows(queue, target_name):
             return tasks
-        target = self.registry.queues.get(target_name)
-        enqueue: list[m.TaskIn] = []
-        for task in moving:
-            headers = dict(task.headers or {})
-            headers[naming.ID_HEADER] = naming.message_id(task.queue, task.pid, task.headers)
-            headers.setdefault(naming.SENT_HEADER, str(int(task.enqueued_at * 1000)))
-            group = headers.get(naming.GROUP_HEADER)
-            if target is not None and target.fifo and group is not None:
-                destination = naming.group_queue(target_name, group)
-            else:
-                destination = target_name
-            enqueue.append(m.TaskIn(queue=destination, data=task.data, sender=task.sender, headers=headers,
-                                    max_attempts=MAX_ATTEMPTS))
-        await self.call(m.Update(id=request_id(), op="update", dequeue=[task.lease_ref() for task in moving],
-                                 enqueue=enqueue), ctx)
+        await self.call(dead_letter_update(moving, target_name, self.registry.queues.get(target_name)), ctx)
         moved = {id(task) for task in moving}
         return [task for task in tasks if id(task) not in moved]
 

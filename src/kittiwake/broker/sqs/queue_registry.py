@@ -1,7 +1,9 @@
 """SQS queues and their attributes, kept durably in the broker's own queues `_sqs/<name>`.
 
 Each SQS queue has one task in `_sqs/<name>` (pid `queue`) whose data is
-JSON: the attributes a client set, and the created and last-modified times.
+JSON: the attributes a client set, the created and last-modified times, and
+with an auth file the user who set its RedrivePolicy (`redrive_by`, which
+`redrive` checks before every move; a policy stored without one is older).
 Creating a queue enqueues that task (an existing one collapses: the queue
 exists); changing attributes leases it and replaces it in one atomic update;
 deleting the queue deletes that queue. Every change goes through the group
@@ -74,6 +76,7 @@ class SqsQueue:
     attributes: dict[str, str]
     created: int
     modified: int
+    redrive_by: str | None = None  # the user who set the RedrivePolicy; None: no auth file, or stored before
     fifo_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # FIFO receives of this queue, one at a time
 
     @property
@@ -94,7 +97,10 @@ class SqsQueue:
         return (target, int(policy["maxReceiveCount"])) if target else None
 
     def encode(self) -> bytes:
-        return json.dumps({"attributes": self.attributes, "created": self.created, "modified": self.modified}).encode()
+        stored: dict[str, Any] = {"attributes": self.attributes, "created": self.created, "modified": self.modified}
+        if self.redrive_by is not None:
+            stored["redrive_by"] = self.redrive_by
+        return json.dumps(stored).encode()
 
 
 def _normalise(name: str, value: Any, fifo: bool, known: dict[str, SqsQueue]) -> str:
@@ -178,7 +184,9 @@ class QueueRegistry:
         if view.state == "gone":
             return None
         stored = json.loads(view.data)
-        return SqsQueue(name, stored["attributes"], stored["created"], stored["modified"])
+        setter = stored.get("redrive_by")
+        return SqsQueue(name, stored["attributes"], stored["created"], stored["modified"],
+                        setter if isinstance(setter, str) else None)
 
     async def get(self, name: str) -> SqsQueue:
         """The queue `name`, or QueueDoesNotExist."""
@@ -218,7 +226,9 @@ class QueueRegistry:
                 attributes[key] = normal
         return attributes
 
-    async def create(self, name: str, given: dict[str, Any]) -> SqsQueue:
+    async def create(self, name: str, given: dict[str, Any], user: str | None = None) -> SqsQueue:
+        """Create the queue `name` (or find it, with the same attributes); `user` asks (auth file), and is
+        recorded as its RedrivePolicy's setter if `given` has one."""
         naming.validate_queue_name(name)
         attributes = self.attributes_for_create(name, given)
         async with self._lock(name):
@@ -229,7 +239,7 @@ class QueueRegistry:
                     raise sqs_errors.queue_already_exists()
                 return existing
             now = int(time.time())
-            queue = SqsQueue(name, attributes, now, now)
+            queue = SqsQueue(name, attributes, now, now, user if "RedrivePolicy" in attributes else None)
             task = m.TaskIn(queue=naming.meta_queue(name), data=queue.encode(), pid=META_PID, max_attempts=MAX_ATTEMPTS)
             outcomes = await self.calls.call(m.Enqueue(id=request_id(), op="enqueue", tasks=[task]))
             if outcomes[0].collapsed:  # another broker of a shared store created it meanwhile
@@ -239,7 +249,9 @@ class QueueRegistry:
             self.queues[name] = queue
             return queue
 
-    async def set_attributes(self, name: str, given: dict[str, Any]) -> None:
+    async def set_attributes(self, name: str, given: dict[str, Any], user: str | None = None) -> None:
+        """Change attributes of `name`; `user` asks (auth file), and becomes the RedrivePolicy's setter
+        if `given` sets one (one removed has no setter; one left alone keeps its own)."""
         async with self._lock(name):
             queue = await self.get(name)
             if not given:
@@ -255,7 +267,10 @@ class QueueRegistry:
                     attributes[key] = normal
             if not attributes.get("FifoQueue"):
                 attributes.pop("FifoQueue", None)
-            updated = SqsQueue(name, attributes, queue.created, int(time.time()), queue.fifo_lock)
+            redrive_by = queue.redrive_by
+            if "RedrivePolicy" in given:
+                redrive_by = user if "RedrivePolicy" in attributes else None
+            updated = SqsQueue(name, attributes, queue.created, int(time.time()), redrive_by, queue.fifo_lock)
             leased = await self.calls.call(m.Lease(id=request_id(), op="lease", queues=[naming.meta_queue(name)],
                                                    max_tasks=1, lease_secs=60.0))
             if not leased:

@@ -12,12 +12,13 @@ the access key id a request was signed with is only read (it becomes the
 message's SenderId, and the region of its credential scope goes into queue
 ARNs), so anyone who reaches the SQS port can use every queue — keep it on
 loopback (the default host) or a trusted network. With an auth file every
-request must be signed (`sigv4`) by a user holding an SQS secret (`kittiwake
-auth sqs-secret USER`): access key id = the user name, secret access key =
-that secret. The auth file keeps only a hash of each user's token, and SigV4
-needs the secret itself to check a signature, which is why the SQS API has
-its own secret. The user's rights apply to the SQS queue names
-(`actions.require`).
+request must be signed (`sigv4`), its body included, by a user holding an
+SQS secret (`kittiwake auth sqs-secret USER`): access key id = the user
+name, secret access key = that secret. The auth file keeps only a hash of
+each user's token, and SigV4 needs the secret itself to check a signature,
+which is why the SQS API has its own secret. The user's rights apply to the
+SQS queue names (`actions.require`), and a dead-letter queue is written only
+with the produce right of the user who set the RedrivePolicy (`redrive`).
 
 Requests in the older query protocol (form-encoded `Action=…`, boto3 before
 1.34.90) are answered with an error naming the JSON protocol.
@@ -37,6 +38,7 @@ from kittiwake.broker.sqs import naming, sigv4, sqs_errors
 from kittiwake.broker.sqs.actions import Context, SqsActions
 from kittiwake.broker.local_calls import LocalCalls
 from kittiwake.broker.sqs.queue_registry import QueueRegistry
+from kittiwake.broker.sqs.redrive import RedriveRights
 
 if TYPE_CHECKING:
     from kittiwake.broker.faces import Host
@@ -63,7 +65,8 @@ class SqsService:
     def __init__(self, host: Host) -> None:
         calls = LocalCalls(host)
         self.registry = QueueRegistry(calls)  # type: ignore[arg-type]
-        self.actions = SqsActions(calls, self.registry, host.limits.max_header_value_bytes)  # type: ignore[arg-type]
+        self.actions = SqsActions(calls, self.registry, host.limits.max_header_value_bytes,  # type: ignore[arg-type]
+                                  RedriveRights(host.authenticator))
         self.handlers: dict[str, ActionHandler] = {name: getattr(self.actions, name) for name in ACTIONS}
         self.authenticator = host.authenticator  # None: no auth file, no signature is checked
         self._upkeep: asyncio.Task[None] | None = None

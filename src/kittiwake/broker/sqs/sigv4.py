@@ -8,9 +8,17 @@ file takes the key as the sender's name); `verify` recomputes the signature
 as the SDK did — canonical request, string to sign, the HMAC chain of the
 secret over date, region and service — and compares in constant time.
 
+The payload hash in the canonical request is always the SHA-256 of the body
+that arrived, never a value the request declares: a signature therefore
+covers the body, and a captured request replayed with another body fails.
+An `X-Amz-Content-Sha256` header is only compared with that hash, and
+refused when it differs (`XAmzContentSHA256Mismatch`, 400) — which includes
+`UNSIGNED-PAYLOAD` and the streaming forms: every body must be signed.
+
 What is refused, as SQS words it: no or a malformed Authorization header
 (`MissingAuthenticationToken`, `IncompleteSignature`), a request dated more
 than `MAX_SKEW_SECS` away from the broker's clock (`RequestTimeTooSkewed`),
+a declared payload hash that is not the body's (`XAmzContentSHA256Mismatch`),
 a signature that does not match (`SignatureDoesNotMatch`). Presigned URLs
 (the signature in the query string) are not accepted.
 """
@@ -67,7 +75,8 @@ def parse(request: HttpRequest) -> Signature:
 
 
 def verify(request: HttpRequest, signature: Signature, secret: str, now: float | None = None) -> None:
-    """Raise SignatureDoesNotMatch (or RequestTimeTooSkewed) unless `secret` signed `request`."""
+    """Raise SignatureDoesNotMatch (or RequestTimeTooSkewed, XAmzContentSHA256Mismatch, IncompleteSignature)
+    unless `secret` signed `request`, its body included."""
     amz_date = request.headers.get("x-amz-date", "")
     try:
         stamp = calendar.timegm(time.strptime(amz_date, "%Y%m%dT%H%M%SZ"))
@@ -78,8 +87,13 @@ def verify(request: HttpRequest, signature: Signature, secret: str, now: float |
                        f"{MAX_SKEW_SECS // 60} minutes away from the server's clock", status=403)
     if not amz_date.startswith(signature.date) or "host" not in signature.signed_headers:
         raise SqsError("IncompleteSignature", "the credential's date must be X-Amz-Date's, and Host signed", status=403)
+    payload = hashlib.sha256(request.body).hexdigest()
+    declared = request.headers.get("x-amz-content-sha256")
+    if declared is not None and declared.strip() != payload:
+        raise SqsError("XAmzContentSHA256Mismatch", "The provided x-amz-content-sha256 header does not match the "
+                       "SHA-256 of the request body; the body must be signed (UNSIGNED-PAYLOAD is not accepted).")
     scope = f"{signature.date}/{signature.region}/{signature.service}/aws4_request"
-    digest = hashlib.sha256(canonical_request(request, signature.signed_headers).encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(canonical_request(request, signature.signed_headers, payload).encode("utf-8")).hexdigest()
     to_sign = f"{ALGORITHM}\n{amz_date}\n{scope}\n{digest}"
     key = signing_key(secret, signature.date, signature.region, signature.service)
     expected = hmac.new(key, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
@@ -88,14 +102,14 @@ def verify(request: HttpRequest, signature: Signature, secret: str, now: float |
                        "you provided. Check your AWS Secret Access Key and signing method.", status=403)
 
 
-def canonical_request(request: HttpRequest, signed_headers: tuple[str, ...]) -> str:
+def canonical_request(request: HttpRequest, signed_headers: tuple[str, ...], payload_sha256: str) -> str:
+    """The SigV4 canonical request; `payload_sha256` is the hex SHA-256 of the body received."""
     path = quote(request.path or "/", safe="/~")
     pairs = sorted((quote(name, safe="-_.~"), quote(value, safe="-_.~"))
                    for name, value in parse_qsl(request.query, keep_blank_values=True))
     query = "&".join(f"{name}={value}" for name, value in pairs)
     headers = "".join(f"{name}:{' '.join(request.headers.get(name, '').split())}\n" for name in signed_headers)
-    payload = request.headers.get("x-amz-content-sha256") or hashlib.sha256(request.body).hexdigest()
-    return f"{request.method}\n{path}\n{query}\n{headers}\n{';'.join(signed_headers)}\n{payload}"
+    return f"{request.method}\n{path}\n{query}\n{headers}\n{';'.join(signed_headers)}\n{payload_sha256}"
 
 
 def signing_key(secret: str, date: str, region: str, service: str) -> bytes:

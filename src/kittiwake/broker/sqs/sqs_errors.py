@@ -93,6 +93,10 @@ def malformed(message: str) -> SqsError:
     return SqsError("SerializationException", message)
 
 
+def access_denied(message: str) -> SqsError:
+    return SqsError("AccessDenied", message, status=403)
+
+
 def signature_mismatch(message: str) -> SqsError:
     return SqsError("SignatureDoesNotMatch", message, status=403)
 
