@@ -114,7 +114,7 @@ def lock_directory(directory: str | os.PathLike[str], holder: str) -> DirectoryL
     """Take the lock of the existing `directory` for this process as `holder` ("broker", "kittiwake copy" ...).
 
     Raises `DirectoryInUse` when another opener holds it, or OSError when the file cannot be
-    opened or written (a read-only directory)."""
+    opened or locked (a read-only directory)."""
     path = Path(os.path.abspath(directory))
     fd = os.open(path / LOCK_FILE_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
     try:
@@ -124,8 +124,11 @@ def lock_directory(directory: str | os.PathLike[str], holder: str) -> DirectoryL
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
             raise DirectoryInUse(path, *_read_holder(fd)) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n{_clean_role(holder)}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n{_clean_role(holder)}\n".encode(), 0)
+        except OSError:
+            pass  # a full disk: the lock is what counts, a refused opener then reads "pid unknown"
     except BaseException:
         os.close(fd)  # drops the lock too, if it was taken
         raise
