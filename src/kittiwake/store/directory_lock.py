@@ -14,8 +14,8 @@ Why flock:
 * The kernel drops the lock when the last descriptor of the open file closes,
   which every way a process ends does, SIGKILL and a power cut included: there
   is no stale lock to clean up, and a file left behind by a dead process blocks
-  nobody (the next holder writes over what it says). So the file is never
-  removed: removing it would race (an opener that opened the old file just
+  nobody (the next holder writes over what it says; a release empties it).
+  So the file is never removed: removing it would race (an opener that opened the old file just
   before could lock it while a third locks the new one), and what it says
   matters only while it is locked.
 * It belongs to the open file description, not to the process (unlike
@@ -30,7 +30,7 @@ Why flock:
 Limits: the lock is advisory, so only Kittiwake's own openers take it (the
 sqlite3 shell or a `cp` of the file are not stopped). Linux emulates flock on
 NFS with byte-range locks: two processes are still told apart there, two
-openers in one process are not. The file is made owner-only (0600), so
+openers in one process are not. The file is created owner-only (0600), so
 another local user cannot open it and hold the lock to keep the broker from
 starting.
 """
