@@ -147,6 +147,14 @@ class StorageFailure(Unavailable):
         self.outcome_known = outcome_known
 
 
+class StoreInUse(KittiwakeError):
+    """Another process has the store open (an SQLite data directory holds one broker, copy or migrate
+    at a time), so this one was refused at start and changed nothing; the message names the holder's
+    pid. Raised by `kittiwake.store.location.open_store`. Code STORE_IN_USE."""
+
+    code = "STORE_IN_USE"
+
+
 class TooManyConnections(Transient):
     """The broker is at its connection limit. Code TOO_MANY_CONNECTIONS."""
 

@@ -131,10 +131,12 @@ class GroupCommit:
 
     def finish(self) -> None:
         """Shutdown: serve everything pending, answer every long-poll with nothing, close the store."""
-        while self.passes.pending:
+        try:
+            while self.passes.pending:
+                self._unschedule()
+                self.run_pass()
             self._unschedule()
-            self.run_pass()
-        self._unschedule()
-        for connection, frames in self.passes.end_every_wait().items():
-            connection.deliver(frames)
-        self.store.close()
+            for connection, frames in self.passes.end_every_wait().items():
+                connection.deliver(frames)
+        finally:
+            self.store.close()  # whatever failed above: the store lets its data directory go (`directory_lock`)

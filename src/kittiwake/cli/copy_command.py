@@ -3,9 +3,9 @@
 Shows a progress bar of tasks copied, then the tasks of each queue in the
 source and in the target (they must match), or with --json
 {"from", "to", "rows": {table: n}, "queues": {queue: n}}. A bad URL is a
-usage error (exit status 2); a store that cannot be opened, a missing
-source, a non-empty target or counts that differ are one line on stderr and
-exit status 1.
+usage error (exit status 2); a store that cannot be opened or that a broker
+serves, a missing source, a non-empty target or counts that differ are one
+line on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ _URL_HELP = "sqlite://DIR or postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME] (d
 def copy(obj: CliContext | None, source_url: str, target_url: str) -> None:
     """Copy every task, lease, DAG edge, queue size and counter of a store into an empty store.
 
-    Stop the broker serving the source first: a copy of a store in use misses
-    or half-copies its latest writes, and nothing here can tell that a broker
-    is running (neither store keeps a lock that says so). The target is created (schema included) when missing and
+    Stop the broker serving the source first: a copy of a store in use would
+    miss or half-copy its latest writes, so a store a broker serves (a
+    PostgreSQL schema, an SQLite directory) is refused, and no broker starts
+    on either store while the copy runs. The target is created (schema included) when missing and
     must hold no data: copy never merges. A copy that fails half-way leaves a
     partial target: empty it (a fresh directory, or DROP SCHEMA … CASCADE) and
     run the copy again. Counts per queue are checked after the copy.

@@ -4,7 +4,8 @@ A broker upgrades its store when it starts; this command does it ahead of
 time (say, before several brokers start on one database), and refuses a schema
 written by a newer Kittiwake. Prints `STORE: schema version N (was M)` — M is
 0 for a store created just now — or, with --json, {"store", "version", "was"}.
-Errors are one line on stderr and exit status 1.
+Errors are one line on stderr and exit status 1; so is a data directory
+another process has open (a broker serving it: `store.directory_lock`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def migrate(obj: CliContext | None, store_url: str) -> None:
         raise click.BadParameter(str(exc), param_hint="--store") from None
     try:
         was = _sqlite_version(location.target) if location.kind == "sqlite" else None
-        store = open_store(location)
+        store = open_store(location, holder="kittiwake migrate")
     except (OSError, errors.StorageFailure, ValueError) as exc:
         what = exc.message if isinstance(exc, errors.KittiwakeError) else exc
         click.echo(f"kittiwake migrate: {location.describe()}: {what}", err=True)

@@ -4,5 +4,6 @@
 own tests; `sqlite.SqliteStore` is the embedded default; `postgres.PostgresStore`
 keeps the same tables in a PostgreSQL schema. All satisfy
 `kittiwake.engine.storage.TaskStore` and pass one contract suite;
-`location` opens the store a URL names (`kittiwake broker --store`).
+`location` opens the store a URL names (`kittiwake broker --store`), and
+`directory_lock` keeps an SQLite directory to one broker, copy or migrate.
 """

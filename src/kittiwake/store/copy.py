@@ -20,10 +20,11 @@ never merges. A copy that fails half-way leaves a partial target: empty it
 (a new directory, or DROP SCHEMA … CASCADE) and copy again.
 
 The source must not be served by a running broker while it is copied (its
-writes would be missed or half-copied), nor the target. On PostgreSQL the copy
-holds each side's serving lock as a lone broker would (`postgres_presence`):
-a schema some broker serves is refused, and no broker can start on either side
-until the copy is done. An SQLite directory has no such lock: stop its broker.
+writes would be missed or half-copied), nor the target. The copy holds each
+side as a broker would, so a side some broker serves is refused, and no broker
+can start on either side until the copy is done: on PostgreSQL the serving
+lock of a lone broker (`postgres_presence`), on SQLite the directory's lock
+(`directory_lock`, in the name of "kittiwake copy").
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ from typing import Any, Callable, Iterator
 
 from kittiwake.store import postgres_statements as pg_sql
 from kittiwake.store import statements as sqlite_sql
+from kittiwake.store.directory_lock import BROKER, DirectoryInUse
 from kittiwake.store.location import StoreLocation, open_store
 from kittiwake.store.postgres_presence import BrokerConflict
+
+HOLDER = "kittiwake copy"  # how the copy names itself in the directories it locks
 
 PAGE_ROWS = 1000
 TABLES = ("generations", "tasks", "edges", "queue_sizes", "counters")
@@ -244,25 +248,27 @@ def copy_store(source: StoreLocation, target: StoreLocation, *, progress: Progre
         raise CopyError("the source and the target are the same store")
     if not _exists(source):
         raise CopyError(f"no Kittiwake store at {source.describe()}")
-    guards = []  # each side opened as a broker would: schemas created or upgraded, PostgreSQL ones held
+    guards = []  # each side opened as a broker would: schemas created or upgraded, directories and schemas held
     try:
         for location in (source, target):
             guards.append(_guard(location))
-    except BrokerConflict as exc:
-        for guard in guards:
-            guard.close()
-        raise CopyError(f"a broker serves {exc.schema!r}: stop it first (the copy would miss its writes)") from None
-    try:
         return _copy(source, target, page_rows, progress)
+    except BrokerConflict as exc:
+        raise CopyError(f"a broker serves {exc.schema!r}: stop it first (the copy would miss its writes)") from None
+    except DirectoryInUse as exc:
+        if exc.holder != BROKER:
+            raise CopyError(exc.message) from None
+        raise CopyError(f"a broker serves {exc.directory} ({exc.pid_text}): stop it first "
+                        "(the copy would miss its writes, or write under it)") from None
     finally:
-        for guard in guards:
+        for guard in guards:  # whatever happened: the directories and schemas are let go
             guard.close()
 
 
 def _guard(location: StoreLocation) -> Any:
     if location.kind == "postgresql":
         return open_store(replace(location, brokers="one"), broker=True)
-    return open_store(location)
+    return open_store(location, holder=HOLDER)
 
 
 def _copy(

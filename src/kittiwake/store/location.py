@@ -1,7 +1,8 @@
 """Where a broker keeps its tasks: a store URL, parsed, shown without secrets, and opened.
 
 * `sqlite://DIR`: the embedded SQLite store in directory DIR (`sqlite:///var/lib/kw` is the
-  absolute /var/lib/kw, `sqlite://data` the relative data); the same as `--data DIR`.
+  absolute /var/lib/kw, `sqlite://data` the relative data); the same as `--data DIR`. One
+  process at a time opens it (`directory_lock`).
 * `postgresql://…` (or `postgres://…`): the PostgreSQL store, with libpq's URL syntax;
   `schema=NAME` among the query parameters picks the schema (default `kittiwake`);
   `brokers=one` (default) or `brokers=many` says whether a broker serves the schema alone
@@ -16,6 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from kittiwake.store.postgres_statements import DEFAULT_SCHEMA, SCHEMA_NAME
 
 SQLITE_PREFIX = "sqlite://"
+TOOL_HOLDER = "a Kittiwake tool"  # how a tool that opens an SQLite directory is named to a refused opener
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
@@ -72,13 +74,23 @@ def _one_param(query: list[tuple[str, str]], name: str, default: str) -> str:
     return values[0] if values else default
 
 
-def open_store(location: StoreLocation, *, durability: str = "fsync", cache_mb: int = 64, broker: bool = False):
+def open_store(
+    location: StoreLocation, *, durability: str = "fsync", cache_mb: int = 64, broker: bool = False,
+    holder: str | None = None,
+):
     """Open (creating or upgrading its schema) the store at `location`; `cache_mb`: SQLite's page cache;
-    `broker`: for a broker to serve (PostgreSQL then takes the broker's presence), not for a tool."""
+    `broker`: for a broker to serve (PostgreSQL then takes the broker's presence), not for a tool.
+
+    An SQLite directory is locked until the store is closed, for a broker and a tool alike
+    (`directory_lock`): a directory another opener holds raises `DirectoryInUse` (a ValueError, code
+    STORE_IN_USE) naming its pid and `holder` — what this opener is, "broker" for a broker and
+    TOOL_HOLDER unless a tool says ("kittiwake copy")."""
     if location.kind == "sqlite":
+        from kittiwake.store.directory_lock import BROKER
         from kittiwake.store.sqlite import SqliteStore
 
-        return SqliteStore(location.target, durability=durability, cache_mb=cache_mb)
+        holder = BROKER if broker else holder or TOOL_HOLDER
+        return SqliteStore(location.target, durability=durability, cache_mb=cache_mb, holder=holder)
     from kittiwake.store.postgres import PostgresStore
 
     return PostgresStore(

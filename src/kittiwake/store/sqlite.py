@@ -25,6 +25,10 @@ Failures. Every error of SQLite or the file system, at open, read, commit,
 rollback or reap, leaves as `errors.StorageFailure` naming its fault
 (`store.faults`); a failed commit says whether its outcome is known. Nothing
 above the stores sees `sqlite3`.
+
+One opener. A store opened with a `holder` (as `location.open_store` opens
+it for a broker, a copy or a migrate) locks its directory until `close()`
+(`directory_lock`): a second such opener is refused with `DirectoryInUse`.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from kittiwake.engine.mutations import (
 from kittiwake.engine.storage import QueueSummary, Recovery
 from kittiwake.model import Task
 from kittiwake.store import statements as sql
+from kittiwake.store.directory_lock import DirectoryLock, lock_directory
 from kittiwake.store.durable_directory import make_durable_directory
 from kittiwake.store.faults import storage_failure
 from kittiwake.store.rows import encode_headers as _encode_headers
@@ -82,16 +87,26 @@ def _statements(script: str) -> list[str]:
 
 
 class SqliteStore:
-    def __init__(self, directory: str | os.PathLike[str], *, durability: str = "fsync", cache_mb: int = 64) -> None:
+    def __init__(
+        self, directory: str | os.PathLike[str], *, durability: str = "fsync", cache_mb: int = 64,
+        holder: str | None = None,
+    ) -> None:
+        """Open (creating or upgrading) the store in `directory`. With `holder` ("broker", "kittiwake
+        copy" ...) the directory is locked in its name while the store is open (`directory_lock`), and a
+        directory another opener holds raises `DirectoryInUse`; without, nothing is locked (tests, and
+        tools that read a stopped broker's file)."""
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {DURABILITY_LEVELS}")
         self.directory = Path(directory)
         self.path = self.directory / "kittiwake.db"
         self.durability = durability
+        self._lock: DirectoryLock | None = None
+        db: sqlite3.Connection | None = None
         try:
             make_durable_directory(self.directory)  # acknowledged tasks must not vanish with their directory's name
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db = self._db
+            if holder is not None:
+                self._lock = lock_directory(self.directory, holder)  # before SQLite touches a served file
+            db = self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=" + ("FULL" if durability == "fsync" else "NORMAL"))
             db.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")
@@ -99,8 +114,14 @@ class SqliteStore:
             db.execute("PRAGMA wal_autocheckpoint=4000")
             self._migrate()
             self._gens: dict[str, int] = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())
-        except _DISK_ERRORS as exc:
-            raise storage_failure(exc) from exc
+        except BaseException as exc:
+            if db is not None:
+                db.close()
+            if self._lock is not None:
+                self._lock.release()
+            if isinstance(exc, _DISK_ERRORS):
+                raise storage_failure(exc) from exc
+            raise
         self._pending: list[Mutation] = []
         self._in_transaction = False
         self.commits = 0
@@ -374,9 +395,9 @@ class SqliteStore:
         return len(rowids)
 
     def close(self) -> None:
-        """Close the database. Writes since the last commit are discarded, as in
-        a crash: only commit() makes a write durable, whether or not a read has
-        already flushed it into the open transaction."""
+        """Close the database, then let its directory go. Writes since the last commit are discarded,
+        as in a crash: only commit() makes a write durable, whether or not a read has already
+        flushed it into the open transaction."""
         try:
             self._pending = []
             if self._db.in_transaction:
@@ -385,4 +406,8 @@ class SqliteStore:
             raise storage_failure(exc) from exc
         finally:
             self._in_transaction = False
-            self._db.close()
+            try:
+                self._db.close()
+            finally:
+                if self._lock is not None:
+                    self._lock.release()  # after the database: the next opener finds it closed
