@@ -26,8 +26,8 @@ from click.testing import CliRunner  # noqa: E402
 from kittiwake.broker.http_server import HttpRequest  # noqa: E402
 from kittiwake.broker.users import load_users  # noqa: E402
 from kittiwake.cli.auth_command import auth  # noqa: E402
-from kittiwake.broker.sqs import sigv4  # noqa: E402
-from kittiwake.broker.sqs.sqs_errors import SqsError  # noqa: E402
+from kittiwake.sqs import sigv4  # noqa: E402
+from kittiwake.sqs.sqs_errors import SqsError  # noqa: E402
 from support.auth_users import write_auth_file  # noqa: E402
 from support.broker_process import BrokerProcess  # noqa: E402
 

@@ -23,9 +23,9 @@ import botocore.exceptions  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
 from kittiwake.broker.access import Principal  # noqa: E402
-from kittiwake.broker.sqs.queue_registry import SqsQueue  # noqa: E402
-from kittiwake.broker.sqs.redrive import RedriveRights, target_of_policy  # noqa: E402
-from kittiwake.broker.sqs.sqs_errors import SqsError  # noqa: E402
+from kittiwake.sqs.queue_registry import SqsQueue  # noqa: E402
+from kittiwake.sqs.redrive import RedriveRights, target_of_policy  # noqa: E402
+from kittiwake.sqs.sqs_errors import SqsError  # noqa: E402
 from kittiwake.broker.users import parse_grants  # noqa: E402
 from kittiwake.cli.auth_command import auth  # noqa: E402
 from support.auth_users import write_auth_file  # noqa: E402

@@ -52,7 +52,7 @@ def build_faces(
 
         faces.append(UdpFace(udp_port))
     if sqs_port is not None:
-        from kittiwake.broker.sqs.face import SqsFace
+        from kittiwake.sqs.face import SqsFace
 
         faces.append(SqsFace(sqs_port, host_names=host_names))
     if http_port is not None:

@@ -8,7 +8,7 @@
   `jobs.fifo/<group key>`, in FIFO pid order: the receive side serves only
   groups with nothing in flight (`group_queue`).
 * Queue attributes live in `_sqs/<name>` (one task), deduplication markers
-  of FIFO queues in `_sqs_dedup/<name>/<minute>` (`queue_registry`, `actions`).
+  of FIFO queues in `_sqs_dedup/<name>/<minute>` (`queue_registry`, `message_actions`).
 * A receipt handle is the lease: base64url of `[queue, pid, lease id]`
   (the lease id is the fencing token, so a stale handle cannot delete a
   message somebody else now holds).
@@ -27,7 +27,7 @@ import struct
 import uuid
 from typing import Any
 
-from kittiwake.broker.sqs import sqs_errors
+from kittiwake.sqs import sqs_errors
 
 ACCOUNT_ID = "000000000000"
 DEFAULT_REGION = "us-east-1"

@@ -1,4 +1,4 @@
-"""The SQS API on the broker's HTTP port: AWS's JSON 1.0 protocol in, `SqsActions` out.
+"""The SQS API on the broker's HTTP port: AWS's JSON 1.0 protocol in, the actions out.
 
 boto3 ≥ 1.34.90 and the AWS CLI v1 (≥ 1.32.90) speak it: `POST /` with
 `X-Amz-Target: AmazonSQS.<Action>`, `Content-Type: application/x-amz-json-1.0`
@@ -17,7 +17,7 @@ SQS secret (`kittiwake auth sqs-secret USER`): access key id = the user
 name, secret access key = that secret. The auth file keeps only a hash of
 each user's token, and SigV4 needs the secret itself to check a signature,
 which is why the SQS API has its own secret. The user's rights apply to the
-SQS queue names (`actions.require`), and a dead-letter queue is written only
+SQS queue names (`context.require`), and a dead-letter queue is written only
 with the produce right of the user who set the RedrivePolicy (`redrive`).
 
 Requests in the older query protocol (form-encoded `Action=…`, boto3 before
@@ -34,16 +34,18 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kittiwake import errors
 from kittiwake.broker.http_server import HttpRequest, HttpResponse, Routes
-from kittiwake.broker.sqs import naming, sigv4, sqs_errors
-from kittiwake.broker.sqs.actions import Context, SqsActions
+from kittiwake.sqs import naming, sigv4, sqs_errors
+from kittiwake.sqs.context import Context
+from kittiwake.sqs.message_actions import MessageActions
+from kittiwake.sqs.queue_actions import QueueActions
 from kittiwake.broker.local_calls import LocalCalls
-from kittiwake.broker.sqs.queue_registry import QueueRegistry
-from kittiwake.broker.sqs.redrive import RedriveRights
+from kittiwake.sqs.queue_registry import QueueRegistry
+from kittiwake.sqs.redrive import RedriveRights
 
 if TYPE_CHECKING:
     from kittiwake.broker.faces import Host
 
-log = logging.getLogger("kittiwake.broker.sqs")
+log = logging.getLogger("kittiwake.sqs")
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "AmazonSQS."
@@ -64,10 +66,13 @@ class SqsService:
 
     def __init__(self, host: Host) -> None:
         calls = LocalCalls(host)
-        self.registry = QueueRegistry(calls)  # type: ignore[arg-type]
-        self.actions = SqsActions(calls, self.registry, host.limits.max_header_value_bytes,  # type: ignore[arg-type]
-                                  RedriveRights(host.authenticator))
-        self.handlers: dict[str, ActionHandler] = {name: getattr(self.actions, name) for name in ACTIONS}
+        self.registry = QueueRegistry(calls)
+        rights = RedriveRights(host.authenticator)
+        self.queues = QueueActions(calls, self.registry, rights)
+        self.messages = MessageActions(calls, self.registry, host.limits.max_header_value_bytes, rights)
+        self.handlers: dict[str, ActionHandler] = {
+            name: getattr(self.queues, name, None) or getattr(self.messages, name) for name in ACTIONS
+        }
         self.authenticator = host.authenticator  # None: no auth file, no signature is checked
         self._upkeep: asyncio.Task[None] | None = None
 
@@ -85,7 +90,7 @@ class SqsService:
         while True:
             await asyncio.sleep(DEDUP_EXPIRY_SECS)
             try:
-                await self.actions.expire_dedup()
+                await self.messages.expire_dedup()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the store is failing: the next minute tries again

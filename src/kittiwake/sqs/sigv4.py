@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote
 
 from kittiwake.broker.http_server import HttpRequest
-from kittiwake.broker.sqs.sqs_errors import SqsError
+from kittiwake.sqs.sqs_errors import SqsError
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 MAX_SKEW_SECS = 15 * 60

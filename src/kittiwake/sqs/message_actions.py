@@ -1,4 +1,5 @@
-"""The SQS actions, each turned into protocol requests run through the broker's group commit.
+"""The SQS actions on messages: SendMessage(Batch), ReceiveMessage, DeleteMessage(Batch),
+ChangeMessageVisibility(Batch); each turned into protocol requests run through the group commit.
 
 One method per action of the JSON protocol (`X-Amz-Target: AmazonSQS.<Action>`),
 taking the request's JSON object and returning the response's. What each does
@@ -27,18 +28,10 @@ in Kittiwake terms (names: `naming`):
   else's now and stays);
 * ChangeMessageVisibility(Batch) — renew to the new timeout; 0 hands the
   message back at once (a reject, which counts no receive);
-* PurgeQueue / DeleteQueue — delete_queue of each Kittiwake queue of it.
 
 Deduplication markers expire by the minute: `expire_dedup` drops the
 marker queues older than the window (the service calls it every minute).
-With an auth file, each action needs a permission on the SQS queue's name
-(`require`): admin to create, delete, purge or set attributes, produce to
-send, consume to receive, delete or change visibility, any to read the URL
-or attributes; ListQueues shows the queues the user has any permission on.
-A RedrivePolicy given to CreateQueue or SetQueueAttributes also needs
-produce on its target (`redrive.RedriveRights`).
-The Kittiwake queues behind an SQS queue are the broker's business: its
-requests on them are not checked again.
+Rights: `context.require`, as for every action.
 
 ApproximateFirstReceiveTimestamp is the first lease's time for a message
 received once, and otherwise what this broker remembers (at most
@@ -60,14 +53,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kittiwake import errors
-from kittiwake.broker.access import ANY, Permission, Principal
 from kittiwake.model import LeaseRef, pid_at
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import LeasedTask
-from kittiwake.broker.sqs import naming, sqs_errors
-from kittiwake.broker.sqs.pass_calls import PassCalls, request_id
-from kittiwake.broker.sqs.queue_registry import MAX_ATTEMPTS, READABLE, QueueRegistry, SqsQueue, finite_int
-from kittiwake.broker.sqs.redrive import RedriveRights, dead_letter_update
+from kittiwake.sqs import naming, sqs_errors
+from kittiwake.broker.local_calls import LocalCalls, request_id
+from kittiwake.sqs.context import CONSUME_ONLY, PRODUCE_ONLY, ActionBase, Context, attribute_names
+from kittiwake.sqs.queue_registry import MAX_ATTEMPTS, QueueRegistry, SqsQueue, finite_int
+from kittiwake.sqs.redrive import RedriveRights, dead_letter_update
 
 FIFO_POLL_SECS = 0.1
 MAX_REDRIVEN_ROUNDS = 10  # leases in one receive that found only messages to move to the dead-letter queue
@@ -100,35 +93,6 @@ SYSTEM_ATTRIBUTES = (
 )
 
 
-@dataclass(slots=True)
-class Context:
-    """Who asks, and how they named the endpoint: queue URLs are built from the Host they used."""
-
-    host: str
-    region: str
-    sender: str
-    peer: str | None
-    principal: Principal | None = None  # with an auth file: the user whose SQS secret signed the request
-
-    @property
-    def user(self) -> str | None:
-        """The signing user's name with an auth file; None without one."""
-        return self.principal.user if self.principal is not None else None
-
-
-ADMIN_ONLY = (Permission.ADMIN,)
-PRODUCE_ONLY = (Permission.PRODUCE,)
-CONSUME_ONLY = (Permission.CONSUME,)
-
-
-def require(ctx: Context, permissions: tuple[Permission, ...], name: str) -> None:
-    """AccessDenied unless the caller holds one of `permissions` on the SQS queue `name` (no auth file: anyone)."""
-    principal = ctx.principal
-    if principal is None or any(principal.may(permission, name) for permission in permissions):
-        return
-    wanted = " or ".join(permission.value for permission in permissions)
-    raise sqs_errors.access_denied(f"user {principal.user!r} has no {wanted} permission on queue {name[:80]!r}")
-
 
 @dataclass(slots=True)
 class Outgoing:
@@ -142,151 +106,15 @@ class Outgoing:
     dedup_marker: m.TaskIn | None = None
 
 
-class SqsActions:
-    """The SQS API of one broker."""
 
-    def __init__(self, calls: PassCalls, registry: QueueRegistry, limits_header_bytes: int,
+class MessageActions(ActionBase):
+    """The SQS actions on messages of one broker."""
+
+    def __init__(self, calls: LocalCalls, registry: QueueRegistry, limits_header_bytes: int,
                  redrive_rights: RedriveRights) -> None:
-        self.calls = calls
-        self.registry = registry
-        self.redrive_rights = redrive_rights
+        super().__init__(calls, registry, redrive_rights)
         self.header_bytes = limits_header_bytes
         self.first_receives: OrderedDict[tuple[str, str], int] = OrderedDict()
-
-    async def call(self, request: m.Request, ctx: Context) -> Any:
-        try:
-            return await self.calls.call(request, ctx.peer)
-        except errors.Unavailable as exc:
-            raise sqs_errors.unavailable(exc.message) from None
-        except errors.KittiwakeError as exc:
-            if exc.code in ("BAD_REQUEST", "FRAME_TOO_LARGE"):
-                raise sqs_errors.invalid_parameter(exc.message) from None
-            raise sqs_errors.internal(f"{exc.code}: {exc.message}") from None
-
-    async def queue_of(self, params: dict[str, Any], ctx: Context, permissions: tuple[Permission, ...]) -> SqsQueue:
-        """The queue QueueUrl names, once the caller may use it so (with an auth file)."""
-        name = naming.queue_name_of_url(params.get("QueueUrl"))
-        require(ctx, permissions, name)
-        return await self.registry.get(name)
-
-    # ------------------------------------------------------------- queues
-
-    async def CreateQueue(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        name = params.get("QueueName")
-        if name is None:
-            raise sqs_errors.missing_parameter("QueueName")
-        attributes = _string_map(params.get("Attributes"), "Attributes")
-        require(ctx, ADMIN_ONLY, str(name))
-        self.redrive_rights.check_policy(ctx.principal, attributes)
-        queue = await self.registry.create(naming.validate_queue_name(name), attributes, ctx.user)
-        return {"QueueUrl": naming.queue_url(ctx.host, queue.name)}
-
-    async def GetQueueUrl(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        name = params.get("QueueName")
-        if not isinstance(name, str):
-            raise sqs_errors.missing_parameter("QueueName")
-        require(ctx, ANY, name)
-        queue = await self.registry.get(name)
-        return {"QueueUrl": naming.queue_url(ctx.host, queue.name)}
-
-    async def ListQueues(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        prefix = params.get("QueueNamePrefix")
-        names = self.registry.names(prefix if isinstance(prefix, str) else None)
-        if ctx.principal is not None:  # a user sees the queues it has some permission on
-            names = [name for name in names if any(ctx.principal.may(permission, name) for permission in ANY)]
-        max_results = params.get("MaxResults")
-        result: dict[str, Any] = {}
-        if max_results is not None:
-            limit = finite_int(max_results, "MaxResults", 1, 1000)
-            token = params.get("NextToken")
-            if isinstance(token, str) and token:
-                after = _decode_token(token)
-                names = [name for name in names if name > after]
-            if len(names) > limit:
-                names = names[:limit]
-                result["NextToken"] = base64.urlsafe_b64encode(names[-1].encode()).decode()
-        else:
-            names = names[:1000]
-        if names:
-            result["QueueUrls"] = [naming.queue_url(ctx.host, name) for name in names]
-        return result
-
-    async def DeleteQueue(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params, ctx, ADMIN_ONLY)
-        await self._purge(queue, ctx)
-        if queue.fifo:  # a queue created again under this name starts with no deduplication history
-            markers = await self.call(m.ListQueues(id=request_id(), op="list_queues",
-                                                   pattern=f"{naming.DEDUP_PREFIX}{queue.name}/*", limit=1_000_000), ctx)
-            for info in markers:
-                await self.call(m.DeleteQueue(id=request_id(), op="delete_queue", queue=info.queue), ctx)
-        await self.registry.delete(queue.name)
-        return {}
-
-    async def PurgeQueue(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        await self._purge(await self.queue_of(params, ctx, ADMIN_ONLY), ctx)
-        return {}
-
-    async def _purge(self, queue: SqsQueue, ctx: Context) -> None:
-        for name in await self._kittiwake_queues(queue, ctx):
-            await self.call(m.DeleteQueue(id=request_id(), op="delete_queue", queue=name), ctx)
-
-    async def _kittiwake_queues(self, queue: SqsQueue, ctx: Context) -> list[str]:
-        if queue.fifo:
-            return [info.queue for info in await self._group_infos(queue, ctx)]
-        return [queue.name, naming.delayed_queue(queue.name)]
-
-    async def _group_infos(self, queue: SqsQueue, ctx: Context) -> list[Any]:
-        """The group queues of a FIFO queue with their sizes. `stats` first returns expired leases to
-        their queues, so a group whose message's visibility just ended counts as free at once."""
-        infos = await self.call(m.Stats(id=request_id(), op="stats", pattern=queue.name + "/*", sample=0), ctx)
-        return [info for info in infos if not info.queue.endswith(".dead")]
-
-    async def GetQueueAttributes(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params, ctx, ANY)
-        wanted = params.get("AttributeNames") or []
-        if not isinstance(wanted, list):
-            raise sqs_errors.invalid_parameter("AttributeNames must be a list")
-        for name in wanted:
-            if name != "All" and name not in READABLE:
-                raise sqs_errors.invalid_attribute_name(str(name))
-        if not wanted:
-            return {}
-        everything = "All" in wanted
-        values = dict(queue.attributes)
-        values["QueueArn"] = naming.queue_arn(ctx.region, queue.name)
-        values["CreatedTimestamp"] = str(queue.created)
-        values["LastModifiedTimestamp"] = str(queue.modified)
-        if everything or any(name.startswith("ApproximateNumber") for name in wanted):
-            values.update(await self._counts(queue, ctx))
-        chosen = {key: value for key, value in values.items() if everything or key in wanted}
-        return {"Attributes": chosen} if chosen else {}
-
-    async def _counts(self, queue: SqsQueue, ctx: Context) -> dict[str, str]:
-        visible = in_flight = delayed = 0
-        if queue.fifo:
-            infos = await self._group_infos(queue, ctx)
-        else:
-            infos = await self.call(m.Stats(id=request_id(), op="stats", sample=0,
-                                            queues=[queue.name, naming.delayed_queue(queue.name)]), ctx)
-        for info in infos:
-            if info.queue == naming.delayed_queue(queue.name):
-                delayed += info.size - info.leased
-                in_flight += info.leased
-            elif naming.owns(queue.name, info.queue) and not info.queue.endswith(".dead"):
-                visible += info.size - info.leased
-                in_flight += info.leased
-        return {
-            "ApproximateNumberOfMessages": str(visible),
-            "ApproximateNumberOfMessagesNotVisible": str(in_flight),
-            "ApproximateNumberOfMessagesDelayed": str(delayed),
-        }
-
-    async def SetQueueAttributes(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        queue = await self.queue_of(params, ctx, ADMIN_ONLY)
-        attributes = _string_map(params.get("Attributes"), "Attributes")
-        self.redrive_rights.check_policy(ctx.principal, attributes)
-        await self.registry.set_attributes(queue.name, attributes, ctx.user)
-        return {}
 
     # --------------------------------------------------------------- send
 
@@ -458,8 +286,8 @@ class SqsActions:
         visibility_param = params.get("VisibilityTimeout")
         visibility = queue.int_attribute("VisibilityTimeout") if visibility_param is None else finite_int(
             visibility_param, "VisibilityTimeout", 0, 43_200)
-        system = set(_names(params.get("AttributeNames"))) | set(_names(params.get("MessageSystemAttributeNames")))
-        wanted_attributes = _names(params.get("MessageAttributeNames"))
+        system = set(attribute_names(params.get("AttributeNames"))) | set(attribute_names(params.get("MessageSystemAttributeNames")))
+        wanted_attributes = attribute_names(params.get("MessageAttributeNames"))
         lease_secs = max(float(visibility), MIN_LEASE_SECS)
         deadline = time.monotonic() + wait
         redriven = 0
@@ -650,29 +478,6 @@ def _dedup_queue(name: str, minute: int) -> str:
 
 def _sequence_number(pid: str) -> str:
     return pid.split(".", 1)[0].zfill(20)
-
-
-def _decode_token(token: str) -> str:
-    try:
-        return base64.urlsafe_b64decode(token.encode()).decode()
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise sqs_errors.invalid_parameter("Invalid NextToken") from None
-
-
-def _string_map(value: Any, name: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise sqs_errors.invalid_parameter(f"{name} must be a map")
-    return value
-
-
-def _names(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise sqs_errors.invalid_parameter("attribute names must be a list of strings")
-    return value
 
 
 def _entries(params: dict[str, Any], action: str) -> list[dict[str, Any]]:

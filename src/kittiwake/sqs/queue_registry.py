@@ -27,8 +27,8 @@ from typing import Any
 
 from kittiwake import errors
 from kittiwake.protocol import messages as m
-from kittiwake.broker.sqs import naming, sqs_errors
-from kittiwake.broker.sqs.pass_calls import PassCalls, request_id
+from kittiwake.sqs import naming, sqs_errors
+from kittiwake.broker.local_calls import LocalCalls, request_id
 
 META_PID = "queue"
 MAX_ATTEMPTS = 1_000_000  # never dead-lettered by the engine: SQS counts receives itself
@@ -162,7 +162,7 @@ def _redrive_policy(text: str, fifo: bool, known: dict[str, SqsQueue]) -> str:
 class QueueRegistry:
     """Every SQS queue of the broker, read at start and kept in step with what it writes."""
 
-    def __init__(self, calls: PassCalls) -> None:
+    def __init__(self, calls: LocalCalls) -> None:
         self.calls = calls
         self.queues: dict[str, SqsQueue] = {}
         self._locks: dict[str, asyncio.Lock] = {}

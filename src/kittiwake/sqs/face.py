@@ -13,7 +13,7 @@ from kittiwake.broker.faces import Host
 from kittiwake.broker.http_face import HttpFace
 from kittiwake.broker.http_hosts import HostNames
 from kittiwake.broker.http_server import HttpRequest, HttpResponse, Routes
-from kittiwake.broker.sqs.service import MAX_REQUEST_BYTES, SqsService
+from kittiwake.sqs.service import MAX_REQUEST_BYTES, SqsService
 
 
 class SqsFace(HttpFace):

@@ -2,7 +2,7 @@
 
 A RedrivePolicy makes the broker write into another queue: a message received
 more than maxReceiveCount times is moved (dequeue + enqueue in one update) into
-the policy's `deadLetterTargetArn` (`SqsActions._redrive`, `dead_letter_update`).
+the policy's `deadLetterTargetArn` (`MessageActions._redrive`, `dead_letter_update`).
 The engine's own dead-lettering into `<queue>.dead` plays no part: SQS messages
 carry an attempt limit out of reach (`queue_registry.MAX_ATTEMPTS`).
 
@@ -43,11 +43,11 @@ from typing import Any, Iterable, Protocol
 from kittiwake.broker.access import Permission, Principal
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import LeasedTask
-from kittiwake.broker.sqs import naming, sqs_errors
-from kittiwake.broker.sqs.pass_calls import request_id
-from kittiwake.broker.sqs.queue_registry import MAX_ATTEMPTS, SqsQueue
+from kittiwake.sqs import naming, sqs_errors
+from kittiwake.broker.local_calls import request_id
+from kittiwake.sqs.queue_registry import MAX_ATTEMPTS, SqsQueue
 
-log = logging.getLogger("kittiwake.broker.sqs")
+log = logging.getLogger("kittiwake.sqs")
 
 MAX_WARNED = 1000  # refused (queue, target, setter) remembered so each is logged once; a bound, not an LRU
 
