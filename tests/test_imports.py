@@ -6,9 +6,13 @@ inside functions, since a function-level import that closes a circle is the
 same knot, only tied later — and fails on any circle, printing it.
 
 An import under `if TYPE_CHECKING:` never runs, so it cannot form a circle at
-run time and the first test ignores it. Inside the task layer (`app`) and the
-worker (`worker`), where such type-only circles used to stand in for narrow
+run time and the first test ignores it. Inside the task layer (`app`), the
+worker (`worker`), the broker (`broker`), its faces (`observe`, `sqs`) and the
+client (`client`), where such type-only circles used to stand in for narrow
 protocols, the second test counts them too.
+
+Faces plug into the broker from above (`kittiwake.broker.faces`): no core
+module of the broker imports one, not even for a type.
 """
 
 from __future__ import annotations
@@ -144,10 +148,26 @@ def test_no_module_imports_itself_back_through_others() -> None:
     assert not found, f"import circles:\n{describe(found)}"
 
 
-def test_the_task_layer_and_the_worker_need_no_type_only_circle_either() -> None:
+TYPED_LAYERS = ("kittiwake.app", "kittiwake.worker", "kittiwake.broker", "kittiwake.observe", "kittiwake.sqs",
+                "kittiwake.client")
+FACES = ("kittiwake.sqs", "kittiwake.observe", "kittiwake.broker.udp")
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+def test_the_layers_with_narrow_protocols_need_no_type_only_circle_either() -> None:
     graph = import_graph(SOURCE, type_checking=True)
-    found = [circle for circle in circles(graph) if circle[0].startswith(("kittiwake.app.", "kittiwake.worker."))]
+    found = [circle for circle in circles(graph) if any(_within(module, TYPED_LAYERS) for module in circle)]
     assert not found, f"import circles, counting imports under TYPE_CHECKING:\n{describe(found)}"
+
+
+def test_the_broker_core_imports_no_face() -> None:
+    graph = import_graph(SOURCE, type_checking=True)
+    core = [module for module in graph if _within(module, ("kittiwake.broker",)) and not _within(module, FACES)]
+    found = sorted(f"{module} -> {target}" for module in core for target in graph[module] if _within(target, FACES))
+    assert not found, "broker core modules importing a face:\n" + "\n".join(found)
 
 
 def test_the_walk_sees_function_level_imports_and_skips_type_only_ones(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kittiwake.broker.http_server import HttpRequest, HttpResponse, Routes, text_response
 from kittiwake.engine.tally import Tally
@@ -80,6 +80,10 @@ class Observer:
     def add_json(self, path: str, handler: JsonHandler, *, write: bool = False) -> None:
         """Serve `handler` at the exact API path `path` (`http_json.JsonApi.add`)."""
         self.api.add(path, handler, write=write)
+
+    def add_raw(self, path: str, handler: Callable[[HttpRequest], Awaitable[HttpResponse]]) -> None:
+        """Serve a path whose handler answers whole HTTP responses itself (`http_json.JsonApi.add_raw`)."""
+        self.api.add_raw(path, handler)
 
     def on_stop(self, stop: Callable[[], Any]) -> None:
         self._stops.append(stop)

@@ -37,7 +37,7 @@ from kittiwake.observe.reads import engine_of, known
 from kittiwake.protocol import messages as m
 
 if TYPE_CHECKING:
-    from kittiwake.observe import Observer
+    from kittiwake.observe.registrar import Registrar
 
 
 def _failed(outcomes: list[ItemOutcome]) -> list[dict[str, Any]]:
@@ -45,7 +45,7 @@ def _failed(outcomes: list[ItemOutcome]) -> list[dict[str, Any]]:
             for outcome in outcomes if not outcome.ok]
 
 
-def install(observer: Observer) -> None:
+def install(observer: Registrar) -> None:
     host = observer.host
     limits = host.limits
     calls = LocalCalls(host)

@@ -31,7 +31,7 @@ from kittiwake.observe.reads import Visible, engine_of, now_of, visibility
 from kittiwake.protocol.replies import TaskView
 
 if TYPE_CHECKING:
-    from kittiwake.observe import Observer
+    from kittiwake.observe.registrar import Registrar
 
 DEFAULT_RUNS = 20
 MAX_RUNS = 100
@@ -96,7 +96,7 @@ class EngineReader:
         raise errors.BadRequest(f"a view reads only: {name} is not one of its calls")
 
 
-def install(observer: Observer) -> None:
+def install(observer: Registrar) -> None:
     host = observer.host
 
     async def flows(request: HttpRequest, principal: Principal | None) -> Any:

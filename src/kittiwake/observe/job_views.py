@@ -41,7 +41,7 @@ from kittiwake.observe.http_json import query
 from kittiwake.observe.reads import engine_of, now_of, require_admin
 
 if TYPE_CHECKING:
-    from kittiwake.observe import Observer
+    from kittiwake.observe.registrar import Registrar
 
 DEFAULT_JOBS = 20
 MAX_JOBS = 100
@@ -140,7 +140,7 @@ def jobs(state: EngineState, registry: str, limit: int, now: float) -> list[dict
     return found
 
 
-def install(observer: Observer) -> None:
+def install(observer: Registrar) -> None:
     host = observer.host
     limits = host.limits
 

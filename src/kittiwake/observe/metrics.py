@@ -70,7 +70,7 @@ from kittiwake.model import DEAD_SUFFIX
 from kittiwake.observe.observations import OTHER, Histogram, Observations, Series
 
 if TYPE_CHECKING:
-    from kittiwake.observe import Observer
+    from kittiwake.observe.registrar import Registrar
 
 STATES = ("available", "leased", "blocked", "dead")
 WORKER_STATES = ("busy", "idle", "stopping", "lost")
@@ -198,7 +198,7 @@ def _histogram(family: HistogramMetricFamily, labels: list[str], histogram: Hist
 class BrokerMetrics:
     """The broker's families as a prometheus_client collector, on a registry of its own."""
 
-    def __init__(self, observer: Observer, observations: Observations) -> None:
+    def __init__(self, observer: Registrar, observations: Observations) -> None:
         self.observer = observer
         self.host = observer.host
         self.observations = observations

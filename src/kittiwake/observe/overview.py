@@ -23,10 +23,10 @@ from kittiwake.observe import queue_list, worker_views
 from kittiwake.observe.reads import engine_of, now_of, visibility
 
 if TYPE_CHECKING:
-    from kittiwake.observe import Observer
+    from kittiwake.observe.registrar import Registrar
 
 
-def overview(observer: Observer, principal: Principal | None) -> dict[str, Any]:
+def overview(observer: Registrar, principal: Principal | None) -> dict[str, Any]:
     host = observer.host
     state = engine_of(host).state
     now = now_of(host)
@@ -50,7 +50,7 @@ def overview(observer: Observer, principal: Principal | None) -> dict[str, Any]:
     }
 
 
-def install(observer: Observer) -> None:
+def install(observer: Registrar) -> None:
     async def handle(request: HttpRequest, principal: Principal | None) -> Any:
         return overview(observer, principal)
 

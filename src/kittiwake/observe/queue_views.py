@@ -31,20 +31,20 @@ from kittiwake.observe.queue_list import QueuesQuery, queue_page, queue_row
 from kittiwake.observe.reads import engine_of, known, now_of, require_admin, visibility
 
 if TYPE_CHECKING:
-    from kittiwake.observe import Observer
+    from kittiwake.observe.registrar import Registrar
 
 LEASES_SHOWN = 50
 DEFAULT_TASKS = 50
 MAX_TASKS = 200
 
 
-def queues_of(observer: Observer, principal: Principal | None, asked: QueuesQuery) -> dict[str, Any]:
+def queues_of(observer: Registrar, principal: Principal | None, asked: QueuesQuery) -> dict[str, Any]:
     host = observer.host
     return queue_page(engine_of(host).state, asked, visibility(principal), now_of(host), observer.row_index,
                       principal)
 
 
-def queue_of(observer: Observer, principal: Principal | None, name: str) -> dict[str, Any]:
+def queue_of(observer: Registrar, principal: Principal | None, name: str) -> dict[str, Any]:
     """`/api/queue`'s answer for queue `name`."""
     host = observer.host
     require_admin(principal, name)
@@ -68,7 +68,7 @@ def queue_of(observer: Observer, principal: Principal | None, name: str) -> dict
     return {"stats": row, "leased": leased}
 
 
-def tasks_of(observer: Observer, principal: Principal | None, asked: dict[str, str]) -> dict[str, Any]:
+def tasks_of(observer: Registrar, principal: Principal | None, asked: dict[str, str]) -> dict[str, Any]:
     host = observer.host
     limits = host.limits
     name = params.queue(asked, "name", limits)
@@ -89,7 +89,7 @@ def _dead_letter(view: dict[str, Any]) -> dict[str, Any]:
             "died_at": view["enqueued_at"], "data": view["data"], "headers": headers or None}
 
 
-def dead_of(observer: Observer, principal: Principal | None, asked: dict[str, str]) -> dict[str, Any]:
+def dead_of(observer: Registrar, principal: Principal | None, asked: dict[str, str]) -> dict[str, Any]:
     host = observer.host
     limits = host.limits
     name = params.queue(asked, "name", limits)
@@ -104,7 +104,7 @@ def dead_of(observer: Observer, principal: Principal | None, asked: dict[str, st
     return {"dead": [_dead_letter(view) for view in views], "next": next_pid}
 
 
-def install(observer: Observer) -> None:
+def install(observer: Registrar) -> None:
     limits = observer.host.limits
 
     async def queues(request: HttpRequest, principal: Principal | None) -> Any:

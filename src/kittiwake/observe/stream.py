@@ -47,7 +47,7 @@ from kittiwake.observe.queue_list import QueuesQuery
 from kittiwake.observe.queue_views import queue_of, queues_of
 
 if TYPE_CHECKING:
-    from kittiwake.observe import Observer
+    from kittiwake.observe.registrar import Registrar
 
 TICK_SECS = 1.0
 PING_SECS = 15.0
@@ -99,7 +99,7 @@ def _error(error: errors.KittiwakeError) -> dict[str, Any]:
     return {"error": {"code": error.code, "message": error.message}}
 
 
-def install(observer: Observer) -> None:
+def install(observer: Registrar) -> None:
     shared = SharedViews()
 
     def views_of(principal: Principal | None, asked: dict[str, str]) -> list[tuple[str, View]]:
@@ -168,7 +168,7 @@ def install(observer: Observer) -> None:
             stream=events(request, views),
         )
 
-    observer.api.add_raw("/api/stream", stream)
+    observer.add_raw("/api/stream", stream)
 
 
 class _MethodNotAllowed(errors.BadRequest):

@@ -25,7 +25,7 @@ from kittiwake.protocol.replies import TaskView
 from kittiwake.worker.registry import WorkerRecord, record_of
 
 if TYPE_CHECKING:
-    from kittiwake.observe import Observer
+    from kittiwake.observe.registrar import Registrar
 
 MAX_RECORDS = 1000
 
@@ -43,7 +43,7 @@ def summary(records: list[WorkerRecord]) -> dict[str, int]:
     return {"alive": len(alive), "slots": slots, "busy": sum(len(record.running) for record in alive)}
 
 
-def install(observer: Observer) -> None:
+def install(observer: Registrar) -> None:
     host = observer.host
 
     async def workers(request: HttpRequest, principal: Principal | None) -> Any:
