@@ -34,11 +34,41 @@ Headers (all strings):
 * ``kittiwake-submission``: this submission's identity (from `new_ids`), new at
   every submit, echoed as the pid of the result: it tells two runs of the
   same key apart;
-* ``kittiwake-reply-to``: the reply queue; absent when nobody wants the result;
+* ``kittiwake-reply-to``: the reply queue; absent when nobody wants the result
+  (who may name which queue: see "Reply queues are the submitter's" below);
 * ``kittiwake-submitted-at``: epoch seconds when submitted (for latency);
 * ``traceparent`` and ``tracestate``: the W3C Trace Context of the span that
   submitted the task, only when tracing is on (`tracing`);
 * the broker adds ``kittiwake-dead-reason`` when it dead-letters a task.
+
+Reply queues are the submitter's. A worker posts a task's result with the
+worker's rights, into the queue the task's ``kittiwake-reply-to`` names — a
+name its submitter chose. Unchecked, that makes the worker a confused deputy:
+a user who may only enqueue into the app's task queue (and a producer may
+`get` a task it can name, headers included, so it can read another
+submitter's reply queue and pending submission id off a keyed task) could
+have the worker write the result of a task it chose, under a pid it chose,
+into any queue the worker may write: another submitter's reply queue (a
+forged result, taken by that submitter's handle as its own), the worker's
+own queues, another user's queues, the worker registry. Two rules close it:
+
+* the broker accepts a task carrying ``kittiwake-reply-to`` only from a user
+  who may produce into the queue it names (`broker.access`): the worker then
+  writes only where the submitter could have written itself, so a user whose
+  rights do not cover another submitter's reply queue cannot forge its
+  results. Give each user that submits its own reply prefix and rights on it
+  (``reply_prefix="_replies.alice."`` with ``_replies.alice.*``); users who
+  may all produce into ``_replies.*`` can forge each other's results, worker
+  or not;
+* a worker posts a result only into a reply queue of its own app's shape in
+  the task's consistency group, ``<group>#<reply prefix><app id>``
+  (`is_reply_queue_for`: the worker's app's ``reply_prefix`` followed by
+  anything without ``#``, so a submitter may extend the prefix as above),
+  whatever the broker let through (a broker without an auth file, a user
+  who may write there anyway): results never land in task queues, registries
+  or gang mailboxes. A task asking for its result anywhere else is not run:
+  the worker dead-letters it with reason ``REPLY_TO_REFUSED`` (its handle
+  reads that reason from the dead-letter queue) and logs a warning.
 
 Notes written with `renew(note=...)` are how a worker leaves a word for the
 next worker: ``[redeliver N] ...`` says delivery N ended cleanly without
@@ -108,6 +138,15 @@ def reply_queue_for(queue: str, app_id: str, prefix: str = REPLIES_PREFIX) -> st
     """The reply queue of app `app_id` in the consistency group of `queue` (`prefix`: see `App`)."""
     group = group_of(queue)
     return f"{group}{GROUP_SEPARATOR}{prefix}{app_id}" if group else f"{prefix}{app_id}"
+
+
+def is_reply_queue_for(reply_to: str, queue: str, prefix: str = REPLIES_PREFIX) -> bool:
+    """Whether `reply_to` is `reply_queue_for(queue, app_id, prefix)` for some app id (one or more
+    characters, no `#`): the only queues a worker posts results of `queue`'s tasks into (see the
+    module docstring)."""
+    head = reply_queue_for(queue, "", prefix)
+    app_id = reply_to[len(head) :]
+    return reply_to.startswith(head) and app_id != "" and GROUP_SEPARATOR not in app_id
 
 
 def result_pid(headers: dict[str, str], pid: str) -> str:

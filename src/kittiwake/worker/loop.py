@@ -55,7 +55,7 @@ from kittiwake.app.envelope import (
 )
 from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
 from kittiwake.client import Client, LeasedTask
-from kittiwake.constants import DEFAULT_LEASE_SECS, DELAYED_SUFFIX, GANG_SUFFIX, NODE_SEPARATOR
+from kittiwake.constants import DEFAULT_LEASE_SECS, DELAYED_SUFFIX, GANG_SUFFIX, NODE_SEPARATOR, REPLIES_PREFIX
 from kittiwake.model import pid_at
 from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.config import WorkerConfig
@@ -161,7 +161,7 @@ class WorkerLoop:
         self.prefetch = Prefetch(config.concurrency, config.prefetch)
         self.capacity = Capacity(self.prefetch.total(), clock)
         self.keeper = LeaseKeeper(self.client, clock)
-        self.settler = Settler(self.client, clock)
+        self.settler = Settler(self.client, clock, getattr(app, "reply_prefix", REPLIES_PREFIX))
         self.runner = TaskRunner(
             app, self.client, self.keeper, app_reference=app_reference or config.app,
             sys_path=config.sys_path, rng=rng, worker_id=self.id, clock=clock,
