@@ -4,13 +4,15 @@ The attacker is `PRODUCER`, a broker user who may only enqueue into the app's
 task queues (`tests`, `ticks`). The worker runs as root, so it may write into
 any queue: another submitter's reply queue, bob's queues, the worker registry.
 Each test names a queue through one indirection a task carries — the
-``kittiwake-reply-to`` header — and checks that the worker wrote nothing
-there, and that it kept running. The rule itself
-(`envelope.is_reply_queue_for`) is checked on its own at the end.
+``kittiwake-reply-to`` header, a gang join's mailbox — and checks that the
+worker wrote nothing there, and that it kept running. The rules themselves
+(`envelope.is_reply_queue_for`, `gang.join_refusal`) are checked on their own
+at the end.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -26,6 +28,7 @@ from kittiwake.constants import (
     TASK_ID_HEADER,
     WORKERS_QUEUE,
 )
+from kittiwake.worker.gang import GANG_JOIN, join_refusal
 from support.auth_users import BOB, PRODUCER, ROOT, STANDARD_RIGHTS, write_auth_file
 from support.broker_process import BrokerProcess
 from worker import apps
@@ -118,6 +121,28 @@ def test_a_worker_posts_results_only_into_reply_queues_of_its_app_in_the_tasks_g
         assert "not a reply queue of this app" in log and "'bob.inbox'" in log
 
 
+def test_a_gang_join_runs_only_from_a_gang_queue_and_posts_only_into_its_mailbox(
+    secured: BrokerProcess, root_app, tmp_path: Path
+) -> None:
+    """A join names its gang's mailbox, where the member posts its address and from which it
+    withdraws the messages directed to the leader it names: a join the attacker wrote names bob's
+    queue and bob's service as the leader."""
+    root_url = secured.client_url(*ROOT)
+    with Client(root_url) as root, Client(secured.client_url(*BOB)) as bob, \
+            Client(secured.client_url(*PRODUCER)) as producer:
+        bob.enqueue("bob.inbox", b"for bob's service", pid="m1", receiver="bob-service")
+        join = root_app.serializer.dump_call(
+            GANG_JOIN, ["g1", "bob-service", "bob.inbox", 1.0, b"", time.time() + 2.0], {})
+        producer.enqueue("tests", join, pid="attack")
+        with workers(root_url, tmp_path, "--queues", "tests") as worker:
+            wait_for(lambda: gone(root, "tests", "attack"), timeout=60, message="the join to be taken")
+            assert apps.echo.submit("fine").result(timeout=30) == "fine"
+            assert worker.alive()
+        assert [view.pid for view in bob.peek("bob.inbox")] == ["m1"]
+        [dead] = root.peek("tests.dead")
+        assert dead.headers[DEAD_REASON_HEADER] == "UNKNOWN_TASK"
+
+
 # ---------------------------------------------------------------- pure parts
 
 
@@ -137,3 +162,19 @@ def test_a_reply_queue_is_the_apps_prefix_and_an_app_id_in_the_tasks_group() -> 
         ("other#shop#_replies.a1", "shop#emails"),
     ]:
         assert not is_reply_queue_for(reply_to, queue), (reply_to, queue)
+
+
+def test_a_gang_join_may_name_only_a_mailbox_of_the_gang_queue_it_came_from() -> None:
+    assert join_refusal("gang.gang", ["g1", "leader", "gang.gang.g1", 1.0]) is None
+    assert join_refusal("shop#gang@n1.gang", ["g1", "leader", "shop#gang@n1.gang.g1", 1.0]) is None
+    for queue, args in [
+        ("gang", ["g1", "leader", "gang.gang.g1", 1.0]),  # not a gang queue
+        ("tests", ["g1", "leader", "bob.inbox", 1.0]),
+        ("gang.gang", ["g1", "leader", "bob.inbox", 1.0]),
+        ("gang.gang", ["g1", "leader", "gang.gang.g2", 1.0]),
+        ("gang.gang", ["", "leader", "gang.gang.", 1.0]),
+        ("gang.gang", ["g#1", "leader", "gang.gang.g#1", 1.0]),
+        ("gang.gang", ["g1", "leader"]),
+        ("gang.gang", [1, "leader", "gang.gang.1", 1.0]),
+    ]:
+        assert join_refusal(queue, args) is not None, (queue, args)

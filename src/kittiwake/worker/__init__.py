@@ -15,7 +15,9 @@ task names is held to the app's own: a result goes only into a reply queue of
 the app (``<group>#<reply prefix><app id>``, the task's group; any other
 ``kittiwake-reply-to`` is dead-lettered unrun as REPLY_TO_REFUSED — and the
 broker takes that header only from a user who may produce into the queue it
-names: see `kittiwake.app.envelope`, "Reply queues are the submitter's").
+names: see `kittiwake.app.envelope`, "Reply queues are the submitter's"); a
+gang join runs only from a ``.gang`` queue and posts only into its mailboxes
+(`gang`).
 """
 
 from kittiwake.worker.config import WorkerConfig, load_app

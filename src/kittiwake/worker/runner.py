@@ -9,7 +9,9 @@ The decision, in order:
    worker would write there with its own rights (the threat and the rule:
    `envelope`, "Reply queues are the submitter's").
 1. The payload must decode and name a task of the app, else FAIL
-   (BAD_PAYLOAD, UNKNOWN_TASK): no retry can fix either.
+   (BAD_PAYLOAD, UNKNOWN_TASK): no retry can fix either. A gang join
+   (`gang.GANG_JOIN`) is a task of the app only in a ``.gang`` queue and
+   only when it names that queue's own mailbox (`gang.join_refusal`).
 2. At most once: a task delivered before (``deliveries > 1``) runs only if
    the previous delivery ended cleanly and said so (``[redeliver N]`` note,
    see `envelope`); otherwise its worker was lost mid-run: FAIL with
@@ -266,6 +268,10 @@ class TaskRunner:
         except PayloadError as error:
             return self._fail(held, RemoteError("PayloadError", str(error), reason="BAD_PAYLOAD"))
         if name == gang.GANG_JOIN:
+            refusal = gang.join_refusal(task.queue, args)
+            if refusal is not None:
+                log.warning("task %s/%s: %s; dead-lettered unrun", task.queue, task.pid, refusal)
+                return self._fail(held, RemoteError("UnknownTask", refusal, reason="UNKNOWN_TASK"))
             return self._run_member(held, args)
         definition = self.app.tasks.get(name)
         if definition is None:
