@@ -4,22 +4,30 @@ The attacker is `PRODUCER`, a broker user who may only enqueue into the app's
 task queues (`tests`, `ticks`). The worker runs as root, so it may write into
 any queue: another submitter's reply queue, bob's queues, the worker registry.
 Each test names a queue through one indirection a task carries — the
-``kittiwake-reply-to`` header, a gang join's mailbox — and checks that the
-worker wrote nothing there, and that it kept running. The rules themselves
-(`envelope.is_reply_queue_for`, `gang.join_refusal`) are checked on their own
-at the end.
+``kittiwake-reply-to`` header, a gang join's mailbox, a periodic tick's pid —
+and checks that the worker wrote nothing there, and that it kept running.
+The rules themselves (`envelope.is_reply_queue_for`, `gang.join_refusal`,
+`envelope.tick_epoch_secs`) are checked on their own at the end.
 """
 
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from kittiwake import Client, errors
-from kittiwake.app.envelope import is_reply_queue_for, reply_queue_for
+from kittiwake.app.envelope import (
+    is_reply_queue_for,
+    reply_queue_for,
+    tick_epoch_secs,
+    tick_iso,
+    tick_marker_pid,
+    tick_pid,
+)
 from kittiwake.constants import (
     DEAD_PID_HEADER,
     DEAD_REASON_HEADER,
@@ -28,6 +36,7 @@ from kittiwake.constants import (
     TASK_ID_HEADER,
     WORKERS_QUEUE,
 )
+from kittiwake.worker.beat import Beat
 from kittiwake.worker.gang import GANG_JOIN, join_refusal
 from support.auth_users import BOB, PRODUCER, ROOT, STANDARD_RIGHTS, write_auth_file
 from support.broker_process import BrokerProcess
@@ -143,6 +152,24 @@ def test_a_gang_join_runs_only_from_a_gang_queue_and_posts_only_into_its_mailbox
         assert dead.headers[DEAD_REASON_HEADER] == "UNKNOWN_TASK"
 
 
+def test_a_tick_marker_is_written_for_a_due_tick_only(secured: BrokerProcess, root_app, tmp_path: Path) -> None:
+    """A marker makes a scheduler skip its tick: the attacker runs the periodic task under the pid
+    of a tick in 2099, whose marker would stop that tick from ever running."""
+    root_url = secured.client_url(*ROOT)
+    name = apps.tick.name
+    future = tick_pid(name, datetime(2099, 1, 1, tzinfo=timezone.utc))
+    with Client(root_url) as root, Client(secured.client_url(*PRODUCER)) as producer:
+        producer.enqueue("ticks", root_app.serializer.dump_call(name, [], {}), pid=future)
+        with workers(root_url, tmp_path, "--queues", "ticks"):
+            wait_for(lambda: gone(root, "ticks", future), message="the early tick to run")
+            assert root.peek("ticks.ticks-done") == []
+            beat = Beat(root_app, root)  # a scheduler's own tick still leaves its marker
+            beat.fire_due(time.time())
+            [fired] = beat.fired.values()
+            wait_for(lambda: root.peek("ticks.ticks-done"), message="the due tick's marker")
+        assert [view.pid for view in root.peek("ticks.ticks-done")] == [tick_marker_pid(name, fired)]
+
+
 # ---------------------------------------------------------------- pure parts
 
 
@@ -162,6 +189,13 @@ def test_a_reply_queue_is_the_apps_prefix_and_an_app_id_in_the_tasks_group() -> 
         ("other#shop#_replies.a1", "shop#emails"),
     ]:
         assert not is_reply_queue_for(reply_to, queue), (reply_to, queue)
+
+
+def test_a_tick_time_reads_back_only_as_tick_iso_writes_it() -> None:
+    tick = datetime(2030, 5, 6, 7, 8, 9, tzinfo=timezone.utc)
+    assert tick_epoch_secs(tick_iso(tick)) == tick.timestamp()
+    for text in ("2030-5-6T7:8:9Z", "2030-05-06T07:08:09", "example.com", ""):
+        assert tick_epoch_secs(text) is None, text
 
 
 def test_a_gang_join_may_name_only_a_mailbox_of_the_gang_queue_it_came_from() -> None:

@@ -70,6 +70,11 @@ own queues, another user's queues, the worker registry. Two rules close it:
   the worker dead-letters it with reason ``REPLY_TO_REFUSED`` (its handle
   reads that reason from the dead-letter queue) and logs a warning.
 
+The other names a task carries are held to its own queues likewise: a
+periodic run's marker goes to its queue's ``.ticks-done`` only for a tick
+already due (`worker.loop`), and a gang join runs only from a ``.gang``
+queue and posts only into that queue's own mailboxes (`worker.gang`).
+
 Notes written with `renew(note=...)` are how a worker leaves a word for the
 next worker: ``[redeliver N] ...`` says delivery N ended cleanly without
 leaving the task half done (it failed and waits for a retry, or was handed
@@ -182,6 +187,15 @@ def public_note(note: str | None) -> str | None:
 def tick_iso(tick: datetime) -> str:
     """A tick time as it appears in pids: UTC, seconds precision, sortable as text."""
     return tick.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def tick_epoch_secs(iso: str) -> float | None:
+    """The epoch seconds of a tick time exactly as `tick_iso` writes it; None for any other text."""
+    try:
+        tick = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return tick.timestamp() if tick_iso(tick) == iso else None
 
 
 def tick_pid(name: str, tick: datetime) -> str:

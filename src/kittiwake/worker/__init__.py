@@ -17,7 +17,7 @@ the app (``<group>#<reply prefix><app id>``, the task's group; any other
 broker takes that header only from a user who may produce into the queue it
 names: see `kittiwake.app.envelope`, "Reply queues are the submitter's"); a
 gang join runs only from a ``.gang`` queue and posts only into its mailboxes
-(`gang`).
+(`gang`); a tick marker is written only for a tick already due (`loop`).
 """
 
 from kittiwake.worker.config import WorkerConfig, load_app
