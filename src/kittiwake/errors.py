@@ -237,6 +237,7 @@ class TaskFailed(KittiwakeError):
 
     `reason` says why: ERROR (an exception), TIMEOUT, WORKER_LOST,
     RESULT_UNSERIALISABLE, RESULT_TOO_LARGE, UNKNOWN_TASK, BAD_PAYLOAD,
+    REPLY_TO_REFUSED (its reply-to was not a reply queue of the worker's app),
     CANCELLED, LEASE_EXPIRED, or PARENT_FAILED <queue>/<pid>. `type`,
     `remote_message` and `traceback` describe the remote exception when there
     was one; `task_id` names the task.

@@ -89,6 +89,21 @@ def test_after_and_unless_need_a_permission_on_the_queues_they_name(key: str) ->
         authorise(principal(**{"mine.*": {P}}), update)
 
 
+def test_a_reply_to_header_needs_produce_on_the_queue_it_names() -> None:
+    """A worker posts the task's result there with its own rights (`app.envelope`)."""
+    headers = {"kittiwake-reply-to": "theirs.replies.a1"}
+    for op, fields in [("enqueue", {"tasks": [task("mine.jobs", headers=headers)]}),
+                       ("update", {"enqueue": [task("mine.jobs", headers=headers)]})]:
+        with pytest.raises(errors.Forbidden, match="'theirs.replies.a1', named by a task's kittiwake-reply-to"):
+            authorise(principal(**{"mine.*": {P}}), request(op, **fields))
+        for held in (C, A):
+            with pytest.raises(errors.Forbidden):
+                authorise(principal(**{"mine.*": {P}, "theirs.*": {held}}), request(op, **fields))
+        authorise(principal(**{"mine.*": {P}, "theirs.replies.*": {P}}), request(op, **fields))
+    other = {"kittiwake-submission": "theirs.replies.a1"}  # only the reply-to names a queue
+    authorise(principal(**{"mine.*": {P}}), request("enqueue", tasks=[task("mine.jobs", headers=other)]))
+
+
 def test_one_forbidden_queue_refuses_the_whole_request() -> None:
     user = principal(**{"mine.*": {P, C}})
     with pytest.raises(errors.Forbidden, match="theirs"):

@@ -3,7 +3,9 @@
 `write_auth_file(path, {"alice": ("alice-token-…", {"alice.*": ["all"]})})`
 hashes each token (scrypt, as in production) and writes the file.
 `ROOT` and `ALICE`/`BOB` are the users most tests need: root may do anything,
-alice and bob everything on their own prefix only.
+alice and bob everything on their own prefix only. `PRODUCER` is for a user who
+may only enqueue into some task queues (its rights are the test's to give, e.g.
+``{"tests": ["produce"]}``): the attacker of the tests that try every indirection.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from kittiwake.broker.users import TokenHash, UserRecord, parse_grants, save_use
 ROOT = ("root", "root-token-0123456789abcdef")
 ALICE = ("alice", "alice-token-0123456789abcdef")
 BOB = ("bob", "bob-token-0123456789abcdef")
+PRODUCER = ("producer", "producer-token-0123456789abcdef")
 STANDARD_RIGHTS: dict[str, dict[str, list[str]]] = {
     "root": {"*": ["all"]},
     "alice": {"alice.*": ["all"]},

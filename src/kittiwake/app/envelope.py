@@ -34,11 +34,46 @@ Headers (all strings):
 * ``kittiwake-submission``: this submission's identity (from `new_ids`), new at
   every submit, echoed as the pid of the result: it tells two runs of the
   same key apart;
-* ``kittiwake-reply-to``: the reply queue; absent when nobody wants the result;
+* ``kittiwake-reply-to``: the reply queue; absent when nobody wants the result
+  (who may name which queue: see "Reply queues are the submitter's" below);
 * ``kittiwake-submitted-at``: epoch seconds when submitted (for latency);
 * ``traceparent`` and ``tracestate``: the W3C Trace Context of the span that
   submitted the task, only when tracing is on (`tracing`);
 * the broker adds ``kittiwake-dead-reason`` when it dead-letters a task.
+
+Reply queues are the submitter's. A worker posts a task's result with the
+worker's rights, into the queue the task's ``kittiwake-reply-to`` names — a
+name its submitter chose. Unchecked, that makes the worker a confused deputy:
+a user who may only enqueue into the app's task queue (and a producer may
+`get` a task it can name, headers included, so it can read another
+submitter's reply queue and pending submission id off a keyed task) could
+have the worker write the result of a task it chose, under a pid it chose,
+into any queue the worker may write: another submitter's reply queue (a
+forged result, taken by that submitter's handle as its own), the worker's
+own queues, another user's queues, the worker registry. Two rules close it:
+
+* the broker accepts a task carrying ``kittiwake-reply-to`` only from a user
+  who may produce into the queue it names (`broker.access`): the worker then
+  writes only where the submitter could have written itself, so a user whose
+  rights do not cover another submitter's reply queue cannot forge its
+  results. Give each user that submits its own reply prefix and rights on it
+  (``reply_prefix="_replies.alice."`` with ``_replies.alice.*``); users who
+  may all produce into ``_replies.*`` can forge each other's results, worker
+  or not;
+* a worker posts a result only into a reply queue of its own app's shape in
+  the task's consistency group, ``<group>#<reply prefix><app id>``
+  (`is_reply_queue_for`: the worker's app's ``reply_prefix`` followed by
+  anything without ``#``, so a submitter may extend the prefix as above),
+  whatever the broker let through (a broker without an auth file, a user
+  who may write there anyway): results never land in task queues, registries
+  or gang mailboxes. A task asking for its result anywhere else is not run:
+  the worker dead-letters it with reason ``REPLY_TO_REFUSED`` (its handle
+  reads that reason from the dead-letter queue) and logs a warning.
+
+The other names a task carries are held to its own queues likewise: a
+periodic run's marker goes to its queue's ``.ticks-done`` only for a tick
+already due (`worker.loop`), and a gang join runs only from a ``.gang``
+queue and posts only into that queue's own mailboxes (`worker.gang`).
 
 Notes written with `renew(note=...)` are how a worker leaves a word for the
 next worker: ``[redeliver N] ...`` says delivery N ended cleanly without
@@ -110,6 +145,15 @@ def reply_queue_for(queue: str, app_id: str, prefix: str = REPLIES_PREFIX) -> st
     return f"{group}{GROUP_SEPARATOR}{prefix}{app_id}" if group else f"{prefix}{app_id}"
 
 
+def is_reply_queue_for(reply_to: str, queue: str, prefix: str = REPLIES_PREFIX) -> bool:
+    """Whether `reply_to` is `reply_queue_for(queue, app_id, prefix)` for some app id (one or more
+    characters, no `#`): the only queues a worker posts results of `queue`'s tasks into (see the
+    module docstring)."""
+    head = reply_queue_for(queue, "", prefix)
+    app_id = reply_to[len(head) :]
+    return reply_to.startswith(head) and app_id != "" and GROUP_SEPARATOR not in app_id
+
+
 def result_pid(headers: dict[str, str], pid: str) -> str:
     """The pid of a task's result in its reply queue: its submission id (its task id, or its
     own pid, for a task submitted without one)."""
@@ -143,6 +187,15 @@ def public_note(note: str | None) -> str | None:
 def tick_iso(tick: datetime) -> str:
     """A tick time as it appears in pids: UTC, seconds precision, sortable as text."""
     return tick.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def tick_epoch_secs(iso: str) -> float | None:
+    """The epoch seconds of a tick time exactly as `tick_iso` writes it; None for any other text."""
+    try:
+        tick = datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return tick.timestamp() if tick_iso(tick) == iso else None
 
 
 def tick_pid(name: str, tick: datetime) -> str:

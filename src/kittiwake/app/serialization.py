@@ -17,7 +17,8 @@ A call is ``[task name, args, kwargs]``; a result is ``[True, value]`` or
 ``[False, error]`` where error is a map with ``type``, ``message``,
 ``traceback`` and ``reason`` (why the task failed: ``ERROR`` for an exception
 in the task, ``TIMEOUT``, ``WORKER_LOST``, ``RESULT_UNSERIALISABLE``,
-``RESULT_TOO_LARGE``, ``UNKNOWN_TASK``, ``BAD_PAYLOAD``). A result is always
+``RESULT_TOO_LARGE``, ``UNKNOWN_TASK``, ``BAD_PAYLOAD``; ``REPLY_TO_REFUSED``
+never travels as a result: such a task has nowhere to post one). A result is always
 small enough to travel: one that cannot be encoded, or whose encoding is over
 `MAX_RESULT_BYTES`, is replaced by an error result saying so.
 """

@@ -3,19 +3,26 @@
 A user holds grants: a queue pattern (`kittiwake.queue_globs`, globs
 matched in linear time) and a set of permissions on the queues it matches.
 Every queue a request names is checked — the tasks' queues, the leases'
-queues, the `after` and `unless` references, a dead-letter queue named
+queues, the `after` and `unless` references, the queue a task's
+``kittiwake-reply-to`` header names, a dead-letter queue named
 directly (`jobs.dead` is a queue like any other: `jobs.*` covers it, `jobs`
 alone does not). A request naming one queue the user may not use is refused
 whole with `FORBIDDEN`, before anything of it runs.
+
+The reply-to header is a name the broker never uses, but an app's worker
+posts the task's result into that queue with the worker's own rights
+(`app.envelope`, "Reply queues are the submitter's"): so a task may name
+only a reply queue its submitter could produce into itself, and a user who
+may only enqueue tasks cannot have a worker write for it where it may not.
 
 What each op needs (the README's table comes from this one):
 
 | op | needs |
 | --- | --- |
 | ping, cancel_wait, auth | nothing beyond being authenticated |
-| enqueue | produce on each task's queue; any permission on the queue of each `after` / `unless` task |
+| enqueue | produce on each task's queue; any permission on the queue of each `after` / `unless` task; produce on the queue a task's `kittiwake-reply-to` header names |
 | lease, renew, dequeue, release | consume on each queue |
-| update | produce on its enqueues' queues (and `after` / `unless` as enqueue), consume on the queues of its dequeues, renewals and releases |
+| update | produce on its enqueues' queues (and `after` / `unless` / reply-to as enqueue), consume on the queues of its dequeues, renewals and releases |
 | peek | consume |
 | get | consume or produce (a producer may look up a task it can name) |
 | cancel, delete_queue | admin on each queue |
@@ -48,6 +55,7 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from kittiwake import errors
+from kittiwake.constants import REPLY_TO_HEADER
 from kittiwake.engine import Engine
 from kittiwake.model import DEAD_SUFFIX, dead_queue_of, validate_count
 from kittiwake.protocol import messages as m
@@ -130,6 +138,12 @@ def _tasks(principal: Principal, tasks: Iterable[m.TaskIn]) -> None:
             principal.require_any(ANY, key[0])
         for key in task.unless or ():
             principal.require_any(ANY, key[0])
+        reply_to = task.headers.get(REPLY_TO_HEADER) if task.headers else None
+        if reply_to is not None and not principal.may(Permission.PRODUCE, reply_to):
+            raise errors.Forbidden(
+                f"user {principal.user!r} may not produce into queue {reply_to[:255]!r}, named by a task's "
+                f"{REPLY_TO_HEADER} header (a worker posts the task's result there)"
+            )
 
 
 def _leases(principal: Principal, refs: Iterable[m.LeaseRefIn]) -> None:

@@ -8,6 +8,16 @@ hold), `runner` (one task: checks, call, timeout sandbox, outcome),
 `outcomes` (outcomes to broker updates), `heartbeat` (lease renewal and
 progress), `registry` (worker records in ``_workers``), `beat` (the periodic
 scheduler), `config` (`WorkerConfig`).
+
+A worker writes with its own rights where the tasks it runs tell it to, and
+those tasks come from whoever may enqueue into its queues. So every queue a
+task names is held to the app's own: a result goes only into a reply queue of
+the app (``<group>#<reply prefix><app id>``, the task's group; any other
+``kittiwake-reply-to`` is dead-lettered unrun as REPLY_TO_REFUSED — and the
+broker takes that header only from a user who may produce into the queue it
+names: see `kittiwake.app.envelope`, "Reply queues are the submitter's"); a
+gang join runs only from a ``.gang`` queue and posts only into its mailboxes
+(`gang`); a tick marker is written only for a tick already due (`loop`).
 """
 
 from kittiwake.worker.config import WorkerConfig, load_app

@@ -7,7 +7,10 @@ second scheduler's enqueue collapses into it, and with
 ``unless=[(<queue>.ticks-done, <tick>@<name>), (<queue>.dead, <name>@<tick>)]``
 so that once it finished (the worker enqueues the marker in the same update
 that dequeues the run) or was dead-lettered, a late scheduler's enqueue
-collapses too. Markers are kept for an hour (`loop.MARKER_RETENTION_SECS`)
+collapses too. A worker writes a marker only for a tick already due by its
+clock (`loop.TICK_SKEW_SECS` of slack): anyone who may enqueue into the queue
+can run a task under a tick's pid, and a marker for a tick still to come would
+have every scheduler skip it. Markers are kept for an hour (`loop.MARKER_RETENTION_SECS`)
 and a scheduler fires only ticks younger than `TICK_GRACE_SECS`, so a marker
 is always there when it matters.
 

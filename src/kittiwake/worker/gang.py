@@ -35,6 +35,15 @@ A gang assembles with queue operations only (CloudKon-HPC §3.2.1b):
   for other work, and leads again after a short pause, ``gang_timeout`` at a
   time, until the gang assembles or the task is cancelled.
 
+A join names the queue the member writes into (the mailbox, where it posts
+its address and from which it withdraws messages directed to the leader it
+names), and the worker does that with its own rights. So a join runs only
+when leased from a gang queue ``<queue>.gang`` — which only leaders fill —
+and only when its mailbox is one of that queue's, ``<queue>.gang.<gang id>``
+(`join_refusal`): a join a producer of ``<queue>`` wrote into ``<queue>``
+itself, naming another user's queue as its mailbox, is dead-lettered unrun
+(UNKNOWN_TASK) instead of posting there and dequeuing that queue's messages.
+
 A slot's address is ``<worker id>/<slot thread>``. The environment variables
 are process-wide: with ``--concurrency`` above 1 read `gang_info()` instead.
 Serve gang queues with ``--prefetch 0``, so a slot busy leading does not hold
@@ -65,7 +74,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kittiwake import errors
 from kittiwake.app import tracing
 from kittiwake.app.envelope import gang_queue_of, undelayed_queue_of
-from kittiwake.constants import GANG_SUFFIX, TASK_ID_HEADER
+from kittiwake.constants import GANG_SUFFIX, GROUP_SEPARATOR, TASK_ID_HEADER
 
 if TYPE_CHECKING:
     from kittiwake.app.serialization import Serializer
@@ -100,6 +109,20 @@ class RankRunner(Protocol):
 
 def mailbox_of(queue: str, gang_id: str) -> str:
     return f"{queue}{GANG_SUFFIX}.{gang_id}"
+
+
+def join_refusal(queue: str, args: Any) -> str | None:
+    """Why a join leased from `queue` with call arguments `args` must not run; None when it may
+    (see the module docstring: a join runs only from a gang queue, posting into its mailboxes)."""
+    if not queue.endswith(GANG_SUFFIX):
+        return f"a gang join runs only from a gang queue (<queue>{GANG_SUFFIX}), not from {queue[:255]!r}"
+    if not (isinstance(args, list) and len(args) >= 4 and isinstance(args[0], str) and isinstance(args[2], str)):
+        return "a gang join's arguments are (gang id, leader, mailbox, gang timeout, ...)"
+    gang_id, mailbox = args[0], args[2]
+    if not gang_id or GROUP_SEPARATOR in gang_id or mailbox != f"{queue}.{gang_id}":
+        return (f"a gang join from {queue[:255]!r} posts only into its mailbox {queue[:255]}.<gang id>, "
+                f"not {mailbox[:255]!r}")
+    return None
 
 
 def gang_info() -> dict[str, Any] | None:

@@ -50,12 +50,13 @@ from kittiwake.app.envelope import (
     delayed_queue_of,
     gang_queue_of,
     marker_pid_of_tick_pid,
+    tick_epoch_secs,
     ticks_done_queue_of,
     undelayed_queue_of,
 )
 from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
 from kittiwake.client import Client, LeasedTask
-from kittiwake.constants import DEFAULT_LEASE_SECS, DELAYED_SUFFIX, GANG_SUFFIX, NODE_SEPARATOR
+from kittiwake.constants import DEFAULT_LEASE_SECS, DELAYED_SUFFIX, GANG_SUFFIX, NODE_SEPARATOR, REPLIES_PREFIX
 from kittiwake.model import pid_at
 from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.config import WorkerConfig
@@ -70,6 +71,9 @@ log = logging.getLogger("kittiwake.worker")
 MARKER_RETENTION_SECS = 3600.0  # a tick's marker outlives any scheduler's lateness (beat.TICK_GRACE_SECS)
 MARKER_MAX_ATTEMPTS = 1_000_000
 MARKERS_PRUNED_PER_RUN = 100
+# a periodic run may start this long before its tick by this worker's clock (the scheduler's clock
+# runs ahead) and still leave its marker; a run of a later tick leaves none (`WorkerLoop._mark_tick`)
+TICK_SKEW_SECS = 60.0
 
 
 @dataclass(slots=True)
@@ -161,7 +165,7 @@ class WorkerLoop:
         self.prefetch = Prefetch(config.concurrency, config.prefetch)
         self.capacity = Capacity(self.prefetch.total(), clock)
         self.keeper = LeaseKeeper(self.client, clock)
-        self.settler = Settler(self.client, clock)
+        self.settler = Settler(self.client, clock, getattr(app, "reply_prefix", REPLIES_PREFIX))
         self.runner = TaskRunner(
             app, self.client, self.keeper, app_reference=app_reference or config.app,
             sys_path=config.sys_path, rng=rng, worker_id=self.id, clock=clock,
@@ -494,10 +498,24 @@ class WorkerLoop:
                 self.recycle(f"resident memory {rss_mb:.0f} MB over --max-memory {memory_mb:.0f} MB")
 
     def _mark_tick(self, outcome: Outcome) -> None:
-        """A periodic run finished: its marker goes in the same update, with old markers pruned."""
+        """A periodic run finished: its marker goes in the same update, with old markers pruned.
+
+        Only for a run whose pid is its own tick's (`envelope.tick_pid`) and whose tick is due
+        by this worker's clock (give or take `TICK_SKEW_SECS`): a pid is its submitter's word, and
+        a marker for a tick still to come — written with the worker's rights — would make every
+        scheduler skip that tick (`beat`)."""
         task = outcome.task
         if task.queue.endswith(DELAYED_SUFFIX) or "@" not in task.pid:
             return  # submitted by hand, not fired by a scheduler
+        definition = outcome.held.definition
+        name, _, iso = task.pid.rpartition("@")
+        tick_secs = tick_epoch_secs(iso)
+        if definition is None or definition.name != name or tick_secs is None:
+            return  # not a tick's pid: submitted by hand
+        if tick_secs > self.wall_clock() + TICK_SKEW_SECS:
+            log.warning("no marker for %s/%s: its tick has not come yet (a hand-made pid, or this "
+                        "worker's clock is behind the scheduler's)", task.queue, task.pid)
+            return
         markers = ticks_done_queue_of(task.queue)
         outcome.enqueue.append({"queue": markers, "pid": marker_pid_of_tick_pid(task.pid), "data": b"",
                                 "max_attempts": MARKER_MAX_ATTEMPTS})

@@ -5,7 +5,10 @@ The runner decides; this module writes the decision down:
 * DONE: one `update` dequeues the task and enqueues its result (and what the
   outcome adds: a join's job its output tokens), named after
   its ``kittiwake-submission``, into the reply queue named in its
-  ``kittiwake-reply-to`` header (and, for a periodic run, the tick's marker
+  ``kittiwake-reply-to`` header — only if that is a reply queue of the app
+  in the task's consistency group (`result_task`; the runner dead-letters
+  any other task unrun as REPLY_TO_REFUSED, see `envelope`, "Reply queues
+  are the submitter's") — (and, for a periodic run, the tick's marker
   into ``<queue>.ticks-done`` while dequeuing markers too old to matter).
   Results of many tasks in one consistency group go in one update (a
   worker-side group commit); if such a batch is refused because one task is
@@ -47,9 +50,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.app.envelope import redeliver_note, result_pid
+from kittiwake.app.envelope import is_reply_queue_for, redeliver_note, result_pid
 from kittiwake.client import Client, LeasedTask
-from kittiwake.constants import REPLY_TO_HEADER, TASK_ID_HEADER
+from kittiwake.constants import REPLIES_PREFIX, REPLY_TO_HEADER, TASK_ID_HEADER
 from kittiwake.model import Limits, group_of
 from kittiwake.worker.heartbeat import Held
 
@@ -88,11 +91,17 @@ class Outcome:
         return self.held.task
 
 
-def result_task(task: LeasedTask, payload: bytes | None) -> dict[str, Any] | None:
-    """The reply-queue task carrying `payload` for `task`, or None when nobody wants it."""
+def result_task(task: LeasedTask, payload: bytes | None, reply_prefix: str = REPLIES_PREFIX) -> dict[str, Any] | None:
+    """The reply-queue task carrying `payload` for `task`, or None when nobody wants it or its
+    reply-to is not a reply queue of an app with `reply_prefix` in the task's group (the worker
+    writes there with its own rights: see `envelope`)."""
     headers = task.headers or {}
     reply_to = headers.get(REPLY_TO_HEADER)
     if reply_to is None or payload is None:
+        return None
+    if not is_reply_queue_for(reply_to, task.queue, reply_prefix):
+        log.warning("result of %s/%s not posted: %r is not a reply queue of this app", task.queue, task.pid,
+                    reply_to[:255])
         return None
     task_id = headers.get(TASK_ID_HEADER, task.pid)
     return {"queue": reply_to, "pid": result_pid(headers, task.pid), "data": payload,
@@ -107,9 +116,12 @@ def broker_buries_on_release(task: LeasedTask) -> bool:
 class Settler:
     """Applies outcomes to the broker; `settle` takes a batch (see the module docstring)."""
 
-    def __init__(self, client: Client, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, client: Client, clock: Callable[[], float] = time.monotonic, reply_prefix: str = REPLIES_PREFIX
+    ) -> None:
         self.client = client
         self.clock = clock
+        self.reply_prefix = reply_prefix  # the app's: results go only to its reply queues
         self.done = 0
         self.failed = 0
         self.retried = 0
@@ -135,14 +147,13 @@ class Settler:
 
     # ------------------------------------------------------------------ done
 
-    @staticmethod
-    def _done_items(outcomes: list[Outcome]) -> tuple[list[Any], list[dict[str, Any]]]:
+    def _done_items(self, outcomes: list[Outcome]) -> tuple[list[Any], list[dict[str, Any]]]:
         dequeue: list[Any] = []
         enqueue: list[dict[str, Any]] = []
         for outcome in outcomes:
             dequeue.append(outcome.task)
             dequeue.extend(outcome.dequeue)
-            result = result_task(outcome.task, outcome.payload)
+            result = result_task(outcome.task, outcome.payload, self.reply_prefix)
             if result is not None:
                 enqueue.append(result)
             enqueue.extend(outcome.enqueue)
@@ -228,7 +239,7 @@ class Settler:
     def _fail(self, outcome: Outcome) -> None:
         task = outcome.task
         reason = outcome.reason or "ERROR"
-        result = result_task(task, outcome.payload)
+        result = result_task(task, outcome.payload, self.reply_prefix)
         if broker_buries_on_release(task):
             self._update(release=[task], reason=reason, enqueue=[result] if result else [])
             return

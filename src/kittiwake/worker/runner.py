@@ -2,8 +2,16 @@
 
 The decision, in order:
 
+0. A task whose ``kittiwake-reply-to`` is not a reply queue of this app in
+   the task's consistency group (`envelope.is_reply_queue_for` with the app's
+   ``reply_prefix``) is not run: FAIL with REPLY_TO_REFUSED, no result posted
+   anywhere, a warning logged. The header is its submitter's word, and the
+   worker would write there with its own rights (the threat and the rule:
+   `envelope`, "Reply queues are the submitter's").
 1. The payload must decode and name a task of the app, else FAIL
-   (BAD_PAYLOAD, UNKNOWN_TASK): no retry can fix either.
+   (BAD_PAYLOAD, UNKNOWN_TASK): no retry can fix either. A gang join
+   (`gang.GANG_JOIN`) is a task of the app only in a ``.gang`` queue and
+   only when it names that queue's own mailbox (`gang.join_refusal`).
 2. At most once: a task delivered before (``deliveries > 1``) runs only if
    the previous delivery ended cleanly and said so (``[redeliver N]`` note,
    see `envelope`); otherwise its worker was lost mid-run: FAIL with
@@ -50,15 +58,17 @@ from kittiwake import errors
 from kittiwake.app import context as task_context
 from kittiwake.app import tracing
 from kittiwake.app.definitions import Delivery, TaskDefinition
-from kittiwake.app.envelope import redeliver_note, redelivery_allowed
+from kittiwake.app.envelope import is_reply_queue_for, redeliver_note, redelivery_allowed
 from kittiwake.app.serialization import PayloadError, RemoteError, Serializer
 from kittiwake.client import Client
-from kittiwake.constants import JOIN_HEADER, TASK_ID_HEADER
+from kittiwake.constants import JOIN_HEADER, REPLIES_PREFIX, REPLY_TO_HEADER, TASK_ID_HEADER
 from kittiwake.worker import gang
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
 from kittiwake.worker.outcomes import DEFAULT_BROKER_MAX_ATTEMPTS, Kind, Outcome
 
 log = logging.getLogger("kittiwake.worker.runner")
+
+REPLY_TO_REFUSED = "REPLY_TO_REFUSED"  # the dead-letter reason of a task asking for its result elsewhere
 
 SANDBOX_START_SECS = 60.0
 
@@ -222,6 +232,7 @@ class TaskRunner:
         self.client = client
         self.keeper = keeper
         self.serializer: Serializer = app.serializer
+        self.reply_prefix: str = getattr(app, "reply_prefix", REPLIES_PREFIX)
         self.app_reference = app_reference
         self.sys_path = list(sys_path or sys.path[:1])
         self.rng = rng or random.Random()
@@ -245,6 +256,9 @@ class TaskRunner:
 
     def _run(self, held: Held) -> Outcome:
         task = held.task
+        reply_to = (task.headers or {}).get(REPLY_TO_HEADER)
+        if reply_to is not None and not is_reply_queue_for(reply_to, task.queue, self.reply_prefix):
+            return self._refuse_reply_to(held, reply_to)
         if task.headers and JOIN_HEADER in task.headers:
             handler = self.app.join_handlers.get(task.queue)
             if handler is not None:
@@ -254,6 +268,10 @@ class TaskRunner:
         except PayloadError as error:
             return self._fail(held, RemoteError("PayloadError", str(error), reason="BAD_PAYLOAD"))
         if name == gang.GANG_JOIN:
+            refusal = gang.join_refusal(task.queue, args)
+            if refusal is not None:
+                log.warning("task %s/%s: %s; dead-lettered unrun", task.queue, task.pid, refusal)
+                return self._fail(held, RemoteError("UnknownTask", refusal, reason="UNKNOWN_TASK"))
             return self._run_member(held, args)
         definition = self.app.tasks.get(name)
         if definition is None:
@@ -416,6 +434,15 @@ class TaskRunner:
             )
             return Outcome(held, Kind.RETRY, reason=note[:4000], backoff_secs=backoff)
         return self._fail(held, error, exception)
+
+    def _refuse_reply_to(self, held: Held, reply_to: str) -> Outcome:
+        """FAIL unrun, without a result: there is nowhere it may go (see the module docstring)."""
+        task = held.task
+        message = (f"asks for its result in {reply_to[:255]!r}, not a reply queue of this app "
+                   f"({self.reply_prefix!r} + app id, in the task's consistency group)")
+        log.warning("task %s/%s %s: dead-lettered unrun as %s", task.queue, task.pid, message, REPLY_TO_REFUSED)
+        tracing.failed("ReplyToRefused", message)
+        return Outcome(held, Kind.FAIL, reason=REPLY_TO_REFUSED)
 
     def _fail(self, held: Held, error: RemoteError, exception: BaseException | None = None) -> Outcome:
         tracing.failed(error.type, error.message, error.traceback, exception)
