@@ -6,7 +6,9 @@ through the chunked framing). The slow-reader test runs the broker in this
 process (`support.in_process_broker`) to lower its stream buffer bound and
 the kernel's send buffer of the connection, so that a client that stops
 reading is cut off within a few events; so does the test of history points
-and of a session that ends under an open stream.
+and of a session that ends under an open stream. Rights taken away under an
+open stream are taken away in the auth file with `kittiwake auth`, as an
+operator does; the broker re-reads the file on its own.
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ from typing import Any, Iterator
 
 import pytest
 
+from click.testing import CliRunner
+
 from kittiwake import Client
 from kittiwake.broker import BrokerConfig
 from kittiwake.broker.security import SecurityConfig
-from kittiwake.observe import stream
+from kittiwake.cli.auth_command import auth
 from kittiwake.observe.face import ObserveFace
 from kittiwake.observe.stream import SharedViews, event
-from support.auth_users import ROOT, standard_auth_file
+from support.auth_users import ALICE, ROOT, standard_auth_file
 from support.broker_process import BrokerProcess
-from support.http_api import call, error_code, get
+from support.http_api import basic, call, error_code, get
 from support.in_process_broker import InProcessBroker
 
 pytestmark = pytest.mark.timeout(120)
@@ -167,10 +171,7 @@ def test_a_client_that_stops_reading_is_cut_off_and_the_broker_goes_on(tmp_path:
         process_broker.close()
 
 
-def test_history_points_ride_the_stream_and_an_ended_session_ends_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(stream, "RECHECK_SECS", 0.5)  # credentials are looked at again every half second
+def test_history_points_ride_the_stream_and_an_ended_session_ends_it(tmp_path: Path) -> None:
     users = standard_auth_file(tmp_path / "users.json")
     config = BrokerConfig(data_dir=str(tmp_path / "data"), port=0, durability="os",
                           security=SecurityConfig(auth_file=str(users)))
@@ -198,6 +199,39 @@ def test_history_points_ride_the_stream_and_an_ended_session_ends_it(
             events.close()
     finally:
         process_broker.close()
+
+
+def test_rights_taken_away_under_open_streams_stop_their_events(tmp_path: Path) -> None:
+    users = standard_auth_file(tmp_path / "users.json")
+    with BrokerProcess(tmp_path / "data", extra_args=["--http-port", "0"], auth_file=users) as broker:
+        with Client(broker.client_url(*ROOT)) as client:
+            client.enqueue("alice.watched", "x")
+        _, headers, _ = call(broker, "POST", "/api/session", {"user": ALICE[0], "token": ALICE[1]})
+        cookie = {"Cookie": headers["set-cookie"].split(";")[0]}  # as the page's EventSource sends it
+        one = Events(broker.host, broker.http_port, "/api/stream?view=queue&name=alice.watched", cookie)
+        table = Events(broker.host, broker.http_port, "/api/stream?view=queues&filter=alice.", basic(*ALICE))
+        try:
+            assert one.until("queue")["stats"]["size"] == 1
+            assert [row["queue"] for row in table.until("queues")["queues"]] == ["alice.watched"]
+            result = CliRunner().invoke(auth, ["set-rights", "--file", str(users), ALICE[0], "--rights", "alice.other.*=all"])
+            assert result.exit_code == 0, result.output
+            # the file is re-read within a second; each stream's next tick runs with the rights as they are
+            assert one.until("error", timeout=10)["error"]["code"] == "FORBIDDEN"
+            assert table.until("queues", lambda data: data["total"] == 0, timeout=10)["queues"] == []
+            with Client(broker.client_url(*ROOT)) as client:
+                client.enqueue("alice.watched", "y")  # a change alice may no longer see
+            result = CliRunner().invoke(auth, ["remove-user", "--file", str(users), ALICE[0]])
+            assert result.exit_code == 0, result.output
+            for events in (one, table):  # a user removed: each stream says why, then ends
+                name, data = events.next()
+                while name != "error":
+                    assert name != "queue" and not (name == "queues" and data["queues"]), data  # nothing of it
+                    name, data = events.next()
+                assert data["error"]["code"] == "UNAUTHORIZED"
+                assert events.response.readline() == b""
+        finally:
+            one.close()
+            table.close()
 
 
 def test_shared_views_are_computed_once_per_interval() -> None:

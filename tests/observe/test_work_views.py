@@ -60,12 +60,12 @@ def test_workers_show_as_the_registry_records_them(broker: BrokerProcess, client
         assert worker["expires_at"] - worker["last_beat_at"] == pytest.approx(1.5)
         assert worker["last_beat_at"] <= time.time() + 1
         assert get(broker, "/api/overview")["workers"] == {"alive": 1, "slots": 4, "busy": 2}
-        assert get(broker, "/api/workers?registry=other.workers") == {"workers": []}
+        assert get(broker, "/api/workers?registry=other.workers") == {"workers": [], "skipped": 0}
         status, _, answer = call(broker, "GET", "/api/workers?registry=bad%20name")
         assert (status, error_code(answer)) == (400, "BAD_REQUEST")
     finally:
         registry.stop()
-    assert get(broker, "/api/workers") == {"workers": []}  # a stopping worker removes its record
+    assert get(broker, "/api/workers")["workers"] == []  # a stopping worker removes its record
 
 
 def write_record(client: Client, created_at: float, name: str, sinks: list[tuple[str, str]],
@@ -96,13 +96,15 @@ def test_jobs_newest_first_with_states_derived_from_their_sinks(broker: BrokerPr
         write_record(client, now - 1, "failed", [("j.q", "dead1"), ("j.q", "queued1")]),
     ]
     client.enqueue(JOBS_QUEUE, "not a record", pid=f"{int(now * 1000) - 5000:013d}-garbage0")
-    jobs = get(broker, "/api/jobs")["jobs"]
-    assert [job["id"] for job in jobs] == ids[::-1]
+    answer = get(broker, "/api/jobs")
+    jobs = answer["jobs"]
+    assert [job["id"] for job in jobs] == ids[::-1] and (answer["skipped"], answer["truncated"]) == (1, False)
     states = {job["name"]: (job["state"], job["sinks"]) for job in jobs}
-    assert states["failed"] == ("failed", {"done": 0, "failed": 1, "running": 0, "queued": 1, "waiting": 0})
-    assert states["waiting"] == ("waiting", {"done": 0, "failed": 0, "running": 0, "queued": 1, "waiting": 1})
-    assert states["running"] == ("running", {"done": 1, "failed": 0, "running": 1, "queued": 0, "waiting": 1})
-    assert states["old and done"] == ("done", {"done": 1, "failed": 0, "running": 0, "queued": 0, "waiting": 0})
+    none = {"hidden": 0}  # no auth file: nothing is hidden
+    assert states["failed"] == ("failed", {"done": 0, "failed": 1, "running": 0, "queued": 1, "waiting": 0, **none})
+    assert states["waiting"] == ("waiting", {"done": 0, "failed": 0, "running": 0, "queued": 1, "waiting": 1, **none})
+    assert states["running"] == ("running", {"done": 1, "failed": 0, "running": 1, "queued": 0, "waiting": 1, **none})
+    assert states["old and done"] == ("done", {"done": 1, "failed": 0, "running": 0, "queued": 0, "waiting": 0, **none})
     newest = get(broker, "/api/jobs?limit=2")["jobs"]
     assert [job["id"] for job in newest] == ids[:1:-1] and newest[0]["nodes"] == 3 and newest[0]["queues"] == {"j.q": 3}
     for bad in ("limit=0", "limit=101", "limit=x", "registry=bad%20name"):
@@ -135,7 +137,7 @@ def test_a_job_an_app_submits_shows_with_its_state(broker: BrokerProcess) -> Non
 
 
 def test_flow_runs_read_as_a_client_reads_them(broker: BrokerProcess, client: Client, tmp_path: Path) -> None:
-    assert get(broker, "/api/flows") == {"runs": []}
+    assert get(broker, "/api/flows") == {"runs": [], "skipped": 0, "truncated": False}
     first = pipelines.tiny.run(client, {"numbers": [1, 2]}, data_dir=tmp_path)
     second = pipelines.tiny.run(client, {"numbers": [3]}, data_dir=tmp_path)  # no worker: each waits queued
     runs = get(broker, "/api/flows")["runs"]

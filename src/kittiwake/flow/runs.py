@@ -157,12 +157,12 @@ def scan_run(client: Client, queue: str, run: str, *, dead: bool = False) -> Ite
     first = client.peek(queue, 1, run)
     if first and first[0].pid == run:
         yield first[0]
-    yield from _scan_prefix(client, queue, run + "/")
+    yield from scan_prefix(client, queue, run + "/")
     if dead:
-        yield from _scan_prefix(client, queue, run + "~")
+        yield from scan_prefix(client, queue, run + "~")
 
 
-def _scan_prefix(client: Client, queue: str, prefix: str = "") -> Iterator[Any]:
+def scan_prefix(client: Client, queue: str, prefix: str = "") -> Iterator[Any]:
     """The tasks of `queue` whose pids start with `prefix` (every task: ""), a page at a time."""
     start, seen = prefix or None, None
     while True:
@@ -248,7 +248,7 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
 
 def _done_counts(client: Client, record: RunRecord) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for view in _scan_prefix(client, f"{record.group}#done.{record.run}"):
+    for view in scan_prefix(client, f"{record.group}#done.{record.run}"):
         name = view.pid.split("/", 1)[0]
         counts[name] = counts.get(name, 0) + 1
     return counts
@@ -257,7 +257,7 @@ def _done_counts(client: Client, record: RunRecord) -> dict[str, int]:
 def outputs_of(client: Client, record: RunRecord) -> dict[str, list[Any]]:
     """"step.port" -> [[indices, dataset wire], ...] from ``outputs.<run>``, in index order."""
     outputs: dict[str, list[Any]] = {}
-    for view in _scan_prefix(client, f"{record.group}#outputs.{record.run}"):
+    for view in scan_prefix(client, f"{record.group}#outputs.{record.run}"):
         name, indices = parse_output_pid(view.pid)
         outputs.setdefault(name, []).append([indices, decode(view.data)["dataset"]])
     return outputs
@@ -359,7 +359,7 @@ def read_runs(
     found: list[RunStatus] = []
     for group in groups:
         queue = f"{group}#runs"
-        views = deque(_scan_prefix(reader, queue), maxlen=limit) if newest else reader.peek(queue, max(1, min(limit, PAGE)))
+        views = deque(scan_prefix(reader, queue), maxlen=limit) if newest else reader.peek(queue, max(1, min(limit, PAGE)))
         for view in views:
             found.append(run_status(reader, records.decode_record(view.data), finish=finish))
     found.sort(key=lambda status: status.created_at, reverse=newest)

@@ -10,7 +10,9 @@ upkeep when the broker stops. The views:
   (`overview`), the queues (`queue_views`, `queue_list`), the workers
   (`worker_views`), the jobs of apps (`job_views`), the runs of flows
   (`flow_views`), the actions on tasks (`actions`), and the events the
-  page is pushed (`stream`); what views read and who sees what is in `reads`;
+  page is pushed (`stream`); what views read and who sees what is in `reads`,
+  how the views over records users write stay within bounds in `slices` and
+  `loop_calls`;
 * `/metrics`: Prometheus metrics (`metrics`), from what committed passes
   did (`observations`, fed by the group commit's `on_commit`) and the
   engine's queues at each scrape; `/api/history`: the last hour, a point
@@ -22,7 +24,9 @@ upkeep when the broker stops. The views:
 Everything here reads the broker's engine on the event loop between group-
 commit passes (a pass commits before it returns, so what is read is what is
 durable) or sends requests through the group commit like any client;
-nothing opens a second path to the store.
+nothing opens a second path to the store. A view that may read much yields
+to the loop between slices of its work (`slices`), or runs in a worker
+thread that hands each of its reads to the loop (`loop_calls`).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def overview(observer: Registrar, principal: Principal | None) -> dict[str, Any]
     started_at = host.started_at
     workers = {"alive": 0, "slots": 0, "busy": 0}
     if principal is None or principal.may(Permission.ADMIN, WORKERS_QUEUE):
-        workers = worker_views.summary(worker_views.worker_records(state, WORKERS_QUEUE, now))
+        workers = worker_views.summary(worker_views.worker_records(state, WORKERS_QUEUE, now)[0])
     return {
         "broker": {
             "version": kittiwake.__version__,

@@ -12,6 +12,14 @@ over many queues asks `visibility(principal)` once and gets None (everything
 is visible: no auth file, or a user with every right on `*`) or a predicate
 over queue names that matches the principal's admin grants only, without
 the per-principal decision cache (a page of 100K queues would churn it).
+
+Records users write (a job's record, a flow run's record) name queues, and
+a view that follows them reads those queues for the viewer: it reads one only
+where the viewer could read it itself, `may_read(principal, queue, rights)`,
+with the rights of the read it stands for: `PEEK` (consume, as `peek` needs,
+or admin, as the queue's own pages here need) for a scan of its tasks, `GET`
+(consume or produce, as `get` needs, or admin) for one task looked up by pid.
+What a view shows for a queue it may not read is in its own docstring.
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ if TYPE_CHECKING:
     from kittiwake.broker.faces import Host
 
 Visible = Callable[[str], bool]
+
+PEEK = (Permission.CONSUME, Permission.ADMIN)  # what a scan of a queue's tasks needs
+GET = (Permission.CONSUME, Permission.PRODUCE, Permission.ADMIN)  # what one task looked up by pid needs
 
 
 def engine_of(host: Host) -> Engine:
@@ -53,6 +64,11 @@ def visibility(principal: Principal | None) -> Visible | None:
     if len(patterns) == 1:
         return patterns[0].matches
     return lambda name: any(pattern.matches(name) for pattern in patterns)
+
+
+def may_read(principal: Principal | None, queue: str, rights: tuple[Permission, ...]) -> bool:
+    """Whether `principal` (None: no auth file) holds one of `rights` (`PEEK`, `GET`) on `queue`."""
+    return principal is None or any(principal.may(right, queue) for right in rights)
 
 
 def require_admin(principal: Principal | None, queue: str) -> None:

@@ -17,13 +17,25 @@ runs (its queue deleted, or empty and idle for five minutes: QUEUE_NOT_FOUND;
 the store failed: UNAVAILABLE)
 sends `event: error` with `{"error": {"code", "message"}}` once, and the
 stream goes on; bad parameters, unknown queues and missing rights are
-refused before the stream starts, with the JSON API's statuses. Credentials
-are checked again every 10 seconds: a session that ended ends its streams
-(an `error` event, then the end). The stream ends when the broker stops.
+refused before the stream starts, with the JSON API's statuses.
+
+Rights are those of the principal as it is at each tick, as a request to the
+REST API gets them: credentials are checked again before each tick's views
+are made (`HttpAuth.principal`; the broker re-reads the auth file within a
+second of a change, `broker.auth`). So a right taken away stops the events
+it allowed at the next tick: a queue view sends `event: error` FORBIDDEN
+once (and the queue again if the right comes back), the table and the
+overview leave the queue out. A session that ended (logged out, its user
+removed or given a new token), or credentials in a header that no longer
+hold, end the stream: `event: error` UNAUTHORIZED, then the end. While
+credentials cannot be checked (UNAVAILABLE: the broker is busy checking
+others) a tick sends nothing. The stream ends when the broker stops.
 
 Cost: the views a stream sends are computed at most twice a second however
 many streams ask the same of them (`SharedViews`, keyed by view, parameters
-and user), so ten pages on 100K queues cost what two do. A client that stops
+and principal: a reload of the auth file makes new principals, so nothing
+computed under rights that changed is shared on), so ten pages on 100K
+queues cost what two do. A client that stops
 reading is cut off by the HTTP server once 1 MiB waits unsent
 (`HttpServer.max_stream_buffer_bytes`).
 """
@@ -51,7 +63,6 @@ if TYPE_CHECKING:
 
 TICK_SECS = 1.0
 PING_SECS = 15.0
-RECHECK_SECS = 10.0
 RETRY_MS = 3000
 SHARED_MAX_AGE_SECS = 0.5
 SHARED_MAX_ENTRIES = 1024
@@ -59,7 +70,7 @@ VIEWS = ("overview", "queues", "queue")
 VOLATILE_FIELDS = ("generated_at", "uptime_secs")
 EVENT_STREAM = "text/event-stream; charset=utf-8"
 
-View = Callable[[], Any]
+View = Callable[[Principal | None], Any]  # the event's value for the principal as it is now
 
 
 class SharedViews:
@@ -71,7 +82,7 @@ class SharedViews:
         self._views: dict[Hashable, tuple[float, Any]] = {}
         self.computed = 0  # views computed (not shared), for tests
 
-    def get(self, key: Hashable, make: View) -> Any:
+    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
         now = self.clock()
         hit = self._views.get(key)
         if hit is not None and now - hit[0] < self.max_age_secs:
@@ -102,55 +113,57 @@ def _error(error: errors.KittiwakeError) -> dict[str, Any]:
 def install(observer: Registrar) -> None:
     shared = SharedViews()
 
-    def views_of(principal: Principal | None, asked: dict[str, str]) -> list[tuple[str, View]]:
-        """The events this stream sends, each with how to make its value; checks the parameters."""
-        user = principal.user if principal is not None else None
+    def views_of(asked: dict[str, str]) -> list[tuple[str, View]]:
+        """The events this stream sends, each with how to make its value; checks the parameters.
+        Shared views are keyed by the principal itself (compared by identity, and kept alive by
+        the key, so its id is never reused while the entry lives)."""
         made: list[tuple[str, View]] = [
-            ("overview", lambda: shared.get(("overview", user), lambda: overview(observer, principal))),
+            ("overview", lambda principal: shared.get(("overview", principal), lambda: overview(observer, principal))),
         ]
         view = params.choice(asked, "view", VIEWS, "overview")
         if view == "queues":
             queues = QueuesQuery.of(asked)
-            made.append(("queues", lambda: shared.get(("queues", user, queues),
-                                                      lambda: queues_of(observer, principal, queues))))
+            made.append(("queues", lambda principal: shared.get(("queues", principal, queues),
+                                                                lambda: queues_of(observer, principal, queues))))
         elif view == "queue":
             name = params.queue(asked, "name", observer.host.limits)
-            made.append(("queue", lambda: shared.get(("queue", user, name),
-                                                     lambda: queue_of(observer, principal, name))))
+            made.append(("queue", lambda principal: shared.get(("queue", principal, name),
+                                                               lambda: queue_of(observer, principal, name))))
         return made
 
     async def events(request: HttpRequest, views: list[tuple[str, View]]) -> AsyncIterator[bytes]:
         clock = time.monotonic
         yield f"retry: {RETRY_MS}\n\n".encode()
         sent: dict[str, Any] = {}
-        start = clock()
-        next_ping, next_check = start + PING_SECS, start + RECHECK_SECS
+        next_ping = clock() + PING_SECS
         history_sent = None
         while observer.host.accepting:
-            for name, make in views:
-                try:
-                    kind, value = name, make()
-                except errors.KittiwakeError as error:
-                    kind, value = "error", _error(error)
-                fingerprint = (kind, _unchanging(value))
-                if sent.get(name) != fingerprint:
-                    sent[name] = fingerprint
-                    yield event(kind, value)
-            point = observer.history_point()
-            if point is not None and point is not history_sent:
-                history_sent = point
-                yield event("history", point)
+            checked = True
+            try:
+                principal = await observer.auth.principal(request)  # the rights as they are now
+            except errors.Unauthorized as error:
+                yield event("error", _error(error))
+                return
+            except errors.KittiwakeError:
+                checked = False  # the broker is busy checking other credentials: nothing this tick
+            if checked:
+                for name, make in views:
+                    try:
+                        kind, value = name, make(principal)
+                    except errors.KittiwakeError as error:
+                        kind, value = "error", _error(error)
+                    fingerprint = (kind, _unchanging(value))
+                    if sent.get(name) != fingerprint:
+                        sent[name] = fingerprint
+                        yield event(kind, value)
+                point = observer.history_point()
+                if point is not None and point is not history_sent:
+                    history_sent = point
+                    yield event("history", point)
             now = clock()
             if now >= next_ping:
                 next_ping = now + PING_SECS
                 yield b": ping\n\n"
-            if now >= next_check:
-                next_check = now + RECHECK_SECS
-                try:
-                    await observer.auth.principal(request)
-                except errors.KittiwakeError as error:
-                    yield event("error", _error(error))
-                    return
             await asyncio.sleep(TICK_SECS)
 
     async def stream(request: HttpRequest) -> HttpResponse:
@@ -158,9 +171,9 @@ def install(observer: Registrar) -> None:
             raise _MethodNotAllowed("/api/stream takes GET")
         asked = query(request)
         principal = await observer.auth.principal(request)
-        views = views_of(principal, asked)
+        views = views_of(asked)
         for _, make in views:
-            make()  # refused now, with its status, rather than as the stream's first event
+            make(principal)  # refused now, with its status, rather than as the stream's first event
         return HttpResponse(
             200,
             content_type=EVENT_STREAM,

@@ -6,6 +6,11 @@ one there), decoded by the registry's own `record_of`
 (`kittiwake.worker.registry`), so the page shows what `kittiwake workers
 --all --json` shows. A record is alive while its lease runs; `last_beat_at`
 is when the broker last renewed it. Needs ADMIN on the registry queue.
+
+A user writes what it likes into its own registry: a record whose data or
+note decodes to something else than a JSON object (or cannot be shown) is
+left out and counted, `{"workers": [...], "skipped": N}`; the overview's
+figures leave it out too.
 """
 
 from __future__ import annotations
@@ -30,10 +35,25 @@ if TYPE_CHECKING:
 MAX_RECORDS = 1000
 
 
-def worker_records(state: EngineState, registry: str, now: float) -> list[WorkerRecord]:
-    """Up to `MAX_RECORDS` records of the registry, by worker id, alive or not."""
+def decoded(view: TaskView) -> WorkerRecord | None:
+    """The worker record `view` holds, or None when it holds something else."""
+    try:
+        record = record_of(view)
+        if not (isinstance(record.info, dict) and isinstance(record.status, dict)):
+            return None
+        record.to_dict()  # each field it shows can be made
+    except (ValueError, TypeError, RecursionError):  # JSON nested past the parser, `running` not a list, ...
+        return None
+    return record
+
+
+def worker_records(state: EngineState, registry: str, now: float) -> tuple[list[WorkerRecord], int]:
+    """Up to `MAX_RECORDS` records of the registry, by worker id, alive or not; and how many
+    records were left out as malformed."""
     views, _ = inspection.scan_page(state, registry, MAX_RECORDS, None, now)
-    return [record_of(TaskView(**view)) for view in views]
+    records = [decoded(TaskView(**view)) for view in views]
+    found = [record for record in records if record is not None]
+    return found, len(records) - len(found)
 
 
 def summary(records: list[WorkerRecord]) -> dict[str, int]:
@@ -50,7 +70,7 @@ def install(observer: Registrar) -> None:
         registry = validate_queue(params.text(query(request), "registry") or WORKERS_QUEUE, host.limits,
                                   "registry")
         require_admin(principal, registry)
-        records = worker_records(engine_of(host).state, registry, now_of(host))
-        return {"workers": [record.to_dict() for record in records]}
+        records, skipped = worker_records(engine_of(host).state, registry, now_of(host))
+        return {"workers": [record.to_dict() for record in records], "skipped": skipped}
 
     observer.add_json("/api/workers", workers)

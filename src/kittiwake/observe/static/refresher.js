@@ -3,7 +3,7 @@
 // follow what happens without polling an idle broker.
 
 import { getJson } from "./api.js";
-import { clear, errorBox, emptyRow } from "./dom.js";
+import { h, clear, errorBox, emptyRow } from "./dom.js";
 
 const PAUSE_MS = 3000;
 
@@ -36,16 +36,26 @@ export class Refresher {
   }
 }
 
+// What the broker left out of a list: records that do not decode (`skipped`), and records it did
+// not look at in full because they name more than one request reads (`truncated`).
+function listNote(answer) {
+  const parts = [];
+  if (answer.skipped) parts.push(`${answer.skipped} malformed record(s) left out`);
+  if (answer.truncated) parts.push("some not looked at in full (state unknown): they name more than one request reads");
+  return parts.length ? h("div", { class: "muted small", testid: "list-note" }, parts.join("; ")) : null;
+}
+
 // A list view's load (workers, jobs, flow runs): the answer to the latest request wins (an older one
 // arriving late is dropped); an error shows above the table, which says there is nothing while
-// nothing was ever loaded. `key` names both the answer's list and the view's field.
+// nothing was ever loaded, and so does what the broker left out. `key` names both the answer's
+// list and the view's field.
 export async function loadList(view, path, params, key, errorTestid, columns) {
   const sequence = ++view.sequence;
   try {
     const answer = await getJson(path, params);
     if (sequence !== view.sequence) return;
     view[key] = answer[key] || [];
-    clear(view.error);
+    clear(view.error, listNote(answer));
     view.render();
   } catch (error) {
     if (sequence !== view.sequence) return;

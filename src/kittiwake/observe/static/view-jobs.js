@@ -6,8 +6,11 @@ import { count, ago, time } from "./format.js";
 import { Refresher, loadList } from "./refresher.js";
 
 const LIMIT = 100;
-export const STATE_TONES = { waiting: "neutral", running: "blue", done: "green", failed: "red", cancelled: "amber" };
-const SINK_PARTS = ["done", "running", "queued", "waiting", "failed"];
+// hidden: the record names queues the viewer may not read; unknown: not looked at in full
+export const STATE_TONES = {
+  waiting: "neutral", running: "blue", done: "green", failed: "red", cancelled: "amber", hidden: "neutral", unknown: "amber",
+};
+const SINK_PARTS = ["done", "running", "queued", "waiting", "failed", "hidden"];
 
 function progress(sinks) {
   const total = SINK_PARTS.reduce((sum, key) => sum + (sinks[key] || 0), 0);
