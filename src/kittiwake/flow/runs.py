@@ -41,6 +41,7 @@ from typing import Any, Iterator, Mapping
 
 from kittiwake import errors
 from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueReads
 from kittiwake.constants import DEAD_PID_HEADER, DEAD_REASON_HEADER, JOIN_HEADER
 from kittiwake.flow import records
 from kittiwake.flow.dataset import Dataset, as_dataset
@@ -125,11 +126,11 @@ def attach_run(flow: FlowDefinition, client: Any, run_id: str) -> RunHandle:
 # ------------------------------------------------------------------ reading
 
 
-def load_record(client: Client, group: str, run: str) -> RunRecord:
+def load_record(client: QueueReads, group: str, run: str) -> RunRecord:
     return records.decode_record(client.get(f"{group}#runs", run).data)
 
 
-def find_record(client: Client, run: str, flow: str | None = None) -> RunRecord:
+def find_record(client: QueueReads, run: str, flow: str | None = None) -> RunRecord:
     """The record of run `run` in flow `flow`, or in whichever flow has it (TaskNotFound: none)."""
     check_run_id(run)
     groups = [FlowNames(flow).group] if flow else [q.queue.rsplit("#", 1)[0] for q in client.list_queues(RUNS_PATTERN)]
@@ -141,14 +142,14 @@ def find_record(client: Client, run: str, flow: str | None = None) -> RunRecord:
     raise errors.TaskNotFound(f"no run {run!r}" + (f" in flow {flow!r}" if flow else ""))
 
 
-def ended_of(client: Client, record: RunRecord) -> Ended | None:
+def ended_of(client: QueueReads, record: RunRecord) -> Ended | None:
     try:
         return records.decode_ended(client.get(f"{record.group}#runs.ended", record.run).data)
     except errors.TaskNotFound:
         return None
 
 
-def scan_run(client: Client, queue: str, run: str, *, dead: bool = False) -> Iterator[Any]:
+def scan_run(client: QueueReads, queue: str, run: str, *, dead: bool = False) -> Iterator[Any]:
     """Every task of `queue` whose pid is of run `run` (see `names.belongs_to_run`), in pid order.
 
     Pids of other runs may sort between ``run`` and ``run/`` (``run.x``), so the
@@ -162,7 +163,7 @@ def scan_run(client: Client, queue: str, run: str, *, dead: bool = False) -> Ite
         yield from scan_prefix(client, queue, run + "~")
 
 
-def scan_prefix(client: Client, queue: str, prefix: str = "") -> Iterator[Any]:
+def scan_prefix(client: QueueReads, queue: str, prefix: str = "") -> Iterator[Any]:
     """The tasks of `queue` whose pids start with `prefix` (every task: ""), a page at a time."""
     start, seen = prefix or None, None
     while True:
@@ -178,7 +179,7 @@ def scan_prefix(client: Client, queue: str, prefix: str = "") -> Iterator[Any]:
         start = seen = page[-1].pid
 
 
-def has_live_job(client: Client, record: RunRecord) -> bool:
+def has_live_job(client: QueueReads, record: RunRecord) -> bool:
     """Whether a job of the run waits or runs (at most two peeks per job queue)."""
     for queue in record.job_queues():
         for start in (record.run, record.run + "/"):
@@ -188,17 +189,17 @@ def has_live_job(client: Client, record: RunRecord) -> bool:
     return False
 
 
-def live_jobs(client: Client, record: RunRecord) -> int:
+def live_jobs(client: QueueReads, record: RunRecord) -> int:
     return sum(1 for queue in record.job_queues() for _ in scan_run(client, queue, record.run))
 
 
-def dead_jobs(client: Client, record: RunRecord) -> list[Any]:
+def dead_jobs(client: QueueReads, record: RunRecord) -> list[Any]:
     return [view for queue in record.job_queues() for view in scan_run(client, f"{queue}.dead", record.run, dead=True)]
 
 
-def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> RunStatus:
-    """The run's state and each step's progress (see the module docstring); with `finish`, a run
-    found done but not finished yet is finished here."""
+def run_status(client: QueueReads, record: RunRecord, *, finish: bool = True) -> RunStatus:
+    """The run's state and each step's progress (see the module docstring); with `finish` and a
+    `Client` (a reader cannot write), a run found done but not finished yet is finished here."""
     ended = ended_of(client, record)
     progress = {step.name: StepProgress(step=step.name, engine=step.engine) for step in record.steps}
     status = RunStatus(run=record.run, flow=record.flow, state=RUNNING, created_at=record.created_at,
@@ -238,7 +239,7 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
         status.state = FAILED
         status.reason = f"{len(status.dead)} job(s) dead-lettered"
     elif live == 0:
-        if not finish:
+        if not finish or not isinstance(client, Client):
             status.state = DONE
             return status
         finish_run(client, record)
@@ -246,7 +247,7 @@ def run_status(client: Client, record: RunRecord, *, finish: bool = True) -> Run
     return status
 
 
-def _done_counts(client: Client, record: RunRecord) -> dict[str, int]:
+def _done_counts(client: QueueReads, record: RunRecord) -> dict[str, int]:
     counts: dict[str, int] = {}
     for view in scan_prefix(client, f"{record.group}#done.{record.run}"):
         name = view.pid.split("/", 1)[0]
@@ -254,7 +255,7 @@ def _done_counts(client: Client, record: RunRecord) -> dict[str, int]:
     return counts
 
 
-def outputs_of(client: Client, record: RunRecord) -> dict[str, list[Any]]:
+def outputs_of(client: QueueReads, record: RunRecord) -> dict[str, list[Any]]:
     """"step.port" -> [[indices, dataset wire], ...] from ``outputs.<run>``, in index order."""
     outputs: dict[str, list[Any]] = {}
     for view in scan_prefix(client, f"{record.group}#outputs.{record.run}"):
@@ -282,7 +283,7 @@ def finish_run(client: Client, record: RunRecord) -> RunRecord | None:
     return record
 
 
-def waiting_tokens(client: Client, record: RunRecord) -> dict[str, int]:
+def waiting_tokens(client: QueueReads, record: RunRecord) -> dict[str, int]:
     """Step -> tokens of the run waiting at its ports (only steps with some)."""
     counts: dict[str, int] = {}
     for shape in record.steps:
@@ -347,10 +348,10 @@ def list_runs(flow: FlowDefinition | str | None, client: Any, *, limit: int = 10
 
 
 def read_runs(
-    reader: Any, flow: FlowDefinition | str | None, *, limit: int = 100, finish: bool = True, newest: bool = False
+    reader: QueueReads, flow: FlowDefinition | str | None, *, limit: int = 100, finish: bool = True,
+    newest: bool = False,
 ) -> list[RunStatus]:
-    """`list_runs` over anything that answers the Client's reads it uses (`list_queues`, `peek`,
-    `get`; and, with `finish`, the calls that finish a run found done). `newest`: the newest
+    """`list_runs` over any `QueueReads` (with `finish` and a `Client`, a run found done is finished). `newest`: the newest
     `limit` runs of each flow (every record is read, a page at a time), newest first."""
     if flow is None:
         groups = [q.queue.rsplit("#", 1)[0] for q in reader.list_queues(RUNS_PATTERN)]

@@ -111,7 +111,7 @@ def _here(read: Callable[[], T]) -> T:
 
 
 class EngineReader:
-    """The read calls of `kittiwake.Client` that `flow.runs` makes, answered from the engine at `now`
+    """`client.interfaces.QueueReads` (what `flow.runs` reads), answered from the engine at `now`
     for `principal`: each runs through `on_loop` (from the view's worker thread: on the event loop;
     by default, where it is called), reads the engine as it is then (`state_of`), raises `Hidden`
     for a queue the principal may not read, and is charged to `budget`."""
@@ -182,9 +182,6 @@ class EngineReader:
             raise Hidden(queue)
         self.budget.charge(1, 1)
         return TaskView(**inspection.find_view(self.state_of(), queue, pid, self.now))
-
-    def __getattr__(self, name: str) -> Any:
-        raise errors.BadRequest(f"a view reads only: {name} is not one of its calls")
 
 
 def record_only(record: RunRecord, state: str, reason: str) -> dict[str, Any]:
