@@ -232,7 +232,8 @@ class UdpListener(asyncio.DatagramProtocol):
                 sessions.popitem(last=False)
             self._send(encode_datagram(producer_id, encode_ok(request.id, AuthResult(outcome.user))), address)
 
-        authenticator.authenticate(request.user, request.token, str(address[0]), checked)
+        # the address is only claimed: its failures must not spend the budget of a TCP client there
+        authenticator.authenticate(request.user, request.token, str(address[0]), checked, claimed=True)
 
     # -------------------------------------------------------------- replies
 
