@@ -18,10 +18,11 @@ from kittiwake import errors
 from kittiwake.client import Client
 from kittiwake.protocol import decode_reply, encode_request
 from kittiwake.protocol.datagrams import MAX_DATAGRAM_BYTES, decode_datagram, encode_datagram
-from support.auth_users import ALICE, standard_auth_file
+from support.auth_users import ALICE, BOB, ROOT, standard_auth_file
 from support.broker_process import BrokerProcess
 
 REPLY_WAIT_SECS = 5.0
+PADDED_REQUEST_BYTES = 467  # `datagrams.PADDED_REQUEST_BYTES`: a third of a full datagram, rounded up
 
 
 @pytest.fixture
@@ -36,17 +37,21 @@ def udp_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 class RawUdp:
     """A UDP socket to the broker's port that sends whatever it is given."""
 
-    def __init__(self, broker: BrokerProcess) -> None:
+    def __init__(self, broker: BrokerProcess, source: str | None = None) -> None:
         assert broker.udp_port is not None
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if source is not None:
+            self.sock.bind((source, 0))  # any of 127.0.0.0/8: another source address
         self.sock.connect((broker.host, broker.udp_port))
         self.sock.settimeout(REPLY_WAIT_SECS)
 
     def send(self, data: bytes) -> None:
         self.sock.send(data)
 
-    def request(self, producer_id: int, op: str, request_id: int, fields: dict[str, Any]) -> bytes:
-        datagram = encode_datagram(producer_id, encode_request(op, request_id, fields))
+    def request(self, producer_id: int, op: str, request_id: int, fields: dict[str, Any], *, pad: bool = False) -> bytes:
+        """Send one request; `pad` pads it as the kwu:// client pads reads, for a full datagram back."""
+        body = encode_request(op, request_id, fields)
+        datagram = encode_datagram(producer_id, body, padded_to=PADDED_REQUEST_BYTES) if pad else encode_datagram(producer_id, body)
         self.send(datagram)
         return datagram
 
@@ -55,6 +60,16 @@ class RawUdp:
         data = self.sock.recv(65_535)
         datagram = decode_datagram(data)
         return datagram.producer_id, decode_reply(datagram.body), data
+
+    def replies(self, timeout: float = 0.3) -> list[bytes]:
+        """Every datagram that comes back within `timeout` of the last one."""
+        self.sock.settimeout(timeout)
+        got: list[bytes] = []
+        try:
+            while True:
+                got.append(self.sock.recv(65_535))
+        except socket.timeout:
+            return got
 
     def no_reply(self, timeout: float = 0.3) -> bool:
         self.sock.settimeout(timeout)
@@ -152,6 +167,56 @@ def test_a_task_too_big_for_a_datagram_is_refused_when_leased(raw: RawUdp, udp_b
     raw.request(3, "lease", 1, {"queues": ["udp.big"], "lease_secs": 1})
     _, reply, _ = raw.reply()
     assert not reply.ok and reply.error["code"] == "FRAME_TOO_LARGE"
+
+
+# ------------------------------------------------- the window belongs to one sender
+
+
+def test_the_same_producer_and_request_id_from_another_address_is_another_request(udp_broker: BrokerProcess) -> None:
+    first, second = RawUdp(udp_broker), RawUdp(udp_broker, source="127.0.0.2")
+    try:
+        first.request(77, "enqueue", 5, {"tasks": [task("udp.senders", b"first")]})
+        _, mine, _ = first.reply()
+        second.request(77, "enqueue", 5, {"tasks": [task("udp.senders", b"second")]})  # a guessed producer id
+        _, theirs, _ = second.reply()
+    finally:
+        first.close()
+        second.close()
+    assert mine.ok and theirs.ok and mine.result[0]["pid"] != theirs.result[0]["pid"]
+    with Client(udp_broker.url) as tcp:
+        assert sorted(t.data for t in tcp.peek("udp.senders")) == [b"first", b"second"]
+
+
+def test_another_user_reads_no_cached_reply_and_uses_up_no_request_id(tmp_path: Path) -> None:
+    """Bob knows alice's producer id and guesses her next request ids: he gets nothing of hers,
+    and her next enqueue runs rather than being answered with what bob's request got."""
+    users = standard_auth_file(tmp_path / "users.json")
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"], auth_file=users)
+    bob = RawUdp(broker)
+    try:
+        with Client(broker.client_url(*ROOT)) as root:
+            root.enqueue("alice.secret", b"alice's task data")
+        alice_url = f"kwu://{ALICE[0]}:{ALICE[1]}@{broker.host}:{broker.udp_port}"
+        with Client(alice_url, timeout=10) as alice:
+            [leased] = alice.lease("alice.secret", lease_secs=60)  # request 1 is her auth, this is 2
+            assert leased.data == b"alice's task data"
+            producer_id = alice._pool.producer_id  # type: ignore[union-attr]
+            bob.request(producer_id, "auth", 1, {"user": BOB[0], "token": BOB[1]})
+            assert bob.reply()[1].ok
+            bob.request(producer_id, "lease", 2, {"queues": ["bob.q"], "lease_secs": 60})
+            _, reply, data = bob.reply()
+            assert b"alice's task data" not in data and reply.ok and reply.result == []
+            for request_id in range(3, 13):  # her next ids, taken first
+                bob.request(producer_id, "enqueue", request_id, {"tasks": [task("bob.q", b"bob's")]})
+                assert bob.reply()[1].ok
+            outcome = alice.enqueue("alice.jobs", b"alice's enqueue")  # her request 3
+            assert outcome.queue == "alice.jobs"
+        with Client(broker.client_url(*ROOT)) as root:
+            assert [t.data for t in root.peek("alice.jobs")] == [b"alice's enqueue"]
+            assert len(root.peek("bob.q", n=100)) == 10
+    finally:
+        bob.close()
+        broker.kill()
 
 
 # ---------------------------------------------------------------- bad input
@@ -260,6 +325,28 @@ def test_with_an_auth_file_a_producer_authenticates_once_and_is_authorised(tmp_p
         with Client(f"kwu://{broker.host}:{broker.udp_port}") as anonymous:
             with pytest.raises(errors.Unauthorized):
                 anonymous.ping()
+    finally:
+        broker.kill()
+
+
+def test_failed_udp_auths_do_not_lock_a_tcp_address_out(tmp_path: Path) -> None:
+    """A UDP source address is only claimed: failures of `auth` datagrams count in a budget of
+    their own, so forged ones from an address, or from many, refuse no TCP login."""
+    users = standard_auth_file(tmp_path / "users.json")
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"], auth_file=users)
+    try:
+        for source in ["127.0.0.1", *(f"127.0.0.{n}" for n in range(2, 6))]:  # 5 × 12 tries, past every UDP budget
+            raw = RawUdp(broker, source=source)
+            try:
+                for attempt in range(12):
+                    raw.request(9, "auth", attempt + 1, {"user": ROOT[0], "token": f"forged-{attempt:02d}-0123456789"})
+                    assert raw.reply()[1].error["code"] in ("UNAUTHORIZED", "UNAVAILABLE")
+            finally:
+                raw.close()
+        with broker.connect(source="127.0.0.1") as conn:  # never verified before: checked now
+            assert conn.auth(*ROOT).ok
+        with broker.connect(source="127.0.0.3") as conn:
+            assert conn.auth(*BOB).ok
     finally:
         broker.kill()
 

@@ -11,10 +11,13 @@ that ran it is durable. What UDP adds:
   caller, and this one has a single reply, sent to the address the request
   came from;
 * writes go through the retransmit window (`retransmit_window`), keyed by
-  (producer id, request id): a retransmitted request still in flight is
-  dropped, one already answered gets the same reply again without running a
-  second time. Reads (`dispatch.READ_ONLY_REQUESTS`) run again: they change
-  nothing;
+  the sender — (user, source address and port, producer id); the user is
+  None without an auth file — and the request id: a retransmitted request
+  still in flight is dropped, one already answered gets the same reply again
+  without running a second time. Reads (`dispatch.READ_ONLY_REQUESTS`) run
+  again: they change nothing. Another user, or another address, that sends a
+  producer id it learnt is another sender: it can neither read a reply cached
+  for the first nor make one of its request ids "already answered";
 * a lease is answered with as many tasks as fit in one datagram: the listener
   sets `max_reply_bytes` on it, and the engine stops before the task that
   would not fit (one task is always leased; if that one alone is too big for
@@ -32,8 +35,10 @@ version, are dropped unanswered (an answer to a spoofed source would make the
 broker a reflector); a datagram over `MAX_DATAGRAM_BYTES` gets FRAME_TOO_LARGE,
 a body that does not decode gets the decoder's error reply, with the request
 id when it was readable. An unknown producer id is just a new producer. A
-spoofed (producer id, request id) pair can at worst read the reply cached for
-it; it cannot make a request run twice. Nothing a datagram holds survives
+request can reach another sender's window entries only by forging that
+sender's address and port as well as its producer id (and, with an auth
+file, only once that sender has a session); its reply then goes to that
+address, not to the forger, and it cannot make a request run twice. Nothing a datagram holds survives
 beyond its own handling except window entries and sessions, both bounded.
 
 Exposure: UDP has no handshake, so the source address of a datagram is only
@@ -167,17 +172,18 @@ class UdpListener(asyncio.DatagramProtocol):
                 f"datagram of {len(data)} bytes is over the UDP limit of {MAX_DATAGRAM_BYTES}; send fewer tasks"
             ))
             return
+        user: str | None = None
         if self.authenticator is not None:
             screened = self._screen(request, address, producer_id)
             if screened is None:
                 return
-            request = screened
+            request, user = screened
         if type(request) is m.Lease:
             request = _fit_lease(request)
         if type(request) in dispatch.READ_ONLY_REQUESTS:
             self.broker.submit(UdpRequest(self, address, producer_id, None), request)  # type: ignore[arg-type]
             return
-        key = (producer_id, request.id)
+        key = ((user, address, producer_id), request.id)  # one sender's request, never another's
         seen = self.window.lookup(key, time.monotonic())
         if seen is Seen.NEW:
             self.window.begin(key)
@@ -194,8 +200,9 @@ class UdpListener(asyncio.DatagramProtocol):
 
     # ---------------------------------------------------------------- auth
 
-    def _screen(self, request: m.Request, address: Address, producer_id: int) -> m.Request | None:
-        """The request to run for the producer's principal, or None when it was answered here."""
+    def _screen(self, request: m.Request, address: Address, producer_id: int) -> tuple[m.Request, str] | None:
+        """The request to run for the producer's principal and that principal's user, or None when
+        it was answered here."""
         key = (producer_id, address)
         if type(request) is m.Auth:
             self._authenticate(request, address, producer_id)
@@ -212,7 +219,7 @@ class UdpListener(asyncio.DatagramProtocol):
         self.sessions[key] = (principal, now)
         self.sessions.move_to_end(key)
         try:
-            return access.authorise(principal, request)
+            return access.authorise(principal, request), principal.user
         except errors.Forbidden as exc:
             self._refuse(address, producer_id, request.id, exc)
             return None
