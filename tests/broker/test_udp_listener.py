@@ -161,12 +161,19 @@ def test_a_lease_reply_fits_in_one_datagram(raw: RawUdp, udp_broker: BrokerProce
     assert len(data) <= MAX_DATAGRAM_BYTES
 
 
-def test_a_task_too_big_for_a_datagram_is_refused_when_leased(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+def test_a_lease_passes_over_a_task_too_large_for_a_datagram_and_says_so(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    """The task that cannot fit is not leased (no attempt, no delivery): TCP gets it; the others come back."""
+    tasks = [("1", b"small 1"), ("2", bytes(5000)), ("3", b"small 3"), ("4", b"small 4")]
     with Client(udp_broker.url) as tcp:
-        tcp.enqueue("udp.big", bytes(5000))
-    raw.request(3, "lease", 1, {"queues": ["udp.big"], "lease_secs": 1})
-    _, reply, _ = raw.reply()
-    assert not reply.ok and reply.error["code"] == "FRAME_TOO_LARGE"
+        tcp.enqueue_many([{"queue": "udp.mixed", "data": data, "pid": pid} for pid, data in tasks])
+    raw.request(3, "lease", 1, {"queues": ["udp.mixed"], "max_tasks": 10, "lease_secs": 60})
+    _, reply, data = raw.reply()
+    assert reply.ok and [task["pid"] for task in reply.result] == ["1", "3", "4"]
+    assert msgspec.msgpack.decode(decode_datagram(data).body)["too_large"] == 1
+    with Client(udp_broker.url) as tcp:
+        huge = tcp.get("udp.mixed", "2")
+        assert (huge.state, huge.attempts, huge.deliveries) == ("available", 0, 0)
+        assert [task.pid for task in tcp.lease("udp.mixed", max_tasks=10)] == ["2"]
 
 
 # ------------------------------------------------- the window belongs to one sender

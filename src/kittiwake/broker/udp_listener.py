@@ -20,9 +20,9 @@ that ran it is durable. What UDP adds:
   for the first nor make one of its request ids "already answered";
 * a lease is answered with as many tasks as fit in one datagram: the listener
   sets `max_reply_bytes` on it, and the engine stops before the task that
-  would not fit (one task is always leased; if that one alone is too big for
-  a datagram the reply is FRAME_TOO_LARGE and the task comes back when its
-  lease runs out — lease big tasks over TCP);
+  would not fit in what is left, and passes over a task that alone would not
+  fit in a datagram — not leased, no attempt counted, still available to a
+  lease over TCP — saying how many it passed over in the reply's `too_large`;
 * with an auth file, a producer authenticates once with an `auth` datagram;
   the principal is kept per (producer id, source address) — at most
   `MAX_SESSIONS`, idle ones forgotten after `SESSION_IDLE_SECS` — and every

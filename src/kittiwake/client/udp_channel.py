@@ -28,7 +28,10 @@ Sizes: a request must fit in one datagram (`protocol.datagrams`). An
 after another; if one of them fails the error is raised and the earlier parts
 stay enqueued. Any other oversize request raises FRAME_TOO_LARGE before
 anything is sent. A lease returns as many tasks as fit in one reply datagram,
-possibly fewer than `max_tasks`.
+possibly fewer than `max_tasks`; a task that alone would not fit one is not
+leased (it stays available, no attempt counted) and the broker says how many
+it passed over: the channel counts them (`too_large_reported`) and logs a
+warning (at most one a minute) to lease them over `kw://` (TCP).
 
 With credentials in the URL, the channel sends `auth` before its first
 request, and again when the broker answers UNAUTHORIZED (it restarted and
@@ -38,6 +41,7 @@ forgot the session).
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import socket
 import threading
@@ -64,11 +68,14 @@ from kittiwake.protocol.replies import ReplyEnvelope, decode_envelope, result_de
 
 T = TypeVar("T")
 
+log = logging.getLogger("kittiwake.client")
+
 DEFAULT_DEADLINE_SECS = 10.0  # well inside the broker's 30 s retransmit window
 FIRST_RTO_SECS = 0.2
 MIN_RTO_SECS = 0.02
 MAX_RTO_SECS = 1.0
 RECEIVE_POLL_SECS = 0.2  # how soon the reader thread notices `close`
+TOO_LARGE_WARNING_SECS = 60.0  # a consumer polling a queue with a huge task warns once a minute, not per lease
 
 _decode_enqueued = result_decoder("enqueue")
 
@@ -119,6 +126,8 @@ class UdpChannel:
         self.sent = 0
         self.retransmits = 0
         self.ignored_replies = 0  # late or duplicate
+        self.too_large_reported = 0  # tasks leases passed over as too large for a datagram
+        self._too_large_warned_at: float | None = None
         try:
             family, kind, proto, _, target = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_DGRAM)[0]
             self._sock = socket.socket(family, kind, proto)
@@ -174,7 +183,23 @@ class UdpChannel:
             if len(body) > MAX_BODY_BYTES:
                 return cast(T, self._enqueue_split(request.tasks, deadline))  # enqueue_many: a list
         reply = self._round_trip(request, call.wait_secs, deadline)
+        if reply.too_large:
+            self._too_large(reply.too_large)
         return result_of(call, reply)
+
+    def _too_large(self, count: int) -> None:
+        """A lease passed over tasks no datagram can carry: say so, once in a while."""
+        self.too_large_reported += count
+        now = time.monotonic()
+        if self._too_large_warned_at is not None and now - self._too_large_warned_at < TOO_LARGE_WARNING_SECS:
+            return
+        self._too_large_warned_at = now
+        log.warning(
+            "%d task%s too large for a UDP datagram left available by a lease from %s (no attempt counted; "
+            "%d so far): lease %s over kw:// (TCP)",
+            count, "" if count == 1 else "s", self.address.url, self.too_large_reported,
+            "it" if count == 1 else "them",
+        )
 
     def _enqueue_split(self, tasks: list[m.TaskIn], deadline: float) -> list[Any]:
         """Enqueue tasks in as few datagrams as halving finds, in order."""
