@@ -106,6 +106,17 @@ def test_a_task_a_udp_long_poll_passed_over_goes_to_a_tcp_long_poll(client: Clie
     assert got == {"udp": ["1"], "tcp": ["2"]}  # not [] at the TCP long-poll's deadline
 
 
+def test_an_enqueue_of_many_tiny_tasks_is_split_so_that_each_reply_fits_too(
+    client: Client, udp_broker: BrokerProcess
+) -> None:
+    """Each outcome names a 17-digit pid the request did not carry: the replies, not the requests,
+    are what the split must fit."""
+    outcomes = client.enqueue_many([{"queue": "q", "data": b""} for _ in range(200)])
+    assert len(outcomes) == 200 and len({outcome.pid for outcome in outcomes}) == 200
+    with Client(udp_broker.url) as tcp:
+        assert len(tcp.peek("q", n=1000)) == 200
+
+
 def test_a_request_too_large_for_a_datagram_is_refused_before_it_is_sent(client: Client) -> None:
     with pytest.raises(errors.FrameTooLarge, match="UDP"):
         client.enqueue("udp.big", bytes(2000))

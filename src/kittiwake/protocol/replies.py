@@ -196,8 +196,12 @@ def encode_ok(request_id: int, result: Any, *, too_large: int = 0) -> bytes:
     return _encoder.encode({"id": request_id, "ok": True, "result": result})
 
 
-def encode_error(request_id: int, error: KittiwakeError) -> bytes:
-    return _encoder.encode({"id": request_id, "ok": False, "error": error.to_wire()})
+def encode_error(request_id: int, error: KittiwakeError, *, message: str | None = None) -> bytes:
+    """An error reply; `message` in place of the error's own (a shorter one, to fit a datagram)."""
+    wire = error.to_wire()
+    if message is not None:
+        wire["message"] = message
+    return _encoder.encode({"id": request_id, "ok": False, "error": wire})
 
 
 def decode_envelope(body: bytes) -> ReplyEnvelope[msgspec.Raw]:
