@@ -25,7 +25,8 @@ that ran it is durable. What UDP adds:
   to fit, and is not sent when not even the error's code fits. A write that
   ran keeps its place in the window and its error says it was applied. The
   kwu:// client pads leases and reads to `PADDED_REQUEST_BYTES`, enough for
-  a full datagram back, and enqueues to three times a third of their reply;
+  a full datagram back, and enqueues to a third of an upper bound of their
+  reply;
 * a lease is answered with as many tasks as fit in its reply: the listener
   sets `max_reply_bytes` on it (a datagram's body, or less when the request
   was small), and the engine stops before the task that would not fit in
