@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from typing import Hashable
+from collections.abc import Hashable
 
 DEFAULT_MAX_ENTRIES = 65_536
 DEFAULT_MAX_AGE_SECS = 30.0
