@@ -19,7 +19,7 @@ Names and limits (documented in the README):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -333,7 +333,21 @@ class LeaseRequest:
     peer: str | None = None
     rate_per_sec: float | None = None  # broker-wide limit of leases per second from these queues
     rate_burst: float | None = None  # tokens the limit may save up (default: one second's worth)
-    max_reply_bytes: int | None = None  # stop before the reply would exceed it (at least one task is leased)
+    # a bound on the reply (a UDP datagram): stop before a task that would not fit in what is left;
+    # pass over, without leasing, a task that alone would not fit (counted in `LeasedTasks.too_large`)
+    max_reply_bytes: int | None = None
+
+
+class LeasedTasks(list[Task]):
+    """The tasks a lease took, in pid order: a list, and `too_large`, how many tasks it passed over
+    because alone they would not fit the request's `max_reply_bytes` (left available, no attempt
+    counted: lease them where replies are larger). The reply says it beside the list."""
+
+    __slots__ = ("too_large",)
+
+    def __init__(self, tasks: Iterable[Task] = ()) -> None:
+        super().__init__(tasks)
+        self.too_large = 0
 
 
 @dataclass(slots=True)

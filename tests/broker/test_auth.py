@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -238,3 +239,34 @@ def test_a_thousand_wrong_tokens_cost_the_broker_nothing_noticeable(secured: Bro
     # 1,001 failures (the guesses and root's last try): all but the window's budget of 10
     # were refused without running scrypt
     assert more == 1000 and unchecked >= 1001 - 10
+
+
+def test_failed_logins_from_many_addresses_meet_a_budget_for_the_whole_broker(secured: BrokerProcess) -> None:
+    """Each address has its budget of key derivations, and all of them together have one more: past
+    it, a try that would need a key derivation is refused unchecked (UNAVAILABLE: try again later)
+    from any address until the window closes; a token verified before is still accepted."""
+    with secured.connect(source="127.0.0.1") as conn:
+        assert conn.auth(*ALICE).ok  # verified before the guessing: kept in the cache
+    sources = [f"127.0.0.{n}" for n in range(2, 2 + 6)]  # 6 addresses × their 10 = 60 > 30
+
+    def guess(source: str) -> list[str]:
+        codes = []
+        for attempt in range(10):
+            with secured.connect(source=source) as conn:
+                conn.send("auth", user=ROOT[0], token=f"guess-{attempt:02d}-from-{source}")
+                codes += [reply.error["code"] for reply in conn.read_until_closed()]
+        return codes
+
+    with ThreadPoolExecutor(len(sources)) as pool:
+        codes = [code for per_source in pool.map(guess, sources) for code in per_source]
+    assert set(codes) <= {"UNAUTHORIZED", "UNAVAILABLE"} and len(codes) == 60
+    with secured.connect(source="127.0.0.100") as conn:  # an address that never failed
+        reply = conn.auth(ROOT[0], "one-more-guess-0123456789")
+        assert reply.error["code"] == "UNAVAILABLE" and "failed authentications" in reply.error["message"]
+    with secured.connect(source="127.0.0.101") as conn:  # right, but never verified: not checked either
+        assert conn.auth(*ROOT).error["code"] == "UNAVAILABLE"
+    with secured.connect(source="127.0.0.102") as conn:
+        assert conn.auth(*ALICE).ok
+    assert secured.terminate() == 0
+    log = secured.log_path.read_text()
+    assert re.search(r"failed authentications from all addresses in 60 s", log), log[-3000:]

@@ -16,11 +16,16 @@ def test_a_new_request_runs_and_its_retransmission_gets_the_same_reply() -> None
     assert window.hits == 2
 
 
-def test_producers_do_not_share_request_ids() -> None:
+def test_senders_do_not_share_request_ids() -> None:
     window = RetransmitWindow()
     window.begin((1, 5))
     window.finish((1, 5), b"one", now=0.0)
     assert window.lookup((2, 5), now=0.0) is Seen.NEW
+    alice, bob = ("alice", ("10.0.0.1", 4000), 1), ("bob", ("10.0.0.2", 4000), 1)  # one producer id, two senders
+    window.begin((alice, 6))
+    assert window.lookup((bob, 6), now=0.0) is Seen.NEW
+    window.finish((alice, 6), b"alice's", now=0.0)
+    assert window.lookup((bob, 6), now=0.0) is Seen.NEW
 
 
 def test_entries_older_than_the_age_are_forgotten_and_their_ids_refused() -> None:
@@ -55,8 +60,8 @@ def test_requests_in_flight_are_not_evicted_by_the_count() -> None:
     assert window.lookup((1, 1), now=0.0) is Seen.TOO_LATE  # below an evicted id of the producer
 
 
-def test_the_producers_remembered_are_bounded() -> None:
-    window = RetransmitWindow(max_entries=1, max_producers=2)
+def test_the_senders_remembered_are_bounded() -> None:
+    window = RetransmitWindow(max_entries=1, max_senders=2)
     for producer in range(1, 5):
         window.begin((producer, 1))
         window.finish((producer, 1), b"r", now=0.0)

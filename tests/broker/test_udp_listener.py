@@ -1,4 +1,4 @@
-"""The broker's UDP port: round trips, the retransmit window seen from TCP, bad datagrams, auth.
+"""The broker's UDP port: round trips, the retransmit window per sender, the bound on replies, bad datagrams, auth.
 
 Every test talks to a real broker subprocess started with `--udp-port 0`,
 with raw datagrams where the client would never send what the test needs.
@@ -17,8 +17,8 @@ import pytest
 from kittiwake import errors
 from kittiwake.client import Client
 from kittiwake.protocol import decode_reply, encode_request
-from kittiwake.protocol.datagrams import MAX_DATAGRAM_BYTES, decode_datagram, encode_datagram
-from support.auth_users import ALICE, standard_auth_file
+from kittiwake.protocol.datagrams import MAX_DATAGRAM_BYTES, PADDED_REQUEST_BYTES, decode_datagram, encode_datagram
+from support.auth_users import ALICE, BOB, ROOT, standard_auth_file
 from support.broker_process import BrokerProcess
 
 REPLY_WAIT_SECS = 5.0
@@ -36,17 +36,23 @@ def udp_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 class RawUdp:
     """A UDP socket to the broker's port that sends whatever it is given."""
 
-    def __init__(self, broker: BrokerProcess) -> None:
+    def __init__(self, broker: BrokerProcess, source: str | None = None) -> None:
         assert broker.udp_port is not None
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if source is not None:
+            self.sock.bind((source, 0))  # any of 127.0.0.0/8: another source address
         self.sock.connect((broker.host, broker.udp_port))
         self.sock.settimeout(REPLY_WAIT_SECS)
 
     def send(self, data: bytes) -> None:
         self.sock.send(data)
 
-    def request(self, producer_id: int, op: str, request_id: int, fields: dict[str, Any]) -> bytes:
-        datagram = encode_datagram(producer_id, encode_request(op, request_id, fields))
+    def request(
+        self, producer_id: int, op: str, request_id: int, fields: dict[str, Any], *, pad: bool = False
+    ) -> bytes:
+        """Send one request; `pad` pads it as the kwu:// client pads reads, for a full datagram back."""
+        body = encode_request(op, request_id, fields)
+        datagram = encode_datagram(producer_id, body, padded_to=PADDED_REQUEST_BYTES if pad else 0)
         self.send(datagram)
         return datagram
 
@@ -55,6 +61,16 @@ class RawUdp:
         data = self.sock.recv(65_535)
         datagram = decode_datagram(data)
         return datagram.producer_id, decode_reply(datagram.body), data
+
+    def replies(self, timeout: float = 0.3) -> list[bytes]:
+        """Every datagram that comes back within `timeout` of the last one."""
+        self.sock.settimeout(timeout)
+        got: list[bytes] = []
+        try:
+            while True:
+                got.append(self.sock.recv(65_535))
+        except socket.timeout:
+            return got
 
     def no_reply(self, timeout: float = 0.3) -> bool:
         self.sock.settimeout(timeout)
@@ -140,18 +156,139 @@ def test_the_same_request_id_of_another_producer_is_another_request(raw: RawUdp,
 def test_a_lease_reply_fits_in_one_datagram(raw: RawUdp, udp_broker: BrokerProcess) -> None:
     with Client(udp_broker.url) as tcp:
         tcp.enqueue_many([{"queue": "udp.lease", "data": bytes(200)} for _ in range(50)])
-    raw.request(3, "lease", 1, {"queues": ["udp.lease"], "max_tasks": 50})
+    raw.request(3, "lease", 1, {"queues": ["udp.lease"], "max_tasks": 50}, pad=True)
     _, reply, data = raw.reply()
-    assert reply.ok and 1 <= len(reply.result) < 50
+    assert reply.ok and 1 < len(reply.result) < 50
     assert len(data) <= MAX_DATAGRAM_BYTES
 
 
-def test_a_task_too_big_for_a_datagram_is_refused_when_leased(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+def test_a_lease_passes_over_a_task_too_large_for_a_datagram_and_says_so(
+    raw: RawUdp, udp_broker: BrokerProcess
+) -> None:
+    """The task that cannot fit is not leased (no attempt, no delivery): TCP gets it; the others come back."""
+    tasks = [("1", b"small 1"), ("2", bytes(5000)), ("3", b"small 3"), ("4", b"small 4")]
     with Client(udp_broker.url) as tcp:
-        tcp.enqueue("udp.big", bytes(5000))
-    raw.request(3, "lease", 1, {"queues": ["udp.big"], "lease_secs": 1})
+        tcp.enqueue_many([{"queue": "udp.mixed", "data": data, "pid": pid} for pid, data in tasks])
+    raw.request(3, "lease", 1, {"queues": ["udp.mixed"], "max_tasks": 10, "lease_secs": 60}, pad=True)
+    _, reply, data = raw.reply()
+    assert reply.ok and [task["pid"] for task in reply.result] == ["1", "3", "4"]
+    assert msgspec.msgpack.decode(decode_datagram(data).body)["too_large"] == 1
+    with Client(udp_broker.url) as tcp:
+        huge = tcp.get("udp.mixed", "2")
+        assert (huge.state, huge.attempts, huge.deliveries) == ("available", 0, 0)
+        assert [task.pid for task in tcp.lease("udp.mixed", max_tasks=10)] == ["2"]
+
+
+# ------------------------------------------------- the window belongs to one sender
+
+
+def test_the_same_producer_and_request_id_from_another_address_is_another_request(udp_broker: BrokerProcess) -> None:
+    first, second = RawUdp(udp_broker), RawUdp(udp_broker, source="127.0.0.2")
+    try:
+        first.request(77, "enqueue", 5, {"tasks": [task("udp.senders", b"first")]})
+        _, mine, _ = first.reply()
+        second.request(77, "enqueue", 5, {"tasks": [task("udp.senders", b"second")]})  # a guessed producer id
+        _, theirs, _ = second.reply()
+    finally:
+        first.close()
+        second.close()
+    assert mine.ok and theirs.ok and mine.result[0]["pid"] != theirs.result[0]["pid"]
+    with Client(udp_broker.url) as tcp:
+        assert sorted(t.data for t in tcp.peek("udp.senders")) == [b"first", b"second"]
+
+
+def test_another_user_reads_no_cached_reply_and_uses_up_no_request_id(tmp_path: Path) -> None:
+    """Bob knows alice's producer id and guesses her next request ids: he gets nothing of hers,
+    and her next enqueue runs rather than being answered with what bob's request got."""
+    users = standard_auth_file(tmp_path / "users.json")
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"], auth_file=users)
+    bob = RawUdp(broker)
+    try:
+        with Client(broker.client_url(*ROOT)) as root:
+            root.enqueue("alice.secret", b"alice's task data")
+        alice_url = f"kwu://{ALICE[0]}:{ALICE[1]}@{broker.host}:{broker.udp_port}"
+        with Client(alice_url, timeout=10) as alice:
+            [leased] = alice.lease("alice.secret", lease_secs=60)  # request 1 is her auth, this is 2
+            assert leased.data == b"alice's task data"
+            producer_id = alice._pool.producer_id  # type: ignore[union-attr]
+            bob.request(producer_id, "auth", 1, {"user": BOB[0], "token": BOB[1]})
+            assert bob.reply()[1].ok
+            bob.request(producer_id, "lease", 2, {"queues": ["bob.q"], "lease_secs": 60})
+            _, reply, data = bob.reply()
+            assert b"alice's task data" not in data and reply.ok and reply.result == []
+            for request_id in range(3, 13):  # her next ids, taken first
+                bob.request(producer_id, "enqueue", request_id, {"tasks": [task("bob.q", b"bob's")]})
+                assert bob.reply()[1].ok
+            outcome = alice.enqueue("alice.jobs", b"alice's enqueue")  # her request 3
+            assert outcome.queue == "alice.jobs"
+        with Client(broker.client_url(*ROOT)) as root:
+            assert [t.data for t in root.peek("alice.jobs")] == [b"alice's enqueue"]
+            assert len(root.peek("bob.q", n=100)) == 10
+    finally:
+        bob.close()
+        broker.kill()
+
+
+# ------------------------------------------------------------ reflection
+
+
+def _ratio(sent: bytes, replies: list[bytes]) -> float:
+    return max((len(reply) / len(sent) for reply in replies), default=0.0)
+
+
+@pytest.mark.parametrize("with_auth", [False, True], ids=["no-auth", "auth"])
+def test_no_reply_is_more_than_three_times_its_request(tmp_path: Path, with_auth: bool) -> None:
+    """QUIC's bound for an unverified address (RFC 9000 §8): a forged source gets back at most
+    three times what was sent in its name. Without an auth file no source is verified; with one,
+    neither is a source without a session — nor, as an auth datagram's source is only claimed too,
+    one with a session: the bound is the same for every reply."""
+    users = standard_auth_file(tmp_path / "users.json") if with_auth else None
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"], auth_file=users)
+    raw = RawUdp(broker)
+    try:
+        with Client(broker.client_url(*ROOT) if with_auth else broker.url) as tcp:
+            tcp.enqueue_many([{"queue": "amp.q", "data": bytes(300), "sender": "s"} for _ in range(20)])
+            pid = tcp.peek("amp.q")[0].pid
+        worst = [
+            ("peek", {"queue": "amp.q", "n": 100}),
+            ("lease", {"queues": ["amp.q"], "max_tasks": 100}),
+            ("stats", {}),
+            ("list_queues", {}),
+            ("get", {"queue": "amp.q", "pid": pid}),
+            ("find_by_sender", {"sender": "s"}),
+            ("ping", {}),
+            ("no_such_op", {}),
+            ("auth", {"user": "", "token": ""}),
+            ("auth", {"user": ROOT[0], "token": "wrong"}),
+        ]
+        ratios: dict[str, float] = {}
+        phases = ["unauthenticated", "authenticated"] if with_auth else ["no auth"]
+        for phase in phases:
+            if phase == "authenticated":
+                raw.request(5, "auth", 100, {"user": ROOT[0], "token": ROOT[1]})
+                assert raw.reply()[1].ok
+            for n, (op, fields) in enumerate(worst, 1):
+                sent = raw.request(5, op, n, fields)
+                ratios[f"{phase} {op}"] = _ratio(sent, raw.replies())
+            for body in (b"\xc1", b"", b"\x80", b"\x81\xa2id\x01"):  # bodies that do not decode
+                sent = encode_datagram(5, body)
+                raw.send(sent)
+                ratios[f"{phase} {body!r}"] = _ratio(sent, raw.replies())
+        assert max(ratios.values()) <= 3.0, ratios
+    finally:
+        raw.close()
+        broker.kill()
+
+
+def test_a_read_too_large_for_its_request_is_told_to_pad_or_use_tcp(raw: RawUdp, udp_broker: BrokerProcess) -> None:
+    with Client(udp_broker.url) as tcp:
+        tcp.enqueue_many([{"queue": "udp.read", "data": bytes(200)} for _ in range(3)])
+    raw.request(5, "peek", 1, {"queue": "udp.read", "n": 3})
     _, reply, _ = raw.reply()
-    assert not reply.ok and reply.error["code"] == "FRAME_TOO_LARGE"
+    assert (reply.id, reply.error["code"]) == (1, "FRAME_TOO_LARGE") and "kw://" in reply.error["message"]
+    raw.request(5, "peek", 2, {"queue": "udp.read", "n": 3}, pad=True)  # room for a full datagram back
+    _, reply, _ = raw.reply()
+    assert reply.ok and len(reply.result) == 3
 
 
 # ---------------------------------------------------------------- bad input
@@ -188,10 +325,20 @@ def test_bytes_that_are_not_our_datagrams_are_dropped(raw: RawUdp, udp_broker: B
 def test_a_body_that_does_not_decode_gets_an_error_reply(
     raw: RawUdp, udp_broker: BrokerProcess, body: bytes, code: str
 ) -> None:
-    raw.send(encode_datagram(99, body))
-    producer, reply, _ = raw.reply()
+    raw.send(encode_datagram(99, body, padded_to=64))  # room for the error: three times 64 bytes
+    producer, reply, data = raw.reply()
     assert producer == 99 and not reply.ok
-    assert reply.error["code"] == code
+    assert reply.error["code"] == code and len(data) <= 3 * 64
+    assert serves_tcp(udp_broker)
+
+
+@pytest.mark.parametrize("body", [b"\xc1", b"", b"\x80"])
+def test_a_datagram_too_small_for_even_an_error_gets_nothing(
+    raw: RawUdp, udp_broker: BrokerProcess, body: bytes
+) -> None:
+    """An error reply is some 60 bytes at least: more than three times a datagram of 15."""
+    raw.send(encode_datagram(99, body))
+    assert raw.no_reply()
     assert serves_tcp(udp_broker)
 
 
@@ -260,6 +407,28 @@ def test_with_an_auth_file_a_producer_authenticates_once_and_is_authorised(tmp_p
         with Client(f"kwu://{broker.host}:{broker.udp_port}") as anonymous:
             with pytest.raises(errors.Unauthorized):
                 anonymous.ping()
+    finally:
+        broker.kill()
+
+
+def test_failed_udp_auths_do_not_lock_a_tcp_address_out(tmp_path: Path) -> None:
+    """A UDP source address is only claimed: failures of `auth` datagrams count in a budget of
+    their own, so forged ones from an address, or from many, refuse no TCP login."""
+    users = standard_auth_file(tmp_path / "users.json")
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"], auth_file=users)
+    try:
+        for source in ["127.0.0.1", *(f"127.0.0.{n}" for n in range(2, 6))]:  # 5 × 12 tries, past every UDP budget
+            raw = RawUdp(broker, source=source)
+            try:
+                for attempt in range(12):
+                    raw.request(9, "auth", attempt + 1, {"user": ROOT[0], "token": f"forged-{attempt:02d}-0123456789"})
+                    assert raw.reply()[1].error["code"] in ("UNAUTHORIZED", "UNAVAILABLE")
+            finally:
+                raw.close()
+        with broker.connect(source="127.0.0.1") as conn:  # never verified before: checked now
+            assert conn.auth(*ROOT).ok
+        with broker.connect(source="127.0.0.3") as conn:
+            assert conn.auth(*BOB).ok
     finally:
         broker.kill()
 

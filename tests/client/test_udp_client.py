@@ -8,10 +8,12 @@ in the queue, drained over TCP.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -62,6 +64,57 @@ def test_the_operations_round_trip(client: Client, udp_broker: BrokerProcess) ->
     assert stats.queue == "udp.ops"
     with Client(udp_broker.url) as tcp:
         assert len(tcp.peek("udp.ops", n=1000)) == 99  # the collapsed one, and 98 of the 100
+
+
+def test_a_lease_returns_the_tasks_that_fit_and_reports_those_too_large_for_udp(
+    client: Client, udp_broker: BrokerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    tasks = [("1", b"small 1"), ("2", bytes(5000)), ("3", b"small 3"), ("4", b"small 4")]
+    with Client(udp_broker.url) as tcp:
+        tcp.enqueue_many([{"queue": "udp.mixed", "data": data, "pid": pid} for pid, data in tasks])
+    with caplog.at_level(logging.WARNING, logger="kittiwake.client"):
+        leased = client.lease("udp.mixed", max_tasks=10, lease_secs=60)
+    assert [task.data for task in leased] == [b"small 1", b"small 3", b"small 4"]
+    assert client._pool.too_large_reported == 1  # type: ignore[union-attr]
+    assert "1 task too large for a UDP datagram" in caplog.text and "kw://" in caplog.text
+    with Client(udp_broker.url) as tcp:
+        huge = tcp.get("udp.mixed", "2")
+        assert (huge.state, huge.attempts) == ("available", 0)
+        assert [task.pid for task in tcp.lease("udp.mixed", max_tasks=10)] == ["2"]
+
+
+def test_a_task_a_udp_long_poll_passed_over_goes_to_a_tcp_long_poll(client: Client, udp_broker: BrokerProcess) -> None:
+    """A lease bounded by a datagram that leaves tasks behind has not drained the queue: the
+    long-polls waiting behind it on the same queue are still tried."""
+    got: dict[str, list[str]] = {}
+
+    def poll(name: str, lease: Any) -> None:
+        got[name] = [task.pid for task in lease("udp.poll", max_tasks=10, lease_secs=60, wait_secs=10)]
+
+    with Client(udp_broker.url, timeout=30) as tcp:
+        udp_poll = threading.Thread(target=poll, args=("udp", client.lease))
+        udp_poll.start()
+        time.sleep(0.3)  # parked first, so tried first
+        tcp_poll = threading.Thread(target=poll, args=("tcp", tcp.lease))
+        tcp_poll.start()
+        time.sleep(0.3)
+        with Client(udp_broker.url) as producer:
+            producer.enqueue_many([{"queue": "udp.poll", "data": b"small", "pid": "1"},
+                                   {"queue": "udp.poll", "data": bytes(5000), "pid": "2"}])
+        udp_poll.join(15)
+        tcp_poll.join(15)
+    assert got == {"udp": ["1"], "tcp": ["2"]}  # not [] at the TCP long-poll's deadline
+
+
+def test_an_enqueue_of_many_tiny_tasks_is_split_so_that_each_reply_fits_too(
+    client: Client, udp_broker: BrokerProcess
+) -> None:
+    """Each outcome names a 17-digit pid the request did not carry: the replies, not the requests,
+    are what the split must fit."""
+    outcomes = client.enqueue_many([{"queue": "q", "data": b""} for _ in range(200)])
+    assert len(outcomes) == 200 and len({outcome.pid for outcome in outcomes}) == 200
+    with Client(udp_broker.url) as tcp:
+        assert len(tcp.peek("q", n=1000)) == 200
 
 
 def test_a_request_too_large_for_a_datagram_is_refused_before_it_is_sent(client: Client) -> None:

@@ -98,17 +98,30 @@ def test_a_reply_size_limit_leases_only_what_fits_and_the_estimate_is_an_upper_b
     engine = Engine(MemoryStore())
     headers = {"trace": "t" * 40}
     engine.enqueue([NewTask("q", b"z" * 200, pid=f"p{n:02d}", sender="s", headers=headers) for n in range(20)], NOW)
-    request = LeaseRequest(["q"], max_tasks=20, worker="w1", peer="127.0.0.1:50000", max_reply_bytes=1388)
+    engine.enqueue([NewTask("q", b"z" * 5000, pid="p99")], NOW)
+    request = LeaseRequest(["q"], max_tasks=21, worker="w1", peer="127.0.0.1:50000", max_reply_bytes=1388)
     leased = engine.lease(request, NOW)
-    assert 1 < len(leased) < 20
-    assert len(encode_ok(2**62, leased)) <= 1388  # what the broker sends fits the limit
+    assert 1 < len(leased) < 20 and leased.too_large == 0  # stopped before the task over what is left
+    assert len(encode_ok(2**62, leased, too_large=2**32 - 1)) <= 1388  # what the broker sends fits the limit
     assert [t.pid for t in leased] == [f"p{n:02d}" for n in range(len(leased))]
 
 
-def test_a_reply_size_limit_still_leases_one_task() -> None:
+def test_a_reply_size_limit_passes_over_a_task_that_alone_would_not_fit() -> None:
     engine = Engine(MemoryStore())
-    engine.enqueue([NewTask("q", b"y" * 5000, pid="a"), NewTask("q", b"y", pid="b")], NOW)
-    assert [t.pid for t in engine.lease(LeaseRequest(["q"], max_tasks=5, max_reply_bytes=100), NOW)] == ["a"]
+    engine.enqueue([NewTask("q", data, pid=pid) for pid, data in (("a", b"y"), ("b", b"y" * 5000), ("c", b"y"))], NOW)
+    leased = engine.lease(LeaseRequest(["q"], max_tasks=5, max_reply_bytes=1388), NOW)
+    assert [t.pid for t in leased] == ["a", "c"] and leased.too_large == 1
+    passed_over = engine.get("q", "b", NOW)
+    assert (passed_over["state"], passed_over["attempts"], passed_over["deliveries"]) == ("available", 0, 0)
+    assert [t.pid for t in engine.lease(LeaseRequest(["q"], max_tasks=5), NOW)] == ["b"]  # no bound: leased
+
+
+def test_a_reply_size_limit_below_any_task_leases_nothing_and_says_why() -> None:
+    engine = Engine(MemoryStore())
+    engine.enqueue([NewTask("q", b"y", pid="a"), NewTask("q", b"y", pid="b")], NOW)
+    leased = engine.lease(LeaseRequest(["q"], max_tasks=5, max_reply_bytes=100), NOW)
+    assert leased == [] and leased.too_large == 2
+    assert [t.pid for t in engine.lease(LeaseRequest(["q"], max_tasks=5), NOW)] == ["a", "b"]
 
 
 # ------------------------------------------------------ renew, release, dequeue

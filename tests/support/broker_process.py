@@ -209,12 +209,14 @@ class BrokerProcess:
             return "(no broker log)"
         return "\n".join(text.splitlines()[-lines:])
 
-    def connect(self, timeout: float = 10.0, *, tls: bool = False) -> RawConnection:
+    def connect(self, timeout: float = 10.0, *, tls: bool = False, source: str | None = None) -> RawConnection:
+        """A raw connection; `source` binds its local address first (any of 127.0.0.0/8 is loopback,
+        so tests can come from many addresses)."""
         if tls:
             assert self.tls is not None and self.tls_port is not None
             context = ssl.create_default_context(cafile=str(self.tls.ca))
-            return RawConnection(self.host, self.tls_port, timeout=timeout, tls=context)
-        return RawConnection(self.host, self.port, timeout=timeout)
+            return RawConnection(self.host, self.tls_port, timeout=timeout, tls=context, source=source)
+        return RawConnection(self.host, self.port, timeout=timeout, source=source)
 
     def __enter__(self) -> BrokerProcess:
         return self
@@ -226,8 +228,12 @@ class BrokerProcess:
 class RawConnection:
     """A blocking socket that sends requests and reads replies as `kittiwake.protocol` frames."""
 
-    def __init__(self, host: str, port: int, timeout: float = 10.0, tls: ssl.SSLContext | None = None) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(
+        self, host: str, port: int, timeout: float = 10.0, tls: ssl.SSLContext | None = None, source: str | None = None
+    ) -> None:
+        self.sock = socket.create_connection(
+            (host, port), timeout=timeout, source_address=(source, 0) if source is not None else None
+        )
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:
             self.sock = tls.wrap_socket(self.sock, server_hostname=host)

@@ -4,8 +4,9 @@ A lease with `wait_secs > 0` that comes back empty is parked by its pass
 (`passes`) in the `WaiterBook` instead of answered. Every later pass retries
 the long-polls on the queues the engine reports as ready (`Engine.take_ready`),
 oldest first, so the worker that has waited longest is served first; a try
-that finds the queues empty marks them drained for the rest of the pass, so a
-thousand idle workers cost one look, not a thousand. After the engine was
+that could take any task (no receiver, `max_pid` or reply bound) and finds
+the queues empty marks them drained for the rest of the pass, so a thousand
+idle workers cost one look, not a thousand. After the engine was
 rebuilt it knows nothing of which queues gained tasks, so every long-poll
 looks once. A long-poll ends with tasks, with an empty list at its deadline
 (the monotonic clock, so a step of the wall clock does not time out every
@@ -103,7 +104,9 @@ class LongPolls:
         self, engine: Engine, lease: LeaseRequest, queues: tuple[str, ...], drained: set[str], request_id: int, now: float
     ) -> bytes | None:
         """One more try of a long-poll; its reply, or None to keep waiting."""
-        unrestricted = lease.receiver is None and lease.max_pid is None
+        # only a lease that could take any task proves a queue empty: one bounded by its reply's
+        # size (UDP) may have left, or passed over, tasks another waiter can take
+        unrestricted = lease.receiver is None and lease.max_pid is None and lease.max_reply_bytes is None
         if unrestricted and drained.issuperset(queues):
             return None  # an earlier try in this pass found these queues empty
         try:

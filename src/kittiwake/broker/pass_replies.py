@@ -21,7 +21,7 @@ from typing import Any, Protocol, Sized
 from kittiwake import errors
 from kittiwake.broker.waiters import Waiter
 from kittiwake.errors import StorageFault
-from kittiwake.model import LeaseRequest
+from kittiwake.model import LeasedTasks, LeaseRequest
 from kittiwake.protocol import encode_error, encode_frame, encode_ok
 
 # How an UNAVAILABLE reply ends: the broker knows the change was not applied,
@@ -102,8 +102,9 @@ def error_frame(request_id: int, error: errors.KittiwakeError) -> bytes:
 
 
 def ok_frame(request_id: int, result: Any, max_frame: int) -> bytes:
-    """The reply frame of a result; FRAME_TOO_LARGE instead when the client could not read it."""
-    body = encode_ok(request_id, result)
+    """The reply frame of a result; FRAME_TOO_LARGE instead when the client could not read it. A
+    lease's result says beside its list how many tasks it passed over as too large."""
+    body = encode_ok(request_id, result, too_large=result.too_large if type(result) is LeasedTasks else 0)
     if len(body) > max_frame:
         # the client could not read it; better an error it can read
         return error_frame(

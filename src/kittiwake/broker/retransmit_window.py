@@ -1,12 +1,18 @@
-"""The retransmit window of the UDP listener: (producer id, request id) → the reply already sent.
+"""The retransmit window of the UDP listener: (sender, request id) → the reply already sent.
 
 A UDP client retransmits a request whose reply it has not seen; the reply may
 have been lost after the request ran. Running it again would enqueue the task
 twice (a broker-assigned FIFO pid is new every time) or lease more tasks, so
-the broker remembers, per (producer id, request id), that a request is in
-flight or which reply it got, and answers a retransmission from here without
+the broker remembers, per (sender, request id), that a request is in flight
+or which reply it got, and answers a retransmission from here without
 running it again (CMQ (001) keeps per-sender sequence numbers for the same
 reason; SQS FIFO's five-minute deduplication window is the same idea).
+
+The sender is whatever the listener says names one client — for the UDP
+listener, (user, source address, producer id): a producer id alone is only
+a number in a datagram, and another user, or another address, that sends it
+must never read the reply cached for it nor make one of its request ids
+"already answered". The window never looks inside a sender.
 
 Theory of operation:
 
@@ -24,13 +30,15 @@ are not counted: the broker's own pending and parked requests bound them. The
 client gives up on a request well inside the age (its deadline, 10 s by
 default, against 30 s here), so only the count can evict an entry a client
 may still retransmit, under heavy load; for that case the window keeps, per
-producer, the highest request id it evicted, and a request at or below it
-that it no longer knows is refused as `TOO_LATE` instead of being run a
-second time. A refused request may or may not have run: the client reports
+sender (at most `max_senders` of them), the highest request id it evicted,
+and a request at or below it that it no longer knows is refused as
+`TOO_LATE` instead of being run a second time. A refused request may or may not have run: the client reports
 that outcome as unknown, as after a lost TCP connection.
 
 The window lives in memory only. If the broker restarts while a client is
-still retransmitting, the retransmission finds nothing and runs again: an
+still retransmitting — or the client's address changes under it (a NAT
+rebinding), which makes it another sender — the retransmission finds
+nothing and runs again: an
 enqueue without a pid then creates a second task (its FIFO pid is new), an
 enqueue with a pid collapses into the task it already made (the pid is the
 durable dedupe key, for as long as the task exists), a dequeue, renew or
@@ -45,12 +53,13 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
+from collections.abc import Hashable
 
 DEFAULT_MAX_ENTRIES = 65_536
 DEFAULT_MAX_AGE_SECS = 30.0
-DEFAULT_MAX_PRODUCERS = 65_536
+DEFAULT_MAX_SENDERS = 65_536
 
-Key = tuple[int, int]  # (producer id, request id)
+Key = tuple[Hashable, int]  # (sender, request id)
 
 
 class Seen(enum.Enum):
@@ -62,20 +71,20 @@ class Seen(enum.Enum):
 
 
 class RetransmitWindow:
-    """Replies of recent requests by (producer id, request id), bounded by count and age."""
+    """Replies of recent requests by (sender, request id), bounded by count and age."""
 
     def __init__(
         self,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         max_age_secs: float = DEFAULT_MAX_AGE_SECS,
-        max_producers: int = DEFAULT_MAX_PRODUCERS,
+        max_senders: int = DEFAULT_MAX_SENDERS,
     ) -> None:
         self.max_entries = max_entries
         self.max_age_secs = max_age_secs
-        self.max_producers = max_producers
+        self.max_senders = max_senders
         self._done: OrderedDict[Key, tuple[float, bytes]] = OrderedDict()  # oldest first
         self._in_flight: set[Key] = set()
-        self._evicted_through: OrderedDict[int, int] = OrderedDict()  # producer → highest evicted id
+        self._evicted_through: OrderedDict[Hashable, int] = OrderedDict()  # sender → highest evicted id
         self.hits = 0  # retransmissions answered from the window
         self.evicted = 0
 
@@ -123,11 +132,11 @@ class RetransmitWindow:
             self._evict()
 
     def _evict(self) -> None:
-        (producer, request_id), _ = self._done.popitem(last=False)
+        (sender, request_id), _ = self._done.popitem(last=False)
         self.evicted += 1
         marks = self._evicted_through
-        if request_id > marks.get(producer, -1):
-            marks[producer] = request_id
-        marks.move_to_end(producer)
-        while len(marks) > self.max_producers:
+        if request_id > marks.get(sender, -1):
+            marks[sender] = request_id
+        marks.move_to_end(sender)
+        while len(marks) > self.max_senders:
             marks.popitem(last=False)

@@ -11,38 +11,57 @@ that ran it is durable. What UDP adds:
   caller, and this one has a single reply, sent to the address the request
   came from;
 * writes go through the retransmit window (`retransmit_window`), keyed by
-  (producer id, request id): a retransmitted request still in flight is
-  dropped, one already answered gets the same reply again without running a
-  second time. Reads (`dispatch.READ_ONLY_REQUESTS`) run again: they change
-  nothing;
-* a lease is answered with as many tasks as fit in one datagram: the listener
-  sets `max_reply_bytes` on it, and the engine stops before the task that
-  would not fit (one task is always leased; if that one alone is too big for
-  a datagram the reply is FRAME_TOO_LARGE and the task comes back when its
-  lease runs out — lease big tasks over TCP);
+  the sender — (user, source address and port, producer id); the user is
+  None without an auth file — and the request id: a retransmitted request
+  still in flight is dropped, one already answered gets the same reply again
+  without running a second time. Reads (`dispatch.READ_ONLY_REQUESTS`) run
+  again: they change nothing. Another user, or another address, that sends a
+  producer id it learnt is another sender: it can neither read a reply cached
+  for the first nor make one of its request ids "already answered";
+* no reply is more than three times the datagram it answers
+  (`datagrams.reply_limit_bytes`, QUIC's bound for an unverified address),
+  whoever sent it: a reply over it becomes a short error — FRAME_TOO_LARGE,
+  "use kw:// (TCP), ask for less, or pad the request" — with its message cut
+  to fit, and is not sent when not even the error's code fits. A write that
+  ran keeps its place in the window and its error says it was applied. The
+  kwu:// client pads leases and reads to `PADDED_REQUEST_BYTES`, enough for
+  a full datagram back, and enqueues to a third of an upper bound of their
+  reply;
+* a lease is answered with as many tasks as fit in its reply: the listener
+  sets `max_reply_bytes` on it (a datagram's body, or less when the request
+  was small), and the engine stops before the task that would not fit in
+  what is left, and passes over a task that alone would not fit — not
+  leased, no attempt counted, still available to a lease over TCP — saying
+  how many it passed over in the reply's `too_large`;
 * with an auth file, a producer authenticates once with an `auth` datagram;
   the principal is kept per (producer id, source address) — at most
   `MAX_SESSIONS`, idle ones forgotten after `SESSION_IDLE_SECS` — and every
   later request is authorised with `access.authorise` as on TCP. A request
   from a producer with no session is answered UNAUTHORIZED; the client then
-  authenticates again (after a broker restart, say) and retries.
+  authenticates again (after a broker restart, say) and retries. Failed
+  `auth` datagrams count in the authenticator's book of claimed sources
+  (`auth_failures`): they spend no TCP address's budget.
 
 Bad input (docs: bad input): bytes without the header, or of another
-version, are dropped unanswered (an answer to a spoofed source would make the
-broker a reflector); a datagram over `MAX_DATAGRAM_BYTES` gets FRAME_TOO_LARGE,
-a body that does not decode gets the decoder's error reply, with the request
-id when it was readable. An unknown producer id is just a new producer. A
-spoofed (producer id, request id) pair can at worst read the reply cached for
-it; it cannot make a request run twice. Nothing a datagram holds survives
-beyond its own handling except window entries and sessions, both bounded.
+version, are dropped unanswered; a datagram over `MAX_DATAGRAM_BYTES` gets
+FRAME_TOO_LARGE, a body that does not decode gets the decoder's error reply,
+with the request id when it was readable (each within the bound above). An
+unknown producer id is just a new producer. A request can reach another
+sender's window entries only by forging that sender's address and port as
+well as its producer id (and, with an auth file, only while that sender has
+a session); its reply then goes to that address, not to the forger, and it
+cannot make a request run twice. Nothing a datagram holds survives beyond
+its own handling except window entries and sessions, both bounded.
 
 Exposure: UDP has no handshake, so the source address of a datagram is only
-claimed. Without an auth file, anyone who can reach the port can make the
-broker send a reply of up to one datagram (a lease) to a forged address, a
-reflection of about 20 times the request's size; so the UDP port listens on
-`--host` like the TCP port (loopback by default), and belongs on a trusted
-network. With an auth file, a forged source gets only a small UNAUTHORIZED
-error, as no session exists for it.
+claimed, and so is an `auth` datagram's: a session proves the credentials,
+not the address. Anyone who can reach the port can make the broker send to a
+forged address at most three times what they send it — an error of a few
+dozen bytes, or, without an auth file (or with stolen credentials), a full
+reply to a request padded to a third of its size. Without an auth file,
+anyone who reaches the port may do anything a client may; so the UDP port
+listens on `--host` like the TCP port (loopback by default), and belongs on
+a trusted network.
 """
 
 from __future__ import annotations
@@ -63,11 +82,20 @@ from kittiwake.broker.auth import Authenticator
 from kittiwake.broker.connection import format_peer
 from kittiwake.broker.pass_replies import OUTCOME_UNKNOWN
 from kittiwake.broker.retransmit_window import Key, RetransmitWindow, Seen
-from kittiwake.protocol import RequestError, decode_request, encode_error, encode_ok
+from kittiwake.protocol import RequestError, decode_request, encode_ok
 from kittiwake.protocol import messages as m
-from kittiwake.protocol.datagrams import MAX_BODY_BYTES, MAX_DATAGRAM_BYTES, NotADatagram, decode_datagram, encode_datagram
+from kittiwake.protocol.datagrams import (
+    HEADER_BYTES,
+    MAX_DATAGRAM_BYTES,
+    PADDED_REQUEST_BYTES,
+    NotADatagram,
+    decode_datagram,
+    encode_datagram,
+    error_datagram,
+    reply_limit_bytes,
+)
 from kittiwake.protocol.frames import HEADER_BYTES as FRAME_HEADER_BYTES
-from kittiwake.protocol.replies import AuthResult
+from kittiwake.protocol.replies import AuthResult, decode_envelope, error_of
 
 if TYPE_CHECKING:
     from kittiwake.broker.faces import Host as Broker
@@ -84,19 +112,22 @@ Address = Any  # what asyncio gives as a datagram's source: (host, port[, flow, 
 class UdpRequest:
     """One request that came in a datagram: the `Caller` of a pass, answered by one datagram."""
 
-    __slots__ = ("listener", "address", "peer", "producer_id", "key")
+    __slots__ = ("listener", "address", "peer", "producer_id", "key", "request_bytes")
 
     closed = False  # a datagram can always be sent
     ended = False
     write_paused = False
     deferred: tuple[()] = ()
 
-    def __init__(self, listener: UdpListener, address: Address, producer_id: int, key: Key | None) -> None:
+    def __init__(
+        self, listener: UdpListener, address: Address, producer_id: int, key: Key | None, request_bytes: int
+    ) -> None:
         self.listener = listener
         self.address = address
         self.peer = format_peer(address)
         self.producer_id = producer_id
         self.key = key  # in the retransmit window; None for reads, which are not remembered
+        self.request_bytes = request_bytes  # the datagram's size, padding included: what bounds the reply
 
     def deliver(self, frames: list[bytes]) -> None:
         for frame in frames:
@@ -124,6 +155,7 @@ class UdpListener(asyncio.DatagramProtocol):
         self.refused = 0  # answered with an error before running
         self.resent = 0  # answered from the window
         self.duplicates_dropped = 0  # copies of a request in flight
+        self.withheld = 0  # replies not sent: not even an error fitted three times the request
 
     # ------------------------------------------------------------- asyncio
 
@@ -157,48 +189,60 @@ class UdpListener(asyncio.DatagramProtocol):
             self.dropped += 1
             return
         producer_id = datagram.producer_id
+        size = len(data)
         try:
             request = decode_request(datagram.body)
         except RequestError as exc:
-            self._refuse(address, producer_id, exc.request_id, exc.error)
+            self._refuse(address, producer_id, exc.request_id, exc.error, size)
             return
-        if len(data) > MAX_DATAGRAM_BYTES:
+        if size > MAX_DATAGRAM_BYTES:
             self._refuse(address, producer_id, request.id, errors.FrameTooLarge(
-                f"datagram of {len(data)} bytes is over the UDP limit of {MAX_DATAGRAM_BYTES}; send fewer tasks"
-            ))
+                f"datagram of {size} bytes is over the UDP limit of {MAX_DATAGRAM_BYTES}; send fewer tasks"
+            ), size)
             return
+        user: str | None = None
         if self.authenticator is not None:
-            screened = self._screen(request, address, producer_id)
+            screened = self._screen(request, address, producer_id, size)
             if screened is None:
                 return
-            request = screened
+            request, user = screened
         if type(request) is m.Lease:
-            request = _fit_lease(request)
+            request = _fit_lease(request, size)
         if type(request) in dispatch.READ_ONLY_REQUESTS:
-            self.broker.submit(UdpRequest(self, address, producer_id, None), request)  # type: ignore[arg-type]
+            self.broker.submit(UdpRequest(self, address, producer_id, None, size), request)  # type: ignore[arg-type]
             return
-        key = (producer_id, request.id)
+        key = ((user, address, producer_id), request.id)  # one sender's request, never another's
         seen = self.window.lookup(key, time.monotonic())
         if seen is Seen.NEW:
             self.window.begin(key)
-            self.broker.submit(UdpRequest(self, address, producer_id, key), request)  # type: ignore[arg-type]
+            self.broker.submit(UdpRequest(self, address, producer_id, key, size), request)  # type: ignore[arg-type]
         elif seen is Seen.IN_FLIGHT:
             self.duplicates_dropped += 1
         elif seen is Seen.TOO_LATE:
             self._refuse(address, producer_id, request.id, errors.Unavailable(
                 f"this retransmission is older than the broker's retransmit window; {OUTCOME_UNKNOWN}"
-            ))
+            ), size)
+        elif len(seen) > reply_limit_bytes(size):
+            # a copy smaller than the request that was answered (a client retransmits the same
+            # bytes): only what this datagram's size allows
+            self._refuse(address, producer_id, request.id, errors.FrameTooLarge(
+                f"retransmit the request as it was first sent: its reply of {len(seen)} bytes is over "
+                f"three times this copy's {size}"
+            ), size)
         else:
             self.resent += 1
             self._send(seen, address)
 
     # ---------------------------------------------------------------- auth
 
-    def _screen(self, request: m.Request, address: Address, producer_id: int) -> m.Request | None:
-        """The request to run for the producer's principal, or None when it was answered here."""
+    def _screen(
+        self, request: m.Request, address: Address, producer_id: int, size: int
+    ) -> tuple[m.Request, str] | None:
+        """The request to run for the producer's principal and that principal's user, or None when
+        it was answered here."""
         key = (producer_id, address)
         if type(request) is m.Auth:
-            self._authenticate(request, address, producer_id)
+            self._authenticate(request, address, producer_id, size)
             return None
         now = time.monotonic()
         session = self.sessions.get(key)
@@ -206,54 +250,78 @@ class UdpListener(asyncio.DatagramProtocol):
             self.sessions.pop(key, None)
             self._refuse(address, producer_id, request.id, errors.Unauthorized(
                 "this broker needs credentials (kwu://USER:TOKEN@HOST:PORT): send auth first"
-            ))
+            ), size)
             return None
         principal = session[0]
         self.sessions[key] = (principal, now)
         self.sessions.move_to_end(key)
         try:
-            return access.authorise(principal, request)
+            return access.authorise(principal, request), principal.user
         except errors.Forbidden as exc:
-            self._refuse(address, producer_id, request.id, exc)
+            self._refuse(address, producer_id, request.id, exc, size)
             return None
 
-    def _authenticate(self, request: m.Auth, address: Address, producer_id: int) -> None:
+    def _authenticate(self, request: m.Auth, address: Address, producer_id: int, size: int) -> None:
         authenticator = self.authenticator
         assert authenticator is not None
 
         def checked(outcome: Principal | errors.KittiwakeError) -> None:
             if isinstance(outcome, errors.KittiwakeError):
-                self._refuse(address, producer_id, request.id, outcome)
+                self._refuse(address, producer_id, request.id, outcome, size)
                 return
             sessions = self.sessions
             sessions[(producer_id, address)] = (outcome, time.monotonic())
             sessions.move_to_end((producer_id, address))
             while len(sessions) > MAX_SESSIONS:
                 sessions.popitem(last=False)
-            self._send(encode_datagram(producer_id, encode_ok(request.id, AuthResult(outcome.user))), address)
+            reply = encode_datagram(producer_id, encode_ok(request.id, AuthResult(outcome.user)))
+            self._send_within(reply, address, producer_id, request.id, size)
 
-        authenticator.authenticate(request.user, request.token, str(address[0]), checked)
+        # the address is only claimed: its failures must not spend the budget of a TCP client there
+        authenticator.authenticate(request.user, request.token, str(address[0]), checked, claimed=True)
 
     # -------------------------------------------------------------- replies
 
     def reply(self, request: UdpRequest, body: bytes) -> None:
-        """The reply of a pass to one request: into the window, then out."""
-        if len(body) > MAX_BODY_BYTES:
-            body = encode_error(_reply_id(body), errors.FrameTooLarge(
-                f"the reply is {len(body)} bytes, over the UDP datagram limit; ask for fewer items or use kw:// (TCP)"
-            ))
-        datagram = encode_datagram(request.producer_id, body)
+        """The reply of a pass to one request, within its bound: into the window, then out."""
+        datagram: bytes | None = encode_datagram(request.producer_id, body)
+        limit = reply_limit_bytes(request.request_bytes)
+        if len(body) + HEADER_BYTES > limit:
+            datagram = _over_limit(request, body, len(body) + HEADER_BYTES, limit)
+            if datagram is None:
+                self.withheld += 1
         if request.key is not None:
-            self.window.finish(request.key, datagram, time.monotonic())
-        self._send(datagram, request.address)
+            # a write ran: its retransmissions get the same answer, or, when none could be
+            # sent, the same silence (an empty entry) rather than a second run
+            self.window.finish(request.key, datagram or b"", time.monotonic())
+        if datagram is not None:
+            self._send(datagram, request.address)
 
-    def _refuse(self, address: Address, producer_id: int, request_id: int, error: errors.KittiwakeError) -> None:
+    def _refuse(
+        self, address: Address, producer_id: int, request_id: int, error: errors.KittiwakeError, request_bytes: int
+    ) -> None:
+        """Answer with an error, cut to fit the bound of a request of `request_bytes`."""
         self.refused += 1
-        self._send(encode_datagram(producer_id, encode_error(request_id, error)), address)
+        datagram = error_datagram(producer_id, request_id, error, reply_limit_bytes(request_bytes))
+        if datagram is None:
+            self.withheld += 1
+            return
+        self._send(datagram, address)
+
+    def _send_within(
+        self, datagram: bytes, address: Address, producer_id: int, request_id: int, request_bytes: int
+    ) -> None:
+        """Send an ok reply made here, or FRAME_TOO_LARGE in its place when it is over the bound."""
+        if len(datagram) <= reply_limit_bytes(request_bytes):
+            self._send(datagram, address)
+            return
+        self._refuse(address, producer_id, request_id, errors.FrameTooLarge(
+            f"pad the request to {PADDED_REQUEST_BYTES} bytes: the reply is over three times its size"
+        ), request_bytes)
 
     def _send(self, datagram: bytes, address: Address) -> None:
         transport = self.transport
-        if transport is not None and not transport.is_closing():
+        if datagram and transport is not None and not transport.is_closing():
             transport.sendto(datagram, address)
 
     def close(self) -> None:
@@ -262,22 +330,29 @@ class UdpListener(asyncio.DatagramProtocol):
             self.transport.close()
 
 
-class _ReplyId(msgspec.Struct):
-    id: int
-
-
-_reply_id_decoder = msgspec.msgpack.Decoder(_ReplyId)
-
-
-def _reply_id(body: bytes) -> int:
+def _over_limit(request: UdpRequest, body: bytes, reply_bytes: int, limit: int) -> bytes | None:
+    """What goes out in place of a reply over its bound: an error reply keeps its code with its
+    message cut short; an ok one becomes FRAME_TOO_LARGE, saying so first for a write that ran."""
     try:
-        return _reply_id_decoder.decode(body).id
-    except msgspec.DecodeError:
-        return 0
+        envelope = decode_envelope(body)
+    except msgspec.DecodeError:  # never: the pass encoded it
+        return None
+    if not envelope.ok:
+        return error_datagram(request.producer_id, envelope.id, error_of(envelope), limit)
+    over = (
+        f"the reply of {reply_bytes} bytes is over the {limit} a {request.request_bytes}-byte request may get "
+        "(three times its size, one datagram at most)"
+    )
+    if request.key is not None:  # the most important words first: the message may be cut short
+        message = f"applied; {over}: pad requests to {PADDED_REQUEST_BYTES} bytes, send fewer items or use kw:// (TCP)"
+    else:
+        message = f"use kw:// (TCP), ask for less, or pad the request to {PADDED_REQUEST_BYTES} bytes: {over}"
+    return error_datagram(request.producer_id, envelope.id, errors.FrameTooLarge(message), limit)
 
 
-def _fit_lease(request: m.Lease) -> m.Lease:
-    """The lease with its reply bounded to one datagram's body."""
-    if request.max_reply_bytes is not None and request.max_reply_bytes <= MAX_BODY_BYTES:
+def _fit_lease(request: m.Lease, request_bytes: int) -> m.Lease:
+    """The lease with its reply bounded to what a datagram of `request_bytes` may get back."""
+    room = reply_limit_bytes(request_bytes) - HEADER_BYTES
+    if request.max_reply_bytes is not None and request.max_reply_bytes <= room:
         return request
-    return msgspec.structs.replace(request, max_reply_bytes=MAX_BODY_BYTES)
+    return msgspec.structs.replace(request, max_reply_bytes=room)

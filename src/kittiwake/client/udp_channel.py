@@ -18,17 +18,27 @@ background thread reads replies and hands each to the call waiting on its id;
 a reply for an id nobody waits on (late, or a duplicate) is dropped.
 
 Retransmissions are safe: the broker keeps the reply of every write by
-(producer id, request id) for a while (`broker.retransmit_window`) and
-answers a copy from there, so a lost reply never enqueues a task twice. A
-broker restart forgets that window: see its docstring for what a
-retransmission across a restart does.
+sender (the user, this socket's address and port, the producer id) and
+request id for a while (`broker.retransmit_window`) and answers a copy from
+there, so a lost reply never enqueues a task twice. A retransmission is the
+same datagram, byte for byte, so its reply fits the same bound. A broker
+restart forgets that window, and so does a change of this socket's address
+(a NAT rebinding): see its docstring for what a retransmission then does.
 
-Sizes: a request must fit in one datagram (`protocol.datagrams`). An
-`enqueue_many` too large for one is split into several requests, sent one
-after another; if one of them fails the error is raised and the earlier parts
-stay enqueued. Any other oversize request raises FRAME_TOO_LARGE before
-anything is sent. A lease returns as many tasks as fit in one reply datagram,
-possibly fewer than `max_tasks`.
+Sizes: a request must fit in one datagram (`protocol.datagrams`), and so
+must its reply, which the broker bounds to three times the request's size
+(its defence against reflection). So the channel pads every request but an
+enqueue to `PADDED_REQUEST_BYTES` (467), enough for a full datagram back,
+and an enqueue to a third of an upper bound of its reply (each outcome names
+its queue and pid, the broker's 17-digit FIFO pid when the task had none).
+An `enqueue_many` whose request or reply is too large for one datagram is
+split into several requests, sent one after another; if one of them fails
+the error is raised and the earlier parts stay enqueued. Any other oversize
+request raises FRAME_TOO_LARGE before anything is sent. A lease returns as many tasks as fit in one reply datagram,
+possibly fewer than `max_tasks`; a task that alone would not fit one is not
+leased (it stays available, no attempt counted) and the broker says how many
+it passed over: the channel counts them (`too_large_reported`) and logs a
+warning (at most one a minute) to lease them over `kw://` (TCP).
 
 With credentials in the URL, the channel sends `auth` before its first
 request, and again when the broker answers UNAUTHORIZED (it restarted and
@@ -38,6 +48,7 @@ forgot the session).
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import socket
 import threading
@@ -51,26 +62,54 @@ from kittiwake.client import calls
 from kittiwake.client.calls import Call
 from kittiwake.client.url import BrokerAddress
 from kittiwake.client.wire import result_of
+from kittiwake.constants import FIFO_PID_DIGITS
+from kittiwake.model import EnqueueOutcome
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.datagrams import (
+    AMPLIFICATION_FACTOR,
+    HEADER_BYTES,
     MAX_BODY_BYTES,
+    PADDED_REQUEST_BYTES,
     PRODUCER_ID_MAX,
     RECEIVE_BYTES,
     NotADatagram,
     decode_datagram,
     encode_datagram,
 )
-from kittiwake.protocol.replies import ReplyEnvelope, decode_envelope, result_decoder
+from kittiwake.protocol.replies import ReplyEnvelope, decode_envelope, encode_ok, result_decoder
 
 T = TypeVar("T")
+
+log = logging.getLogger("kittiwake.client")
 
 DEFAULT_DEADLINE_SECS = 10.0  # well inside the broker's 30 s retransmit window
 FIRST_RTO_SECS = 0.2
 MIN_RTO_SECS = 0.02
 MAX_RTO_SECS = 1.0
 RECEIVE_POLL_SECS = 0.2  # how soon the reader thread notices `close`
+TOO_LARGE_WARNING_SECS = 60.0  # a consumer polling a queue with a huge task warns once a minute, not per lease
 
 _decode_enqueued = result_decoder("enqueue")
+_encode = msgspec.msgpack.Encoder().encode
+FIFO_PID_STAND_IN = "9" * FIFO_PID_DIGITS  # as long as any pid the broker gives a task that named none
+# an enqueue reply's envelope around its outcomes: the largest id, and the list's header at its largest
+ENQUEUE_ENVELOPE_BYTES = len(encode_ok(PRODUCER_ID_MAX, [])) + 4
+
+
+def enqueue_reply_bytes(tasks: list[m.TaskIn]) -> int:
+    """An upper bound of the body of the ok reply to an enqueue of `tasks`."""
+    return ENQUEUE_ENVELOPE_BYTES + sum(
+        len(_encode(EnqueueOutcome(task.queue, task.pid if task.pid is not None else FIFO_PID_STAND_IN, False)))
+        for task in tasks
+    )
+
+
+def padded_size(request: m.Request) -> int:
+    """The size to pad a request's datagram to, so the broker's bound lets its reply through."""
+    if type(request) is m.Enqueue:
+        reply_bytes = HEADER_BYTES + enqueue_reply_bytes(request.tasks)
+        return -(-reply_bytes // AMPLIFICATION_FACTOR)
+    return PADDED_REQUEST_BYTES  # a lease, a read, an item batch: a reply of up to a datagram
 
 
 class _Waiting:
@@ -119,6 +158,8 @@ class UdpChannel:
         self.sent = 0
         self.retransmits = 0
         self.ignored_replies = 0  # late or duplicate
+        self.too_large_reported = 0  # tasks leases passed over as too large for a datagram
+        self._too_large_warned_at: float | None = None
         try:
             family, kind, proto, _, target = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_DGRAM)[0]
             self._sock = socket.socket(family, kind, proto)
@@ -169,17 +210,31 @@ class UdpChannel:
 
     def _request(self, call: Call[T], deadline: float) -> T:
         request = call.request
-        if type(request) is m.Enqueue and len(request.tasks) > 1:
-            body = self._body(request)
-            if len(body) > MAX_BODY_BYTES:
-                return cast(T, self._enqueue_split(request.tasks, deadline))  # enqueue_many: a list
+        if type(request) is m.Enqueue and len(request.tasks) > 1 and not self._fits(request):
+            return cast(T, self._enqueue_split(request.tasks, deadline))  # enqueue_many: a list
         reply = self._round_trip(request, call.wait_secs, deadline)
+        if reply.too_large:
+            self._too_large(reply.too_large)
         return result_of(call, reply)
+
+    def _too_large(self, count: int) -> None:
+        """A lease passed over tasks no datagram can carry: say so, once in a while."""
+        self.too_large_reported += count
+        now = time.monotonic()
+        if self._too_large_warned_at is not None and now - self._too_large_warned_at < TOO_LARGE_WARNING_SECS:
+            return
+        self._too_large_warned_at = now
+        log.warning(
+            "%d task%s too large for a UDP datagram left available by a lease from %s (no attempt counted; "
+            "%d so far): lease %s over kw:// (TCP)",
+            count, "" if count == 1 else "s", self.address.url, self.too_large_reported,
+            "it" if count == 1 else "them",
+        )
 
     def _enqueue_split(self, tasks: list[m.TaskIn], deadline: float) -> list[Any]:
         """Enqueue tasks in as few datagrams as halving finds, in order."""
         request = m.Enqueue(id=0, op="enqueue", tasks=tasks)
-        if len(tasks) == 1 or len(self._body(request)) <= MAX_BODY_BYTES:
+        if len(tasks) == 1 or self._fits(request):
             reply = self._round_trip(request, 0.0, deadline)
             if not reply.ok:
                 result_of(Call(request, _decode_enqueued), reply)  # raises its error
@@ -187,8 +242,10 @@ class UdpChannel:
         middle = len(tasks) // 2
         return self._enqueue_split(tasks[:middle], deadline) + self._enqueue_split(tasks[middle:], deadline)
 
-    def _body(self, request: m.Request) -> bytes:
-        return m.encode(request)
+    def _fits(self, request: m.Enqueue) -> bool:
+        """Whether an enqueue and its reply each fit in one datagram."""
+        # id 0 here: leave room for the id it will be sent with
+        return len(m.encode(request)) <= MAX_BODY_BYTES - 8 and enqueue_reply_bytes(request.tasks) <= MAX_BODY_BYTES
 
     def _round_trip(self, request: m.Request, wait_secs: float, deadline: float) -> ReplyEnvelope[msgspec.Raw]:
         with self._lock:
@@ -203,7 +260,7 @@ class UdpChannel:
                     f"the {request.op} request is {len(body)} bytes, over the UDP limit of {MAX_BODY_BYTES}; "
                     "send less or use kw:// (TCP)"
                 )
-            datagram = encode_datagram(self.producer_id, body)
+            datagram = encode_datagram(self.producer_id, body, padded_to=padded_size(request))
             started = time.monotonic()
             rto = self._timer.rto_secs
             first_wait = wait_secs + rto  # a long-poll: the broker may hold the reply `wait_secs`

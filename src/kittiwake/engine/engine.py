@@ -37,6 +37,7 @@ from kittiwake.model import (
     EnqueueOutcome,
     ItemOutcome,
     LeaseRef,
+    LeasedTasks,
     LeaseRequest,
     Limits,
     NewTask,
@@ -119,7 +120,7 @@ class Engine:
     def validate_lease(self, request: LeaseRequest) -> None:
         leases.validate_lease(self.state, request)
 
-    def lease(self, request: LeaseRequest, now: float) -> list[Task]:
+    def lease(self, request: LeaseRequest, now: float) -> LeasedTasks:
         return leases.lease(self.state, request, now)
 
     def dequeue(self, refs: Sequence[LeaseRef], now: float) -> list[ItemOutcome]:

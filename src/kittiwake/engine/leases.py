@@ -6,6 +6,15 @@
   fresh broker-wide lease id (`ids`): the fencing token every later call must
   show. A queue with a rate limit (`rate_limit`) grants no more than its
   tokens allow, and is marked throttled until its next token is due.
+  The reply is bounded two ways: by the broker's `max_reply_data_bytes` (the
+  lease stops before the task over it; one task is always leased), and by the
+  caller's `max_reply_bytes` (a UDP datagram), against an upper estimate of
+  each task's encoded size (`leased_reply_bytes`): the lease stops before a
+  task that would not fit in what is left, and passes over a task that alone
+  would not fit — not leased, no delivery, no attempt — counting it in the
+  result's `too_large` (`model.LeasedTasks`), so the small tasks behind it
+  are still served and the caller learns to lease that one elsewhere. The
+  tasks looked at are the first `max_tasks` available, as without the bound.
 * renew / release need the current lease id and an unexpired lease
   (LEASE_EXPIRED otherwise; TASK_NOT_LEASED if another lease holds the task).
   dequeue also accepts a lease that ran out if nobody leased the task since
@@ -45,6 +54,7 @@ from kittiwake.engine.transitions import Operation
 from kittiwake.model import (
     ItemOutcome,
     LeaseRef,
+    LeasedTasks,
     LeaseRequest,
     Task,
     validate_count,
@@ -94,9 +104,10 @@ def validate_lease(state: EngineState, request: LeaseRequest) -> None:
 
 # A leased task's reply is its fields (msgpack keys, numbers) plus its strings:
 # about 250 bytes beyond the strings for the longest numbers (measured), so a
-# little more to stay an upper bound; the reply's envelope adds the rest.
+# little more to stay an upper bound; the reply's envelope adds the rest: id,
+# ok, the list's header and the `too_large` count, 42 bytes at most.
 LEASED_TASK_FIXED_BYTES = 280
-REPLY_ENVELOPE_BYTES = 32
+REPLY_ENVELOPE_BYTES = 48
 
 
 def leased_reply_bytes(task: Task, request: LeaseRequest) -> int:
@@ -110,7 +121,7 @@ def leased_reply_bytes(task: Task, request: LeaseRequest) -> int:
     return size
 
 
-def lease(state: EngineState, request: LeaseRequest, now: float) -> list[Task]:
+def lease(state: EngineState, request: LeaseRequest, now: float) -> LeasedTasks:
     """Lease up to max_tasks tasks in pid order across the requested queues."""
     validate_lease(state, request)
     sweep(state, now, everywhere=False)
@@ -132,26 +143,31 @@ def lease(state: EngineState, request: LeaseRequest, now: float) -> list[Task]:
                 continue
         ensure_head(state, queue, allowed, request.receiver, request.max_pid, now)
         candidates.extend((pid, queue) for pid in _head_pids(queue, allowed, request))
+    leased = LeasedTasks()
     if not candidates:
         enforce_cache(state)  # a refill may have loaded only tasks for other receivers
-        return []
+        return leased
     if len(request.queues) > 1:
         candidates.sort(key=lambda item: item[0])
-    leased: list[Task] = []
     mutations: list[Mutation] = []
     expires_at = now + request.lease_secs
     budget = state.limits.max_reply_data_bytes
-    reply_budget = request.max_reply_bytes
-    if reply_budget is not None:
-        reply_budget -= REPLY_ENVELOPE_BYTES
+    room = None if request.max_reply_bytes is None else request.max_reply_bytes - REPLY_ENVELOPE_BYTES
+    reply_budget = room
     expiry = state.expiry
     tally = state.tally
     for pid, queue in candidates[:want]:
         if leased and budget < len(queue.available[pid].data):
             break  # the reply would be too large to read; the rest waits for the next lease
         if reply_budget is not None:
+            assert room is not None
             size = leased_reply_bytes(queue.available[pid], request)
-            if leased and reply_budget < size:
+            if size > room:
+                # no reply of the caller's could carry it: leasing it would only see it expire
+                # unread and count an attempt; the tasks behind it still fit
+                leased.too_large += 1
+                continue
+            if reply_budget < size:
                 break  # the caller's reply limit (a UDP datagram); the rest waits for the next lease
             reply_budget -= size
         task = queue.remove_available(pid)

@@ -67,7 +67,7 @@ class Lease(Request):
     worker: str | None = None
     rate_per_sec: float | None = None
     rate_burst: float | None = None
-    max_reply_bytes: int | None = None  # lease no more than fits in a reply of this size (one task at least)
+    max_reply_bytes: int | None = None  # lease no more than fits in a reply of this size; see the reply's too_large
 
 
 class Renew(Request):

@@ -2,6 +2,9 @@
 
 A reply body is a msgpack map `{"id", "ok": true, "result"}` or
 `{"id", "ok": false, "error": {"code", "message"}}`; `id` is the request's.
+A lease's reply may add `"too_large": n`: n tasks were passed over because
+alone they would not fit the request's `max_reply_bytes` (a UDP datagram);
+they stay available for a lease over TCP.
 One envelope is declared, `ReplyEnvelope`, read two ways: a client reads the
 `result` as raw msgpack (`decode_envelope`), routes the reply to its waiting
 call by id, and that call decodes the result straight into its typed records
@@ -177,6 +180,7 @@ class ReplyEnvelope(msgspec.Struct, Generic[T]):
     ok: bool
     result: T = None  # type: ignore[assignment]  # absent from error replies
     error: dict[str, str] | None = None
+    too_large: int = 0  # lease: tasks passed over as too large for `max_reply_bytes` (absent when 0)
 
 
 Reply = ReplyEnvelope[Any]
@@ -186,12 +190,18 @@ _raw_envelope_decoder = msgspec.msgpack.Decoder(ReplyEnvelope[msgspec.Raw])
 _reply_decoder = msgspec.msgpack.Decoder(Reply)
 
 
-def encode_ok(request_id: int, result: Any) -> bytes:
+def encode_ok(request_id: int, result: Any, *, too_large: int = 0) -> bytes:
+    if too_large:
+        return _encoder.encode({"id": request_id, "ok": True, "result": result, "too_large": too_large})
     return _encoder.encode({"id": request_id, "ok": True, "result": result})
 
 
-def encode_error(request_id: int, error: KittiwakeError) -> bytes:
-    return _encoder.encode({"id": request_id, "ok": False, "error": error.to_wire()})
+def encode_error(request_id: int, error: KittiwakeError, *, message: str | None = None) -> bytes:
+    """An error reply; `message` in place of the error's own (a shorter one, to fit a datagram)."""
+    wire = error.to_wire()
+    if message is not None:
+        wire["message"] = message
+    return _encoder.encode({"id": request_id, "ok": False, "error": wire})
 
 
 def decode_envelope(body: bytes) -> ReplyEnvelope[msgspec.Raw]:
