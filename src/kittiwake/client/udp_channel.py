@@ -19,7 +19,7 @@ a reply for an id nobody waits on (late, or a duplicate) is dropped.
 
 Retransmissions are safe: the broker keeps the reply of every write by
 sender (the user, this socket's address and port, the producer id) and
-request id for a while (`broker.retransmit_window`) and answers a copy from
+request id for a while (`broker.udp.retransmit_window`) and answers a copy from
 there, so a lost reply never enqueues a task twice. A retransmission is the
 same datagram, byte for byte, so its reply fits the same bound. A broker
 restart forgets that window, and so does a change of this socket's address

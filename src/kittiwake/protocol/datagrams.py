@@ -11,7 +11,7 @@ and only swaps the framing: a datagram is
 The body's `id` is the request id; a client numbers its requests 1, 2, 3, …
 and a retransmission reuses the id, so (producer id, request id) names one
 request of one sender for the broker's retransmit window
-(`broker.retransmit_window`). A reply carries the producer id it answers
+(`broker.udp.retransmit_window`). A reply carries the producer id it answers
 and the request's `id` in its body. Whatever follows the body is padding
 (zero bytes, by convention; never read): it makes a request large enough to
 be answered in full (below).

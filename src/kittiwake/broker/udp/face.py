@@ -1,6 +1,6 @@
 """The UDP port as a face of the broker (`kittiwake broker --udp-port N`).
 
-Starts the listener (`kittiwake.broker.udp_listener`) on the host's address,
+Starts the listener (`listener`) on the host's address,
 hands it the host (its datagrams' requests go to the same group commit, under
 the same access rules) and says at start what an operator should know: beyond
 the loopback, without an auth file anyone may use every queue, and with one,
@@ -13,7 +13,7 @@ import asyncio
 
 from kittiwake.broker.faces import Exposure, Host
 from kittiwake.broker.security import is_loopback
-from kittiwake.broker.udp_listener import UdpListener
+from kittiwake.broker.udp.listener import UdpListener
 
 
 class UdpFace:

@@ -81,7 +81,7 @@ from kittiwake.broker.access import Principal
 from kittiwake.broker.auth import Authenticator
 from kittiwake.broker.connection import format_peer
 from kittiwake.broker.pass_replies import OUTCOME_UNKNOWN
-from kittiwake.broker.retransmit_window import Key, RetransmitWindow, Seen
+from kittiwake.broker.udp.retransmit_window import Key, RetransmitWindow, Seen
 from kittiwake.protocol import RequestError, decode_request, encode_ok
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.datagrams import (
@@ -98,7 +98,7 @@ from kittiwake.protocol.frames import HEADER_BYTES as FRAME_HEADER_BYTES
 from kittiwake.protocol.replies import AuthResult, decode_envelope, error_of
 
 if TYPE_CHECKING:
-    from kittiwake.broker.faces import Host as Broker
+    from kittiwake.broker.faces import Host
 
 log = logging.getLogger("kittiwake.broker")
 
@@ -141,9 +141,9 @@ class UdpListener(asyncio.DatagramProtocol):
     """The UDP port of one broker."""
 
     def __init__(
-        self, broker: Broker, authenticator: Authenticator | None, window: RetransmitWindow | None = None
+        self, host: Host, authenticator: Authenticator | None, window: RetransmitWindow | None = None
     ) -> None:
-        self.broker = broker
+        self.host = host
         self.authenticator = authenticator  # None: no auth file, every producer is let in
         self.window = window if window is not None else RetransmitWindow()
         self.transport: asyncio.DatagramTransport | None = None
@@ -209,13 +209,13 @@ class UdpListener(asyncio.DatagramProtocol):
         if type(request) is m.Lease:
             request = _fit_lease(request, size)
         if type(request) in dispatch.READ_ONLY_REQUESTS:
-            self.broker.submit(UdpRequest(self, address, producer_id, None, size), request)  # type: ignore[arg-type]
+            self.host.submit(UdpRequest(self, address, producer_id, None, size), request)
             return
         key = ((user, address, producer_id), request.id)  # one sender's request, never another's
         seen = self.window.lookup(key, time.monotonic())
         if seen is Seen.NEW:
             self.window.begin(key)
-            self.broker.submit(UdpRequest(self, address, producer_id, key, size), request)  # type: ignore[arg-type]
+            self.host.submit(UdpRequest(self, address, producer_id, key, size), request)
         elif seen is Seen.IN_FLIGHT:
             self.duplicates_dropped += 1
         elif seen is Seen.TOO_LATE:

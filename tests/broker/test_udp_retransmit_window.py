@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kittiwake.broker.retransmit_window import RetransmitWindow, Seen
+from kittiwake.broker.udp.retransmit_window import RetransmitWindow, Seen
 
 
 def test_a_new_request_runs_and_its_retransmission_gets_the_same_reply() -> None:
