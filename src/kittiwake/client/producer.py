@@ -6,49 +6,34 @@ them into batches and sends each batch as one `enqueue` request on a
 connection of its own; `Sending.sent()` waits until the broker has made the
 task durable and returns its `EnqueueOutcome`.
 
-When a batch goes out — theory of operation:
+When a batch goes out, how many are in flight (two, pipelined on the one
+connection, so batches apply in the order they were made and FIFO pids follow
+the order of `enqueue`), what an answer does and how memory is bounded is the
+rule of `batching.Batcher`, which this class wraps with the time of
+`time.monotonic`; `AsyncProducer` wraps the same rule. What is this module's
+own is the I/O around it:
 
-* **idle**: nothing is in flight, so the first task goes out at once, alone:
-  on an idle broker a producer adds no waiting to an enqueue;
-* **size**: it holds `max_batch_tasks` tasks or `max_batch_bytes` bytes;
-* **linger**: one batch is in flight and this one's oldest task has waited
-  `linger_ms`;
-* **reply**: a reply arrived, freeing a place in flight — so under load the
-  batch gathers exactly while the one before it is being committed, and
-  batches grow with the broker's commit time (adaptive batching);
-* **flush**: `flush()` or `close()` asked for it.
+* one thread (started with the producer) connects, reads replies, and wakes
+  at the linger deadline the batcher names; the enqueueing thread writes a
+  batch itself when one is due, so the idle case costs no hand-over between
+  threads on the way out;
+* a batch whose frame did not leave whole is sent again on a new connection
+  (up to `MAX_UNSENT_RETRIES` tries); a connection that breaks fails the
+  batches in flight with `ConnectionLost` (the outcome is unknown: a producer
+  never reports durable what it has not heard is); a broker that cannot be
+  reached fails the batches not yet sent with its error;
+* `enqueue` blocks while the buffer is full (`max_buffer_tasks`), or with
+  `block=False` raises `ProducerFull`. Nothing is written to disk on this
+  side: a process that dies loses what it held — only what `sent()` (or
+  `flush()`) confirmed is durable.
 
-At most **two** batches are in flight, pipelined on one connection. Two,
-because with one the broker idles between a reply and the next request (a
-round trip plus this side's work) and a full batch would wait for a whole
-commit; the second one arrives while the first commits and joins the next
-group commit. More would add nothing — the broker commits one group at a
-time, a third batch would only join the same commit as the second — and
-would widen what a broken connection leaves unknown. One connection keeps
-the order: batches are applied in the order they were made, so tasks without
-a pid get FIFO pids in the order they were enqueued, and a task enqueued
-after its parent (`after=`) finds it.
-
-Outcomes: a batch the broker refuses fails every task in it with the
-broker's error (each `sent()` raises it); a connection that breaks fails
-the batches in flight with `ConnectionLost` (the outcome is unknown: a
-producer never reports durable what it has not heard is). Batches not yet
-sent are sent on a new connection. Every task is checked here against the
-published limits before it is taken, so one bad task cannot fail a batch.
-
-Memory is bounded: at most `max_buffer_tasks` tasks are held (gathering,
-sent, or waiting for a reply); then `enqueue` blocks, or with `block=False`
-raises `ProducerFull`. Nothing is written to disk on this side: a process
-that dies loses what it held — only what `sent()` (or `flush()`) confirmed
-is durable.
+Every task is checked against the published limits before it is taken
+(`producer_tasks`), so one bad task cannot fail a batch.
 
 Cost: `enqueue` is on the hot path of a loop that should run at tens of
 thousands per second, so it builds one `NewTask` and one `Sending` per task
-and nothing else; a batch carries one event for all its tasks, and its reply
-is decoded only when a `sent()` asks for an outcome. One thread (started
-with the producer) reads replies, keeps the linger deadline, and reconnects;
-the enqueueing thread sends itself when a batch is due, so the idle case
-costs no hand-over between threads on the way out.
+and reads the clock once; a batch carries one event for all its tasks, and
+its reply is decoded only when a `sent()` asks for an outcome.
 """
 
 from __future__ import annotations
@@ -58,104 +43,54 @@ import select
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kittiwake import errors
 from kittiwake.client import calls
+from kittiwake.client.batching import Batch, Batcher, ProducerStats, Send
 from kittiwake.client.blocking_connection import BlockingConnection
 from kittiwake.client.pool import MAX_UNSENT_RETRIES, ConnectionPool
 from kittiwake.client.producer_settings import ProducerSettings
 from kittiwake.client.producer_tasks import TaskMaker
 from kittiwake.client.wire import NotSent
-from kittiwake.model import NewTask
+from kittiwake.model import EnqueueOutcome, NewTask
 from kittiwake.protocol import encode_frame
 from kittiwake.protocol import messages as m
-from kittiwake.protocol.replies import EnqueueOutcome, ReplyEnvelope, error_of, result_decoder
+from kittiwake.protocol.replies import ReplyEnvelope, error_of
 
-MAX_IN_FLIGHT = 2
-_decode_enqueued = result_decoder("enqueue")
-
-# why a batch went out (the keys of `ProducerStats.sends`)
-IDLE, SIZE, LINGER, REPLY, FLUSH = "idle", "size", "linger", "reply", "flush"
-
-
-@dataclass
-class ProducerStats:
-    """What a producer did so far; `sends` counts batches by why they went out (idle, size, linger,
-    reply, flush)."""
-
-    batches_sent: int = 0
-    tasks_sent: int = 0
-    batches_failed: int = 0
-    tasks_failed: int = 0
-    largest_batch_tasks: int = 0
-    connections: int = 0
-    sends: dict[str, int] | None = None
-
-    def __post_init__(self) -> None:
-        if self.sends is None:
-            self.sends = {IDLE: 0, SIZE: 0, LINGER: 0, REPLY: 0, FLUSH: 0}
-
-
-class _Batch:
-    """Tasks that travel in one request, and what came back for them."""
-
-    __slots__ = ("owner", "tasks", "bytes", "started", "closed_by", "done", "raw", "outcomes", "error", "attempts")
-
-    def __init__(self, owner: Producer, started: float) -> None:
-        self.owner = owner
-        self.tasks: list[NewTask] = []
-        self.bytes = 0
-        self.started = started  # when its oldest task came (monotonic)
-        self.closed_by: str | None = None  # SIZE or FLUSH once it takes no more tasks
-        self.done = threading.Event()
-        self.raw: Any = None  # the reply's result, decoded on first demand
-        self.outcomes: list[EnqueueOutcome] | None = None
-        self.error: errors.KittiwakeError | None = None
-        self.attempts = 0  # sends that did not leave whole
-
-    def outcome(self, index: int) -> EnqueueOutcome:
-        outcomes = self.outcomes
-        if outcomes is None:
-            # two threads may decode at once: both get equal lists, either one stays
-            outcomes = self.outcomes = _decode_enqueued(self.raw)
-        return outcomes[index]
+__all__ = ["Producer", "ProducerStats", "Sending"]
 
 
 class Sending:
     """A task handed to a producer; `sent()` waits until the broker made it durable."""
 
-    __slots__ = ("_batch", "_index")
+    __slots__ = ("_producer", "_batch", "_index")
 
-    def __init__(self, batch: _Batch, index: int) -> None:
+    def __init__(self, producer: Producer, batch: Batch[threading.Event], index: int) -> None:
+        self._producer = producer
         self._batch = batch
         self._index = index
 
     def __repr__(self) -> str:
-        state = "pending" if not self._batch.done.is_set() else ("failed" if self._batch.error else "sent")
+        state = "pending" if not self._batch.signal.is_set() else ("failed" if self._batch.error else "sent")
         return f"<Sending {state}>"
 
     @property
     def producer(self) -> Producer:
         """The producer that took the task."""
-        return self._batch.owner
+        return self._producer
 
     def done(self) -> bool:
         """Whether the broker has answered for this task (durable, or failed)."""
-        return self._batch.done.is_set()
+        return self._batch.signal.is_set()
 
     def sent(self, timeout: float | None = None) -> EnqueueOutcome:
         """The task's `EnqueueOutcome` once it is durable; raises the broker's error for its batch,
         `ConnectionLost` (outcome unknown), or `RequestTimeout` after `timeout` seconds (still pending)."""
         batch = self._batch
-        if not batch.done.is_set() and not batch.done.wait(timeout):
+        if not batch.signal.is_set() and not batch.signal.wait(timeout):
             raise errors.RequestTimeout(f"the task was not answered within {timeout} s; it is still pending")
-        error = batch.error
-        if error is not None:
-            raise errors.error_for_code(error.code, error.message)
         return batch.outcome(self._index)
 
 
@@ -164,28 +99,17 @@ class Producer:
 
     def __init__(self, pool: ConnectionPool, settings: ProducerSettings) -> None:
         self.settings = settings
-        self.stats = ProducerStats()
         self._pool = pool
-        self._linger_secs = settings.linger_ms / 1000.0
-        self._max_tasks = settings.max_batch_tasks
-        self._max_bytes = settings.max_batch_bytes
-        self._max_held = settings.max_buffer_tasks
-        self._block = settings.block
+        self.stats = ProducerStats()
+        self._batcher: Batcher[threading.Event] = Batcher(settings, threading.Event, self.stats)
         self._tasks = TaskMaker()
-        self._lock = threading.Lock()
-        self._room = threading.Condition(self._lock)  # enqueuers waiting for buffer room, flushers
+        self._lock = threading.Lock()  # held around every call of the batcher
+        self._room = threading.Condition(self._lock)  # enqueuers waiting for buffer room
         self._waiting_for_room = 0
-        self._filling: _Batch | None = None
-        self._ready: deque[_Batch] = deque()  # closed, not yet sent, in order
-        self._in_flight: dict[int, _Batch] = {}  # request id -> batch, in the order sent
-        self._held = 0  # tasks taken and not yet answered
+        self._in_flight: dict[int, Batch[threading.Event]] = {}  # request id -> batch, on this connection
         self._ids = itertools.count(1)
         self._connection: BlockingConnection | None = None
-        self._connect_failure: errors.KittiwakeError | None = None
-        self._closing = False  # no new tasks
         self._stopped = False  # the thread must end
-        self._failed_tasks = 0  # since the last flush
-        self._first_failure: errors.KittiwakeError | None = None
         self._wake_read, self._wake_write = socket.socketpair()
         self._wake_read.setblocking(False)
         self._wake_write.setblocking(False)
@@ -193,7 +117,7 @@ class Producer:
         self._thread.start()
 
     def __repr__(self) -> str:
-        return f"<Producer {self._pool.address} held={self._held}>"
+        return f"<Producer {self._pool.address} held={self.held}>"
 
     def __enter__(self) -> Producer:
         return self
@@ -239,43 +163,28 @@ class Producer:
         return self._take(*self._tasks.of_fields(calls.task_fields_of(task)))
 
     def _take(self, task: NewTask, size: int) -> Sending:
+        batcher = self._batcher
         with self._lock:
-            if self._held >= self._max_held:
-                self._wait_for_room()
-            if self._closing:
-                raise errors.ProducerClosed("the producer is closed")
-            batch = self._filling
-            started = batch is None
+            batch = batcher.take(task, size, time.monotonic())
             if batch is None:
-                batch = self._filling = _Batch(self, time.monotonic())
-            tasks = batch.tasks
-            index = len(tasks)
-            tasks.append(task)
-            batch.bytes += size
-            self._held += 1
-            if index + 1 >= self._max_tasks or batch.bytes >= self._max_bytes:
-                self._filling = None
-                batch.closed_by = SIZE
-                self._ready.append(batch)
-            in_flight = len(self._in_flight)
-            if in_flight < MAX_IN_FLIGHT and self._connection is not None and (in_flight == 0 or self._ready):
+                batch = self._wait_for_room(task, size)
+            index = len(batch.tasks) - 1
+            if self._connection is not None and batcher.sendable():
                 self._send_due()
-            elif started:
+            elif index == 0:
                 self._wake()  # a new linger deadline (or a connection to make)
-        return Sending(batch, index)
+        return Sending(self, batch, index)
 
-    def _wait_for_room(self) -> None:
-        if not self._block:
-            raise errors.ProducerFull(
-                f"the producer holds {self._held} tasks not yet answered (max_buffer_tasks = {self._max_held})"
-            )
+    def _wait_for_room(self, task: NewTask, size: int) -> Batch[threading.Event]:
         self._waiting_for_room += 1
         try:
-            while self._held >= self._max_held and not self._closing:
-                if self._filling is not None and not self._in_flight:
-                    self._close_filling(FLUSH)  # never wait on a batch that nothing will send
-                    self._wake()
+            while True:
+                if not self._batcher.in_flight:
+                    self._wake()  # the batcher closed the gathering batch: nothing else would send it
                 self._room.wait()
+                batch = self._batcher.take(task, size, time.monotonic())
+                if batch is not None:
+                    return batch
         finally:
             self._waiting_for_room -= 1
 
@@ -288,23 +197,20 @@ class Producer:
         class and code, its message saying how many tasks failed (each `sent()` tells its own)."""
         self._settle_all(timeout)
         with self._lock:
-            failed, first = self._failed_tasks, self._first_failure
-            self._failed_tasks, self._first_failure = 0, None
-        if first is not None:
-            raise errors.error_for_code(first.code, f"{failed} task(s) were not enqueued; the first: {first.message}")
+            failure = self._batcher.failure_report()
+        if failure is not None:
+            raise failure
 
     def _settle_all(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            if self._filling is not None:
-                self._close_filling(FLUSH)
-            batches = [*self._in_flight.values(), *self._ready]
+            batches = self._batcher.flush()
             if self._connection is not None:
                 self._send_due()
             self._wake()
         for batch in batches:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not batch.done.wait(remaining):
+            if not batch.signal.wait(remaining):
                 raise errors.RequestTimeout(f"the producer's tasks were not all answered within {timeout} s")
 
     def close(self, timeout: float | None = None) -> None:
@@ -314,7 +220,7 @@ class Producer:
         with self._lock:
             if self._stopped:
                 return
-            self._closing = True
+            self._batcher.close()
             self._room.notify_all()
         try:
             self._settle_all(timeout)
@@ -323,11 +229,8 @@ class Producer:
         finally:
             with self._lock:
                 self._stopped = True
-                unsent = [*self._ready, *([self._filling] if self._filling is not None else [])]
-                self._ready.clear()
-                self._filling = None
-                for batch in unsent:
-                    self._settle(batch, error=errors.ProducerClosed("the producer was closed before the task was sent"))
+                self._settled(self._batcher.fail_unsent(
+                    errors.ProducerClosed("the producer was closed before the task was sent")))
                 self._lose_connection(errors.ConnectionLost("the producer was closed before the reply; outcome unknown"))
                 self._wake()
             if threading.current_thread() is not self._thread:
@@ -338,83 +241,39 @@ class Producer:
     @property
     def held(self) -> int:
         """Tasks taken and not yet answered."""
-        return self._held
+        return self._batcher.held
 
     # -------------------------------------------------- sending (lock held)
 
-    def _close_filling(self, why: str) -> None:
-        batch = self._filling
-        assert batch is not None
-        self._filling = None
-        batch.closed_by = why
-        self._ready.append(batch)
+    def _send_due(self) -> float | None:
+        """Write every batch the batcher says is due; the seconds until the next linger deadline, if any."""
+        batcher = self._batcher
+        while (connection := self._connection) is not None:
+            due = batcher.next_send(time.monotonic())
+            if not isinstance(due, Send):
+                return due
+            self._transmit(connection, due)
+        return None
 
-    def _send_due(self, reply: bool = False) -> None:
-        """Send every batch that is due while there is room in flight (module docstring)."""
-        connection = self._connection
-        while connection is not None and len(self._in_flight) < MAX_IN_FLIGHT:
-            idle = not self._in_flight
-            if self._ready:
-                batch = self._ready.popleft()
-                why = batch.closed_by
-            elif self._filling is not None:
-                batch = self._filling
-                if reply:
-                    why = REPLY
-                elif idle:
-                    why = IDLE
-                elif time.monotonic() - batch.started >= self._linger_secs:
-                    why = LINGER
-                else:
-                    return
-                self._filling = None
-            else:
-                return
-            assert why is not None
-            if not self._transmit(connection, batch, why):
-                return
-            connection = self._connection
-
-    def _transmit(self, connection: BlockingConnection, batch: _Batch, why: str) -> bool:
+    def _transmit(self, connection: BlockingConnection, send: Send[threading.Event]) -> None:
         request_id = next(self._ids)
-        frame = encode_frame(m.encode(m.Enqueue(id=request_id, op="enqueue", tasks=batch.tasks)))
+        frame = encode_frame(m.encode(m.Enqueue(id=request_id, op="enqueue", tasks=send.batch.tasks)))
         try:
             connection.send_frame(frame)
         except (NotSent, errors.RequestTimeout) as exc:
             # the frame did not leave whole: the broker cannot have acted on it, so it may go again
-            batch.attempts += 1
-            if batch.attempts >= MAX_UNSENT_RETRIES:
-                self._settle(batch, error=errors.BrokerUnreachable(f"the batch could not be sent: {exc}"))
-            else:
-                batch.closed_by = batch.closed_by or FLUSH
-                self._ready.appendleft(batch)
+            settled = self._batcher.not_sent(send, str(exc), MAX_UNSENT_RETRIES)
+            if settled is not None:
+                self._settled([settled])
             self._lose_connection(errors.ConnectionLost(f"the connection broke: {exc}; outcome unknown"))
             self._wake()
-            return False
-        self._in_flight[request_id] = batch
-        stats = self.stats
-        count = len(batch.tasks)
-        stats.batches_sent += 1
-        stats.tasks_sent += count
-        stats.sends[why] += 1  # type: ignore[index]
-        if count > stats.largest_batch_tasks:
-            stats.largest_batch_tasks = count
-        return True
+            return
+        self._in_flight[request_id] = send.batch
+        self._batcher.sent(send)
 
-    def _settle(self, batch: _Batch, raw: Any = None, error: errors.KittiwakeError | None = None) -> None:
-        count = len(batch.tasks)
-        if error is not None:
-            batch.error = error
-            self.stats.batches_failed += 1
-            self.stats.tasks_failed += count
-            self._failed_tasks += count
-            if self._first_failure is None:
-                self._first_failure = error
-        else:
-            batch.raw = raw
-        self._held -= count
-        batch.tasks = []  # handles keep their batch: let its data go
-        batch.done.set()
+    def _settled(self, batches: Iterable[Batch[threading.Event]]) -> None:
+        for batch in batches:
+            batch.signal.set()
         if self._waiting_for_room:
             self._room.notify_all()
 
@@ -422,10 +281,8 @@ class Producer:
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
-        in_flight = list(self._in_flight.values())
         self._in_flight.clear()
-        for batch in in_flight:
-            self._settle(batch, error=errors.error_for_code(error.code, error.message))
+        self._settled(self._batcher.fail_in_flight(error))
 
     def _wake(self) -> None:
         try:
@@ -442,15 +299,9 @@ class Producer:
             with self._lock:
                 if self._stopped:
                     return
+                work = self._batcher.unsent
+                timeout = self._send_due()
                 connection = self._connection
-                work = bool(self._ready or self._filling)
-                timeout: float | None = None
-                if connection is not None:
-                    self._send_due()
-                    connection = self._connection
-                    filling = self._filling
-                    if filling is not None and len(self._in_flight) == 1:
-                        timeout = max(0.0, filling.started + self._linger_secs - time.monotonic())
             if connection is None:
                 if first or work:
                     self._connect()
@@ -488,8 +339,7 @@ class Producer:
                 return
             for reply in replies:
                 self._answer(reply)
-            if self._connection is not None:
-                self._send_due(reply=True)
+            self._send_due()
 
     def _answer(self, reply: ReplyEnvelope[Any]) -> None:
         batch = self._in_flight.pop(reply.id, None)
@@ -499,9 +349,10 @@ class Producer:
                 self._lose_connection(errors.ConnectionLost(f"the broker refused the stream: {error_of(reply)}"))
             return
         if reply.ok:
-            self._settle(batch, raw=reply.result)
+            self._batcher.answer(batch, raw=reply.result)
         else:
-            self._settle(batch, error=error_of(reply))
+            self._batcher.answer(batch, error=error_of(reply))
+        self._settled([batch])
 
     def _connect(self) -> None:
         try:
@@ -509,11 +360,7 @@ class Producer:
         except errors.KittiwakeError as exc:
             with self._lock:
                 # nothing of these was sent: they fail as not enqueued, with the reason
-                unsent = [*self._ready, *([self._filling] if self._filling is not None else [])]
-                self._ready.clear()
-                self._filling = None
-                for batch in unsent:
-                    self._settle(batch, error=errors.error_for_code(exc.code, exc.message))
+                self._settled(self._batcher.fail_unsent(errors.error_for_code(exc.code, exc.message)))
             return
         with self._lock:
             if self._stopped:
