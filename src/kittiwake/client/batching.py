@@ -143,7 +143,9 @@ class Batcher(Generic[S]):
         self._ready: deque[Batch[S]] = deque()  # closed, not yet sent, in order
         self._in_flight: list[Batch[S]] = []  # in the order sent
         self._held = 0  # tasks taken and not yet settled
-        self._answered = False  # an answer freed a place since next_send last said to wait
+        # an answer freed a place since next_send last said to wait or sent a gathering batch: the
+        # next one goes out at once (reply), even behind a ready batch sent into the same room
+        self._answered = False
         self._closed = False
         self._failed_tasks = 0  # since the last failure_report
         self._first_failure: errors.KittiwakeError | None = None
@@ -221,13 +223,14 @@ class Batcher(Generic[S]):
             batch = batch_or_none
             if self._answered:
                 reason = SendReason.REPLY
+                self._answered = False
             elif not in_flight:
                 reason = SendReason.IDLE
-            elif now - batch.started >= self._linger_secs:
+            elif now >= (deadline := batch.started + self._linger_secs):
                 reason = SendReason.LINGER
             else:
                 self._answered = False
-                return batch.started + self._linger_secs - now
+                return deadline - now
             self._gathering = None
             batch.reason = reason  # a batch that must go again keeps why it first went
         in_flight.append(batch)
