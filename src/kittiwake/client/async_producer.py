@@ -126,7 +126,7 @@ class AsyncProducer:
             await self._room.wait()
             batch = batcher.take(task, size, self._loop.time())
         index = len(batch.tasks) - 1
-        if index == 0 or batcher.sendable():  # a new batch has a linger deadline; or one is due now
+        if index == 0 or batch.reason is not None:  # it opened a batch (idle, or a linger deadline), or closed one
             self._send_due()
         return AsyncSending(batch, index)
 

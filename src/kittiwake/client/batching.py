@@ -5,16 +5,20 @@ client's connection) — wrap one `Batcher` and do only the I/O around it. The b
 tasks are held, which batch each joins, which batch goes out next and why, and what an answer
 does; it reads no clock (every call that needs the time takes `now`, in seconds of the shell's
 monotonic clock), starts no thread, touches no socket and signals no waiter: it returns the
-batches it settled, and the shell wakes whoever waits on them.
+batches it settled (or was handed them, for `answer`), and the shell wakes whoever waits on them.
 
 Theory of operation. Tasks join the *gathering* batch. A batch takes no more tasks once it is
-*closed*: full (`max_batch_tasks` tasks, or `max_batch_bytes` bytes reached), or asked for by
-`flush`/`close`. Closed batches wait in order (*ready*) until there is room in flight; at most
-`MAX_IN_FLIGHT` batches are in flight. `next_send(now)` answers, in this order:
+*closed*: full (`max_batch_tasks` tasks, or `max_batch_bytes` bytes reached), asked for by
+`flush` (the shells flush on close too), or waited on by a full buffer with nothing in flight.
+Closed batches wait in order (*ready*) until there is room in flight; at most `MAX_IN_FLIGHT`
+batches are in flight. `next_send(now)` answers, in this order:
 
     in flight is full (two)                     -> None: wait for an answer
-    a batch is ready                            -> send it; why: the reason it closed (size, flush)
-    a batch gathers, and an answer freed room   -> send it: reply
+    a batch is ready                            -> send it; why: the reason it closed (size, flush),
+                                                   or why it first went if it goes again
+    a batch gathers, and an answer freed room
+      since the last send of a gathering batch
+      or the last "wait"                        -> send it: reply
     a batch gathers, and nothing is in flight   -> send it: idle
     a batch gathers, and its oldest task waited
       linger_ms behind the one in flight        -> send it: linger
@@ -157,6 +161,7 @@ class Batcher(Generic[S]):
 
     @property
     def closed(self) -> bool:
+        """Whether `close` was called: `take` refuses every task."""
         return self._closed
 
     @property

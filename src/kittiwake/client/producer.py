@@ -169,10 +169,13 @@ class Producer:
             if batch is None:
                 batch = self._wait_for_room(task, size)
             index = len(batch.tasks) - 1
-            if self._connection is not None and batcher.sendable():
-                self._send_due()
-            elif index == 0:
-                self._wake()  # a new linger deadline (or a connection to make)
+            # only a task that opened a batch (maybe idle) or closed one can make a send due; the
+            # rest of a batch's tasks cost no more than this test
+            if index == 0 or batch.reason is not None:
+                if self._connection is not None and batcher.sendable():
+                    self._send_due()
+                elif index == 0:
+                    self._wake()  # a new linger deadline (or a connection to make)
         return Sending(self, batch, index)
 
     def _wait_for_room(self, task: NewTask, size: int) -> Batch[threading.Event]:
@@ -180,7 +183,7 @@ class Producer:
         try:
             while True:
                 if not self._batcher.in_flight:
-                    self._wake()  # the batcher closed the gathering batch: nothing else would send it
+                    self._wake()  # the batcher closed what was gathering: the thread must send it
                 self._room.wait()
                 batch = self._batcher.take(task, size, time.monotonic())
                 if batch is not None:
