@@ -8,8 +8,9 @@ reuses them. A thread that is alone pays for one connection.
 
 Connecting is lazy. A failed connect is retried with capped exponential
 backoff (`backoff.connect_attempts`) until `connect_timeout_secs` is spent,
-then `BrokerUnreachable`; `close()` ends a call waiting out a backoff at once,
-with `BrokerUnreachable` (the request was not sent). A request that never left whole (`NotSent`, or an idle
+then `BrokerUnreachable`; the pauses wait on an event that `close()` sets, so
+a call waiting out a backoff ends at once, with `BrokerUnreachable` (the
+request was not sent). A request that never left whole (`NotSent`, or an idle
 connection found dropped before use) is retried on a fresh connection; one
 that left and lost its connection raises `ConnectionLost` — only the caller
 can decide whether to repeat an operation whose outcome is unknown.
