@@ -240,3 +240,11 @@ def test_a_users_listing_pages_past_a_name_through_queues_it_may_not_see(tmp_pat
         with pytest.raises(errors.BadRequest, match="start_after"):
             carol.list_queues(start_after="no spaces!")
         assert len(root.list_queues(limit=5000, start_after="q.1999")) == 500
+        for user in (ROOT, CAROL):  # a cursor is checked on the wire for every user, rights or not
+            with broker.connect() as raw:
+                assert raw.auth(*user).ok
+                for bad in (42, "", "nul\x00", "a#b#c", "x" * 300, ["q.0001"]):
+                    reply = raw.request("list_queues", start_after=bad)
+                    assert not reply.ok and reply.error["code"] == "BAD_REQUEST", (user[0], bad, reply)
+                assert [row["queue"] for row in raw.call("list_queues", start_after="q.2398", limit=1)] == [
+                    "q.2399.mine"]
