@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest

@@ -62,7 +62,7 @@ from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import JoinInfo, TaskView
 from kittiwake.queue_globs import QueuePattern
 
-LIST_ALL = 1_000_000  # the engine's largest list_queues limit: filtering needs everything it has
+LIST_ALL = 1_000_000  # the engine's largest list_queues limit: stats by pattern filters all it lists
 SCOPED_LIST_STEP = 1000  # queues a user's listing asks the engine for at a time (at least its limit)
 MAX_STATS_NAMES = 10_000  # the engine's stats takes at most this many names at once
 DECISION_CACHE_ENTRIES = 4096
