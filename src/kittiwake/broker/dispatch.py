@@ -122,7 +122,7 @@ def _queues_for_receiver(engine: Engine, request: m.QueuesForReceiver, peer: str
 
 
 def _list_queues(engine: Engine, request: m.ListQueues, peer: str | None, now: float) -> Any:
-    return engine.list_queues(request.pattern, request.min_tasks, request.limit)
+    return engine.list_queues(request.pattern, request.min_tasks, request.limit, request.start_after)
 
 
 def _delete_queue(engine: Engine, request: m.DeleteQueue, peer: str | None, now: float) -> Any:

@@ -279,10 +279,11 @@ class AsyncClient:
         return await self._run(calls.queues_for_receiver(receiver), timeout)
 
     async def list_queues(
-        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *, timeout: float | None = None
+        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *,
+        start_after: str | None = None, timeout: float | None = None
     ) -> list[QueueInfo]:
-        """Queues by name and size; see `Client.list_queues`."""
-        return await self._run(calls.list_queues(pattern, min_tasks, limit), timeout)
+        """Queues by name and size, from the name after `start_after` on; see `Client.list_queues`."""
+        return await self._run(calls.list_queues(pattern, min_tasks, limit, start_after), timeout)
 
     async def declare_join(
         self,

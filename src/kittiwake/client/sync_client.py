@@ -346,15 +346,20 @@ class Client:
         return self._run(calls.queues_for_receiver(receiver), timeout)
 
     def list_queues(
-        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *, timeout: float | None = None
+        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *,
+        start_after: str | None = None, timeout: float | None = None
     ) -> list[QueueInfo]:
-        """Queues in name order whose name matches the regex `pattern` (searched,
-        not anchored) and that hold at least `min_tasks` tasks (and at least one).
+        """Up to `limit` queues in name order whose name matches the regex `pattern`
+        (searched, not anchored) and that hold at least `min_tasks` tasks (and at least one).
+
+        With `start_after`, only queues whose name sorts after it: pass the last name
+        of one page to get the next, and stop at a page shorter than `limit`. It is a
+        queue name (checked as one: `BadRequest` otherwise) and need not exist.
 
         Patterns run in linear time (RE2): Python's `re` syntax without
         backreferences or lookaround, at most 1024 characters; others are
         refused with `BadRequest`."""
-        return self._run(calls.list_queues(pattern, min_tasks, limit), timeout)
+        return self._run(calls.list_queues(pattern, min_tasks, limit, start_after), timeout)
 
     def declare_join(
         self,

@@ -232,8 +232,10 @@ class Engine:
     def queues_for_receiver(self, receiver: str) -> list[str]:
         return inspection.queues_for_receiver(self.state, receiver)
 
-    def list_queues(self, pattern: str | None, min_tasks: int, limit: int) -> list[QueueInfo]:
-        return inspection.list_queues(self.state, pattern, min_tasks, limit)
+    def list_queues(
+        self, pattern: str | None, min_tasks: int, limit: int, start_after: str | None = None
+    ) -> list[QueueInfo]:
+        return inspection.list_queues(self.state, pattern, min_tasks, limit, start_after)
 
     def stats(
         self, queues: Sequence[str] | None, pattern: str | None, sample: int, now: float
