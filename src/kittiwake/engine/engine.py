@@ -30,7 +30,7 @@ from kittiwake import errors
 from kittiwake.engine import coherence, dead_letters, dependencies, enqueue, failures, inspection, join_index, joins, leases, update
 from kittiwake.engine.dead_letters import DeadLetterPage
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER, EngineState, delete_queue, prune_idle, recover
-from kittiwake.engine.storage import TaskStore
+from kittiwake.engine.storage import TaskStore, is_shared
 from kittiwake.join_spec import JoinSpec
 from kittiwake.model import (
     DEAD_REASON_HEADER,
@@ -63,9 +63,9 @@ class Engine:
         cache_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         self.state = state = EngineState(store, limits or Limits(), head_tasks, cache_bytes)
-        if getattr(store, "shared", False):  # other brokers use the store too: see `coherence`
+        if is_shared(store):  # other brokers use the store too: see `coherence`
             state.shared = True
-            state.id_slot, state.id_stride = store.id_slot, store.id_stride  # type: ignore[attr-defined]
+            state.id_slot, state.id_stride = store.id_slot, store.id_stride
 
     # the settings and figures callers read
     @property
