@@ -31,6 +31,7 @@ from kittiwake.engine import coherence, dead_letters, dependencies, enqueue, fai
 from kittiwake.engine.dead_letters import DeadLetterPage
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER, EngineState, delete_queue, prune_idle, recover
 from kittiwake.engine.storage import TaskStore, is_shared
+from kittiwake.engine.update import UpdateOutcome
 from kittiwake.join_spec import JoinSpec
 from kittiwake.model import (
     DEAD_REASON_HEADER,
@@ -151,7 +152,7 @@ class Engine:
         lease_secs: float = DEFAULT_LEASE_SECS,
         reason: str | None = None,
         now: float,
-    ) -> dict[str, list[Any]]:
+    ) -> UpdateOutcome:
         return update.update(
             self.state,
             enqueue=enqueue,
