@@ -18,7 +18,9 @@ call to the module that owns the operation. Where to read the semantics:
 * `head_cache` — which available tasks memory holds (TaskMaster §5.4);
 * `coherence` — several brokers on one store: claims and reloads;
 * `joins` — tokens that start one job when all of a join's ports hold them;
-* `inspection` — peek, get, list_queues, stats and other read-only views.
+* `inspection` — peek, get, list_queues, stats and other read-only views;
+* `reads` — a client's reads answered from the state at `now`, changing
+  nothing, for readers between passes (the dashboard's flows view).
 """
 
 from __future__ import annotations
