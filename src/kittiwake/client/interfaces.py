@@ -27,16 +27,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, Union, overload, runtime_checkable
 
-from kittiwake.model import LeaseRef, NewTask, QueueInfo, QueueStats
-from kittiwake.protocol.messages import DEFAULT_LEASE_SECS, DEFAULT_STATS_SAMPLE
-from kittiwake.protocol.replies import (
-    DeadLetterPage,
-    EnqueueOutcome,
-    ItemOutcome,
-    LeasedTask,
-    TaskView,
-    UpdateResult,
-)
+from kittiwake.constants import DEFAULT_LEASE_SECS
+from kittiwake.model import EnqueueOutcome, ItemOutcome, LeaseRef, NewTask, QueueInfo, QueueStats
+from kittiwake.protocol.messages import DEFAULT_STATS_SAMPLE
+from kittiwake.protocol.replies import DeadLetterPage, LeasedTask, TaskView, UpdateResult
 
 
 class NamedTask(Protocol):
