@@ -100,9 +100,7 @@ def _update(engine: Engine, request: m.Update, peer: str | None, now: float) -> 
         reason=request.reason,
         now=now,
     )
-    return UpdateResult(
-        enqueued=done["enqueued"], dequeued=done["dequeued"], renewed=done["renewed"], released=done["released"]
-    )
+    return UpdateResult(enqueued=done.enqueued, dequeued=done.dequeued, renewed=done.renewed, released=done.released)
 
 
 def _peek(engine: Engine, request: m.Peek, peer: str | None, now: float) -> Any:
