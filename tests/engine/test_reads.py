@@ -34,6 +34,9 @@ def test_a_listing_answers_as_the_engine_does(engine: Engine, clock: Clock, patt
     assert reads.list_queues(engine.state, pattern, min_tasks, limit) == expected
     rows, after = reads.list_queues_page(engine.state, reads.listing(pattern, min_tasks), limit)
     assert (rows, after) == (expected, None)
+    for start_after in ("", "alpha", "b", "flow.one#runs", "zzz"):  # past a name, as the engine pages
+        paged = engine.list_queues(pattern, min_tasks, limit, start_after or None)
+        assert reads.list_queues(engine.state, pattern, min_tasks, limit, start_after=start_after or None) == paged
 
 
 def test_a_listing_walks_in_pieces_and_says_where_to_go_on(engine: Engine, clock: Clock) -> None:

@@ -55,8 +55,11 @@ TaskName = Union[tuple[str, str], NamedTask]
 class QueueReads(Protocol):
     """Reads of queues and tasks: what status views and readers need."""
 
-    def list_queues(self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000) -> list[QueueInfo]:
-        """Queues in name order whose name matches `pattern`, holding at least max(1, `min_tasks`) tasks."""
+    def list_queues(
+        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *, start_after: str | None = None
+    ) -> list[QueueInfo]:
+        """Queues in name order past `start_after` whose name matches `pattern`, holding at least
+        max(1, `min_tasks`) tasks."""
 
     def peek(self, queue: str, n: int = 10, from_pid: str | None = None) -> list[TaskView]:
         """Up to `n` tasks of `queue` in pid order from `from_pid` on, leasing none."""
@@ -216,9 +219,11 @@ class QueueClient(QueueReads, Protocol):
         """One task by pid; raises TaskNotFound."""
 
     def list_queues(
-        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *, timeout: float | None = None
+        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *,
+        start_after: str | None = None, timeout: float | None = None
     ) -> list[QueueInfo]:
-        """Queues in name order whose name matches `pattern`, holding at least max(1, `min_tasks`) tasks."""
+        """Queues in name order past `start_after` whose name matches `pattern`, holding at least
+        max(1, `min_tasks`) tasks."""
 
     def stats(
         self,

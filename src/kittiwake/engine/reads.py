@@ -104,12 +104,21 @@ def list_queues_page(
 
 def list_queues(
     state: EngineState, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000,
-    visible: NameFilter | None = None,
+    visible: NameFilter | None = None, start_after: str | None = None,
 ) -> list[QueueInfo]:
-    """Queues in name order whose name matches `pattern` (searched, not anchored), holding at
-    least max(1, `min_tasks`) tasks, that the reader sees; at most `limit`."""
-    rows, _ = list_queues_page(state, listing(pattern, min_tasks, visible), limit)
+    """Queues in name order past `start_after` whose name matches `pattern` (searched, not
+    anchored), holding at least max(1, `min_tasks`) tasks, that the reader sees; at most `limit`."""
+    asked = listing(pattern, min_tasks, visible)
+    rows, _ = list_queues_page(state, asked, limit, start_of(asked, start_after))
     return rows
+
+
+def start_of(asked: Listing, start_after: str | None) -> str | None:
+    """Where a walk past `start_after` begins: None (at the listing's prefix) when the name sorts
+    before every name the listing can take."""
+    if start_after is None or start_after < asked.prefix:
+        return None
+    return start_after
 
 
 def peek(state: EngineState, queue: str, n: int, from_pid: str | None, now: float) -> list[dict[str, Any]]:

@@ -70,14 +70,17 @@ class EngineReader:
         self.budget = budget
         self.on_loop = on_loop
 
-    def list_queues(self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000) -> list[QueueInfo]:
-        """Queues holding at least max(1, min_tasks) tasks whose name matches `pattern` and that the
-        principal administers, in name order."""
-        return self._listed(reads.listing(pattern, min_tasks, self.visible), limit)
+    def list_queues(
+        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *, start_after: str | None = None
+    ) -> list[QueueInfo]:
+        """Queues past `start_after` holding at least max(1, min_tasks) tasks whose name matches
+        `pattern` and that the principal administers, in name order."""
+        asked = reads.listing(pattern, min_tasks, self.visible)
+        return self._listed(asked, limit, reads.start_of(asked, start_after))
 
-    def _listed(self, asked: reads.Listing, limit: int | None) -> list[QueueInfo]:
+    def _listed(self, asked: reads.Listing, limit: int | None, start: str | None = None) -> list[QueueInfo]:
         rows: list[QueueInfo] = []
-        after: str | None = None
+        after: str | None = start
         while limit is None or len(rows) < limit:
             room = None if limit is None else limit - len(rows)
             page, after = self.on_loop(partial(self._names, asked, room, after))
