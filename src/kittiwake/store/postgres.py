@@ -127,14 +127,23 @@ def classify(error: BaseException) -> StorageFault:
 def _outcome_known(error: BaseException) -> bool:
     """Whether a COMMIT that raised `error` certainly did not commit: the server answered with an
     error (it then rolled back). A broken connection or a server shutting down leaves it unknown."""
-    sqlstate = getattr(error, "sqlstate", None)
-    return bool(sqlstate) and not sqlstate.startswith(("08", "57P"))
+    sqlstate: str | None = getattr(error, "sqlstate", None)
+    if not sqlstate:
+        return False
+    return not sqlstate.startswith(("08", "57P"))
 
 
 def _failure(error: BaseException, *, committing: bool = False) -> StorageFailure:
     fault = classify(error)
     message = " ".join(str(error).split()) or type(error).__name__  # libpq's messages span lines
     return StorageFailure(f"PostgreSQL: {message}", fault=fault, outcome_known=not committing or _outcome_known(error))
+
+
+def _setting(db: psycopg.Connection[tuple[Any, ...]], name: str) -> str:
+    """A setting of the session, as `SHOW` says it."""
+    row = db.execute(f"SHOW {name}").fetchone()
+    assert row is not None  # SHOW answers one row, or raises for a name the server does not know
+    return str(row[0])
 
 
 def _note(note: str | None) -> bytes | None:
@@ -262,9 +271,9 @@ class PostgresStore:
             if self.durability == "os":
                 db.execute("SET synchronous_commit = off")
             else:
-                if db.execute("SHOW synchronous_commit").fetchone()[0] == "off":
+                if _setting(db, "synchronous_commit") == "off":
                     db.execute("SET synchronous_commit = on")
-                if db.execute("SHOW fsync").fetchone()[0] == "off":
+                if _setting(db, "fsync") == "off":
                     log.warning("the PostgreSQL server runs with fsync=off: a commit may be lost in a crash "
                                 "of the server or of its machine, whatever --durability says")
             db.execute(psycopg.sql.SQL("SET search_path = {}").format(psycopg.sql.Identifier(self.schema)))
@@ -302,21 +311,20 @@ class PostgresStore:
     def write(self, mutations: Sequence[Mutation]) -> None:
         pending, rows, queues = self._pending, self._pending_rows, self._pending_queues
         for mutation in mutations:
-            kind = type(mutation)
-            if kind is PutTask:
+            if isinstance(mutation, PutTask):
                 # a PutTask holds the caller's Task, which it may change before the flush: keep it as written
-                task = snapshot(mutation.task)  # type: ignore[union-attr]
+                task = snapshot(mutation.task)
                 pending.append(PutTask(task))
                 rows.add((task.queue, task.pid))
                 queues.add(task.queue)
                 continue
             pending.append(mutation)
-            if kind is SetLease or kind is DeleteTask or kind is SetWaiting:
-                rows.add((mutation.queue, mutation.pid))  # type: ignore[union-attr]
-                queues.add(mutation.queue)  # type: ignore[union-attr]
-            elif kind is DropQueue:
-                queues.add(mutation.queue)  # type: ignore[union-attr]
-                self._pending_drops.add(mutation.queue)  # type: ignore[union-attr]
+            if isinstance(mutation, (SetLease, DeleteTask, SetWaiting)):
+                rows.add((mutation.queue, mutation.pid))
+                queues.add(mutation.queue)
+            elif isinstance(mutation, DropQueue):
+                queues.add(mutation.queue)
+                self._pending_drops.add(mutation.queue)
 
     def _forget_pending(self) -> None:
         self._pending = []
@@ -371,7 +379,7 @@ class PostgresStore:
 
         for mutation in pending:
             kind = type(mutation)
-            if kind is PutTask:
+            if isinstance(mutation, PutTask):
                 t = mutation.task
                 row: tuple = (
                     t.queue, gens.get(t.queue, 0), t.pid, t.data, t.enqueued_at, t.sender, t.receiver,
@@ -380,27 +388,25 @@ class PostgresStore:
                     t.waiting_on, t.children, t.progress, _note(t.note),
                 )
                 key: tuple | None = row[:3]
-            elif kind is SetLease:
+            elif isinstance(mutation, SetLease):
                 m = mutation
                 row = (
                     m.queue, gens.get(m.queue, 0), m.pid, m.attempts, m.deliveries, m.lease_id, m.lease_owner,
                     m.lease_peer, m.leased_at, m.lease_expires_at, m.progress, _note(m.note),
                 )
                 key = row[:3]
-            elif kind is DeleteTask:
+            elif isinstance(mutation, DeleteTask):
                 row = (mutation.queue, gens.get(mutation.queue, 0), mutation.pid)
                 key = row
-            elif kind is SetWaiting:
-                m = mutation
-                row = (m.queue, gens.get(m.queue, 0), m.pid, m.waiting_on, m.children)
+            elif isinstance(mutation, SetWaiting):
+                row = (mutation.queue, gens.get(mutation.queue, 0), mutation.pid, mutation.waiting_on, mutation.children)
                 key = row[:3]
-            elif kind is SetCounter:
+            elif isinstance(mutation, SetCounter):
                 row, key = (mutation.name, mutation.value), None  # counters only grow: any order
-            elif kind is PutEdge:
-                m = mutation
-                row = (m.queue, m.pid, m.child_queue, m.child_pid)
-                key = ("edges", m.queue, m.pid)
-            elif kind is DeleteEdges:
+            elif isinstance(mutation, PutEdge):
+                row = (mutation.queue, mutation.pid, mutation.child_queue, mutation.child_pid)
+                key = ("edges", mutation.queue, mutation.pid)
+            elif isinstance(mutation, DeleteEdges):
                 row = (mutation.queue, mutation.pid)
                 key = ("edges", mutation.queue, mutation.pid)
             else:
@@ -425,13 +431,12 @@ class PostgresStore:
         """Shared schema: remember the queues these writes change, each of which must be claimed."""
         written = self._written
         for mutation in mutations:
-            kind = type(mutation)
-            if kind is PutTask:
-                queue = mutation.task.queue  # type: ignore[union-attr]
-            elif kind is SetCounter:
+            if isinstance(mutation, PutTask):
+                queue = mutation.task.queue
+            elif isinstance(mutation, SetCounter):
                 continue
             else:
-                queue = mutation.queue  # type: ignore[union-attr]
+                queue = mutation.queue
             if queue not in self.claimed:
                 raise RuntimeError(f"a write to queue {queue!r}, which this broker has not claimed")
             written.add(queue)
@@ -553,7 +558,7 @@ class PostgresStore:
     def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
         if "\x00" in pid:
             return []  # no pid holds NUL
-        return [tuple(row) for row in self._read(sql.CHILDREN_OF, (queue, pid))]  # type: ignore[misc]
+        return [(row[0], row[1]) for row in self._read(sql.CHILDREN_OF, (queue, pid))]
 
     def parents_in(self, queue: str) -> list[str]:
         return [row[0] for row in self._read(sql.PARENTS_IN, (queue,))]
