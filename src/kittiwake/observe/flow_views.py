@@ -163,7 +163,7 @@ class EngineReader:
         return rows, None
 
     def peek(self, queue: str, n: int = 10, from_pid: str | None = None) -> list[TaskView]:
-        return self.on_loop(partial(self._peek, queue, n, from_pid))  # type: ignore[no-any-return]
+        return self.on_loop(partial(self._peek, queue, n, from_pid))
 
     def _peek(self, queue: str, n: int, from_pid: str | None) -> list[TaskView]:
         if not may_read(self.principal, queue, PEEK):
@@ -175,7 +175,7 @@ class EngineReader:
         return [TaskView(**view) for view in views]
 
     def get(self, queue: str, pid: str) -> TaskView:
-        return self.on_loop(partial(self._get, queue, pid))  # type: ignore[no-any-return]
+        return self.on_loop(partial(self._get, queue, pid))
 
     def _get(self, queue: str, pid: str) -> TaskView:
         if not may_read(self.principal, queue, GET):
