@@ -15,9 +15,11 @@ from click.testing import CliRunner
 
 from kittiwake import errors
 from kittiwake.cli.main import cli
-from kittiwake.engine import PutTask, SetLease
+from kittiwake.engine import Engine, PutTask, SetLease
+from kittiwake.engine.storage import SharedTaskStore, TaskStore, is_shared
 from kittiwake.model import Task
 from kittiwake.store import postgres_statements as sql
+from kittiwake.store.memory import MemoryStore
 from kittiwake.store.postgres import PostgresStore, SchemaVersionError
 from support.postgres import fresh_schema
 
@@ -49,6 +51,22 @@ def test_a_new_schema_is_at_the_current_version(place):
     finally:
         store.close()
     assert admin(place, f"SELECT version FROM {place[1]}.schema_version") == [(sql.SCHEMA_VERSION,)]
+
+
+def test_a_store_that_brokers_share_is_a_shared_task_store(place: tuple[str, str]) -> None:
+    """The engine reaches what several brokers share (claims, leases run out anywhere, id shares)
+    through `SharedTaskStore`, told apart by `is_shared`: only `brokers="many"` is shared."""
+    shared: SharedTaskStore = PostgresStore(place[0], schema=place[1], brokers="many")
+    alone: TaskStore = PostgresStore(place[0], schema=place[1])
+    try:
+        assert is_shared(shared) and not is_shared(alone) and not is_shared(MemoryStore())
+        assert (set(shared.claimed), shared.expired_lease_queues(NOW, 10)) == (set(), [])
+        engine = Engine(shared)
+        assert engine.shared and (engine.state.id_slot, engine.state.id_stride) == (shared.id_slot, shared.id_stride)
+        assert shared.id_stride > 1 and not Engine(alone).shared
+    finally:
+        shared.close()
+        alone.close()
 
 
 def test_an_older_schema_is_upgraded_and_keeps_its_rows(place, monkeypatch):

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kittiwake import errors
 from kittiwake.client import calls
 from kittiwake.client.calls import Call
+from kittiwake.client.channel import AsyncChannel
 from kittiwake.client.producer import FLUSH, IDLE, LINGER, MAX_IN_FLIGHT, REPLY, SIZE, ProducerStats
 from kittiwake.client.producer_settings import ProducerSettings
 from kittiwake.client.producer_tasks import TaskMaker
@@ -30,8 +31,6 @@ from kittiwake.model import NewTask
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import EnqueueOutcome, result_decoder
 
-# How a producer sends: run one call on the client's connection, with a timeout (None: the client's)
-RunCall = Callable[[Call[Any], "float | None"], Awaitable[Any]]
 _decode_enqueued = result_decoder("enqueue")
 
 
@@ -84,13 +83,14 @@ class AsyncSending:
 
 
 class AsyncProducer:
-    """Batches enqueues over an `AsyncClient`'s connection; made by `AsyncClient.producer(...)`,
-    which hands it the way to run a call on that connection (`run`)."""
+    """Batches enqueues over an `AsyncClient`'s channel; made by `AsyncClient.producer(...)`, which
+    hands it that channel and the client's timeout (None: a batch waits for its reply)."""
 
-    def __init__(self, run: RunCall, settings: ProducerSettings) -> None:
+    def __init__(self, channel: AsyncChannel, settings: ProducerSettings, timeout_secs: float | None = None) -> None:
         self.settings = settings
         self.stats = ProducerStats()
-        self._run = run
+        self._channel = channel
+        self._timeout_secs = timeout_secs
         self._loop = asyncio.get_running_loop()
         self._linger_secs = settings.linger_ms / 1000.0
         self._tasks = TaskMaker()
@@ -250,7 +250,7 @@ class AsyncProducer:
         raw: Any = None
         error: errors.KittiwakeError | None = None
         try:
-            raw = await self._run(call, None)
+            raw = await self._channel.request(call, self._timeout_secs)
         except errors.KittiwakeError as exc:
             error = exc
         except asyncio.CancelledError:

@@ -335,8 +335,10 @@ def queues_for_receiver(receiver: str) -> Call[list[str]]:
     return Call(request("queues_for_receiver", {"receiver": receiver}), result_decoder("queues_for_receiver"))
 
 
-def list_queues(pattern: str | None = None, min_tasks: int = 0, limit: int = 1000) -> Call[list[replies.QueueInfo]]:
-    fields = {"pattern": pattern, "min_tasks": min_tasks, "limit": limit}
+def list_queues(
+    pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, start_after: str | None = None
+) -> Call[list[replies.QueueInfo]]:
+    fields = {"pattern": pattern, "min_tasks": min_tasks, "limit": limit, "start_after": start_after}
     return Call(request("list_queues", fields), result_decoder("list_queues"))
 
 

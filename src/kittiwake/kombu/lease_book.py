@@ -24,7 +24,8 @@ import threading
 import time
 from collections.abc import Iterable
 
-from kittiwake.client import Client, ItemOutcome, LeasedTask
+from kittiwake.client import ItemOutcome, LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.errors import Transient
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class LeaseBook:
 
     def __init__(
         self,
-        client: Client,
+        client: QueueClient,
         *,
         lease_secs: float,
         renew_every_secs: float,

@@ -48,6 +48,7 @@ from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from kittiwake.client import Client, LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.errors import BadRequest, KittiwakeError, Transient
 from kittiwake.kombu.bindings import BindingRegistry
 from kittiwake.kombu.lease_book import LeaseBook
@@ -276,7 +277,7 @@ class Transport(virtual.Transport):
         super().__init__(client, **kwargs)
         url, url_options = self._broker_url(client)
         self.options = TransportOptions.from_mapping({**(client.transport_options or {}), **url_options})
-        self.broker = Client(url, connect_timeout=float(client.connect_timeout or 10.0))
+        self.broker: QueueClient = Client(url, connect_timeout=float(client.connect_timeout or 10.0))
         self.leases = LeaseBook(
             self.broker,
             lease_secs=self.options.lease_secs,

@@ -31,7 +31,7 @@ from kittiwake import errors
 from kittiwake.app.definitions import PeriodicDefinition
 from kittiwake.app.envelope import tick_marker_pid, tick_pid, ticks_done_queue_of
 from kittiwake.app.schedule import utc
-from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import TASK_ID_HEADER
 from kittiwake.model import dead_queue_of
 
@@ -62,7 +62,7 @@ def tick_task(app: Any, periodic: PeriodicDefinition, tick: datetime) -> dict[st
 class Beat:
     """Fires due ticks of an app's periodic tasks; `fire_due(now)` is one step, `start` runs it in a thread."""
 
-    def __init__(self, app: Any, client: Client, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, app: Any, client: QueueClient, clock: Callable[[], float] = time.time) -> None:
         self.app = app
         self.client = client
         self.clock = clock

@@ -28,7 +28,8 @@ from typing import Callable
 
 from kittiwake import errors
 from kittiwake.app.definitions import TaskDefinition
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import LeasedTask
+from kittiwake.client.interfaces import QueueClient
 
 log = logging.getLogger("kittiwake.worker.heartbeat")
 
@@ -61,7 +62,7 @@ class Held:
 class LeaseKeeper:
     """Renews the leases of held tasks in a thread; see the module docstring."""
 
-    def __init__(self, client: Client, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, client: QueueClient, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.clock = clock
         self._held: dict[tuple[str, str], Held] = {}

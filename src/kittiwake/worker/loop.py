@@ -56,6 +56,7 @@ from kittiwake.app.envelope import (
 )
 from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
 from kittiwake.client import Client, LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import DEFAULT_LEASE_SECS, DELAYED_SUFFIX, GANG_SUFFIX, NODE_SEPARATOR, REPLIES_PREFIX
 from kittiwake.model import pid_at
 from kittiwake.worker.capacity import Capacity
@@ -139,7 +140,7 @@ class WorkerLoop:
         app: Any,
         config: WorkerConfig,
         *,
-        client: Client | None = None,
+        client: QueueClient | None = None,
         worker_id: str | None = None,
         app_reference: str | None = None,
         rng: random.Random | None = None,
@@ -151,7 +152,7 @@ class WorkerLoop:
         self.wall_clock = wall_clock
         self.config = config
         self.id = worker_id or default_worker_id(config.name)
-        self.client = client or Client(config.url or app.url, worker=self.id)
+        self.client: QueueClient = client or Client(config.url or app.url, worker=self.id)
         if app.url is None and config.url is not None:
             app.url = config.url  # tasks that submit tasks reach the same broker
         self.queues = list(config.queues or app.queues())

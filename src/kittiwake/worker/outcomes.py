@@ -51,7 +51,8 @@ from typing import Any, Callable
 
 from kittiwake import errors
 from kittiwake.app.envelope import is_reply_queue_for, redeliver_note, result_pid
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import REPLIES_PREFIX, REPLY_TO_HEADER, TASK_ID_HEADER
 from kittiwake.model import Limits, group_of
 from kittiwake.worker.heartbeat import Held
@@ -117,7 +118,7 @@ class Settler:
     """Applies outcomes to the broker; `settle` takes a batch (see the module docstring)."""
 
     def __init__(
-        self, client: Client, clock: Callable[[], float] = time.monotonic, reply_prefix: str = REPLIES_PREFIX
+        self, client: QueueClient, clock: Callable[[], float] = time.monotonic, reply_prefix: str = REPLIES_PREFIX
     ) -> None:
         self.client = client
         self.clock = clock

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import WORKERS_QUEUE
 
 log = logging.getLogger("kittiwake.worker.registry")
@@ -88,7 +89,7 @@ class WorkerRecord:
 class WorkerRegistry:
     """This process's record in ``_workers``, renewed by a thread."""
 
-    def __init__(self, client: Client, worker_id: str, every_secs: float = 2.0, queue: str = WORKERS_QUEUE) -> None:
+    def __init__(self, client: QueueClient, worker_id: str, every_secs: float = 2.0, queue: str = WORKERS_QUEUE) -> None:
         self.client = client
         self.queue = queue
         self.worker_id = worker_id
@@ -166,17 +167,17 @@ def record_of(view: Any) -> WorkerRecord:
     return WorkerRecord(view.pid, view.state == "leased", info, status, view.lease_expires_at)
 
 
-def all_workers(client: Client, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
+def all_workers(client: QueueClient, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
     """Every record in the registry, alive or not, by worker id."""
     return [record_of(view) for view in client.peek(queue, min(limit, 10_000))]
 
 
-def live_workers(client: Client, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
+def live_workers(client: QueueClient, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
     """Workers whose record is held: they renewed it within its time to live."""
     return [record for record in all_workers(client, limit, queue) if record.alive]
 
 
-def prune_dead(client: Client, queue: str = WORKERS_QUEUE) -> int:
+def prune_dead(client: QueueClient, queue: str = WORKERS_QUEUE) -> int:
     """Remove the records of workers that stopped renewing them; returns how many."""
     removed = 0
     now = time.time()

@@ -60,7 +60,7 @@ from kittiwake.app import tracing
 from kittiwake.app.definitions import Delivery, TaskDefinition
 from kittiwake.app.envelope import is_reply_queue_for, redeliver_note, redelivery_allowed
 from kittiwake.app.serialization import PayloadError, RemoteError, Serializer
-from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import JOIN_HEADER, REPLIES_PREFIX, REPLY_TO_HEADER, TASK_ID_HEADER
 from kittiwake.worker import gang
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
@@ -217,7 +217,7 @@ class TaskRunner:
     def __init__(
         self,
         app: Any,
-        client: Client,
+        client: QueueClient,
         keeper: LeaseKeeper,
         *,
         app_reference: str | None,
