@@ -296,9 +296,9 @@ def scoped(principal: Principal, request: m.Request) -> m.Request:
     kind = type(request)
     twin = _SCOPED.get(kind)
     if twin is None:
-        if kind is m.Stats and request.queues is None:  # type: ignore[attr-defined]
+        if type(request) is m.Stats and request.queues is None:
             twin = ScopedStats
-        elif kind is m.FindBySender and request.queue is None:  # type: ignore[attr-defined]
+        elif type(request) is m.FindBySender and request.queue is None:
             twin = ScopedFindBySender
         else:
             return request

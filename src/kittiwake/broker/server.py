@@ -101,8 +101,8 @@ class Broker:
         self.timeouts = ConnectionTimeouts(
             lambda: self.connections, self.budget, config.frame_timeout_secs, config.idle_timeout_secs
         )
-        self._server: asyncio.AbstractServer | None = None
-        self._tls_server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
         self.authenticator: Authenticator | None = None
         self.tls_port: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None

@@ -148,9 +148,9 @@ def load(client: QueueClient, log_queue: str) -> LogState:
             elif parsed[1] == MARKER:
                 markers.append(parsed[0])
             else:
-                number, _, piece, pieces = parsed
+                number, _, piece, piece_count = parsed
                 records.setdefault(number, {})[piece] = task.data
-                counts[number] = pieces
+                counts[number] = piece_count
         from_pid = page[-1].pid
     state = LogState(committed=max(markers, default=0))
     for number, pieces in sorted(records.items()):
