@@ -31,6 +31,8 @@ from kittiwake.client.producer_settings import (
 )
 from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
+from kittiwake.constants import DEFAULT_LEASE_SECS
+from kittiwake.protocol.messages import DEFAULT_STATS_SAMPLE
 from kittiwake.client.channel import AsyncChannel
 from kittiwake.client.schemes import ChannelSettings, open_async_channel
 from kittiwake.protocol.replies import (
@@ -157,7 +159,7 @@ class AsyncClient:
         queues: str | Iterable[str],
         *,
         max_tasks: int = 1,
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         max_pid: str | None = None,
         receiver: str | None = None,
         wait_secs: float = 0,
@@ -194,7 +196,7 @@ class AsyncClient:
     async def renew(
         self,
         tasks: Any,
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         *,
         progress: float | None = None,
         note: str | None = None,
@@ -246,7 +248,7 @@ class AsyncClient:
         dequeue: Iterable[LeaseLike] | LeaseLike = (),
         renew: Iterable[LeaseLike] | LeaseLike = (),
         release: Iterable[LeaseLike] | LeaseLike = (),
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         reason: str | None = None,
         timeout: float | None = None,
     ) -> UpdateResult:
@@ -350,7 +352,7 @@ class AsyncClient:
         queues: str | Iterable[str] | None = None,
         pattern: str | None = None,
         *,
-        sample: int = calls.DEFAULT_STATS_SAMPLE,
+        sample: int = DEFAULT_STATS_SAMPLE,
         timeout: float | None = None,
     ) -> list[QueueStats]:
         """Queue statistics; see `Client.stats`."""

@@ -28,6 +28,8 @@ from kittiwake import errors
 from kittiwake.client import calls
 from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
+from kittiwake.constants import DEFAULT_LEASE_SECS
+from kittiwake.protocol.messages import DEFAULT_STATS_SAMPLE
 from kittiwake.client.channel import Channel
 from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
 from kittiwake.client.producer import Producer
@@ -200,7 +202,7 @@ class Client:
         queues: str | Iterable[str],
         *,
         max_tasks: int = 1,
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         max_pid: str | None = None,
         receiver: str | None = None,
         wait_secs: float = 0,
@@ -247,7 +249,7 @@ class Client:
     def renew(
         self,
         tasks: Any,
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         *,
         progress: float | None = None,
         note: str | None = None,
@@ -312,7 +314,7 @@ class Client:
         dequeue: Iterable[LeaseLike] | LeaseLike = (),
         renew: Iterable[LeaseLike] | LeaseLike = (),
         release: Iterable[LeaseLike] | LeaseLike = (),
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         reason: str | None = None,
         timeout: float | None = None,
     ) -> UpdateResult:
@@ -431,7 +433,7 @@ class Client:
         queues: str | Iterable[str] | None = None,
         pattern: str | None = None,
         *,
-        sample: int = calls.DEFAULT_STATS_SAMPLE,
+        sample: int = DEFAULT_STATS_SAMPLE,
         timeout: float | None = None,
     ) -> list[QueueStats]:
         """Statistics of the named queues, or of every non-empty queue matching

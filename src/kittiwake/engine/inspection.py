@@ -92,7 +92,7 @@ def scan_page(
 def _views(state: EngineState, tasks: list[Task], now: float) -> list[dict[str, Any]]:
     """Views of tasks, cut short once their data passes the reply budget (at least one)."""
     budget = state.limits.max_reply_data_bytes
-    views = []
+    views: list[dict[str, Any]] = []
     for task in tasks:
         if views and budget < len(task.data):
             break

@@ -146,7 +146,7 @@ class FlowJobs:
                               data_dir=record.data_dir, attempt=task.attempts + 1)
         return PreparedJob(task, flow, step, job, record, context)
 
-    def finish(self, prepared: PreparedJob, items: list[Mapping[str, Dataset]], worker: str | None = None) -> list[dict[str, Any]]:
+    def finish(self, prepared: PreparedJob, items: Sequence[Mapping[str, Dataset]], worker: str | None = None) -> list[dict[str, Any]]:
         """The enqueues of the update that finishes a job that ran."""
         done = {"secs": round(time.monotonic() - prepared.started_at, 3), "worker": worker,
                 "attempt": prepared.task.attempts + 1}

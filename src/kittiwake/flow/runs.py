@@ -218,19 +218,19 @@ def run_status(client: QueueReads, record: RunRecord, *, finish: bool = True) ->
     live = 0
     for queue in record.job_queues():
         for view in scan_run(client, queue, record.run):
-            name = record.step_of_join((view.headers or {}).get(JOIN_HEADER))
-            if name in progress:
+            step = record.step_of_join((view.headers or {}).get(JOIN_HEADER))
+            if step is not None and step in progress:
                 live += 1
                 if view.state == "leased":
-                    progress[name].running += 1
+                    progress[step].running += 1
                 else:
-                    progress[name].queued += 1
+                    progress[step].queued += 1
     for view in dead_jobs(client, record):
         headers = view.headers or {}
-        name = record.step_of_join(headers.get(JOIN_HEADER))
-        if name in progress:
-            progress[name].dead += 1
-        status.dead.append(records.DeadJob(step=name, key=headers.get(DEAD_PID_HEADER, view.pid),
+        step = record.step_of_join(headers.get(JOIN_HEADER))
+        if step is not None and step in progress:
+            progress[step].dead += 1
+        status.dead.append(records.DeadJob(step=step, key=headers.get(DEAD_PID_HEADER, view.pid),
                                            reason=headers.get(DEAD_REASON_HEADER)))
     for name, count in waiting_tokens(client, record).items():
         progress[name].waiting = count

@@ -47,13 +47,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import compress, islice
 from operator import methodcaller, not_
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping, cast
 
 from kittiwake import errors
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import DEQUEUE, ENQUEUE, LEASE, recent_counts
 from kittiwake.engine.state import EngineState
-from kittiwake.model import DEAD_SUFFIX, Limits
+from kittiwake.model import DEAD_SUFFIX, Limits, Task
 from kittiwake.observe import params
 from kittiwake.observe.reads import Visible
 from kittiwake.queue_globs import PatternError, compile_pattern
@@ -230,10 +230,10 @@ def _oldest_ages(states: list[QueueState | None], now: float) -> list[float | No
     ages: list[float | None] = []
     append = ages.append
     for queue in states:
-        oldest = None
+        oldest: float | None = None
         if queue is not None:
-            if queue.available:
-                oldest = next(iter(dict.values(queue.available))).enqueued_at
+            if queue.available:  # the dict's own order, not the sorted one: no sort key is walked
+                oldest = next(iter(dict.values(cast("dict[str, Task]", queue.available)))).enqueued_at
             if queue.leased:
                 for task in islice(queue.leased.values(), OLDEST_LEASED_SAMPLE):
                     if oldest is None or task.enqueued_at < oldest:
