@@ -8,8 +8,9 @@ the ports from it: `port`, `tls_port`, and each face's by name in `ports` (`udp_
 (SIGTERM: the clean stop, returning the exit status) and restarted on the same data, on the same
 ports while they are free.
 
-The broker's stdout and stderr go to files beside the data directory (`DIR.stdout`, `DIR.log`,
-or `log_path=`), never to a pipe: a pipe nobody reads blocks the broker once full. The log is
+The broker's stdout and stderr go to files beside the data directory (`DIR.stdout`, `DIR.log`;
+with `log_path=NAME.log`, `NAME.stdout` beside it), never to a pipe: a pipe nobody reads blocks
+the broker once full. The log is
 appended across restarts, each start marked by a line; `log_tail()` shows its end, and a broker
 that exits before listening or does not listen in time raises `BrokerDidNotStart` with its exit
 status and the log's end.
