@@ -13,7 +13,7 @@ import http.client
 import socket
 import sys
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 

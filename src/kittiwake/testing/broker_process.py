@@ -25,7 +25,8 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Mapping, Self, Sequence
+from typing import Self
+from collections.abc import Mapping, Sequence
 
 from kittiwake.broker.listening import Listening, parse_listening_line
 from kittiwake.testing.spawn import Spawn, Spawned, spawn_subprocess

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
+from collections.abc import Callable, Sequence
 
 
 class Spawned(Protocol):
