@@ -8,7 +8,7 @@ reuses them. A thread that is alone pays for one connection.
 
 Connecting is lazy. A failed connect is retried with capped exponential
 backoff (`backoff.py`) until `connect_timeout_secs` is spent, then
-`BrokerUnreachable`. A request that never left whole (`NotSent`, or an idle
+`BrokerUnreachable`; `close()` ends that wait at once (from any thread). A request that never left whole (`NotSent`, or an idle
 connection found dropped before use) is retried on a fresh connection; one
 that left and lost its connection raises `ConnectionLost` — only the caller
 can decide whether to repeat an operation whose outcome is unknown.
@@ -57,6 +57,7 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)  # next() on a count is atomic in CPython
         self._closed = False
+        self._closing = threading.Event()  # set by close(): a connect waiting out its backoff gives up
 
     @property
     def closed(self) -> bool:
@@ -67,6 +68,7 @@ class ConnectionPool:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+        self._closing.set()
         for connection in idle:
             connection.close()
 
@@ -136,5 +138,6 @@ class ConnectionPool:
                     f"no broker at {self.address} after {attempt + 1} attempts in "
                     f"{time.monotonic() - started:.1f}s: {failure}"
                 )
-            time.sleep(delay)
+            if self._closing.wait(delay):
+                raise errors.BrokerUnreachable("the client is closed")
             attempt += 1
