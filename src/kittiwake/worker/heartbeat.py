@@ -100,10 +100,11 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, name="kittiwake-heartbeat", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop renewing; with `wait`, wait (up to 5 s) for a renewal on its way."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
+        if wait and self._thread is not None:
             self._thread.join(5.0)
 
     def _run(self) -> None:
@@ -111,6 +112,8 @@ class LeaseKeeper:
             try:
                 wait = self.renew_due()
             except Exception as error:  # the broker may be away for a moment; try again soon
+                if self._stop.is_set():
+                    return  # stopping: its client may have been closed under it
                 log.warning("renewing leases: %s", error)
                 wait = MAX_TICK_SECS
             self._wake.wait(wait)

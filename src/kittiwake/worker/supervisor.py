@@ -10,8 +10,10 @@ process holding threads and sockets), and
   process stopped leasing, ran what it held and exited 0, so nothing is lost);
   a process that keeps crashing right after start is respawned with a backoff;
 * on SIGTERM or SIGINT passes SIGTERM to every worker process, waits for
-  them (each finishes or hands back its tasks within `shutdown_secs`), and
-  exits 0; a second signal kills them at once;
+  them (each finishes or hands back its tasks within `shutdown_secs`, or at
+  once when its broker is gone: `stopping`), and exits 0; its own calls to
+  the broker (the scheduler's, autoscaling's) are cut short by closing their
+  clients, so nothing waits to reconnect; a second signal kills them at once;
 * runs the periodic scheduler (`Beat`) when started with ``--beat``;
 * with ``--autoscale MIN:MAX`` starts MIN processes and adds or retires
   processes as the queues' backlog asks (`kittiwake.worker.autoscale`); a
@@ -35,12 +37,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
 
 import msgspec
 
 from kittiwake import errors
+from kittiwake.client import Client
 from kittiwake.worker import autoscale
+from kittiwake.worker.beat import Beat
 from kittiwake.worker.config import WORKER_URL_ENV, WorkerConfig, load_app
 
 log = logging.getLogger("kittiwake.worker.supervisor")
@@ -69,11 +73,13 @@ class Supervisor:
         self.respawns = 0
         self._stopping = threading.Event()
         self._signals = 0
-        self._beat: Any = None
+        self._beat: Beat | None = None
         self._pending: dict[int, tuple[float, int]] = {}  # slot → (respawn at, crashes so far)
         self._retiring: set[int] = set()  # slots stopped by autoscaling: not respawned
         self._policy: autoscale.ScalePolicy | None = None
-        self._client: Any = None
+        self._url: str | None = config.url
+        self._client: Client | None = None  # autoscaling's
+        self._beat_client: Client | None = None
         self._queues: list[str] = []
         self._wanted = 0
         self._scale_at = 0.0
@@ -94,11 +100,11 @@ class Supervisor:
         self.children[slot] = Child(slot, process, time.monotonic(), crashes)
         log.info("worker process %d started (pid %d)", slot, process.pid)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals == 1:
             log.info("stopping: waiting for worker processes to finish their tasks")
-            self._stopping.set()
+            self._stopping.set()  # also has `_close_on_stop` close this process's own clients
             self._forward(signal.SIGTERM)
         else:
             log.warning("second signal: killing worker processes")
@@ -115,21 +121,32 @@ class Supervisor:
     def stop(self) -> None:
         self._on_signal(signal.SIGTERM, None)
 
+    def _close_on_stop(self) -> None:
+        """A call of the scheduler's or autoscaling's may be waiting to reconnect when the stop comes:
+        closing their clients ends it at once. A thread of its own waits for the stop, because a
+        signal handler must not wait for a client's lock (or start a thread)."""
+        self._stopping.wait()
+        if self._beat is not None:
+            self._beat.stop(wait=False)
+        self._close_own_clients()
+
+    def _close_own_clients(self) -> None:
+        for client in (self._client, self._beat_client):
+            if client is not None:
+                client.close()
+
     def run(self) -> int:
         """Run until stopped and every worker process exited; returns the exit status."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         app = load_app(self.config.app, self.config.sys_path)  # fail here, once, if it does not import
+        self._url = self.config.url or app.url
         if self.config.beat:
-            from kittiwake.client import Client
-            from kittiwake.worker.beat import Beat
-
-            self._beat = Beat(app, Client(self.config.url or app.url))
+            self._beat_client = Client(self._url)
+            self._beat = Beat(app, self._beat_client)
             self._beat.start()
         processes = self.config.processes
         if self.config.autoscale is not None:
-            from kittiwake.client import Client
-
             low, high = self.config.autoscale
             processes = low
             self._policy = autoscale.ScalePolicy(
@@ -139,6 +156,7 @@ class Supervisor:
             self._client = Client(self.config.url or app.url)
             self._queues = list(self.config.queues or app.queues())
             self._wanted = processes
+        threading.Thread(target=self._close_on_stop, name="kittiwake-close-on-stop", daemon=True).start()
         for slot in range(processes):
             self._spawn(slot)
         print(f"kittiwake worker supervisor pid {os.getpid()} running {processes} processes", flush=True)
@@ -150,10 +168,9 @@ class Supervisor:
             if self._stopping.is_set() and not self.children:
                 break
             time.sleep(POLL_SECS)
+        self._close_own_clients()
         if self._beat is not None:
             self._beat.stop()
-        if self._client is not None:
-            self._client.close()
         return 0
 
     def _active_slots(self) -> list[int]:
@@ -161,12 +178,13 @@ class Supervisor:
 
     def _autoscale(self) -> None:
         """One autoscaling step: sample the backlog, then add a process or retire an idle one."""
-        assert self._policy is not None
+        assert self._policy is not None and self._client is not None
         active = self._active_slots()
         try:
             waiting = autoscale.backlog(self._client, self._queues)
         except errors.KittiwakeError as error:
-            log.warning("autoscaling: %s", error)
+            if not self._stopping.is_set():  # stopping: its client was closed under it
+                log.warning("autoscaling: %s", error)
             return
         decision = self._policy.decide(time.monotonic(), waiting, len(active))
         if decision.wanted != self._wanted:
@@ -185,6 +203,7 @@ class Supervisor:
         """SIGTERM one worker process whose registry record shows it holds no task."""
         from kittiwake.worker.registry import live_workers
 
+        assert self._client is not None
         try:
             idle = {record.info.get("pid") for record in live_workers(self._client, queue=self.config.registry_queue)
                     if not record.status.get("held") and not record.running}
