@@ -36,6 +36,10 @@ it is not, the loop gives up on it (`_give_up_on_broker`): it closes the
 client — every call waiting to reconnect ends at once — and finishes the stop
 without waiting for running tasks, whose outcomes could not be posted. What
 the process held comes back to its queues when the leases run out.
+
+Each task held is also told to the supervisor (`ledger`, when the process was
+started with one): the tasks it leases and settles, and which one each slot
+runs, so that a process that dies has its tasks handed back at once (`lost`).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ from kittiwake.model import pid_at
 from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.config import WorkerConfig
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
+from kittiwake.worker.ledger import LedgerWriter
 from kittiwake.worker.outcomes import Kind, Outcome, Settler
 from kittiwake.worker.prefetch import SLOW_SECS, Prefetch
 from kittiwake.worker.registry import WorkerRegistry
@@ -158,6 +163,7 @@ class WorkerLoop:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        ledger: LedgerWriter | None = None,
     ) -> None:
         self.app = app
         self.clock = clock
@@ -177,7 +183,8 @@ class WorkerLoop:
         self._parked_lock = threading.Lock()
         self.prefetch = Prefetch(config.concurrency, config.prefetch)
         self.capacity = Capacity(self.prefetch.total(), clock)
-        self.keeper = LeaseKeeper(self.client, clock)
+        self.ledger = ledger
+        self.keeper = LeaseKeeper(self.client, clock, ledger=ledger)
         self.settler = Settler(self.client, clock, getattr(app, "reply_prefix", REPLIES_PREFIX))
         self.runner = TaskRunner(
             app, self.client, self.keeper, app_reference=app_reference or config.app,
@@ -395,9 +402,9 @@ class WorkerLoop:
             now = self.clock()
             with self._budget_lock:
                 self.leased += len(tasks)
-            for task in tasks:
-                held = Held(task, lease_class.lease_secs, now)
-                self.keeper.hold(held)
+            helds = [Held(task, lease_class.lease_secs, now) for task in tasks]
+            self.keeper.hold_all(helds)
+            for held in helds:
                 self._ready.put(held)
 
     def _give_back_excess(self) -> None:
@@ -485,6 +492,8 @@ class WorkerLoop:
                 self._outcomes.put(Outcome(held, Kind.DROP if held.lost else Kind.RETURN))
                 continue
             self.started += 1
+            if self.ledger is not None:  # before the run: a run that kills the process is known as running
+                self.ledger.running(index, held.task.lease_id)
             started = self._running[index] = self.clock()
             try:
                 outcome = self.runner.run(held)
@@ -492,6 +501,8 @@ class WorkerLoop:
                 log.exception("running %s/%s", held.task.queue, held.task.pid)
                 outcome = Outcome(held, Kind.DROP, reason=str(error))
             self._running[index] = None
+            if self.ledger is not None:
+                self.ledger.idle(index)
             ran_secs = self.clock() - started
             with self._busy_lock:
                 self._busy_secs += ran_secs
@@ -597,8 +608,7 @@ class WorkerLoop:
                 self.settler.settle(batch)
             except Exception:
                 log.exception("settling %d outcomes", len(batch))
-            for outcome in batch:
-                self.keeper.drop(outcome.held)
+            self.keeper.drop_all([outcome.held for outcome in batch])
             self.finished += sum(1 for outcome in batch if outcome.kind is not Kind.RETURN)
 
 

@@ -5,10 +5,15 @@ The supervisor does no task work. It starts `processes` worker processes
 process holding threads and sockets), and
 
 * respawns one that exits while the supervisor is not stopping — after a
-  crash (a crashed process's tasks come back to the queue when their leases
-  run out), and after recycling (`--max-tasks-per-child`, `--max-memory`: the
+  crash, and after recycling (`--max-tasks-per-child`, `--max-memory`: the
   process stopped leasing, ran what it held and exited 0, so nothing is lost);
   a process that keeps crashing right after start is respawned with a backoff;
+* says when one dies (any exit but 0: a signal, a status), with the tasks it
+  held, and hands those back at once instead of leaving them to their leases:
+  each process tells it what it holds and runs (`ledger`), and `lost`
+  releases the running ones with an attempt counted and the reason
+  ``WORKER_LOST: process <pid> died of <SIGNAL>``, and returns the others
+  unstarted (in a thread, so a broker that is away delays nothing else);
 * on SIGTERM or SIGINT passes SIGTERM to every worker process, waits for
   them (each finishes or hands back its tasks within `shutdown_secs`, or at
   once when its broker is gone: `stopping`), and exits 0; its own calls to
@@ -46,6 +51,8 @@ from kittiwake.client import Client
 from kittiwake.worker import autoscale
 from kittiwake.worker.beat import Beat
 from kittiwake.worker.config import WORKER_URL_ENV, WorkerConfig, load_app
+from kittiwake.worker.ledger import LEDGER_FDS_VARIABLE, Entry, Ledger
+from kittiwake.worker.lost import exit_description, hand_back, lost_reason
 
 log = logging.getLogger("kittiwake.worker.supervisor")
 
@@ -53,6 +60,9 @@ SUPERVISOR_PID_VARIABLE = "KITTIWAKE_SUPERVISOR_PID"
 POLL_SECS = 0.1
 QUICK_CRASH_SECS = 2.0
 MAX_RESPAWN_DELAY_SECS = 10.0
+LEDGER_EOF_SECS = 1.0  # a dead process's pipe ends at once, unless a grandchild inherited it
+HAND_BACK_JOIN_SECS = 2.0  # on exit: how long hand-backs on their way may still take, in all
+NAMED_TASKS = 5  # a death's log line names this many running tasks, then counts the rest
 
 
 @dataclass(slots=True)
@@ -61,6 +71,7 @@ class Child:
     process: subprocess.Popen[bytes]
     started_at: float
     crashes: int = 0
+    ledger: Ledger | None = None
 
 
 class Supervisor:
@@ -80,6 +91,9 @@ class Supervisor:
         self._url: str | None = config.url
         self._client: Client | None = None  # autoscaling's
         self._beat_client: Client | None = None
+        self._hand_back_client: Client | None = None
+        self._hand_backs: list[threading.Thread] = []
+        self.deaths = 0
         self._queues: list[str] = []
         self._wanted = 0
         self._scale_at = 0.0
@@ -96,8 +110,19 @@ class Supervisor:
         return environment
 
     def _spawn(self, slot: int, crashes: int = 0) -> None:
-        process = subprocess.Popen(self._command(), env=self._child_environment(), stdin=subprocess.DEVNULL)
-        self.children[slot] = Child(slot, process, time.monotonic(), crashes)
+        ledger, child_fds = Ledger.for_child(self.config.concurrency)
+        environment = self._child_environment()
+        environment[LEDGER_FDS_VARIABLE] = ",".join(str(fd) for fd in child_fds)
+        try:
+            process = subprocess.Popen(self._command(), env=environment, stdin=subprocess.DEVNULL, pass_fds=child_fds)
+        except BaseException:
+            ledger.close_unstarted()
+            raise
+        finally:
+            for fd in child_fds:  # the child's now: the pipe ends when the child does
+                os.close(fd)
+        ledger.start()
+        self.children[slot] = Child(slot, process, time.monotonic(), crashes, ledger)
         log.info("worker process %d started (pid %d)", slot, process.pid)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -171,6 +196,11 @@ class Supervisor:
         self._close_own_clients()
         if self._beat is not None:
             self._beat.stop()
+        deadline = time.monotonic() + HAND_BACK_JOIN_SECS
+        for thread in self._hand_backs:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if self._hand_back_client is not None:
+            self._hand_back_client.close()  # a hand-back still waiting to reconnect gives up
         return 0
 
     def _active_slots(self) -> list[int]:
@@ -225,17 +255,20 @@ class Supervisor:
             if code is None:
                 continue
             del self.children[slot]
+            held = child.ledger.finish(LEDGER_EOF_SECS) if child.ledger is not None else []
+            respawn = ""
             if slot in self._retiring:
                 self._retiring.discard(slot)
-                continue
-            if self._stopping.is_set():
-                continue
-            quick = now - child.started_at < QUICK_CRASH_SECS and code != 0
-            crashes = child.crashes + 1 if quick else 0
-            delay = min(MAX_RESPAWN_DELAY_SECS, 0.25 * 2 ** (crashes - 1)) if crashes else 0.0
-            log.info("worker process %d (pid %d) exited with %s; respawning%s", slot, child.process.pid, code,
-                     f" in {delay:.1f} s" if delay else "")
-            self._pending[slot] = (now + delay, crashes)
+            elif not self._stopping.is_set():
+                quick = now - child.started_at < QUICK_CRASH_SECS and code != 0
+                crashes = child.crashes + 1 if quick else 0
+                delay = min(MAX_RESPAWN_DELAY_SECS, 0.25 * 2 ** (crashes - 1)) if crashes else 0.0
+                respawn = f"; respawning{f' in {delay:.1f} s' if delay else ''}"
+                self._pending[slot] = (now + delay, crashes)
+            if code != 0:
+                self._lost(child, code, held, respawn)
+            elif respawn:
+                log.info("worker process %d (pid %d) exited with 0%s", slot, child.process.pid, respawn)
         for slot, (due, crashes) in list(self._pending.items()):
             if self._stopping.is_set():
                 del self._pending[slot]
@@ -243,3 +276,40 @@ class Supervisor:
                 del self._pending[slot]
                 self.respawns += 1
                 self._spawn(slot, crashes)
+
+    # ------------------------------------------------------------------ deaths
+
+    def _lost(self, child: Child, code: int, held: list[Entry], respawn: str) -> None:
+        """A worker process died: one line saying how and what it held, then its tasks handed back."""
+        self.deaths += 1
+        pid = child.process.pid
+        running = [entry.name for entry in held if entry.running]
+        waiting = len(held) - len(running)
+        what = f" while running {', '.join(running[:NAMED_TASKS])}" if running else " running no task"
+        if len(running) > NAMED_TASKS:
+            what += f" and {len(running) - NAMED_TASKS} more"
+        if waiting:
+            what += f", {waiting} not started"
+        reason = lost_reason(pid, code)
+        action = f"; handing back its tasks ({reason})" if held else ""
+        log.warning("worker process %d (pid %d) %s%s%s%s", child.slot, pid, exit_description(code), what, action,
+                    respawn)
+        if not held:
+            return
+        if self._hand_back_client is None:
+            self._hand_back_client = Client(self._url)
+        thread = threading.Thread(target=self._hand_back, args=(self._hand_back_client, pid, held, reason),
+                                  name="kittiwake-hand-back", daemon=True)
+        thread.start()
+        self._hand_backs = [t for t in self._hand_backs if t.is_alive()] + [thread]
+
+    def _hand_back(self, client: Client, pid: int, held: list[Entry], reason: str) -> None:
+        try:
+            done = hand_back(client, held, reason)
+        except errors.KittiwakeError as error:
+            log.warning("could not hand back the %d tasks of pid %d (they come back when their leases run out): %s",
+                        len(held), pid, error)
+            return
+        if done.gone:
+            log.info("handed back the tasks of pid %d: %d released, %d returned, %d no longer its own", pid,
+                     done.released, done.returned, done.gone)
