@@ -99,7 +99,7 @@ class SlotTable:
         os.ftruncate(fd, max(1, slots) * CELL.size)
         return fd
 
-    def set(self, slot: int, lease_id: int) -> None:
+    def note(self, slot: int, lease_id: int) -> None:
         if slot < self.slots:
             CELL.pack_into(self._map, slot * CELL.size, lease_id)
 
@@ -168,10 +168,10 @@ class LedgerWriter:
     def running(self, slot: int, lease_id: int) -> None:
         """Slot `slot` starts running the task under `lease_id` (before the run: a run that kills the
         process is always known as running)."""
-        self.slots.set(slot, lease_id)
+        self.slots.note(slot, lease_id)
 
     def idle(self, slot: int) -> None:
-        self.slots.set(slot, 0)
+        self.slots.note(slot, 0)
 
     def close(self) -> None:
         with self._lock:
