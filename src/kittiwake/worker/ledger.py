@@ -44,7 +44,6 @@ import tempfile
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Union
 
 import msgspec
 
@@ -75,7 +74,7 @@ class Drop(msgspec.Struct, tag="drop", array_like=True, frozen=True):
     keys: list[tuple[str, str]]
 
 
-Change = Union[Hold, Drop]
+Change = Hold | Drop
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Change)
@@ -95,7 +94,8 @@ class SlotTable:
         try:
             fd = os.memfd_create("kittiwake-slots", 0)
         except (AttributeError, OSError):  # not Linux: an unlinked temporary file
-            fd = os.dup(tempfile.TemporaryFile().fileno())
+            with tempfile.TemporaryFile() as file:
+                fd = os.dup(file.fileno())
         os.ftruncate(fd, max(1, slots) * CELL.size)
         return fd
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from kittiwake.client.probe import broker_answers
 from kittiwake.client.url import BrokerAddress
