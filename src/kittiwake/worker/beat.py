@@ -82,6 +82,8 @@ class Beat:
                 try:
                     outcome = self.client.enqueue_many([tick_task(self.app, periodic, tick)])[0]
                 except errors.KittiwakeError as error:
+                    if self._stop.is_set():
+                        return MAX_SLEEP_SECS  # stopping: its client may have been closed under it
                     log.warning("firing %s at %s: %s", name, tick.isoformat(), error)
                     sleep = min(sleep, 0.5)
                     continue
@@ -101,9 +103,10 @@ class Beat:
         self._thread = threading.Thread(target=self._run, name="kittiwake-beat", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Fire no more; with `wait`, wait (up to 5 s) for a step on its way."""
         self._stop.set()
-        if self._thread is not None:
+        if wait and self._thread is not None:
             self._thread.join(5.0)
 
     def _run(self) -> None:

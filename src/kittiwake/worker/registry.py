@@ -111,8 +111,12 @@ class WorkerRegistry:
         self._thread = threading.Thread(target=self._run, name="kittiwake-registry", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop beating and dequeue the record; without `wait`, only stop beating (a later `stop()`
+        dequeues it)."""
         self._stop.set()
+        if not wait:
+            return
         if self._thread is not None:
             self._thread.join(5.0)
         record, self._record = self._record, None
@@ -127,6 +131,8 @@ class WorkerRegistry:
             try:
                 self.beat()
             except errors.KittiwakeError as error:
+                if self._stop.is_set():
+                    return  # stopping: its client may have been closed under it
                 log.warning("worker heartbeat: %s", error)
             self._stop.wait(self.every_secs)
 
