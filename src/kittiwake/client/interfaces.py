@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, Union, overload, runtime_checkable
 
+from kittiwake.client.url import BrokerAddress
 from kittiwake.constants import DEFAULT_LEASE_SECS
 from kittiwake.model import EnqueueOutcome, ItemOutcome, LeaseRef, NewTask, QueueInfo, QueueStats
 from kittiwake.protocol.messages import DEFAULT_STATS_SAMPLE
@@ -82,6 +83,14 @@ class QueueClient(QueueReads, Protocol):
     @property
     def worker(self) -> str | None:
         """The name lease records give this client's leases unless a lease call names another."""
+
+    @property
+    def address(self) -> BrokerAddress:
+        """The broker the client talks to (no credentials are shown by its `str`)."""
+
+    @property
+    def url(self) -> str:
+        """The broker's URL, without credentials."""
 
     def close(self) -> None:
         """Close every connection; later calls fail."""

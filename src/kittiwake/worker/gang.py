@@ -146,7 +146,7 @@ class Gang:
 
     def __init__(self, rank: int, size: int, peers: list[str], gang_id: str, mailbox: str,
                  members: dict[str, str] | None = None, join_queue: str = "") -> None:
-        self.info = {"rank": rank, "size": size, "peers": list(peers), "gang": gang_id}
+        self.info: dict[str, Any] = {"rank": rank, "size": size, "peers": list(peers), "gang": gang_id}
         self.mailbox = mailbox
         self.members = members or {}  # leader only: join pid -> member address
         self.join_queue = join_queue  # leader only: where the members' joins are

@@ -292,7 +292,7 @@ class TaskRunner:
             message = f"delivery {task.deliveries}: an earlier delivery's worker was lost mid-run"
             return self._fail(held, RemoteError("WorkerLost", message, reason=WORKER_LOST))
         headers = task.headers or {}
-        fields = {
+        fields: dict[str, Any] = {
             "id": headers.get(TASK_ID_HEADER, task.pid),
             "name": name,
             "queue": task.queue,
@@ -394,7 +394,7 @@ class TaskRunner:
         try:
             name, args, kwargs = self.serializer.load_call(join_args[4])
             definition = self.app.tasks[name]
-            fields = {"id": f"{join_args[0]}-rank-{assembled.info['rank']}", "name": name, "queue": held.task.queue,
+            fields: dict[str, Any] = {"id": f"{join_args[0]}-rank-{assembled.info['rank']}", "name": name, "queue": held.task.queue,
                       "pid": held.task.pid, "attempt": 1, "deliveries": held.task.deliveries, "headers": {}}
             context = task_context.TaskContext(**fields)
             with assembled:
