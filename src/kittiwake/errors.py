@@ -225,10 +225,14 @@ class ProducerClosed(KittiwakeError):
 class RemoteFailure(Protocol):
     """An error as it comes back from a worker (`app.serialization.RemoteError`)."""
 
-    type: str
-    message: str
-    traceback: str
-    reason: str
+    @property
+    def type(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def traceback(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
 
 
 class TaskFailed(KittiwakeError):

@@ -148,6 +148,7 @@ def test_cross_queue_reads_become_scoped_and_named_ones_do_not() -> None:
 ALICE = ("alice", "alice-token-0123456789abcdef")
 PRODUCER = ("producer", "producer-token-0123456789ab")
 ROOT = ("root", "root-token-0123456789abcdef")
+CAROL = ("carol", "carol-token-0123456789abcdef")
 
 
 @pytest.fixture
@@ -206,3 +207,44 @@ def test_a_producer_may_enqueue_and_look_up_its_task_but_not_take_it(secured: Br
         [task] = alice.lease("alice.jobs")
         alice.release(task, bury=True)  # the broker moves it into alice.jobs.dead: alice's rights cover it
         assert [view.headers["kittiwake-dead-pid"] for view in alice.peek("alice.jobs.dead")] == ["w1"]
+
+
+def test_a_users_listing_pages_past_a_name_through_queues_it_may_not_see(tmp_path: Path) -> None:
+    """Carol administers `*.mine`: 2 of 2,500 queues, 1,200 apart, so a page of hers walks past more
+    queues than the broker's scoped listing asks the engine for at once (`SCOPED_LIST_STEP`)."""
+    users = write_auth_file(tmp_path / "users.json", {
+        "root": (ROOT[1], {"*": ["all"]}),
+        "carol": (CAROL[1], {"*.mine": ["all"]}),
+        "producer": (PRODUCER[1], {"*": ["produce"]}),
+    })
+    names = [f"q.{index:04d}" + (".mine" if index % 1200 == 1199 else "") for index in range(2500)]
+    mine = [name for name in names if name.endswith(".mine")]
+    with BrokerProcess(tmp_path / "data", auth_file=users) as broker, \
+            Client(broker.client_url(*ROOT)) as root, Client(broker.client_url(*CAROL)) as carol, \
+            Client(broker.client_url(*PRODUCER)) as producer:
+        root.enqueue_many([{"queue": name, "data": b"x"} for name in names])
+        listed: list[str] = []
+        after = None
+        for _ in range(len(mine) + 1):
+            page = carol.list_queues(limit=2, start_after=after)
+            listed += [row.queue for row in page]
+            if len(page) < 2:
+                break
+            after = page[-1].queue
+        assert listed == mine
+        assert mine == ["q.1199.mine", "q.2399.mine"]
+        assert [row.queue for row in carol.list_queues(limit=1)] == ["q.1199.mine"]
+        assert [row.queue for row in carol.list_queues("q[.]2", start_after="q.0000")] == ["q.2399.mine"]
+        assert carol.list_queues(start_after=mine[-1]) == []
+        assert producer.list_queues(start_after="q.0000") == []  # no admin anywhere: nothing, whatever the cursor
+        with pytest.raises(errors.BadRequest, match="start_after"):
+            carol.list_queues(start_after="no spaces!")
+        assert len(root.list_queues(limit=5000, start_after="q.1999")) == 500
+        for user in (ROOT, CAROL):  # a cursor is checked on the wire for every user, rights or not
+            with broker.connect() as raw:
+                assert raw.auth(*user).ok
+                for bad in (42, "", "nul\x00", "a#b#c", "x" * 300, ["q.0001"]):
+                    reply = raw.request("list_queues", start_after=bad)
+                    assert not reply.ok and reply.error["code"] == "BAD_REQUEST", (user[0], bad, reply)
+                assert [row["queue"] for row in raw.call("list_queues", start_after="q.2398", limit=1)] == [
+                    "q.2399.mine"]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +21,7 @@ import pytest
 import kittiwake
 from kittiwake import errors
 from support.auth_users import ALICE, BOB, ROOT, standard_auth_file, write_auth_file
-from support.broker_process import BrokerProcess, RawConnection
+from support.broker_process import BrokerDidNotStart, BrokerProcess, RawConnection
 
 
 @pytest.fixture
@@ -122,13 +120,11 @@ def test_the_auth_file_is_reread_when_it_changes(tmp_path: Path) -> None:
 def test_a_bad_auth_file_stops_the_broker_at_start(tmp_path: Path) -> None:
     bad = tmp_path / "users.json"
     bad.write_text('{"kittiwake_auth": 1, "users": {"alice": {"token_hash": "md5:abc", "rights": {}}}}')
-    result = subprocess.run(
-        [sys.executable, "-m", "kittiwake.broker", "--data", str(tmp_path / "data"), "--port", "0",
-         "--auth-file", str(bad)],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert result.returncode == 1
-    assert "cannot start" in result.stderr and "user 'alice': token_hash must look like" in result.stderr
+    with pytest.raises(BrokerDidNotStart) as refused:
+        BrokerProcess(tmp_path / "data", auth_file=bad)
+    assert refused.value.returncode == 1, refused.value
+    log = refused.value.log_tail
+    assert "cannot start" in log and "user 'alice': token_hash must look like" in log, log
 
 
 # ------------------------------------------------------------- clients

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import random
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -34,7 +32,7 @@ import pytest
 
 from kittiwake import errors
 from kittiwake.client import Client
-from support.broker_process import BrokerProcess
+from support.broker_process import BrokerDidNotStart, BrokerProcess
 from support.queue_load import QueueLoad, drain, hung_or_cut, wait_until_serving
 from support.scratch_mounts import ext4, fill, mount_ext4, remount, shut_down, tmpfs, unmount
 
@@ -124,7 +122,7 @@ def test_an_io_error_on_every_write_and_fsync_loses_nothing_acknowledged(tmp_pat
             finally:
                 load.finish()
             lines = error_lines(broker)
-            assert broker.terminate(timeout=30.0) == 0, broker.log_tail()
+            assert broker.terminate(timeout_secs=30.0) == 0, broker.log_tail()
             # the disk is "replaced": mounted again, its journal replayed
             unmount(disk)
             mount_ext4(disk, image)
@@ -150,12 +148,10 @@ def test_a_read_only_data_directory_stops_the_broker_from_starting_and_says_why(
                 client.enqueue("kept", b"kept", pid="kept")
             assert broker.terminate() == 0
             remount(disk, "ro")
-            started = subprocess.run(
-                [sys.executable, "-m", "kittiwake.broker", "--data", str(data), "--port", "0"],
-                capture_output=True, text=True, timeout=60,
-            )
-            assert started.returncode == 1, started
-            assert re.search(r"cannot start: .*the data directory is read-only", started.stderr), started.stderr
+            with pytest.raises(BrokerDidNotStart) as refused:
+                BrokerProcess(data)
+            assert refused.value.returncode == 1, refused.value
+            assert re.search(r"cannot start: .*the data directory is read-only", refused.value.log_tail), refused.value
             remount(disk, "rw")
             broker.restart()
             with Client(broker.url) as client:

@@ -52,7 +52,9 @@ def test_idle_http_connections_cannot_take_the_descriptors_a_binary_client_needs
                 idle.append(socket.create_connection((broker.host, broker.http_port), timeout=10))
             refused = idle[-1]  # the last HTTP connections were over the cap: answered, then closed
             refused.settimeout(10)
-            assert refused.recv(4096).startswith(b"HTTP/1.1 503 ")
+            answer = refused.recv(4096)
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503 ") and f"content-length: {len(body)}".encode() in head, answer
             with RawConnection(broker.host, broker.port) as raw:  # the HTTP port took the slots, not the fds
                 replies = raw.read_until_closed(timeout=10)
             assert [reply.error["code"] for reply in replies if reply.error] == ["TOO_MANY_CONNECTIONS"], replies

@@ -12,9 +12,9 @@ from engine.test_sans_io import imported_modules
 
 BROKER_DIR = Path(kittiwake.broker.__file__).parent
 # one pass, what it holds and says, its long-polls, the outage policy, the long-poll book, requests to engine
-# calls, the UDP retransmit window
+# calls, the UDP retransmit window, the budgets every port shares, the HTTP ports' host names
 PURE = ["passes.py", "pass_replies.py", "long_polls.py", "store_health.py", "waiters.py", "dispatch.py",
-        "retransmit_window.py"]
+        "udp/retransmit_window.py", "connection_slots.py", "read_budget.py", "http_hosts.py"]
 IO = {"time", "asyncio", "socket", "ssl", "selectors", "threading", "sqlite3", "os", "uvloop"}
 
 
@@ -26,7 +26,7 @@ def test_the_pass_takes_its_clocks_and_does_no_io(name: str) -> None:
     assert "kittiwake.broker.connection" not in modules and "kittiwake.broker.group_commit" not in modules
 
 
-@pytest.mark.parametrize("path", sorted(BROKER_DIR.glob("*.py")), ids=lambda path: path.name)
+@pytest.mark.parametrize("path", sorted(BROKER_DIR.rglob("*.py")), ids=lambda path: str(path.relative_to(BROKER_DIR)))
 def test_no_broker_module_imports_sqlite3(path: Path) -> None:
     """Stores raise `errors.StorageFailure` for their own database's errors (`store.faults`)."""
     modules = imported_modules(path.read_text(encoding="utf-8"))

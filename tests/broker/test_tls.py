@@ -17,7 +17,7 @@ import kittiwake
 from kittiwake import errors
 from support.auth_users import ALICE, standard_auth_file
 from kittiwake.broker.tls import TlsSetupError, server_context
-from support.broker_process import BrokerProcess
+from support.broker_process import BrokerDidNotStart, BrokerProcess
 from support.tls_certificates import Certificates
 
 
@@ -116,14 +116,9 @@ def test_no_plaintext_leaves_only_the_tls_port(tmp_path: Path, certificates: Cer
 
 
 def test_no_plaintext_without_tls_is_refused(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    result = subprocess.run(
-        [sys.executable, "-m", "kittiwake.broker", "--data", str(tmp_path / "data"), "--port", "0", "--no-plaintext"],
-        capture_output=True, text=True, timeout=60,
-    )
-    assert result.returncode == 2 and "only be closed when TLS is on" in result.stderr
+    with pytest.raises(BrokerDidNotStart) as refused:
+        BrokerProcess(tmp_path / "data", extra_args=["--no-plaintext"])
+    assert refused.value.returncode == 2 and "only be closed when TLS is on" in refused.value.log_tail, refused.value
 
 
 def test_tls_without_auth_works_too(tmp_path: Path, certificates: Certificates) -> None:

@@ -210,7 +210,7 @@ def test_another_user_reads_no_cached_reply_and_uses_up_no_request_id(tmp_path: 
         with Client(alice_url, timeout=10) as alice:
             [leased] = alice.lease("alice.secret", lease_secs=60)  # request 1 is her auth, this is 2
             assert leased.data == b"alice's task data"
-            producer_id = alice._pool.producer_id  # type: ignore[union-attr]
+            producer_id = alice._channel.producer_id  # type: ignore[attr-defined]
             bob.request(producer_id, "auth", 1, {"user": BOB[0], "token": BOB[1]})
             assert bob.reply()[1].ok
             bob.request(producer_id, "lease", 2, {"queues": ["bob.q"], "lease_secs": 60})

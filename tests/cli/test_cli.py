@@ -135,6 +135,19 @@ def test_queues_with_pattern_and_min_tasks(broker: BrokerProcess) -> None:
     assert "orders#eu" in table and "logs" in table
 
 
+def test_queues_page_with_start_after(broker: BrokerProcess) -> None:
+    url = broker.url
+    with Client(url) as client:
+        client.enqueue_many([{"queue": f"p.{index}", "data": b"x"} for index in range(5)])
+    assert [q["queue"] for q in ok_json("queues", "--start-after", "p.1", "--limit", "2", url=url)] == ["p.2", "p.3"]
+    assert [q["queue"] for q in ok_json("queues", "--start-after", "p.3", url=url)] == ["p.4"]
+    table = ok("queues", "--limit", "2", url=url)
+    assert "p.0" in table and "p.2" not in table and table.endswith("next page: --start-after p.1\n")
+    assert "next page" not in ok("queues", "--start-after", "p.3", "--limit", "2", url=url)
+    assert ok("queues", "--start-after", "p.4", url=url) == "no queues\n"
+    assert "--start-after NAME" in ok("queues", "--help", url=url)
+
+
 def test_joins_lists_what_the_broker_holds(broker: BrokerProcess) -> None:
     assert "no joins" in ok("joins", url=broker.url)
     with Client(broker.url) as client:
@@ -212,6 +225,7 @@ def test_ping_and_the_url_from_the_environment(broker: BrokerProcess) -> None:
         (["enqueue", "jobs", "x", "--header", "no-equals"], "BAD_REQUEST", 2),
         (["enqueue", "jobs"], "BAD_REQUEST", 2),
         (["queues", "--pattern", "("], "BAD_REQUEST", 1),
+        (["queues", "--start-after", "not a queue!"], "BAD_REQUEST", 1),
         (["dequeue", "jobs", "nope", "12"], "TASK_NOT_FOUND", 1),
         (["get", "jobs", "nope"], "TASK_NOT_FOUND", 1),
     ],

@@ -298,6 +298,27 @@ def test_list_queues_by_regex_and_size(client: Any) -> None:
     assert len(client.list_queues(limit=1)) == 1
 
 
+def test_list_queues_pages_by_the_last_name_of_each_page(client: Any) -> None:
+    names = [f"page.{index:02d}" for index in range(25)]
+    client.enqueue_many([{"queue": name, "data": b""} for name in names])
+    client.enqueue_many([{"queue": "page.07", "data": b""}] * 2)
+    listed: list[str] = []
+    after = None
+    for _ in range(10):
+        page = client.list_queues("^page[.]", limit=4, start_after=after)
+        listed += [row.queue for row in page]
+        if len(page) < 4:
+            break
+        after = page[-1].queue
+    assert listed == names
+    assert [row.queue for row in client.list_queues(min_tasks=2, start_after="page.00")] == ["page.07"]
+    assert [row.queue for row in client.list_queues(limit=2, start_after="page.10x")] == ["page.11", "page.12"]
+    assert client.list_queues(start_after="page.24") == []
+    for bad in ("not a queue!", "", "x" * 300):
+        with pytest.raises(errors.BadRequest, match="start_after"):
+            client.list_queues(start_after=bad)
+
+
 def test_delete_queue_empties_it_and_the_name_can_be_used_again(client: Any) -> None:
     client.enqueue_many([{"queue": "doomed", "data": b"old"}] * 4)
     client.lease("doomed")

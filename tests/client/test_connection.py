@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kittiwake import AsyncClient, Client, errors
+from kittiwake.client.async_pool import AsyncPool
 from support.broker_process import BrokerProcess
 
 
@@ -86,7 +87,8 @@ def test_async_calls_are_pipelined_on_one_connection(broker: BrokerProcess) -> N
             leased = await asyncio.gather(*(client.lease("many", max_tasks=10) for _ in range(30)))
             pids = [task.pid for batch in leased for task in batch]
             assert sorted(pids) == sorted(o.pid for o in outcomes)
-            assert client._connection is not None and client._connection.in_flight == 0
+            channel = client._channel
+            assert isinstance(channel, AsyncPool) and channel.in_flight == 0
 
     asyncio.run(scenario())
 

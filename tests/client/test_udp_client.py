@@ -20,6 +20,7 @@ import pytest
 from kittiwake import errors
 from kittiwake.bench.udp_relay import Faults, UdpRelay
 from kittiwake.client import Client
+from kittiwake.client.udp_channel import UdpChannel
 from kittiwake.client.url import parse_url
 from support.broker_process import BrokerProcess
 from support.checker import DELIVER, DEQUEUE, ENQUEUE, History, check
@@ -75,7 +76,8 @@ def test_a_lease_returns_the_tasks_that_fit_and_reports_those_too_large_for_udp(
     with caplog.at_level(logging.WARNING, logger="kittiwake.client"):
         leased = client.lease("udp.mixed", max_tasks=10, lease_secs=60)
     assert [task.data for task in leased] == [b"small 1", b"small 3", b"small 4"]
-    assert client._pool.too_large_reported == 1  # type: ignore[union-attr]
+    channel = client._channel
+    assert isinstance(channel, UdpChannel) and channel.too_large_reported == 1
     assert "1 task too large for a UDP datagram" in caplog.text and "kw://" in caplog.text
     with Client(udp_broker.url) as tcp:
         huge = tcp.get("udp.mixed", "2")
@@ -145,7 +147,9 @@ def test_duplicated_replies_are_ignored(udp_broker: BrokerProcess) -> None:
     with UdpRelay(("127.0.0.1", udp_broker.udp_port), Faults(duplicate_rate=1.0, seed=3)) as relay:
         with Client(f"kwu://127.0.0.1:{relay.port}", timeout=10) as client:
             pids = [client.enqueue("udp.dup", f"{n}".encode()).pid for n in range(20)]
-            ignored = client._pool.ignored_replies  # type: ignore[union-attr]
+            channel = client._channel
+            assert isinstance(channel, UdpChannel)
+            ignored = channel.ignored_replies
         counts = relay.counts()
     assert counts.upstream.duplicated == 20 and ignored >= 1
     with Client(udp_broker.url) as tcp:

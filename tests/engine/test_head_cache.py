@@ -195,5 +195,5 @@ def test_a_lease_past_more_than_eight_refills_of_others_tasks_may_come_back_shor
 def test_enqueue_into_the_head_of_an_update(engine, clock):
     big_queue(engine, clock.now, 60)
     result = engine.update(enqueue=[NewTask("q", b"x", pid="0000.1"), NewTask("q", b"x", pid="0059")], now=clock.now)
-    assert [o.collapsed for o in result["enqueued"]] == [False, True]
+    assert [o.collapsed for o in result.enqueued] == [False, True]
     assert pids(take(engine, clock.now, "q", max_tasks=2)) == ["0000", "0000.1"]

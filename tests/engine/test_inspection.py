@@ -4,7 +4,11 @@ data budget."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kittiwake import errors
 from kittiwake.engine import Engine
@@ -117,6 +121,62 @@ def test_the_pattern_is_searched_anywhere_in_the_name(engine, clock):
 def test_a_bad_pattern_is_a_bad_request(engine, pattern):
     with pytest.raises(errors.BadRequest):
         engine.list_queues(pattern, 0, 10)
+
+
+def test_start_after_lists_the_queues_past_a_name_which_need_not_exist(engine, clock):
+    for name in ["a", "b", "b.x", "c", "d"]:
+        put(engine, clock.now, name, "1")
+    assert [q.queue for q in engine.list_queues(None, 0, 2, "b")] == ["b.x", "c"]
+    assert [q.queue for q in engine.list_queues(None, 0, 10, "b.w")] == ["b.x", "c", "d"]
+    assert [q.queue for q in engine.list_queues("^[bd]", 0, 10, "b")] == ["b.x", "d"]
+    assert engine.list_queues(None, 0, 10, "d") == []
+
+
+@pytest.mark.parametrize("start_after", ["", "not a queue!", "a#b#c", "x" * 300, "nul\x00", 42, b"a"])
+def test_a_bad_start_after_is_a_bad_request(engine, clock, start_after):
+    put(engine, clock.now, "a", "1")
+    with pytest.raises(errors.BadRequest, match="start_after"):
+        engine.list_queues(None, 0, 10, start_after)
+
+
+# names from a small alphabet, so prefixes, '#' and '.' meet often; each a valid queue name
+QUEUE_NAMES = st.from_regex(r"(?:[ab.]{1,3}#)?[ab.\-]{1,4}", fullmatch=True)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.dictionaries(QUEUE_NAMES, st.integers(0, 3), max_size=40),
+    pattern=st.sampled_from([None, "a", "^b", "#", r"\.$", "-"]),
+    min_tasks=st.integers(0, 3),
+    page=st.integers(1, 5),
+    start=st.none() | QUEUE_NAMES,
+)
+def test_paging_with_start_after_yields_each_matching_queue_once_in_order(sizes, pattern, min_tasks, page, start):
+    """Against a model (a dict of sizes): pages of `page` queues, each starting after the last name
+    of the one before, give exactly the queues past `start` that match, once each, in name order."""
+    engine = Engine(MemoryStore())
+    for name, size in sizes.items():
+        put(engine, NOW, name, *[None] * max(size, 1))
+        if size == 0:  # emptied: the engine still knows it while its rates are recent, and lists it never
+            engine.dequeue([ref(task) for task in take(engine, NOW, name)], NOW)
+    floor = max(1, min_tasks)
+    expected = sorted(
+        name for name, size in sizes.items()
+        if size >= floor and (pattern is None or re.search(pattern, name)) and (start is None or name > start)
+    )
+    listed = []
+    after = start
+    for _ in range(len(sizes) + 2):  # bounded: one page more than there can be rows
+        rows = engine.list_queues(pattern, min_tasks, page, after)
+        assert len(rows) <= page
+        listed += rows
+        if len(rows) < page:
+            break
+        after = rows[-1].queue
+    else:
+        raise AssertionError("paging did not end")
+    assert [row.queue for row in listed] == expected
+    assert all(row.size == sizes[row.queue] and row.leased == 0 for row in listed)
 
 
 # ------------------------------------------------------------------------ stats

@@ -278,13 +278,13 @@ class EngineMachine(RuleBasedStateMachine):
         self.check_cache()
         for ref in dequeue_refs:
             self.model.dequeue(ref)
-        for ref, outcome in zip(release_refs, result["released"]):
+        for ref, outcome in zip(release_refs, result.released):
             assert outcome.dead == self.model.release(ref, "stage failed")
-        for ref, outcome in zip(renew_refs, result["renewed"]):
+        for ref, outcome in zip(renew_refs, result.renewed):
             assert outcome.expires_at == self.now + secs
             self.model.renew(ref, self.now + secs)
-        assert len(result["enqueued"]) == len(new)
-        for task, outcome in zip(new, result["enqueued"]):
+        assert len(result.enqueued) == len(new)
+        for task, outcome in zip(new, result.enqueued):
             self.model_enqueue(task, outcome)
 
     # ------------------------------------------------------------ operators

@@ -276,11 +276,11 @@ class Simulation:
         assert expected is None, f"update should have been refused with {expected}"
         for ref in dequeue:
             self.model.dequeue(ref)
-        for ref, outcome in zip(release, result["released"], strict=True):
+        for ref, outcome in zip(release, result.released, strict=True):
             assert outcome.dead == self.model.release(ref, "step failed")
         for ref in renew:
             self.model.renew(ref, self.now + secs)
-        for task, outcome in zip(new, result["enqueued"], strict=True):
+        for task, outcome in zip(new, result.enqueued, strict=True):
             self.model_enqueue(task, outcome)
 
     def delete_queue(self) -> None:

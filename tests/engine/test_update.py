@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
+
 import pytest
 
 from kittiwake import errors
 from kittiwake.engine import DEAD_REASON_HEADER, Engine
+from kittiwake.engine.update import UpdateOutcome
 from kittiwake.model import DEAD_PID_HEADER
 from kittiwake.model import LeaseRef, Limits, NewTask
 from kittiwake.store.memory import MemoryStore
@@ -26,8 +29,8 @@ def test_a_worker_moves_a_unit_of_work_to_the_next_stage(engine, clock):
         enqueue=[NewTask("crawl#parse", b"<html>", pid=task.pid)],
         now=clock.now,
     )
-    assert [o.ok for o in result["dequeued"]] == [True]
-    assert [(o.queue, o.pid, o.collapsed) for o in result["enqueued"]] == [("crawl#parse", "http://example.com/", False)]
+    assert [o.ok for o in result.dequeued] == [True]
+    assert [(o.queue, o.pid, o.collapsed) for o in result.enqueued] == [("crawl#parse", "http://example.com/", False)]
     assert sizes(engine) == {"crawl#parse": 1}
 
 
@@ -71,7 +74,7 @@ def test_an_update_stays_within_one_consistency_group(engine, clock):
 
 def test_the_default_group_is_a_group_too(engine, clock):
     result = engine.update(enqueue=[NewTask("a", b"x"), NewTask("b", b"y")], now=clock.now)
-    assert len(result["enqueued"]) == 2
+    assert len(result.enqueued) == 2
 
 
 def test_a_task_named_twice_is_refused(engine, clock):
@@ -95,8 +98,8 @@ def test_renew_and_release_in_an_update(engine, clock):
     put(engine, clock.now, "q", "1-keep", "2-give-back")
     keep, give_back = take(engine, clock.now, "q", max_tasks=2, lease_secs=10)
     result = engine.update(renew=[ref(keep)], release=[ref(give_back)], lease_secs=120, now=clock.now)
-    assert [o.expires_at for o in result["renewed"]] == [clock.now + 120]
-    assert [o.dead for o in result["released"]] == [False]
+    assert [o.expires_at for o in result.renewed] == [clock.now + 120]
+    assert [o.dead for o in result.released] == [False]
     clock.advance(60)
     assert pids(take(engine, clock.now, "q", max_tasks=10)) == ["2-give-back"]
 
@@ -105,7 +108,7 @@ def test_a_release_in_an_update_carries_its_reason_to_the_dead_letter_queue(engi
     put(engine, clock.now, "q", "p", max_attempts=1)
     [task] = take(engine, clock.now, "q")
     result = engine.update(release=[ref(task)], reason="bad input", now=clock.now)
-    assert [o.dead for o in result["released"]] == [True]
+    assert [o.dead for o in result.released] == [True]
     assert engine.get("q.dead", "p", clock.now)["headers"] == {DEAD_REASON_HEADER: "bad input", DEAD_PID_HEADER: "p"}
 
 
@@ -129,7 +132,7 @@ def test_a_late_dequeue_in_an_update_is_accepted(engine, clock):
 def test_enqueues_in_an_update_collapse_like_any_enqueue(engine, clock):
     put(engine, clock.now, "q", "p")
     result = engine.update(enqueue=[NewTask("q", b"x", pid="p"), NewTask("q", b"y", pid="new")], now=clock.now)
-    assert [o.collapsed for o in result["enqueued"]] == [True, False]
+    assert [o.collapsed for o in result.enqueued] == [True, False]
 
 
 @pytest.mark.parametrize("head_tasks", [1000, 2])
@@ -140,7 +143,7 @@ def test_dequeue_and_enqueue_of_the_same_pid_reschedules_the_task(store, clock, 
     [task] = take(engine, clock.now, "q")
     put(engine, clock.now, "q", "a", "b", "c", "d", "e")  # pushes "p" past a small head's horizon
     result = engine.update(dequeue=[ref(task)], enqueue=[NewTask("q", b"run 2", pid="p")], now=clock.now)
-    assert [o.collapsed for o in result["enqueued"]] == [False]
+    assert [o.collapsed for o in result.enqueued] == [False]
     view = engine.get("q", "p", clock.now)
     assert (view["data"], view["state"], view["attempts"]) == (b"run 2", "available", 0)
     assert sizes(engine) == {"q": 6}
@@ -173,3 +176,15 @@ def test_a_release_inside_an_update_clears_the_fence_too(engine, clock):
     else:
         raise AssertionError("a released lease finished its task inside an update")
     assert pids(take(engine, clock.now, "q")) == ["p"]
+
+
+def test_an_update_says_what_it_did_in_a_typed_outcome(engine, clock):
+    put(engine, clock.now, "g#in", "a", "b")
+    first, second = take(engine, clock.now, "g#in", max_tasks=2)
+    result = engine.update(dequeue=[ref(first)], release=[ref(second)], enqueue=[NewTask("g#out", b"x")], now=clock.now)
+    assert isinstance(result, UpdateOutcome)
+    assert [(o.queue, o.pid) for o in result.dequeued] == [("g#in", "a")]
+    assert [(o.queue, o.pid, o.dead) for o in result.released] == [("g#in", "b", False)]
+    assert result.renewed == [] and [o.queue for o in result.enqueued] == ["g#out"]
+    with pytest.raises(FrozenInstanceError):
+        setattr(result, "renewed", [])

@@ -3,14 +3,17 @@ inputs, failures and retries, interleaved runs, cancelling and garbage collectio
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from flow import pipelines
 from kittiwake import Client, errors
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.flow import Dataset
 from kittiwake.flow.runs import list_runs
 
@@ -165,3 +168,61 @@ def test_a_done_run_says_which_tokens_never_met_their_partners(client: Client, p
     assert status.state == "done" and status.reason == "1 token(s) never met the rest of their job's inputs (add: 1)"
     assert {p.step: p.waiting for p in status.steps}["add"] == 1
     assert sum(joins_waiting(client, pipelines.tiny).values()) == 0  # collected all the same
+
+
+class Routed:
+    """A client that is no `kittiwake.Client`: each `QueueClient` call goes to a Client and is
+    counted, as a client routing each call to one of several brokers would."""
+
+    def __init__(self, inner: Client) -> None:
+        self.inner = inner
+        self.calls: Counter[str] = Counter()
+
+    @property
+    def worker(self) -> str | None:
+        return self.inner.worker
+
+
+def _forward(name: str) -> Callable[..., Any]:
+    def call(self: Routed, *args: Any, **kwargs: Any) -> Any:
+        self.calls[name] += 1
+        return getattr(self.inner, name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+for _name in dir(QueueClient):
+    if not _name.startswith("_") and _name != "worker":
+        setattr(Routed, _name, _forward(_name))
+
+
+def test_flows_and_workers_take_any_queue_client_or_a_url(broker, tmp_path: Path) -> None:
+    from kittiwake.worker import WorkerConfig, WorkerLoop
+
+    starter, working = Routed(Client(broker.url)), Routed(Client(broker.url))
+    assert isinstance(starter, QueueClient) and not isinstance(starter, Client)
+    app = pipelines.tiny.kittiwake_app()
+    app.url = None
+    loop = WorkerLoop(app, WorkerConfig(url=broker.url, concurrency=2, wait_secs=0.2, registry_every_secs=0.5,
+                                        shutdown_secs=5), client=working)
+    thread = threading.Thread(target=loop.run, name="python-steps-routed", daemon=True)
+    thread.start()
+    try:
+        run = pipelines.tiny.run(starter, {"numbers": [1, 2]}, data_dir=tmp_path)
+        assert run.client is starter and run.wait(timeout=30).state == "done"
+        assert starter.calls["declare_join"] == len(pipelines.tiny.steps) and starter.calls["update"] == 1
+        assert working.calls["lease"] > 0 and working.calls["update"] > 0  # jobs' outputs with their dequeues
+        attached = pipelines.tiny.attach(broker.url, run.id)  # a URL: a Client of its own, closed with the handle
+        assert attached.status().state == "done" and isinstance(attached.client, Client)
+        attached.close()
+        assert [status.run for status in pipelines.tiny.runs(broker.url)] == [run.id]
+        not_a_client: Any = 42
+        with pytest.raises(errors.BadRequest, match="give a kittiwake.Client or a broker URL"):
+            pipelines.tiny.run(not_a_client, {"numbers": [1]}, data_dir=tmp_path)
+    finally:
+        loop.stop()
+        thread.join(60)
+        starter.inner.close()
+        working.inner.close()
+    assert not thread.is_alive()

@@ -19,6 +19,8 @@ app.conf.task_default_queue = os.environ.get("CELERY_TASKS_QUEUE", "celery_tasks
 app.conf.task_acks_late = True
 app.conf.worker_prefetch_multiplier = 1
 app.conf.broker_connection_retry_on_startup = True
+if os.environ.get("CELERY_TASKS_CONNECT_TIMEOUT"):  # how long one connection attempt may take (Celery: 4 s)
+    app.conf.broker_connection_timeout = float(os.environ["CELERY_TASKS_CONNECT_TIMEOUT"])
 
 
 @app.task
@@ -50,3 +52,11 @@ def run_once_slowly(marker: str) -> int:
     if starts == 1:
         time.sleep(120)
     return starts
+
+
+@app.task
+def noted_sleep(marker: str, sleep_secs: float) -> str:
+    """Notes its start in the file `marker`, sleeps, and says so."""
+    Path(marker).write_text(f"{os.getpid()}\n")
+    time.sleep(sleep_secs)
+    return "slept"

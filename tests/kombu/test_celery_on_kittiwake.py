@@ -44,6 +44,8 @@ CLIENT_SCRIPT = textwrap.dedent(
         }
     elif plan == "add":
         out = {"add": tasks.add.delay(2, 3).get(timeout=60)}
+    elif plan == "sleep":
+        out = {"sleep": tasks.noted_sleep.delay(sys.argv[2], 2.0).get(timeout=60)}
     elif plan == "ping":
         out = {"nodes": len(tasks.app.control.inspect(timeout=1).ping() or {})}
     else:
@@ -75,14 +77,17 @@ def environment(broker_url: str, queue: str) -> dict[str, str]:
 
 
 @contextmanager
-def celery_worker(broker_url: str, queue: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def celery_worker(
+    broker_url: str, queue: str, log: Path, pool: tuple[str, ...] = ("-P", "solo"), env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     command = [
-        sys.executable, "-m", "celery", "-A", "celery_tasks", "worker", "-P", "solo", "-Q", queue,
+        sys.executable, "-m", "celery", "-A", "celery_tasks", "worker", *pool, "-Q", queue,
         "-n", f"{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
         "--loglevel=INFO",
     ]
     with log.open("ab") as sink:
-        worker = subprocess.Popen(command, env=environment(broker_url, queue), cwd=HERE, stdout=sink, stderr=sink)
+        worker = subprocess.Popen(command, env={**environment(broker_url, queue), **(env or {})}, cwd=HERE,
+                                  stdout=sink, stderr=sink)
     try:
         yield worker
     finally:
@@ -170,3 +175,66 @@ def test_worker_reconnects_after_the_broker_is_killed(broker, tmp_path: Path) ->
         assert run_client(broker_url, queue, "add", log=log) == {"add": 5}
         assert worker.poll() is None
     assert "Connection to broker lost" in log.read_text()
+
+
+STOP_WITHIN_SECS = 5.0  # a behaviour bound: on a Redis that has gone away the same worker exits within 3 s
+
+
+def wait_for_log(log: Path, text: str, worker: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        assert worker.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {text!r} in the worker's log within {timeout} s\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def stop_within(worker: subprocess.Popen[bytes], secs: float, log: Path) -> None:
+    """SIGTERM (Celery's warm shutdown) and poll for the exit."""
+    worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + secs
+    while worker.poll() is None:
+        assert time.monotonic() < deadline, f"still running {secs} s after SIGTERM\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def test_prefork_worker_stops_on_sigterm_when_its_broker_is_gone(broker, tmp_path: Path) -> None:
+    queue = f"celery_tasks_{uuid.uuid4().hex[:10]}"
+    log = tmp_path / "worker.log"
+    # connection attempts as long as the Kittiwake client's own default: a wait that shutdown must cut short
+    with celery_worker(f"kittiwake://{broker.host}:{broker.port}", queue, log, ("-c", "2"),
+                       env={"CELERY_TASKS_CONNECT_TIMEOUT": "10"}) as worker:
+        wait_for_log(log, "ready.", worker)
+        broker.kill()
+        wait_for_log(log, "Connection to broker lost", worker)
+        time.sleep(1.0)  # the consumer is reconnecting now
+        stop_within(worker, STOP_WITHIN_SECS, log)
+    assert "Warm shutdown" in log.read_text()
+
+
+def test_prefork_worker_finishes_its_running_task_on_sigterm(broker, tmp_path: Path) -> None:
+    """Warm shutdown with the broker there, as before: the running task ends, its result arrives."""
+    broker_url = f"kittiwake://{broker.host}:{broker.port}"
+    queue = f"celery_tasks_{uuid.uuid4().hex[:10]}"
+    marker = tmp_path / "started"
+    log = tmp_path / "worker.log"
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLIENT_SCRIPT, "sleep", str(marker)], env=environment(broker_url, queue), cwd=HERE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        with celery_worker(broker_url, queue, log, ("-c", "2")) as worker:
+            deadline = time.monotonic() + 60
+            while not (marker.exists() and marker.read_text().strip()):
+                assert time.monotonic() < deadline and worker.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.05)
+            stop_within(worker, 30.0, log)
+            assert worker.returncode == 0, log.read_text()[-3000:]
+        out, err = client.communicate(timeout=60)
+        assert client.returncode == 0, f"{err}\n--- worker log\n{log.read_text()[-3000:]}"
+        assert json.loads(out.strip().splitlines()[-1]) == {"sleep": "slept"}
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    with kittiwake.Client(broker.url) as kw:
+        assert kw.peek(queue) == [] and kw.peek(f"{queue}.dead") == []

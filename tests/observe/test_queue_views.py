@@ -96,12 +96,33 @@ def test_the_table_filters_and_pages(scene: BrokerProcess) -> None:
     assert beyond["queues"] == [] and beyond["total"] == 4
 
 
+def test_the_table_pages_past_a_name(scene: BrokerProcess) -> None:
+    page = get(scene, "/api/queues?after=t.a&limit=2")
+    assert names(page) == ["t.b", "t.c"] and (page["after"], page["next_after"], page["total"]) == ("t.a", "t.c", 4)
+    last = get(scene, "/api/queues?after=t.c&limit=2")
+    assert names(last) == ["t.d"] and last["next_after"] is None
+    assert names(get(scene, "/api/queues?after=t.b0")) == ["t.c", "t.d"]  # any name, not only a queue's
+    assert names(get(scene, "/api/queues?after=t.a&offset=1&limit=1")) == ["t.c"]  # offset counts from the name
+    assert names(get(scene, "/api/queues?after=t.d")) == [] and get(scene, "/api/queues?after=t.d")["next_after"] is None
+    down = get(scene, "/api/queues?after=t.c&order=desc&limit=1")
+    assert names(down) == ["t.b"] and down["next_after"] == "t.b"
+    assert names(get(scene, "/api/queues?after=t.b&order=desc")) == ["t.a"]
+    assert names(get(scene, "/api/queues?after=t.c&dead=1")) == ["t.c.dead", "t.d"]
+    assert names(get(scene, "/api/queues?after=t.a&filter=*.%3F")) == ["t.b", "t.c", "t.d"]
+    first = get(scene, "/api/queues?limit=3")
+    assert first["after"] is None and first["next_after"] == "t.c"
+    assert get(scene, "/api/queues?sort=size&limit=1")["next_after"] is None  # a cursor by name only
+
+
 def test_bad_parameters_are_refused_with_a_code(scene: BrokerProcess) -> None:
     for path in (
         "/api/queues?sort=bogus", "/api/queues?order=up", "/api/queues?offset=-1", "/api/queues?limit=0",
         "/api/queues?limit=501", "/api/queues?limit=ten", "/api/queues?dead=maybe", "/api/queues?filter=t.[ab]",
         "/api/queues?filter=" + "x" * 600, "/api/queues?filter=a*%25", "/api/queue", "/api/queue?name=bad%20name",
         "/api/queue/tasks?name=t.a&limit=201", "/api/queue/tasks", "/api/queue/dead?name=t.c&limit=0",
+        "/api/queues?after=bad%20name", "/api/queues?after=" + "x" * 300, "/api/queues?after=a%23b%23c",
+        "/api/queues?after=t.a&sort=size", "/api/stream?view=queues&after=bad%20name",
+        "/api/stream?view=queues&after=t.a&sort=dead",
     ):
         status, _, answer = call(scene, "GET", path)
         assert (status, error_code(answer)) == (400, "BAD_REQUEST"), path

@@ -152,7 +152,7 @@ def test_flow_runs_read_as_a_client_reads_them(broker: BrokerProcess, client: Cl
 
 
 def test_the_literal_start_of_a_pattern() -> None:
-    from kittiwake.observe.flow_views import literal_prefix
+    from kittiwake.engine.reads import literal_prefix
 
     cases: dict[str, Any] = {r"^flow\.[A-Za-z0-9_-]+#runs$": "flow.", "^abc": "abc", "^ab*": "a", r"^a\.?x": "a",
                              "abc": "", "^a|^b": "", r"^a\d": "a", "^(ab)": ""}

@@ -22,6 +22,7 @@ import pytest
 
 pytest.importorskip("awscli")
 
+from kittiwake import testing  # noqa: E402
 from support.broker_process import BrokerProcess  # noqa: E402
 
 JSON_TYPE = "application/x-amz-json-1.0"
@@ -169,22 +170,15 @@ def test_a_long_poll_whose_client_hangs_up_takes_no_message(sqs_broker: BrokerPr
 
 
 def test_kittiwake_sqs_is_a_broker_with_the_sqs_port_on(tmp_path: Path) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kittiwake", "sqs", "--data", str(tmp_path / "data"), "--port", "0", "--sqs-port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("kittiwake broker listening on 127.0.0.1:")
-        port = int(line.split(" sqs_port=", 1)[1].split()[0])
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    command = [sys.executable, "-m", "kittiwake", "sqs"]
+    with testing.BrokerProcess(tmp_path / "data", args=["--sqs-port", "0"], command=command) as broker:
+        assert broker.listening is not None and broker.listening.host == "127.0.0.1", broker.listening
+        assert broker.sqs_port is not None
+        connection = http.client.HTTPConnection("127.0.0.1", broker.sqs_port, timeout=10)
         connection.request("POST", "/", body=b"{}", headers={"X-Amz-Target": "AmazonSQS.ListQueues",
                                                              "Content-Type": JSON_TYPE})
         assert connection.getresponse().status == 200
-    finally:
-        process.terminate()
-        assert process.wait(30) == 0
+        assert broker.terminate() == 0
 
 
 PARAMETERS = ["QueueUrl", "QueueName", "Attributes", "MessageBody", "DelaySeconds", "MessageAttributes",

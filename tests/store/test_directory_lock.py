@@ -17,18 +17,17 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from kittiwake import Client, errors
+from kittiwake import Client, errors, testing
 from kittiwake.broker import BrokerConfig
 from kittiwake.cli.main import cli
 from kittiwake.store.directory_lock import LOCK_FILE_NAME, DirectoryInUse, lock_directory
 from support.auth_users import ROOT, standard_auth_file
-from support.broker_process import LISTENING, BrokerProcess
+from support.broker_process import BrokerProcess
 from support.in_process_broker import InProcessBroker
 
 REFUSAL_TIMEOUT_SECS = 30.0  # a refused broker exits long before this; one that serves never does
@@ -40,26 +39,21 @@ def second_broker(data: Path, log_dir: Path) -> tuple[int | None, str]:
 
     Returns (exit status, stderr) once it exited, or (None, stderr) when it started serving (it is
     killed then: the defect this file guards against)."""
-    stdout_path, stderr_path = log_dir / "second.stdout", log_dir / "second.stderr"
-    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "kittiwake", "broker", "--data", str(data), "--port", "0"],
-            stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-        )
+    second = testing.BrokerProcess(data, log_path=log_dir / "second.log", start_timeout_secs=REFUSAL_TIMEOUT_SECS,
+                                   command=[sys.executable, "-m", "kittiwake", "broker"])
     try:
-        deadline = time.monotonic() + REFUSAL_TIMEOUT_SECS
-        while time.monotonic() < deadline:
-            status = process.poll()
-            if status is not None:
-                return status, stderr_path.read_text(errors="replace")
-            if LISTENING.match(stdout_path.read_text(errors="replace")):
-                return None, stderr_path.read_text(errors="replace")
-            time.sleep(0.02)
-        raise AssertionError(f"the second broker neither exited nor listened within {REFUSAL_TIMEOUT_SECS} s")
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
+        second.start()
+    except testing.BrokerDidNotStart as refused:
+        assert refused.returncode is not None, f"the second broker neither exited nor listened:\n{refused}"
+        return refused.returncode, stderr_of(second)
+    second.kill()
+    return None, stderr_of(second)
+
+
+def stderr_of(broker: testing.BrokerProcess) -> str:
+    """What the broker wrote on stderr, without the launcher's line that marks each start."""
+    lines = broker.log_path.read_text(errors="replace").splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith("--- start "))
 
 
 def root_url(broker: BrokerProcess) -> str:

@@ -5,8 +5,6 @@ Also `kittiwake migrate` and `kittiwake broker --store` when the store cannot be
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Iterator
 
 import psycopg
@@ -15,10 +13,13 @@ from click.testing import CliRunner
 
 from kittiwake import errors
 from kittiwake.cli.main import cli
-from kittiwake.engine import PutTask, SetLease
+from kittiwake.engine import Engine, PutTask, SetLease
+from kittiwake.engine.storage import SharedTaskStore, TaskStore, is_shared
 from kittiwake.model import Task
 from kittiwake.store import postgres_statements as sql
+from kittiwake.store.memory import MemoryStore
 from kittiwake.store.postgres import PostgresStore, SchemaVersionError
+from support.broker_process import BrokerDidNotStart, BrokerProcess
 from support.postgres import fresh_schema
 
 NOW = 1_000.0
@@ -49,6 +50,22 @@ def test_a_new_schema_is_at_the_current_version(place):
     finally:
         store.close()
     assert admin(place, f"SELECT version FROM {place[1]}.schema_version") == [(sql.SCHEMA_VERSION,)]
+
+
+def test_a_store_that_brokers_share_is_a_shared_task_store(place: tuple[str, str]) -> None:
+    """The engine reaches what several brokers share (claims, leases run out anywhere, id shares)
+    through `SharedTaskStore`, told apart by `is_shared`: only `brokers="many"` is shared."""
+    shared: SharedTaskStore = PostgresStore(place[0], schema=place[1], brokers="many")
+    alone: TaskStore = PostgresStore(place[0], schema=place[1])
+    try:
+        assert is_shared(shared) and not is_shared(alone) and not is_shared(MemoryStore())
+        assert (set(shared.claimed), shared.expired_lease_queues(NOW, 10)) == (set(), [])
+        engine = Engine(shared)
+        assert engine.shared and (engine.state.id_slot, engine.state.id_stride) == (shared.id_slot, shared.id_stride)
+        assert shared.id_stride > 1 and not Engine(alone).shared
+    finally:
+        shared.close()
+        alone.close()
 
 
 def test_an_older_schema_is_upgraded_and_keeps_its_rows(place, monkeypatch):
@@ -172,8 +189,9 @@ def test_migrate_says_why_it_cannot(place):
     ("postgresql://127.0.0.1/test?schema=Not-A-Name", 2, "schema must be"),
     ("ftp://somewhere", 2, "unknown store URL"),
 ])
-def test_a_broker_that_cannot_open_its_store_says_why_in_one_line(store, status, says):
-    result = subprocess.run([sys.executable, "-m", "kittiwake.broker", "--port", "0", "--store", store],
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == status, result.stderr
-    assert says in result.stderr and "Traceback" not in result.stderr
+def test_a_broker_that_cannot_open_its_store_says_why_in_one_line(tmp_path, store, status, says):
+    with pytest.raises(BrokerDidNotStart) as refused:
+        BrokerProcess(tmp_path / "broker", store_url=store)
+    stderr = refused.value.log_tail
+    assert refused.value.returncode == status, stderr
+    assert says in stderr and "Traceback" not in stderr

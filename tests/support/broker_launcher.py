@@ -7,8 +7,10 @@ the tests — to fork a child that runs the same command with the same arguments
 `python -m kittiwake.broker ARGS` does, with the caller's environment and working directory,
 stdin on /dev/null and stdout and stderr appended to the two files. It listens about ten times
 sooner. The child is a process of its own, killed, signalled and waited for like any other;
-`LaunchedProcess` answers as much of `subprocess.Popen` as `BrokerProcess` uses, the exit status
-read through the launcher (its parent).
+`LaunchedProcess` answers as much of `subprocess.Popen` as `kittiwake.testing.Spawned` asks, the
+exit status read through the launcher (its parent). `spawn` is the hook the suite's `BrokerProcess`
+gives `kittiwake.testing.BrokerProcess`: it forks `python -m kittiwake.broker` and starts any other
+command as a subprocess.
 
 The launcher is a child of the test process in the same process group, started as a broker would
 be (same interpreter, no flags, stdin on /dev/null, output to a file), so its children see the
@@ -31,6 +33,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, Sequence
+
+from kittiwake.testing import Spawned, broker_command, spawn_subprocess
 
 EXEC_VARIABLE = "KITTIWAKE_TEST_BROKER_EXEC"
 PROG_NAME = "python -m kittiwake.broker"
@@ -160,6 +164,14 @@ _launcher = Launcher()
 def start(args: Sequence[str], stdout_path: Path, stderr_path: Path) -> LaunchedProcess:
     """A broker forked from the launcher, running `python -m kittiwake.broker ARGS`."""
     return _launcher.start(args, stdout_path, stderr_path)
+
+
+def spawn(command: Sequence[str], stdout_path: Path, stderr_path: Path) -> Spawned:
+    """`kittiwake.testing.BrokerProcess`'s `spawn=` hook: `python -m kittiwake.broker ARGS` forked from the
+    launcher, any other command (or every one, under KITTIWAKE_TEST_BROKER_EXEC=1) as a subprocess."""
+    if enabled() and list(command[:3]) == broker_command():
+        return start(command[3:], stdout_path, stderr_path)
+    return spawn_subprocess(command, stdout_path, stderr_path)
 
 
 def close() -> None:

@@ -1,14 +1,16 @@
-"""A real broker in a subprocess, and a raw-frame connection to talk to it.
+"""The test suite's broker subprocess, and a raw-frame connection to talk to it.
 
-`BrokerProcess` runs `python -m kittiwake.broker` on a data directory and
-waits for its listening line; it can be killed (SIGKILL), terminated (SIGTERM)
-and restarted on the same data, on the same port when that port is still free.
-The process is forked from a launcher that has the broker imported already
-(`support.broker_launcher`: the same command, listening about ten times sooner),
-or started with exec when `preexec_fn` is given or KITTIWAKE_TEST_BROKER_EXEC=1.
-The broker's stdout and stderr go to files beside the data directory (a pipe
-nobody reads would block the broker once full); `log_tail()` shows the end of
-the log in assertion messages.
+`BrokerProcess` is `kittiwake.testing.BrokerProcess` (the launcher Kittiwake ships) started at
+construction, with the suite's conveniences on top: its test-style signature
+(`BrokerProcess(data_dir, port, extra_args, auth_file=, tls=, plaintext=, store_url=)`), client
+URLs with credentials (`client_url`), raw connections (`connect`, optionally from another loopback
+address with `source=`), and the endpoints of the faces. Its logs are `DIR.stdout` and `DIR.log`
+beside the data directory; `log_tail()` shows the end of the log in assertion messages.
+
+Speed: the process is forked from a launcher that has the broker imported already
+(`support.broker_launcher`: the same command, listening about ten times sooner), given to the
+shipped class as its `spawn=` hook; it is started with exec when `preexec_fn` is given or
+KITTIWAKE_TEST_BROKER_EXEC=1.
 
 `RawConnection` speaks the wire protocol with `kittiwake.protocol` over a
 blocking socket, with no client library in between, so broker tests can send
@@ -18,36 +20,31 @@ Security: `auth_file=` starts the broker with `--auth-file`; `tls=`
 (`support.tls_certificates.Certificates`) adds the TLS port (`tls_port`, a
 free one unless given) and `plaintext=False` closes the plaintext port.
 `store_url=` starts it with `--store URL` instead of `--data` (the data directory then only
-names the log files). `url(user, token, tls=)` builds client URLs; `connect(tls=True)` opens a raw
+names the log files). `client_url(user, token, tls=)` builds client URLs; `connect(tls=True)` opens a raw
 TLS connection and `RawConnection.auth(user, token)` authenticates it.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
-import re
-import signal
 import socket
 import ssl
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
+from kittiwake import testing
 from kittiwake.protocol import FrameReader, Reply, decode_reply, encode_frame, encode_request
+from kittiwake.testing import BrokerDidNotStart, spawn_subprocess
 from support import broker_launcher
 
-LISTENING = re.compile(r"^kittiwake broker listening on (\S+):(\d+) (?:tls_port=(\d+) )?")
-UDP_PORT = re.compile(r" udp_port=(\d+) ")
-SQS_PORT = re.compile(r" sqs_port=(\d+) ")
-HTTP_PORT = re.compile(r" http_port=(\d+) ")
-START_TIMEOUT_SECS = 30.0
+__all__ = ["BrokerDidNotStart", "BrokerProcess", "RawConnection"]
 
 
-class BrokerProcess:
-    """A broker subprocess on `data_dir`; `port=0` lets the broker pick one."""
+class BrokerProcess(testing.BrokerProcess):
+    """A broker subprocess on `data_dir`, started and listening once constructed; `port=0` lets the
+    broker pick one. `BrokerDidNotStart` (with the exit status and the log's end) if it cannot start."""
 
     def __init__(
         self,
@@ -56,35 +53,28 @@ class BrokerProcess:
         extra_args: Sequence[str] = (),
         *,
         host: str = "127.0.0.1",
-        preexec_fn: Any = None,
+        preexec_fn: Callable[[], object] | None = None,
         auth_file: str | os.PathLike[str] | None = None,
         tls: Any = None,
         tls_port: int = 0,
         plaintext: bool = True,
         store_url: str | None = None,
     ) -> None:
-        self.data_dir = Path(data_dir)
-        self.store_url = store_url
         self.auth_file = auth_file
         self.tls = tls
-        self.tls_port: int | None = tls_port if tls is not None else None
         self.plaintext = plaintext
-        self.host = host
-        self.port = port
-        self.udp_port: int | None = None  # with `--udp-port` in extra_args: the port the broker took
-        self.sqs_port: int | None = None  # with `--sqs-port` in extra_args: the port the broker took
-        self.http_port: int | None = None  # with `--http-port` in extra_args: the port the broker took
         self.extra_args = tuple(extra_args)
-        self.preexec_fn = preexec_fn
-        self.stdout_path = self.data_dir.with_name(self.data_dir.name + ".stdout")
-        self.log_path = self.data_dir.with_name(self.data_dir.name + ".log")
-        self.proc: subprocess.Popen[bytes] | broker_launcher.LaunchedProcess | None = None
-        self.starts = 0
-        self._start(port)
-
-    @property
-    def url(self) -> str:
-        return f"kw://{self.host}:{self.port}"
+        security: list[str] = []
+        if auth_file is not None:
+            security += ["--auth-file", str(auth_file)]
+        if tls is not None:
+            security += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key), "--tls-port", str(tls_port)]
+        if not plaintext:
+            security.append("--no-plaintext")
+        spawn = broker_launcher.spawn if preexec_fn is None else functools.partial(spawn_subprocess, preexec_fn=preexec_fn)
+        super().__init__(data_dir, store_url=store_url, args=[*security, *self.extra_args], host=host, port=port,
+                         spawn=spawn)
+        self.start()
 
     @property
     def udp_url(self) -> str:
@@ -112,102 +102,12 @@ class BrokerProcess:
             return f"kws://{credentials}{self.host}:{self.tls_port}?ca={self.tls.ca}"
         return f"kw://{credentials}{self.host}:{self.port}"
 
-    def _security_args(self) -> list[str]:
-        args: list[str] = []
-        if self.auth_file is not None:
-            args += ["--auth-file", str(self.auth_file)]
-        if self.tls is not None:
-            args += ["--tls-cert", str(self.tls.cert), "--tls-key", str(self.tls.key),
-                     "--tls-port", str(self.tls_port or 0)]
-        if not self.plaintext:
-            args.append("--no-plaintext")
-        return args
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def _start(self, port: int) -> bool:
-        """Start and wait for the listening line; False if the process exited first."""
-        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        command = [
-            sys.executable, "-m", "kittiwake.broker",
-            *(("--store", self.store_url) if self.store_url else ("--data", str(self.data_dir))),
-            "--host", self.host, "--port", str(port),
-            *self._security_args(), *self.extra_args,
-        ]
-        forked = self.preexec_fn is None and broker_launcher.enabled()
-        with open(self.stdout_path, "wb") as stdout, open(self.log_path, "ab") as log:
-            log.write(f"--- start {self.starts}{' (forked)' if forked else ''}: {' '.join(command)}\n".encode())
-            log.flush()
-            if forked:
-                self.proc = broker_launcher.start(command[3:], self.stdout_path, self.log_path)
-            else:
-                self.proc = subprocess.Popen(
-                    command, stdout=stdout, stderr=log, stdin=subprocess.DEVNULL, preexec_fn=self.preexec_fn
-                )
-        self.starts += 1
-        deadline = time.monotonic() + START_TIMEOUT_SECS
-        while time.monotonic() < deadline:
-            listening = self.stdout_path.read_text(errors="replace")
-            match = LISTENING.match(listening)
-            if match:
-                self.port = int(match.group(2))
-                udp = UDP_PORT.search(listening.splitlines()[0])
-                self.udp_port = int(udp.group(1)) if udp else None
-                sqs = SQS_PORT.search(listening.splitlines()[0])
-                self.sqs_port = int(sqs.group(1)) if sqs else None
-                http = HTTP_PORT.search(listening.splitlines()[0])
-                self.http_port = int(http.group(1)) if http else None
-                if match.group(3):
-                    self.tls_port = int(match.group(3))
-                return True
-            if self.proc.poll() is not None:
-                return False
-            time.sleep(0.01)
-        self.kill()
-        raise RuntimeError(f"broker did not start within {START_TIMEOUT_SECS} s\n{self.log_tail()}")
-
-    def restart(self) -> None:
-        """Start again on the same data directory, on the same port if it is free."""
-        if self.alive():
-            self.kill()
-        if not self._start(self.port):
-            if not self._start(0):
-                raise RuntimeError(f"broker did not restart (exit {self.proc.returncode})\n{self.log_tail()}")  # type: ignore[union-attr]
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL: a crash with no chance to flush anything."""
-        if self.alive():
-            assert self.proc is not None
-            self.proc.send_signal(signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(timeout=30)
-
-    def terminate(self, timeout: float = 30.0) -> int:
-        """SIGTERM and wait; returns the exit status."""
-        assert self.proc is not None
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
-
     def rss_bytes(self) -> int:
         """Resident memory of the broker now (VmRSS)."""
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         raise RuntimeError("no VmRSS in /proc status")
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no broker log)"
-        return "\n".join(text.splitlines()[-lines:])
 
     def connect(self, timeout: float = 10.0, *, tls: bool = False, source: str | None = None) -> RawConnection:
         """A raw connection; `source` binds its local address first (any of 127.0.0.0/8 is loopback,
@@ -217,13 +117,6 @@ class BrokerProcess:
             context = ssl.create_default_context(cafile=str(self.tls.ca))
             return RawConnection(self.host, self.tls_port, timeout=timeout, tls=context, source=source)
         return RawConnection(self.host, self.port, timeout=timeout, source=source)
-
-    def __enter__(self) -> BrokerProcess:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.kill()
-
 
 class RawConnection:
     """A blocking socket that sends requests and reads replies as `kittiwake.protocol` frames."""

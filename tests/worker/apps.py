@@ -248,3 +248,31 @@ def records_sandboxed(task: TaskContext, tag: str) -> str:
 def records_elsewhere(task: TaskContext) -> None:
     """Asks for a record in another consistency group: refused before anything is sent."""
     task.enqueue_on_success("other#records", "x")
+
+
+LOST_LEASE_SECS = 60.0  # longer than any test waits: a task back sooner was handed back, not timed out
+
+
+@app.task(queue="lost", lease_secs=LOST_LEASE_SECS, max_attempts=2)
+def aborts(path: str) -> None:
+    """Kills its own worker process, as a crash in native code would (no core file is written)."""
+    import resource
+
+    note(path, "abort", os.getpid())
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.abort()
+
+
+@app.task(queue="lost", lease_secs=LOST_LEASE_SECS, bind=True)
+def attempt_of(task: TaskContext, tag: str) -> int:
+    """Which attempt this run is (1: none counted before it)."""
+    return task.attempt
+
+
+@app.task(queue="lost", lease_secs=LOST_LEASE_SECS, max_attempts=1, timeout=30)
+def aborts_in_its_sandbox() -> None:
+    """A timed task runs in a sandbox process of its worker process: only the sandbox dies."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.abort()

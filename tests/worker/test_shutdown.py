@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
 from kittiwake import Client
 from support.broker_process import BrokerProcess
 from worker import apps
-from worker.harness import read_lines, wait_for, workers
+from worker.harness import process_alive, read_lines, wait_for, workers
 
 
 def started(path: Path) -> list[str]:
@@ -105,3 +106,62 @@ def test_a_worker_process_whose_supervisor_died_while_it_started_does_not_run_on
     finally:
         if process_alive(pid):
             os.kill(pid, 9)
+
+
+# ------------------------------------------------------------------ a broker that has gone away
+
+STOP_WITHIN_SECS = 5.0  # a behaviour bound: shutdown does not wait out the client's 10 s reconnect rounds
+
+
+def exit_within(worker, secs: float) -> float:  # type: ignore[no-untyped-def]
+    """SIGTERM the worker and poll for its exit; returns how long it took (fails past `secs`)."""
+    stopped_at = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    deadline = stopped_at + secs
+    while worker.proc.poll() is None:
+        assert time.monotonic() < deadline, f"still running {secs} s after SIGTERM\n{worker.log()[-3000:]}"
+        time.sleep(0.05)
+    assert worker.proc.returncode == 0, worker.log()[-3000:]
+    return time.monotonic() - stopped_at
+
+
+def test_sigterm_stops_a_worker_whose_broker_is_gone_at_once(broker: BrokerProcess, app, tmp_path: Path) -> None:
+    worker = workers(broker.url, tmp_path, "--queues", "tests", "--registry-secs", "0.2")
+    with worker:
+        children = worker.worker_pids()
+        wait_for(lambda: " serving tests" in worker.log(), message="the worker to serve")
+        broker.kill()
+        wait_for(lambda: "leasing: CONNECTION_LOST" in worker.log() or "leasing: BROKER_UNREACHABLE" in worker.log(),
+                 timeout=10, message="the worker to notice the broker is gone")
+        time.sleep(1.0)  # the leaser retries 0.5 s after its warning: it is now in a 10 s reconnect round
+        exit_within(worker, STOP_WITHIN_SECS)
+        assert not any(process_alive(pid) for pid in children)
+        assert "unreachable while stopping" in worker.log()
+
+
+def test_sigterm_does_not_wait_for_a_running_task_whose_broker_is_gone(
+    broker: BrokerProcess, app, tmp_path: Path
+) -> None:
+    """Its outcome could not be posted: the task comes back when its lease runs out, as after a crash."""
+    runs = tmp_path / "runs"
+    apps.record.submit(str(runs), "long", 60.0)
+    worker = workers(broker.url, tmp_path, "--queues", "tests")
+    with worker:
+        wait_for(lambda: started(runs), message="the task to start")
+        broker.kill()
+        exit_within(worker, STOP_WITHIN_SECS)
+        assert "not waiting for 1 running task" in worker.log()
+
+
+def test_sigterm_stops_the_supervisor_whose_broker_is_gone_at_once(
+    broker: BrokerProcess, app, tmp_path: Path
+) -> None:
+    """The supervisor's own calls (the periodic scheduler's, autoscaling's) yield to the signal too."""
+    worker = workers(broker.url, tmp_path, "--queues", "ticks", "--beat", "--autoscale", "1:2")
+    with worker:
+        wait_for(lambda: " serving ticks" in worker.log(), message="the worker to serve")
+        broker.kill()
+        wait_for(lambda: "BROKER_UNREACHABLE" in worker.log() or "CONNECTION_LOST" in worker.log(), timeout=15,
+                 message="the supervisor to notice the broker is gone")
+        time.sleep(1.0)  # an autoscaling step (every 0.5 s) is now waiting to reconnect in the supervisor
+        exit_within(worker, STOP_WITHIN_SECS)

@@ -191,9 +191,12 @@ class App:
         if outer is not None:  # nested: the outer block's producer, flushed by the outer block
             yield outer
             return
-        own = self.producer is None
-        producer = self._new_producer(ProducerSettings.of(settings or True)) if own else self.producer
-        assert producer is not None
+        producer = self.producer
+        own = producer is None
+        if producer is None:
+            block_settings = ProducerSettings.of(settings or True)
+            assert block_settings is not None  # only None and False give none
+            producer = self._new_producer(block_settings)
         self._batch_scope.producer = producer
         try:
             yield producer
@@ -488,7 +491,7 @@ class App:
         context = tracing.context_headers()  # one span sends the bundle: the same context in each task
         if options.ignore_result:
             task_ids = new_ids(count, now)
-            tasks = [
+            tasks: list[dict[str, Any]] = [
                 {"queue": queue, "pid": task_id, "data": call, "max_attempts": max_attempts,
                  "headers": {TASK_ID_HEADER: task_id, SUBMITTED_AT_HEADER: submitted_at}}
                 for task_id, call in zip(task_ids, calls)

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from kittiwake import errors
@@ -59,7 +60,16 @@ class JobSubmitter(Protocol):
     def definition_of(self, task: TaskDefinition | str) -> TaskDefinition: ...
 
     def prepare(
-        self, definition: TaskDefinition, args: tuple[Any, ...], kwargs: dict[str, Any], **options: Any
+        self,
+        definition: TaskDefinition,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        key: str | None = ...,
+        at: datetime | float | None = ...,
+        after: Iterable[Any] | None = ...,
+        task_id: str | None = ...,
+        node: str | None = ...,
     ) -> tuple[dict[str, Any], Handle]: ...
 
     def enqueue_prepared(
@@ -145,9 +155,9 @@ class Job:
             due = self.app.clock() + delay
             queue, pid = delayed_queue_of(definition.queue), delayed_pid(due, task_id)
             options["at"] = due
-        node = Node(definition, args, kwargs, task_id, queue, pid, list(after), options, len(self.nodes))
-        self.nodes.append(node)
-        return node
+        added = Node(definition, args, kwargs, task_id, queue, pid, list(after), options, len(self.nodes))
+        self.nodes.append(added)
+        return added
 
     def order(self) -> list[Node]:
         """Nodes with every parent of this job before its children (Kahn); ValueError on a cycle."""

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
-    from kittiwake.client import Client, LeasedTask
+    from kittiwake.client import LeasedTask
+    from kittiwake.client.interfaces import QueueClient
 
 ProgressReporter = Callable[[float, "str | None"], None]
 
@@ -29,7 +30,7 @@ class JoinHandler(Protocol):
 
     lease_secs: float  # how long a worker leases a job between renewals
 
-    def run(self, task: LeasedTask, client: Client, report: ProgressReporter) -> list[dict[str, Any]]:
+    def run(self, task: LeasedTask, client: QueueClient, report: ProgressReporter) -> list[dict[str, Any]]:
         """Run one job; return the tasks to enqueue when it is dequeued ([] for none). Raise to fail
         the attempt."""
         ...
@@ -42,6 +43,6 @@ class JoinHandler(Protocol):
         """The dead-letter reason of a job whose last attempt raised `error`."""
         ...
 
-    def settled(self, task: LeasedTask, client: Client) -> None:
+    def settled(self, task: LeasedTask, client: QueueClient) -> None:
         """Called once the update that finished `task` is applied (quick: the settler waits)."""
         ...

@@ -77,7 +77,7 @@ import logging
 import os
 import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, cast
 
 from kittiwake.constants import MAX_TRACESTATE_BYTES, TRACEPARENT_HEADER, TRACESTATE_HEADER
 from kittiwake.model import Limits
@@ -90,7 +90,7 @@ except ImportError:  # the optional dependency is not installed: everything here
     trace = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from kittiwake.client import LeasedTask
 
@@ -118,11 +118,14 @@ def tracer() -> Tracer | None:
     # the API's global as it stands, read without `get_tracer_provider`'s look-up of its environment
     # variable (most of a microsecond, at every submit, while nothing is set); the public call when
     # that variable names a provider to load, or when the attribute is not there
-    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
-    if provider is None and not _PROVIDER_FROM_ENVIRONMENT:
+    global_provider: object = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if global_provider is None and not _PROVIDER_FROM_ENVIRONMENT:
         return None
-    if provider is None or provider is _UNKNOWN:
-        provider = trace.get_tracer_provider()
+    # the API's global holds the TracerProvider it was set to (or None, or nothing in another version)
+    provider = (
+        trace.get_tracer_provider() if global_provider is None or global_provider is _UNKNOWN
+        else cast("TracerProvider", global_provider)
+    )
     if provider is _seen_provider:
         return _tracer
     if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):

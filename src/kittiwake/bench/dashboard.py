@@ -249,7 +249,7 @@ def records(measured: dict[str, Measured | None]) -> dict[str, Any]:
         figures[name] = figure(
             result, rate=False, ratio=ratio,
             reference={"figure": REFERENCE, "latency_ms_p50": reference_p50} if ratio is not None else None,
-            times_reference=round(p50 / reference_p50, 1) if ratio is not None and p50 else None,
+            times_reference=round(p50 / reference_p50, 1) if ratio is not None and p50 and reference_p50 else None,
         )
     return figures
 

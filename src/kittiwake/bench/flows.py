@@ -41,7 +41,7 @@ import time
 from array import array
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 from rich.console import Console
 from rich.table import Table
@@ -116,6 +116,17 @@ def _timed_produce(broker: BrokerProcess, pool: ProcessPool, ports: dict[str, st
     return measured
 
 
+
+class _Shape(TypedDict):
+    """The load a join figure is measured under, kept in its record."""
+
+    keys: int
+    tokens: int
+    ports: int
+    producers: int
+    batch: int
+    in_flight: int
+
 def run_joins(settings: FlowsSettings, broker: BrokerProcess,
               bar: Callable[[str], Callable[[float, int], None]]) -> dict[str, Any]:
     """The join figure and its plain reference (see the module docstring)."""
@@ -137,7 +148,7 @@ def run_joins(settings: FlowsSettings, broker: BrokerProcess,
             client.drop_join(JOIN_NAME)
     finally:
         pool.close()
-    shape = {"keys": settings.join_keys, "tokens": tokens, "ports": len(join_ports), "producers": settings.producers,
+    shape: _Shape = {"keys": settings.join_keys, "tokens": tokens, "ports": len(join_ports), "producers": settings.producers,
              "batch": settings.batch, "in_flight": settings.in_flight}
     plain_record = figure(plain, **shape, stored=stored)
     join_record = figure(
@@ -237,8 +248,7 @@ class CpuMeter:
 
     @staticmethod
     def spent(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float | None]:
-        return {key: (round(after[key] - value, 2) if value is not None and after.get(key) is not None else None)
-                for key, value in before.items()}
+        return {key: _spent(value, after.get(key)) for key, value in before.items()}
 
 
 def run_overhead(settings: FlowsSettings, url: str, spark: Any, root: Path, manifest: Any,
@@ -538,3 +548,7 @@ def show(console: Console, report: dict[str, Any]) -> None:
         console.print(_steps_table(flows["overhead"]))
     elif "error" in flows:
         console.print(f"[yellow]Spark figures not measured: {flows['error']}")
+
+
+def _spent(before: float | None, after: float | None) -> float | None:
+    return round(after - before, 2) if before is not None and after is not None else None

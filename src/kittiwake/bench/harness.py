@@ -2,7 +2,8 @@
 
 Every benchmark (`ops`, `latency`, `scale`) runs in a `Session`: a throwaway
 directory, a broker started as its own process on it
-(`python -m kittiwake.broker --data DIR --port 0 --durability ...`), and one
+(`python -m kittiwake.broker --data DIR --port 0 --durability ...`, through
+`kittiwake.testing.BrokerProcess`, the launcher the tests use too), and one
 or two load processes (`kittiwake.bench.load`) that drive it. Nothing of the
 benchmark runs inside the broker's process, and the parent process only
 coordinates and draws progress bars: it sets one measurement window for every
@@ -21,19 +22,17 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from queue import Empty, Queue
 from typing import Any, Callable, Iterable, Sequence
 
+from kittiwake import testing
 from kittiwake.bench.jobs import CountedLoad, FsyncProbe, LoadResult, Scenario, TimedLoad, WakeProbe
 from kittiwake.bench.load import serve
 from kittiwake.bench.processes import ProcessPool
@@ -47,10 +46,6 @@ from kittiwake.bench.settings import (
 )
 from kittiwake.bench.wire import BlockingConnection, lease_refs
 
-LISTENING = re.compile(r"listening on (\S+):(\d+)")
-UDP_PORT = re.compile(r" udp_port=(\d+) ")
-SQS_PORT = re.compile(r" sqs_port=(\d+) ")
-HTTP_PORT = re.compile(r" http_port=(\d+) ")
 BROKER_START_TIMEOUT_SECS = 300.0  # a restart over a million tasks is allowed to take a while
 BROKER_STOP_TIMEOUT_SECS = 120.0
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
@@ -84,93 +79,27 @@ def latency_summary_ms(samples_ns: Iterable[int]) -> dict[str, float] | None:
 # ------------------------------------------------------------------ broker
 
 
-class BrokerProcess:
-    """A broker on `data_dir`, started and stopped as a subprocess."""
+class BrokerProcess(testing.BrokerProcess):
+    """A broker on `data_dir` (or on the store `store_url` names) for a benchmark: `kittiwake.testing`'s
+    launcher with the durability chosen, its log at `log_path`, not started until `start()`; plus its
+    CPU time and memory, and `stop()` that times the clean stop."""
 
     def __init__(self, data_dir: Path, log_path: Path, durability: str = DURABILITY,
                  extra_args: Sequence[str] = (), store_url: str | None = None) -> None:
-        self.data_dir = data_dir
-        self.store_url = store_url  # --store URL instead of --data data_dir
-        self.log_path = log_path
+        super().__init__(data_dir, store_url=store_url, args=["--durability", durability, *extra_args],
+                         log_path=log_path, start_timeout_secs=BROKER_START_TIMEOUT_SECS)
         self.durability = durability
-        self.extra_args = list(extra_args)
-        self.process: subprocess.Popen[str] | None = None
-        self.host = "127.0.0.1"
-        self.port = 0
-        self.udp_port: int | None = None  # with --udp-port in extra_args
-        self.sqs_port: int | None = None  # with --sqs-port in extra_args
-        self.http_port: int | None = None  # with --http-port in extra_args
-        self._lines: Queue[str | None] = Queue()
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def start(self) -> float:
-        """Start the broker; seconds until it printed its listening line."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        where = ["--store", self.store_url] if self.store_url else ["--data", str(self.data_dir)]
-        command = [sys.executable, "-m", "kittiwake.broker", *where, "--port", "0",
-                   "--durability", self.durability, *self.extra_args]
-        started = time.monotonic()
-        log = open(self.log_path, "a")
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1)
-        log.close()
-        self._lines = Queue()
-        threading.Thread(target=self._drain, args=(self.process, self._lines), daemon=True).start()
-        deadline = started + BROKER_START_TIMEOUT_SECS
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.01, deadline - time.monotonic()))
-            except Empty:
-                self.kill()
-                raise RuntimeError(f"broker did not start within {BROKER_START_TIMEOUT_SECS:.0f}s{self._log_tail()}")
-            if line is None:
-                raise RuntimeError(f"broker exited before listening{self._log_tail()}")
-            match = LISTENING.search(line)
-            if match:
-                self.host, self.port = match.group(1), int(match.group(2))
-                udp = UDP_PORT.search(line)
-                self.udp_port = int(udp.group(1)) if udp else None
-                sqs = SQS_PORT.search(line)
-                self.sqs_port = int(sqs.group(1)) if sqs else None
-                http = HTTP_PORT.search(line)
-                self.http_port = int(http.group(1)) if http else None
-                if self.host in ("0.0.0.0", "::", ""):
-                    self.host = "127.0.0.1"
-                return time.monotonic() - started
-
-    @staticmethod
-    def _drain(process: subprocess.Popen[str], lines: Queue[str | None]) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:  # keep reading so the broker never blocks on a full pipe
-            lines.put(line)
-        lines.put(None)
-
-    def _log_tail(self) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
-        return f"; broker log ends with:\n{text}" if text else ""
 
     def stop(self) -> float:
-        """SIGTERM and wait; seconds until it exited."""
-        if self.process is None or self.process.poll() is not None:
+        """SIGTERM and wait (SIGKILL after `BROKER_STOP_TIMEOUT_SECS`); seconds until it exited."""
+        if not self.alive():
             return 0.0
         started = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
         try:
-            self.process.wait(BROKER_STOP_TIMEOUT_SECS)
+            self.terminate(BROKER_STOP_TIMEOUT_SECS)
         except subprocess.TimeoutExpired:
             self.kill()
         return time.monotonic() - started
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
     def _status_kb(self, key: str) -> float:
         try:

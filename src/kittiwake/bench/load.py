@@ -329,21 +329,19 @@ async def _publish_progress(tally: Tally, counter: Synchronized) -> None:
 
 async def run_load(job: TimedLoad | CountedLoad, counter: Synchronized) -> LoadResult:
     """Open every connection, run the closed loops, return what was measured."""
-    timed = isinstance(job, TimedLoad)
     data = os.urandom(job.scenario.data_bytes)
     tally = Tally()
     clients: list[ClosedLoop] = []
     brokers = addresses(job)
     for number in job.connections:
         script = make_script(job.scenario, number, data)
-        if timed:
-            options = dict(measure_ns=job.measure_ns, stop_ns=job.stop_ns, warmup_ops=0, ops=None)
+        if isinstance(job, TimedLoad):
+            client = ClosedLoop(script, tally, measure_ns=job.measure_ns, stop_ns=job.stop_ns, warmup_ops=0, ops=None)
         else:
-            options = dict(measure_ns=0, stop_ns=2**63 - 1, warmup_ops=job.warmup_ops, ops=job.ops)
-        client = ClosedLoop(script, tally, **options)  # type: ignore[arg-type]
+            client = ClosedLoop(script, tally, measure_ns=0, stop_ns=2**63 - 1, warmup_ops=job.warmup_ops, ops=job.ops)
         await client.connect(*brokers[number % len(brokers)])
         clients.append(client)
-    if timed:
+    if isinstance(job, TimedLoad):
         await asyncio.sleep(max(0.0, (job.start_ns - time.monotonic_ns()) / 1e9))
     publisher = asyncio.ensure_future(_publish_progress(tally, counter))
     cpu_before = cpu_secs()
@@ -351,7 +349,7 @@ async def run_load(job: TimedLoad | CountedLoad, counter: Synchronized) -> LoadR
     for client in clients:
         client.start()
     pending = [client.done for client in clients]
-    if timed:
+    if isinstance(job, TimedLoad):
         deadline = max(0.0, (job.stop_ns - time.monotonic_ns()) / 1e9) + DRAIN_TIMEOUT_SECS
         await asyncio.wait(pending, timeout=deadline)
     else:

@@ -87,7 +87,7 @@ def run_ops(settings: OpsSettings, console: Console, *, parent_dir: str | None =
     once per row of `broker_rows` and the report's `brokers` holds each row (`ops` is the first)."""
     if settings.brokers == 1:
         ops, measured, store, startup = _run_figures(settings, console, settings.store_url, 1, parent_dir)
-        report = {
+        report: dict[str, Any] = {
             "machine": machine_info(),
             "settings": {**_settings(settings), "store": store, "broker_startup_s": round(startup, 3)},
             "ops": ops,

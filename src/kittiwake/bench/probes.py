@@ -20,11 +20,18 @@ import asyncio
 import os
 import time
 from multiprocessing.sharedctypes import Synchronized
+from typing import Protocol
 
 from kittiwake.bench.jobs import FsyncProbe, LoadResult, WakeProbe
 from kittiwake.bench.processes import cpu_secs
 from kittiwake.bench.settings import PROBE_LEASE_SECS, WAKE_WAIT_SECS
 from kittiwake.bench.wire import checked, lease_refs, open_connection
+
+
+class Progress(Protocol):
+    """Where a probe counts what it has done: a load process's shared `Value`, or a progress bar's."""
+
+    value: int
 
 
 async def run_wake_probe(job: WakeProbe, counter: Synchronized) -> LoadResult:
@@ -66,7 +73,7 @@ async def run_wake_probe(job: WakeProbe, counter: Synchronized) -> LoadResult:
     return result
 
 
-def run_fsync_probe(job: FsyncProbe, counter: Synchronized) -> LoadResult:
+def run_fsync_probe(job: FsyncProbe, counter: Progress) -> LoadResult:
     """The disk's own commit cost: write 4 KiB and fsync it.
 
     Overwriting a block of a file that is already written and synced is what a

@@ -100,9 +100,9 @@ def _throughput(job: Throughput, counter: Any) -> Throughputs:
         producer = client.producer()
         producer.enqueue(PRODUCER_QUEUE, data).sent()  # connected before the clock starts
         cpu_before, begin = cpu_secs(), time.perf_counter()
-        enqueue = producer.enqueue
+        send = producer.enqueue
         for index in range(job.tasks):
-            enqueue(PRODUCER_QUEUE, data)
+            send(PRODUCER_QUEUE, data)
             if index % PROGRESS_EVERY == 0:
                 counter.value = index
         producer.flush()
@@ -233,7 +233,7 @@ def run_producer(settings: ProducerBenchSettings, console: Console, *, parent_di
                 measured[name].broker_cpu = broker.cpu_secs() - broker_cpu
             latencies: Latencies = _call(pool, Latency(url, settings.samples, settings.data_bytes),
                                          bar("latency, producer and client alternately"), settings.samples)
-            huey = (_huey_enqueue(settings, "x" * settings.data_bytes, root, bar("huey single enqueue"))
+            huey: dict[str, Any] = (_huey_enqueue(settings, "x" * settings.data_bytes, root, bar("huey single enqueue"))
                     if settings.huey else {"skipped": "--no-huey"})
             client_latency = latency_summary_ms(latencies.client_ns)
             figures = _figures(settings, measured, latencies, huey)

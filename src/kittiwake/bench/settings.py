@@ -12,6 +12,7 @@ This module imports nothing of the benchmarks, so `kittiwake bench --help` stays
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal, TypedDict
 
 # ------------------------------------------------------------------- runs
 
@@ -110,7 +111,18 @@ class ProducerBenchSettings:
 
 
 PRODUCER_QUEUE = "bench.producer"  # `producer`: every figure's tasks
-QUICK_PRODUCER = {"tasks": 2_000, "client_tasks": 200, "huey_tasks": 200, "samples": 50}
+
+
+class QuickProducer(TypedDict):
+    """The sizes `bench producer --quick` replaces."""
+
+    tasks: int
+    client_tasks: int
+    huey_tasks: int
+    samples: int
+
+
+QUICK_PRODUCER: QuickProducer = {"tasks": 2_000, "client_tasks": 200, "huey_tasks": 200, "samples": 50}
 
 
 @dataclass(frozen=True)
@@ -161,17 +173,47 @@ class FlowsSettings:
 
 FLOWS_FIGURES = ("joins", "step_start", "overhead")
 
+
+
+class QuickFlows(TypedDict):
+    """The sizes `bench flows --quick` replaces."""
+
+    join_keys: int
+    start_samples: int
+    start_warmup: int
+    noop_samples: int
+    size: str
+    warmup_size: str
+    repeats: int
+
+
+QuickFlowsName = Literal["join_keys", "start_samples", "start_warmup", "noop_samples", "size", "warmup_size", "repeats"]
+
 # `bench flows --quick`: small sizes everywhere, for a smoke test.
-QUICK_FLOWS = {"join_keys": 2000, "start_samples": 10, "start_warmup": 2, "noop_samples": 5, "size": "1MB",
-               "warmup_size": "0", "repeats": 1}
+QUICK_FLOWS: QuickFlows = {"join_keys": 2000, "start_samples": 10, "start_warmup": 2, "noop_samples": 5, "size": "1MB",
+                           "warmup_size": "0", "repeats": 1}
+
+
+class QuickTasks(TypedDict):
+    """The sizes `bench tasks --quick` replaces."""
+
+    tasks: int
+    latency_tasks: int
+    busy_secs: float
+    mixed_busy_secs: float
+    spark_tasks: int
+
+
+QuickTasksName = Literal["tasks", "latency_tasks", "busy_secs", "mixed_busy_secs", "spark_tasks"]
 
 # `bench tasks --quick`: small sizes everywhere, for a smoke test.
-QUICK_TASKS = {"tasks": 5000, "latency_tasks": 500, "busy_secs": 0.25, "mixed_busy_secs": 1.0, "spark_tasks": 50}
+QUICK_TASKS: QuickTasks = {"tasks": 5000, "latency_tasks": 500, "busy_secs": 0.25, "mixed_busy_secs": 1.0,
+                           "spark_tasks": 50}
 
 
 def quick_settings(settings: TasksSettings) -> TasksSettings:
     """The --quick sizes, for smoke tests."""
-    return replace(settings, **QUICK_TASKS)  # type: ignore[arg-type]
+    return replace(settings, **QUICK_TASKS)
 
 
 @dataclass(frozen=True)

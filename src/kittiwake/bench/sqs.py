@@ -31,12 +31,16 @@ from array import array
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kittiwake.bench.harness import BrokerProcess, Measured
 from kittiwake.bench.jobs import LoadResult
 from kittiwake.bench.processes import cpu_secs
 from kittiwake.bench.report import check_target, figure, machine_info
+
+if TYPE_CHECKING:  # boto3 is imported by the processes that send (the `sqs` extra)
+    from mypy_boto3_sqs import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
 FIGURES = ("single", "batch")
 TARGET_RATIO = 3.0
@@ -58,20 +62,23 @@ class SqsBenchSettings:
 # ------------------------------------------------------------------- load
 
 
-def _client(endpoint: str) -> Any:
+def _client(endpoint: str) -> SQSClient:
     import boto3
     from botocore.config import Config
 
     config = Config(retries={"max_attempts": 0}, max_pool_connections=4)
-    return boto3.client("sqs", endpoint_url=endpoint, config=config, **CREDENTIALS)
+    return boto3.client(
+        "sqs", endpoint_url=endpoint, config=config, aws_access_key_id=CREDENTIALS["aws_access_key_id"],
+        aws_secret_access_key=CREDENTIALS["aws_secret_access_key"], region_name=CREDENTIALS["region_name"],
+    )
 
 
-def _loop(client: Any, url: str, figure_name: str, body: str, end_ns: int, measured_from_ns: int,
+def _loop(client: SQSClient, url: str, figure_name: str, body: str, end_ns: int, measured_from_ns: int,
           result: LoadResult, lock: threading.Lock) -> None:
     latencies = array("q")
     done = errors = empties = 0
     first_error: str | None = None
-    entries = [{"Id": str(index), "MessageBody": body} for index in range(10)]
+    entries: list[SendMessageBatchRequestEntryTypeDef] = [{"Id": str(index), "MessageBody": body} for index in range(10)]
     while True:
         start = time.monotonic_ns()
         if start >= end_ns:

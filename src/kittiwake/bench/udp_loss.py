@@ -175,7 +175,7 @@ def measure(settings: UdpLossSettings = UdpLossSettings(), *, parent_dir: str | 
                     with UdpRelay((broker.host, broker.udp_port), faults) as relay:
                         with Client(f"kwu://{relay.host}:{relay.port}") as client:
                             load = _run_load(client, queue, f"u{index}", settings)
-                            channel = client._pool
+                            channel = client._channel
                             sent, retransmits = getattr(channel, "sent", 0), getattr(channel, "retransmits", 0)
                         counts = relay.counts()
                     row = _row("udp", loss, load, audit(load.ok, load.unknown, drain(checker_client, queue)))
@@ -186,7 +186,7 @@ def measure(settings: UdpLossSettings = UdpLossSettings(), *, parent_dir: str | 
                     queue = f"{QUEUE_PREFIX}.direct"
                     with Client(f"kwu://{broker.host}:{broker.udp_port}") as client:
                         load = _run_load(client, queue, "d", settings)
-                        retransmits = getattr(client._pool, "retransmits", 0)
+                        retransmits = getattr(client._channel, "retransmits", 0)
                     row = _row("udp-direct", None, load, audit(load.ok, load.unknown, drain(checker_client, queue)))
                     row.update(retransmits=retransmits)
                     rows.append(row)

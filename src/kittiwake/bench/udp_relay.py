@@ -42,6 +42,7 @@ RECEIVE_BYTES = 65_535
 SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
 UPSTREAM = "upstream"  # client → target
 DOWNSTREAM = "downstream"  # target → client
+Address = tuple[str | int | bytes, ...]  # a socket address: (host, port), with IPv6's flow info and scope id
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,11 +108,11 @@ class UdpRelay:
         self._front.bind((host, port))
         self.host = host
         self.port: int = self._front.getsockname()[1]
-        self._upstream_of: OrderedDict[object, socket.socket] = OrderedDict()  # client address → its socket
-        self._client_of: dict[socket.socket, object] = {}
+        self._upstream_of: OrderedDict[Address, socket.socket] = OrderedDict()  # client address → its socket
+        self._client_of: dict[socket.socket, Address] = {}
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._front, selectors.EVENT_READ, None)
-        self._held: list[tuple[float, int, socket.socket, bytes, object]] = []  # reordered: (due, n, sock, data, to)
+        self._held: list[tuple[float, int, socket.socket, bytes, Address]] = []  # reordered: (due, n, sock, data, to)
         self._order = itertools.count()
         self._counts = RelayCounts()
         self._lock = threading.Lock()
@@ -151,7 +152,8 @@ class UdpRelay:
             if self._held:
                 timeout = max(0.0, min(timeout, self._held[0][0] - time.monotonic()))
             for key, _ in self._selector.select(timeout):
-                self._drain(key.fileobj)  # type: ignore[arg-type]
+                assert isinstance(key.fileobj, socket.socket)  # only sockets are registered
+                self._drain(key.fileobj)
             self._release_held()
 
     def _drain(self, sock: socket.socket) -> None:
@@ -169,7 +171,7 @@ class UdpRelay:
                 if client is not None:
                     self._forward(DOWNSTREAM, self._front, data, client)
 
-    def _upstream(self, client: object) -> socket.socket:
+    def _upstream(self, client: Address) -> socket.socket:
         sock = self._upstream_of.get(client)
         if sock is not None:
             self._upstream_of.move_to_end(client)
@@ -188,7 +190,7 @@ class UdpRelay:
 
     # ------------------------------------------------------------- faults
 
-    def _forward(self, direction: str, sock: socket.socket, data: bytes, to: object) -> None:
+    def _forward(self, direction: str, sock: socket.socket, data: bytes, to: Address) -> None:
         faults = self.faults
         draw = self._random.random
         with self._lock:
@@ -220,9 +222,9 @@ class UdpRelay:
             self._send(sock, data, to)
 
     @staticmethod
-    def _send(sock: socket.socket, data: bytes, to: object) -> None:
+    def _send(sock: socket.socket, data: bytes, to: Address) -> None:
         try:
-            sock.sendto(data, to)  # type: ignore[arg-type]
+            sock.sendto(data, to)
         except OSError:
             pass  # a full buffer or a closed socket: as if the network lost it
 

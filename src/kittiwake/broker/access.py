@@ -57,12 +57,13 @@ import msgspec
 from kittiwake import errors
 from kittiwake.constants import REPLY_TO_HEADER
 from kittiwake.engine import Engine
-from kittiwake.model import DEAD_SUFFIX, dead_queue_of, validate_count
+from kittiwake.model import DEAD_SUFFIX, QueueInfo, dead_queue_of, validate_count
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import JoinInfo, TaskView
 from kittiwake.queue_globs import QueuePattern
 
-LIST_ALL = 1_000_000  # the engine's largest list_queues limit: filtering needs everything it has
+LIST_ALL = 1_000_000  # the engine's largest list_queues limit: stats by pattern filters all it lists
+SCOPED_LIST_STEP = 1000  # queues a user's listing asks the engine for at a time (at least its limit)
 MAX_STATS_NAMES = 10_000  # the engine's stats takes at most this many names at once
 DECISION_CACHE_ENTRIES = 4096
 
@@ -295,9 +296,9 @@ def scoped(principal: Principal, request: m.Request) -> m.Request:
     kind = type(request)
     twin = _SCOPED.get(kind)
     if twin is None:
-        if kind is m.Stats and request.queues is None:  # type: ignore[attr-defined]
+        if type(request) is m.Stats and request.queues is None:
             twin = ScopedStats
-        elif kind is m.FindBySender and request.queue is None:  # type: ignore[attr-defined]
+        elif type(request) is m.FindBySender and request.queue is None:
             twin = ScopedFindBySender
         else:
             return request
@@ -310,9 +311,19 @@ def _visible(request: Any, queue: str) -> bool:
 
 
 def _list_queues(engine: Engine, request: ScopedListQueues, peer: str | None, now: float) -> Any:
+    """The engine's listing in pages from `start_after` on, keeping the queues the user administers,
+    until `limit` are kept or the names run out: a page of a user's listing walks the names from
+    its cursor, never from the first."""
     validate_count(request.limit, "limit", 1, LIST_ALL)
-    rows = engine.list_queues(request.pattern, request.min_tasks, LIST_ALL)
-    return [row for row in rows if _visible(request, row.queue)][: request.limit]
+    step = max(request.limit, SCOPED_LIST_STEP)
+    kept: list[QueueInfo] = []
+    after = request.start_after
+    while True:
+        rows = engine.list_queues(request.pattern, request.min_tasks, step, after)
+        kept += [row for row in rows if _visible(request, row.queue)]
+        if len(kept) >= request.limit or len(rows) < step:
+            return kept[: request.limit]
+        after = rows[-1].queue
 
 
 def _stats(engine: Engine, request: ScopedStats, peer: str | None, now: float) -> Any:

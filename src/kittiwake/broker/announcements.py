@@ -14,12 +14,12 @@ Announcements are hints; the poll (`POLL_TICKS`) catches what is lost.
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from typing import Callable, Literal
 
 POLL_TICKS = 10  # every tenth sweep tick (a second) parked long-polls look again anyway
 
 
-def parse(payload: str, own_incarnation: int) -> list[str] | None | bool:
+def parse(payload: str, own_incarnation: int) -> list[str] | None | Literal[False]:
     """The queues an announcement names; None for "perhaps any"; False for one of our own."""
     head, _, rest = payload.partition("\n")
     if head == "*":

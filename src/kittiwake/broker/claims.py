@@ -32,25 +32,25 @@ def queues_named(batch: Iterable[Any]) -> list[str]:
 
 
 def _named(request: m.Request) -> Iterator[Any]:
-    kind = type(request)
-    if kind is m.Enqueue:
-        yield from _tasks(request.tasks)  # type: ignore[attr-defined]
-    elif kind is m.Lease or kind is m.Stats:
-        yield from _list(request.queues)  # type: ignore[attr-defined]
-    elif kind in (m.Renew, m.Dequeue, m.Release):
-        yield from _refs(request.leases)  # type: ignore[attr-defined]
-    elif kind is m.Update:
-        yield from _tasks(request.enqueue)  # type: ignore[attr-defined]
-        for refs in (request.dequeue, request.renew, request.release):  # type: ignore[attr-defined]
+    # a cross-queue Stats (queues None, scoped or not by `access`) names no queue
+    if isinstance(request, m.Enqueue):
+        yield from _tasks(request.tasks)
+    elif isinstance(request, (m.Lease, m.Stats)):
+        yield from _list(request.queues)
+    elif isinstance(request, (m.Renew, m.Dequeue, m.Release)):
+        yield from _refs(request.leases)
+    elif isinstance(request, m.Update):
+        yield from _tasks(request.enqueue)
+        for refs in (request.dequeue, request.renew, request.release):
             yield from _refs(refs)
-    elif kind is m.Cancel:
-        for key in _list(request.tasks):  # type: ignore[attr-defined]
+    elif isinstance(request, m.Cancel):
+        for key in _list(request.tasks):
             if isinstance(key, (tuple, list)) and key:
                 yield key[0]
-    elif kind in (m.Peek, m.Get, m.DeleteQueue):
-        yield request.queue  # type: ignore[attr-defined]
-    elif kind in (m.RequeueDead, m.PurgeDead):
-        queue = request.queue  # type: ignore[attr-defined]
+    elif isinstance(request, (m.Peek, m.Get, m.DeleteQueue)):
+        yield request.queue
+    elif isinstance(request, (m.RequeueDead, m.PurgeDead)):
+        queue = request.queue
         yield queue
         if isinstance(queue, str):
             yield dead_queue_of(queue)

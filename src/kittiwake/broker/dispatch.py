@@ -100,9 +100,7 @@ def _update(engine: Engine, request: m.Update, peer: str | None, now: float) -> 
         reason=request.reason,
         now=now,
     )
-    return UpdateResult(
-        enqueued=done["enqueued"], dequeued=done["dequeued"], renewed=done["renewed"], released=done["released"]
-    )
+    return UpdateResult(enqueued=done.enqueued, dequeued=done.dequeued, renewed=done.renewed, released=done.released)
 
 
 def _peek(engine: Engine, request: m.Peek, peer: str | None, now: float) -> Any:
@@ -122,7 +120,7 @@ def _queues_for_receiver(engine: Engine, request: m.QueuesForReceiver, peer: str
 
 
 def _list_queues(engine: Engine, request: m.ListQueues, peer: str | None, now: float) -> Any:
-    return engine.list_queues(request.pattern, request.min_tasks, request.limit)
+    return engine.list_queues(request.pattern, request.min_tasks, request.limit, request.start_after)
 
 
 def _delete_queue(engine: Engine, request: m.DeleteQueue, peer: str | None, now: float) -> Any:

@@ -58,9 +58,10 @@ DEFAULT_MAX_CONNECTIONS = 10_000
 DEFAULT_MAX_STREAM_BUFFER_BYTES = 1024 * 1024
 SERVER_NAME = b"kittiwake"
 CHECKED_BODY_BYTES = 64 * 1024  # a body larger than this is announced to `check_head` before it is read
-FULL_RESPONSE = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: 41\r\n"
-    b"connection: close\r\n\r\nthe broker is at its connection limit \r\n\r\n"
+_FULL_TEXT = b"the broker is at its connection limit\n"
+FULL_RESPONSE = (  # a connection over the cap gets this, written whole before any request is read
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_FULL_TEXT), _FULL_TEXT)
 )
 
 

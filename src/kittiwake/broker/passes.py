@@ -272,6 +272,7 @@ class Passes:
             commit_secs = self.monotonic_clock() - started
         except Exception as exc:  # a StorageFailure or PassFailed, or the commit failed otherwise
             self.failed_passes += 1
+            fault: StorageFault | None
             if isinstance(exc, errors.StorageFailure):
                 fault, outcome_known = exc.fault, exc.outcome_known
             elif isinstance(exc, PassFailed):
@@ -281,7 +282,7 @@ class Passes:
             self.health.pass_failed(exc, fault, len(batch), tried)
             held = self._fail(batch, attempt, poisoned, now, unavailable_error(fault, outcome_known), deferred)
             return self._outcome(held, deferred, False)
-        assert attempt is not None
+        assert attempt is not None and engine is not None  # the loop ends with both
         self.health.pass_committed(attempt.writes)
         self.long_polls.served(attempt.held)
         # the moves are durable now

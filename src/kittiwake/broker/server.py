@@ -4,7 +4,7 @@
 `run_broker` is the process entry point used by `kittiwake broker` and
 `python -m kittiwake.broker`: it raises the open-files limit, runs the loop
 (uvloop when installed), prints the one listening line tests and scripts wait
-for, and stops on SIGTERM or SIGINT.
+for (its format and parser are `listening`), and stops on SIGTERM or SIGINT.
 
 Ticks. Every `SWEEP_SECS` the broker asks for a pass that sweeps expired
 leases (their queues wake parked long-polls) and answers long-polls past their
@@ -52,6 +52,7 @@ from kittiwake.broker.config import BrokerConfig
 from kittiwake.broker.connection import Connection
 from kittiwake.broker.connection_slots import ConnectionSlots, fit_to_open_files
 from kittiwake.broker.faces import CommitListener, Face
+from kittiwake.broker.listening import Listening, format_listening_line
 from kittiwake.broker.pass_replies import Caller
 from kittiwake.broker.security import exposure_note, exposure_warnings
 from kittiwake.broker.session import Session
@@ -101,8 +102,8 @@ class Broker:
         self.timeouts = ConnectionTimeouts(
             lambda: self.connections, self.budget, config.frame_timeout_secs, config.idle_timeout_secs
         )
-        self._server: asyncio.AbstractServer | None = None
-        self._tls_server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
+        self._tls_server: asyncio.Server | None = None
         self.authenticator: Authenticator | None = None
         self.tls_port: int | None = None
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -388,16 +389,14 @@ def raise_open_files_limit() -> int:
     return soft
 
 
-def listening_line(broker: Broker) -> str:
+def listening_of(broker: Broker) -> Listening:
+    """What the listening line says about `broker`, once started."""
     config = broker.config
     security = config.security
-    tls = f"tls_port={broker.tls_port} " if broker.tls_port is not None else ""
-    tls += "".join(f"{name}_port={port} " for name, port in broker.face_ports.items())
-    plaintext = "" if security.plaintext else "plaintext=off "
-    auth = "auth=on " if security.auth_file else "auth=off "
-    return (
-        f"kittiwake broker listening on {broker.host}:{broker.port} {tls}{plaintext}{auth}"
-        f"{broker.store_description} durability={config.durability}"
+    return Listening(
+        host=broker.host, port=broker.port, store=broker.store_description, durability=config.durability,
+        auth=bool(security.auth_file), plaintext=security.plaintext, tls_port=broker.tls_port,
+        face_ports=dict(broker.face_ports),
     )
 
 
@@ -410,7 +409,7 @@ async def serve(config: BrokerConfig, faces: Sequence[Face] = ()) -> None:
         loop.add_signal_handler(signum, signalled.set)
     broker = Broker(config, faces=faces)
     await broker.start()
-    print(listening_line(broker), flush=True)
+    print(format_listening_line(listening_of(broker)), flush=True)
     try:
         await signalled.wait()
         log.info("signalled, stopping")

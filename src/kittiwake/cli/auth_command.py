@@ -16,6 +16,7 @@ defaults to `$KITTIWAKE_AUTH_FILE`. See `kittiwake.broker.users` for the format.
 
 from __future__ import annotations
 
+from types import ModuleType
 from urllib.parse import quote
 
 import click
@@ -24,7 +25,7 @@ from kittiwake.cli.context import CliContext, pass_cli
 from kittiwake.cli.output import print_json, print_table, say
 
 
-def _users_module():  # type: ignore[no-untyped-def]
+def _users_module() -> ModuleType:
     from kittiwake.broker import users
 
     return users

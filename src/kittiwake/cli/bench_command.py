@@ -49,6 +49,8 @@ from kittiwake.bench.settings import (
     PeersSettings,
     ProducerBenchSettings,
     QUICK_PRODUCER,
+    QuickFlowsName,
+    QuickTasksName,
     ScaleSettings,
     TasksSettings,
     WORKERS_FIGURES,
@@ -99,7 +101,7 @@ def _console() -> Any:
     return console
 
 
-def _quick_default(name: str) -> str:
+def _quick_default(name: QuickTasksName) -> str:
     """The help's note of an option whose default --quick changes: `[default: 100,000; 5,000 with --quick]`."""
     return f"[default: {getattr(TASKS, name):,g}; {QUICK_TASKS[name]:,g} with --quick]"
 
@@ -259,9 +261,14 @@ def tasks_command(quick: bool, tasks: int | None, workers: int, bundle: int, max
                              latency_rate_per_sec=latency_rate, durability=durability)
     if quick:
         settings = quick_settings(settings)
-    chosen = {"tasks": tasks, "latency_tasks": latency_tasks, "busy_secs": busy_secs,
-              "mixed_busy_secs": mixed_busy_secs, "spark_tasks": spark_tasks}
-    settings = replace(settings, **{name: value for name, value in chosen.items() if value is not None})
+    settings = replace(  # the sizes given on the command line
+        settings,
+        tasks=settings.tasks if tasks is None else tasks,
+        latency_tasks=settings.latency_tasks if latency_tasks is None else latency_tasks,
+        busy_secs=settings.busy_secs if busy_secs is None else busy_secs,
+        mixed_busy_secs=settings.mixed_busy_secs if mixed_busy_secs is None else mixed_busy_secs,
+        spark_tasks=settings.spark_tasks if spark_tasks is None else spark_tasks,
+    )
     report, measured = run_tasks(settings, console, parent_dir=parent_dir)
     show(console, report)
     print_machine(console, report["machine"])
@@ -314,8 +321,10 @@ def producer_command(quick: bool, tasks: int | None, client_tasks: int | None, h
     from kittiwake.bench.report import print_machine, write_json
 
     base = replace(PRODUCER, **QUICK_PRODUCER) if quick else PRODUCER
-    chosen = {"tasks": tasks, "client_tasks": client_tasks, "huey_tasks": huey_tasks, "samples": samples}
-    settings = replace(base, **{key: value for key, value in chosen.items() if value is not None},
+    settings = replace(base, tasks=base.tasks if tasks is None else tasks,
+                       client_tasks=base.client_tasks if client_tasks is None else client_tasks,
+                       huey_tasks=base.huey_tasks if huey_tasks is None else huey_tasks,
+                       samples=base.samples if samples is None else samples,
                        data_bytes=data_bytes, huey=huey, redis_url=redis_url, durability=durability)
     console = _console()
     report = run_producer(settings, console, parent_dir=parent_dir)
@@ -480,7 +489,7 @@ def workers_command(tasks: int, processes: int, concurrency: int, rounds: int, s
                           "or no figure ran")
 
 
-def _flows_quick_default(name: str) -> str:
+def _flows_quick_default(name: QuickFlowsName) -> str:
     return f"[default: {getattr(FLOWS, name)}; {QUICK_FLOWS[name]} with --quick]"
 
 
@@ -522,10 +531,15 @@ def flows_command(quick: bool, join_keys: int | None, producers: int, batch: int
     settings = FlowsSettings(producers=producers, batch=batch, in_flight=in_flight, shards=shards,
                              durability=durability, only=only)
     if quick:
-        settings = replace(settings, **QUICK_FLOWS)  # type: ignore[arg-type]
-    chosen = {"join_keys": join_keys, "start_samples": start_samples, "size": size, "warmup_size": warmup_size,
-              "repeats": repeats}
-    settings = replace(settings, **{name: value for name, value in chosen.items() if value is not None})
+        settings = replace(settings, **QUICK_FLOWS)
+    settings = replace(  # the sizes given on the command line
+        settings,
+        join_keys=settings.join_keys if join_keys is None else join_keys,
+        start_samples=settings.start_samples if start_samples is None else start_samples,
+        size=settings.size if size is None else size,
+        warmup_size=settings.warmup_size if warmup_size is None else warmup_size,
+        repeats=settings.repeats if repeats is None else repeats,
+    )
     try:
         parse_size(settings.size)
         if settings.warmup_size.strip() not in ("", "0"):
@@ -713,8 +727,11 @@ def udp_command(seconds: float, threads: int, batch: int, seed: int, durability:
     settings = UdpLossSettings(seconds=seconds, threads=threads, batch=batch, seed=seed, durability=durability)
     rows = measure(settings, parent_dir=parent_dir)
     console.print(table(rows))
-    report = {"machine": machine_info(), "settings": {"seconds": seconds, "threads": threads, "batch": batch,
-                                                      "seed": seed, "durability": durability}, "udp": rows}
+    report: dict[str, Any] = {
+        "machine": machine_info(),
+        "settings": {"seconds": seconds, "threads": threads, "batch": batch, "seed": seed, "durability": durability},
+        "udp": rows,
+    }
     print_machine(console, report["machine"])
     if json_path:
         write_json(json_path, report)

@@ -72,8 +72,8 @@ def _run(cli: CliContext, what: str, queue: str, pids: tuple[str, ...], every: b
             while True:
                 page = call(queue, None, after_pid=after, limit=PAGE)
                 outcomes.extend(page.outcomes)
-                done = sum(outcome.ok for outcome in outcomes)
-                progress.update(bar, description=f"{what} dead letters of {queue}: {done} done")
+                done_so_far = sum(outcome.ok for outcome in outcomes)
+                progress.update(bar, description=f"{what} dead letters of {queue}: {done_so_far} done")
                 if page.next_pid is None:
                     break
                 after = page.next_pid

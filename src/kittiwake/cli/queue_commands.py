@@ -26,16 +26,24 @@ from kittiwake.client import QueueStats
               help="Only queues holding at least this many tasks.")
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(min=1),
               help="Show at most this many queues.")
+@click.option("--start-after", metavar="NAME",
+              help="Only queues whose name sorts after NAME: give the last queue of one page to see the next.")
 @pass_cli
-def queues(cli: CliContext, pattern: str | None, min_tasks: int, limit: int) -> None:
-    """List non-empty queues in name order with their size and leased count."""
-    rows = cli.client().list_queues(pattern, min_tasks, limit)
+def queues(cli: CliContext, pattern: str | None, min_tasks: int, limit: int, start_after: str | None) -> None:
+    """List non-empty queues in name order with their size and leased count.
+
+    A page holds at most --limit queues; when it is full, the next one starts
+    with --start-after and the last name shown (the table says which).
+    """
+    rows = cli.client().list_queues(pattern, min_tasks, limit, start_after=start_after)
     if cli.json:
         print_json(rows)
     elif not rows:
         say("no queues")
     else:
         print_table(None, ("queue", "size", "leased"), ((r.queue, r.size, r.leased) for r in rows))
+        if len(rows) == limit:
+            say(f"next page: --start-after {rows[-1].queue}")
 
 
 @click.command("joins")

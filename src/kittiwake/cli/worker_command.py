@@ -9,6 +9,7 @@ what one process does.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -124,4 +125,7 @@ def worker(
         load_app(app, config.sys_path)
     except Exception as error:  # an app that does not import: say so once, before any process starts
         raise click.UsageError(f"cannot load {app}: {type(error).__name__}: {error}") from error
+    # the supervisor's lines (a process that died, respawns, stopping) beside its processes', in their format
+    logging.basicConfig(level=os.environ.get("KITTIWAKE_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s")
     sys.exit(Supervisor(config).run())

@@ -3,7 +3,10 @@
 Both take a broker URL `kw://host:port` and offer the same operations with
 the same keywords and typed results (the reply records of
 `kittiwake.protocol.replies`); see `sync_client.py` for the behaviour they
-share (single item vs batch, errors, timeouts, reconnects).
+share (single item vs batch, errors, timeouts, reconnects). Each sends its
+calls (`calls.py`) through a channel (`channel.py`: the TCP pools `pool.py`
+and `async_pool.py`, the UDP channel `udp_channel.py`) that the URL's scheme
+picks (`schemes.py`).
 """
 
 from kittiwake.client.async_client import AsyncClient

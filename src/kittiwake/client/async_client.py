@@ -1,12 +1,15 @@
 """`AsyncClient`: the asyncio client of one broker, pipelined over one connection.
 
 Same methods, keywords and results as `Client` (see its docstrings), as
-coroutines. Any number of calls may be in flight at once on the single
-connection; replies are matched to calls by request id, so a long-poll lease
-never holds up other calls. Connection handling follows `Client`: lazy
-connect, backoff within `connect_timeout` then `BrokerUnreachable`, a request
-that never left is retried on a new connection, one that left and lost its
-connection raises `ConnectionLost`.
+coroutines. Each method builds its call (`calls.py`) and awaits it on the
+client's `channel.AsyncChannel`, picked by the URL's scheme (`schemes.py`;
+`kwu://` has none and is refused): for `kw://` and `kws://`, `async_pool.py`,
+where any number of calls are in flight at once on one connection, matched
+by request id, so a long-poll lease never holds up other calls. Connection
+handling follows `Client`: lazy connect, backoff within `connect_timeout`
+then `BrokerUnreachable`, a request that never left is retried on a new
+connection, one that left and lost its connection raises `ConnectionLost`;
+an abandoned long-poll is withdrawn at the broker.
 
 The connection belongs to the event loop that opened it; used from another
 loop (say, a second `asyncio.run`), the client opens a new one.
@@ -14,16 +17,10 @@ loop (say, a second `asyncio.run`), the client opens a new one.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import time
-from contextlib import suppress
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar, overload
 
-from kittiwake import errors
 from kittiwake.client import calls
-from kittiwake.client.async_connection import AsyncConnection
 from kittiwake.client.async_producer import AsyncProducer
 from kittiwake.client.producer_settings import (
     DEFAULT_LINGER_MS,
@@ -32,9 +29,12 @@ from kittiwake.client.producer_settings import (
     DEFAULT_MAX_BUFFER_TASKS,
     ProducerSettings,
 )
-from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS, next_delay_secs
+from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
-from kittiwake.client.pool import MAX_CONNECT_ATTEMPT_SECS, MAX_UNSENT_RETRIES
+from kittiwake.constants import DEFAULT_LEASE_SECS
+from kittiwake.protocol.messages import DEFAULT_STATS_SAMPLE
+from kittiwake.client.channel import AsyncChannel
+from kittiwake.client.schemes import ChannelSettings, open_async_channel
 from kittiwake.protocol.replies import (
     DeadLetterPage,
     EnqueueOutcome,
@@ -47,7 +47,7 @@ from kittiwake.protocol.replies import (
     UpdateResult,
 )
 from kittiwake.client.url import BrokerAddress, parse_url
-from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, NotSent, effective_timeout, encode_call, result_of
+from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, effective_timeout
 
 T = TypeVar("T")
 
@@ -65,17 +65,10 @@ class AsyncClient:
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         self.address = parse_url(url)
-        if self.address.udp:
-            raise errors.BadRequest("kwu:// (UDP) is served by the blocking Client only; use kw:// here")
-        self.connect_timeout = connect_timeout
         self.timeout = timeout
         self.worker = worker
-        self.max_reply_bytes = max_reply_bytes
-        self._connection: AsyncConnection | None = None
-        self._connecting: asyncio.Lock | None = None
-        self._connecting_loop: asyncio.AbstractEventLoop | None = None
-        self._ids = itertools.count(1)
-        self._closed = False
+        settings = ChannelSettings(connect_timeout_secs=connect_timeout, max_reply_bytes=max_reply_bytes)
+        self._channel: AsyncChannel = open_async_channel(self.address, settings)
 
     @property
     def url(self) -> str:
@@ -91,92 +84,12 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Close the connection; calls still waiting raise ConnectionLost, later calls BrokerUnreachable."""
-        self._closed = True
-        connection, self._connection = self._connection, None
-        if connection is not None and connection.loop is asyncio.get_running_loop():
-            await connection.close()
-
-    # ----------------------------------------------------------- connection
-
-    async def _connected(self) -> AsyncConnection:
-        if self._closed:
-            raise errors.BrokerUnreachable("the client is closed")
-        loop = asyncio.get_running_loop()
-        connection = self._connection
-        if connection is not None and connection.loop is loop and not connection.is_dropped():
-            return connection
-        if self._connecting is None or self._connecting_loop is not loop:
-            self._connecting = asyncio.Lock()  # a lock serves one loop only
-            self._connecting_loop = loop
-        async with self._connecting:
-            connection = self._connection
-            if connection is not None and connection.loop is loop and not connection.is_dropped():
-                return connection
-            if connection is not None and connection.loop is loop:
-                await connection.close()
-            self._connection = await self._connect()
-            return self._connection
-
-    async def _connect(self) -> AsyncConnection:
-        started = time.monotonic()
-        deadline = started + self.connect_timeout
-        attempt = 0
-        failure: BaseException
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                return await AsyncConnection.open(
-                    self.address, max(0.001, min(remaining, MAX_CONNECT_ATTEMPT_SECS)), self.max_reply_bytes
-                )
-            except (OSError, asyncio.TimeoutError) as exc:
-                failure = exc
-            delay = next_delay_secs(attempt, deadline - time.monotonic())
-            if delay is None:
-                raise errors.BrokerUnreachable(
-                    f"no broker at {self.address} after {attempt + 1} attempts in "
-                    f"{time.monotonic() - started:.1f}s: {failure!r}"
-                )
-            await asyncio.sleep(delay)
-            attempt += 1
+        """Close the connection; calls still waiting raise ConnectionLost, a call waiting to
+        reconnect ends at once and later calls raise BrokerUnreachable."""
+        await self._channel.close()
 
     async def _run(self, call: Call[T], timeout: float | None) -> T:
-        wait_secs = effective_timeout(call, timeout, self.timeout)
-        for _ in range(MAX_UNSENT_RETRIES):
-            connection = await self._connected()
-            request_id = next(self._ids)
-            try:
-                future = connection.send(request_id, encode_call(call, request_id))
-            except NotSent:
-                continue
-            try:
-                await connection.drain()
-                reply = await asyncio.wait_for(future, wait_secs)
-            except asyncio.TimeoutError:
-                self._withdraw(connection, call, request_id)
-                raise errors.RequestTimeout(
-                    f"no reply to {call.op} from {self.address} within {wait_secs}s; outcome unknown"
-                ) from None
-            except asyncio.CancelledError:
-                self._withdraw(connection, call, request_id)
-                raise
-            finally:
-                connection.forget(request_id)
-            return result_of(call, reply)
-        raise errors.ConnectionLost(
-            f"{self.address} dropped {MAX_UNSENT_RETRIES} fresh connections before a request could be sent; "
-            "the request was not sent"
-        )
-
-    def _withdraw(self, connection: AsyncConnection, call: Call[Any], request_id: int) -> None:
-        """An abandoned long-poll: ask the broker to answer it with nothing now,
-        so no task is leased to a reply that nobody will read."""
-        if call.wait_secs <= 0:
-            return
-        cancel_id = next(self._ids)
-        with suppress(Exception):
-            connection.send(cancel_id, encode_call(calls.cancel_wait(request_id), cancel_id))
-            connection.forget(cancel_id)
+        return await self._channel.request(call, effective_timeout(call, timeout, self.timeout))
 
     # ------------------------------------------------------------ producing
 
@@ -231,7 +144,7 @@ class AsyncClient:
             max_buffer_tasks=max_buffer_tasks,
             block=block,
         )
-        return AsyncProducer(self._run, settings)
+        return AsyncProducer(self._channel, settings, timeout_secs=self.timeout)
 
     async def enqueue_many(
         self, tasks: Iterable[TaskLike], *, timeout: float | None = None
@@ -246,7 +159,7 @@ class AsyncClient:
         queues: str | Iterable[str],
         *,
         max_tasks: int = 1,
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         max_pid: str | None = None,
         receiver: str | None = None,
         wait_secs: float = 0,
@@ -283,7 +196,7 @@ class AsyncClient:
     async def renew(
         self,
         tasks: Any,
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         *,
         progress: float | None = None,
         note: str | None = None,
@@ -335,7 +248,7 @@ class AsyncClient:
         dequeue: Iterable[LeaseLike] | LeaseLike = (),
         renew: Iterable[LeaseLike] | LeaseLike = (),
         release: Iterable[LeaseLike] | LeaseLike = (),
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         reason: str | None = None,
         timeout: float | None = None,
     ) -> UpdateResult:
@@ -368,10 +281,11 @@ class AsyncClient:
         return await self._run(calls.queues_for_receiver(receiver), timeout)
 
     async def list_queues(
-        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *, timeout: float | None = None
+        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *,
+        start_after: str | None = None, timeout: float | None = None
     ) -> list[QueueInfo]:
-        """Queues by name and size; see `Client.list_queues`."""
-        return await self._run(calls.list_queues(pattern, min_tasks, limit), timeout)
+        """Queues by name and size, from the name after `start_after` on; see `Client.list_queues`."""
+        return await self._run(calls.list_queues(pattern, min_tasks, limit, start_after), timeout)
 
     async def declare_join(
         self,
@@ -438,7 +352,7 @@ class AsyncClient:
         queues: str | Iterable[str] | None = None,
         pattern: str | None = None,
         *,
-        sample: int = calls.DEFAULT_STATS_SAMPLE,
+        sample: int = DEFAULT_STATS_SAMPLE,
         timeout: float | None = None,
     ) -> list[QueueStats]:
         """Queue statistics; see `Client.stats`."""

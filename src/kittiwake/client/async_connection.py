@@ -21,6 +21,7 @@ import select
 import socket
 import ssl
 from contextlib import suppress
+from typing import Any
 
 from kittiwake import errors
 from kittiwake.client.handshake import AUTH_REQUEST_ID, HandshakeRetry, auth_frame, auth_outcome, tls_context, tls_failure
@@ -46,7 +47,7 @@ class AsyncConnection:
         self._reader = reader
         self._writer = writer
         self._frames = FrameReader(max_reply_bytes)
-        self._pending: dict[int, asyncio.Future[ReplyEnvelope]] = {}
+        self._pending: dict[int, asyncio.Future[ReplyEnvelope[Any]]] = {}
         self._failure: errors.KittiwakeError | None = None
         self.closed = False
         self._reading = asyncio.create_task(self._read_replies(), name=f"kittiwake-replies-{address}")
@@ -56,11 +57,13 @@ class AsyncConnection:
         """One connection attempt, handshake included; raises OSError (or TimeoutError) when it
         may be retried, `BrokerUnreachable` (TLS cannot work) or `Unauthorized` when it may not."""
         context = tls_context(address)
-        tls = {} if context is None else {"ssl": context, "server_hostname": address.host}
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(address.host, address.port, limit=READ_CHUNK_BYTES, **tls), timeout_secs
-            )
+            if context is None:
+                opening = asyncio.open_connection(address.host, address.port, limit=READ_CHUNK_BYTES)
+            else:
+                opening = asyncio.open_connection(address.host, address.port, limit=READ_CHUNK_BYTES, ssl=context,
+                                                  server_hostname=address.host)
+            reader, writer = await asyncio.wait_for(opening, timeout_secs)
         except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
             raise  # cut in the middle (a broker restarting?): retried
         except ssl.SSLError as exc:
@@ -118,11 +121,11 @@ class AsyncConnection:
         except (OSError, ValueError):
             return True
 
-    def send(self, request_id: int, frame: bytes) -> asyncio.Future[ReplyEnvelope]:
+    def send(self, request_id: int, frame: bytes) -> asyncio.Future[ReplyEnvelope[Any]]:
         """Write a framed request; the returned future resolves with its reply."""
         if self.closed or self._writer.is_closing():
             raise NotSent(str(self._failure or "connection closed"))
-        future: asyncio.Future[ReplyEnvelope] = self.loop.create_future()
+        future: asyncio.Future[ReplyEnvelope[Any]] = self.loop.create_future()
         self._pending[request_id] = future
         self._writer.write(frame)
         return future
@@ -156,7 +159,7 @@ class AsyncConnection:
         finally:
             self._shut(failure)
 
-    def _route(self, reply: ReplyEnvelope) -> None:
+    def _route(self, reply: ReplyEnvelope[Any]) -> None:
         future = self._pending.pop(reply.id, None)
         if future is not None:
             if not future.done():

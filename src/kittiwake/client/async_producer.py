@@ -6,10 +6,10 @@ nothing is in flight (idle), when it is full (size), when its oldest task waited
 behind the one in flight (linger), or when an answer frees a place (reply); at most two batches
 are in flight, and `max_buffer_tasks` bounds what is held.
 
-What differs is only the I/O. Batches travel on the client's own pipelined connection, as
-`enqueue` requests of the client (so reconnects, and retries of requests that never left, are
-the client's; a send that fails for any reason is that batch's answer); requests are written
-in the order the batches were made, so FIFO pids follow the order of `enqueue`. The linger
+What differs is only the I/O. Batches travel through the client's channel (`AsyncChannel`), as
+`enqueue` requests with the client's timeout (so reconnects, and retries of requests that never
+left, are the channel's; a send that fails for any reason is that batch's answer); requests are
+written in the order the batches were made, so FIFO pids follow the order of `enqueue`. The linger
 deadline the batcher names is a timer of the loop. `enqueue` is a coroutine because a full
 buffer makes it wait (or raise PRODUCER_FULL with `block=False`); it never waits otherwise.
 `sent()` of what it returns is a coroutine too. Everything belongs to the event loop that made
@@ -19,20 +19,19 @@ the producer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kittiwake import errors
 from kittiwake.client import calls
 from kittiwake.client.batching import Batch, Batcher, ProducerStats, Send
 from kittiwake.client.calls import Call
+from kittiwake.client.channel import AsyncChannel
 from kittiwake.client.producer_settings import ProducerSettings
 from kittiwake.client.producer_tasks import TaskMaker
 from kittiwake.model import EnqueueOutcome
 from kittiwake.protocol import messages as m
 
-# How a producer sends: run one call on the client's connection, with a timeout (None: the client's)
-RunCall = Callable[[Call[Any], "float | None"], Awaitable[Any]]
 _AsyncBatch = Batch[asyncio.Future[None]]  # what the batcher settles; the shell waits on its future
 
 
@@ -65,13 +64,14 @@ class AsyncSending:
 
 
 class AsyncProducer:
-    """Batches enqueues over an `AsyncClient`'s connection; made by `AsyncClient.producer(...)`,
-    which hands it the way to run a call on that connection (`run`)."""
+    """Batches enqueues over an `AsyncClient`'s channel; made by `AsyncClient.producer(...)`, which
+    hands it that channel and the client's timeout (None: a batch waits for its reply)."""
 
-    def __init__(self, run: RunCall, settings: ProducerSettings) -> None:
+    def __init__(self, channel: AsyncChannel, settings: ProducerSettings, timeout_secs: float | None = None) -> None:
         self.settings = settings
         self.stats = ProducerStats()
-        self._run = run
+        self._channel = channel
+        self._timeout_secs = timeout_secs
         self._loop = asyncio.get_running_loop()
         self._batcher: Batcher[asyncio.Future[None]] = Batcher(settings, self._loop.create_future, self.stats)
         self._tasks = TaskMaker()
@@ -188,7 +188,7 @@ class AsyncProducer:
         raw: Any = None
         error: errors.KittiwakeError | None = None
         try:
-            raw = await self._run(call, None)
+            raw = await self._channel.request(call, self._timeout_secs)
         except errors.KittiwakeError as exc:
             error = exc
         except asyncio.CancelledError:

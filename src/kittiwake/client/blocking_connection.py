@@ -32,6 +32,7 @@ import socket
 import ssl
 import struct
 import time
+from typing import Any
 
 from kittiwake import errors
 from kittiwake.client.handshake import AUTH_REQUEST_ID, HandshakeRetry, auth_frame, auth_outcome, tls_context, tls_failure
@@ -124,7 +125,7 @@ class BlockingConnection:
         except (OSError, ValueError):
             return True
 
-    def exchange(self, frame: bytes, request_id: int, timeout_secs: float | None) -> ReplyEnvelope:
+    def exchange(self, frame: bytes, request_id: int, timeout_secs: float | None) -> ReplyEnvelope[Any]:
         """Send one framed request and return its reply's envelope."""
         deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
         self._send(frame, timeout_secs)
@@ -144,7 +145,7 @@ class BlockingConnection:
         """Write one framed request without waiting for its reply (`NotSent` if it did not leave whole)."""
         self._send(frame, None)
 
-    def read_replies(self) -> list[ReplyEnvelope]:
+    def read_replies(self) -> list[ReplyEnvelope[Any]]:
         """The replies one read brings (call it when the socket is readable); ConnectionLost if it broke."""
         try:
             self._sock.settimeout(None)
@@ -175,7 +176,7 @@ class BlockingConnection:
             self.close()
             raise NotSent(str(exc)) from None
 
-    def _receive(self, request_id: int, deadline: float | None) -> ReplyEnvelope:
+    def _receive(self, request_id: int, deadline: float | None) -> ReplyEnvelope[Any]:
         while True:
             if deadline is not None:
                 remaining = deadline - time.monotonic()

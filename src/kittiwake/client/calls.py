@@ -41,7 +41,8 @@ from kittiwake import errors, model
 from kittiwake.model import LeaseRef, NewTask
 from kittiwake.protocol import messages as m
 from kittiwake.protocol import replies
-from kittiwake.protocol.messages import DEFAULT_LEASE_SECS, DEFAULT_STATS_SAMPLE
+from kittiwake.constants import DEFAULT_LEASE_SECS
+from kittiwake.protocol.messages import DEFAULT_STATS_SAMPLE
 from kittiwake.protocol.replies import EnqueueOutcome, ItemOutcome, LeasedTask, result_decoder
 
 T = TypeVar("T")
@@ -335,8 +336,10 @@ def queues_for_receiver(receiver: str) -> Call[list[str]]:
     return Call(request("queues_for_receiver", {"receiver": receiver}), result_decoder("queues_for_receiver"))
 
 
-def list_queues(pattern: str | None = None, min_tasks: int = 0, limit: int = 1000) -> Call[list[replies.QueueInfo]]:
-    fields = {"pattern": pattern, "min_tasks": min_tasks, "limit": limit}
+def list_queues(
+    pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, start_after: str | None = None
+) -> Call[list[replies.QueueInfo]]:
+    fields = {"pattern": pattern, "min_tasks": min_tasks, "limit": limit, "start_after": start_after}
     return Call(request("list_queues", fields), result_decoder("list_queues"))
 
 
@@ -375,7 +378,7 @@ def declare_join(
     max_attempts: int | None,
 ) -> Call[str]:
     """A join's ports given as three maps of port name -> queue, one per mode."""
-    ports = []
+    ports: list[dict[str, str]] = []
     for mode, given in (("required", required), ("optional", optional), ("sequence", sequence)):
         if not isinstance(given, Mapping):
             raise errors.BadRequest(f"declare_join: {mode} must map port names to queues")

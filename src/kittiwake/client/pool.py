@@ -7,8 +7,10 @@ threads' calls; idle connections are kept (up to `max_idle`) so steady traffic
 reuses them. A thread that is alone pays for one connection.
 
 Connecting is lazy. A failed connect is retried with capped exponential
-backoff (`backoff.py`) until `connect_timeout_secs` is spent, then
-`BrokerUnreachable`. A request that never left whole (`NotSent`, or an idle
+backoff (`backoff.connect_attempts`) until `connect_timeout_secs` is spent,
+then `BrokerUnreachable`; the pauses wait on an event that `close()` sets, so
+a call waiting out a backoff ends at once, with `BrokerUnreachable` (the
+request was not sent). A request that never left whole (`NotSent`, or an idle
 connection found dropped before use) is retried on a fresh connection; one
 that left and lost its connection raises `ConnectionLost` — only the caller
 can decide whether to repeat an operation whose outcome is unknown.
@@ -22,7 +24,7 @@ import time
 from typing import TypeVar
 
 from kittiwake import errors
-from kittiwake.client.backoff import next_delay_secs
+from kittiwake.client.backoff import connect_attempts
 from kittiwake.client.blocking_connection import BlockingConnection
 from kittiwake.client.calls import Call
 from kittiwake.client.url import BrokerAddress
@@ -33,13 +35,10 @@ T = TypeVar("T")
 DEFAULT_MAX_IDLE_CONNECTIONS = 8
 # A broker that accepts and at once drops connections must not loop us forever.
 MAX_UNSENT_RETRIES = 3
-# One connect attempt never waits longer than this, so a black-holed address
-# still gets several attempts within the budget.
-MAX_CONNECT_ATTEMPT_SECS = 2.0
 
 
 class ConnectionPool:
-    """Blocking connections to one broker, lent to one thread at a time."""
+    """Blocking connections to one broker, lent to one thread at a time: the `Channel` of `kw://` and `kws://`."""
 
     def __init__(
         self,
@@ -57,16 +56,19 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)  # next() on a count is atomic in CPython
         self._closed = False
+        self._closing = threading.Event()  # set by close(): wakes calls waiting out a reconnect backoff
 
     @property
     def closed(self) -> bool:
         return self._closed
 
     def close(self) -> None:
-        """Close idle connections now and the lent ones when they come back."""
+        """Close idle connections now and the lent ones when they come back; a call waiting out a
+        reconnect backoff ends at once, later calls at once, with BrokerUnreachable."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+        self._closing.set()
         for connection in idle:
             connection.close()
 
@@ -117,24 +119,29 @@ class ConnectionPool:
 
     def _connect(self) -> BlockingConnection:
         started = time.monotonic()
-        deadline = started + self.connect_timeout_secs
-        attempt = 0
-        failure: OSError
-        while True:
-            remaining = deadline - time.monotonic()
+        failure: OSError | None = None
+        attempts = 0
+        for attempt in connect_attempts(self.connect_timeout_secs, time.monotonic):
+            # close() sets the event: a call waiting out a backoff ends at once
+            if self._closing.wait(attempt.pause_secs) or self._closed:
+                raise self._closed_while_connecting(attempts)
+            attempts += 1
             try:
-                return BlockingConnection.open(
-                    self.address,
-                    max(0.001, min(remaining, MAX_CONNECT_ATTEMPT_SECS)),
-                    self.max_reply_bytes,
-                )
+                connection = BlockingConnection.open(self.address, attempt.timeout_secs, self.max_reply_bytes)
             except OSError as exc:
                 failure = exc
-            delay = next_delay_secs(attempt, deadline - time.monotonic())
-            if delay is None:
-                raise errors.BrokerUnreachable(
-                    f"no broker at {self.address} after {attempt + 1} attempts in "
-                    f"{time.monotonic() - started:.1f}s: {failure}"
-                )
-            time.sleep(delay)
-            attempt += 1
+                continue
+            if self._closed:
+                connection.close()
+                raise self._closed_while_connecting(attempts)
+            return connection
+        raise errors.BrokerUnreachable(
+            f"no broker at {self.address} after {attempts} attempts in "
+            f"{time.monotonic() - started:.1f}s: {failure}"
+        )
+
+    def _closed_while_connecting(self, attempts: int) -> errors.BrokerUnreachable:
+        return errors.BrokerUnreachable(
+            f"the client was closed while connecting to {self.address} ({attempts} attempts); "
+            "the request was not sent"
+        )

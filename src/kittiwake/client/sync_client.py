@@ -1,10 +1,12 @@
 """`Client`: the blocking, thread-safe client of one broker.
 
-Every method sends one request and blocks for its reply. Threads may share a
-`Client`: each concurrent call borrows its own connection from a small pool
-(`pool.py`), so a long-poll lease (`wait_secs > 0`) holds one connection while
-other threads carry on over others. The asyncio twin is `AsyncClient`, with
-the same methods and keywords.
+Every method builds its call (`calls.py`), hands it to the client's channel
+(`channel.Channel`, picked by the URL's scheme in `schemes.py`) and blocks for
+its reply. Threads may share a `Client`: over `kw://` each concurrent call
+borrows its own connection from a small pool (`pool.py`), so a long-poll lease
+(`wait_secs > 0`) holds one connection while other threads carry on over
+others; `kwu://` sends datagrams (`udp_channel.py`). The asyncio twin is
+`AsyncClient`, with the same methods and keywords.
 
 Failures are `kittiwake.errors` errors, each with a stable `.code`: the
 broker's refusals (BAD_REQUEST, TASK_NOT_LEASED, …) and, from this side,
@@ -22,9 +24,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar, overload
 
+from kittiwake import errors
 from kittiwake.client import calls
 from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS
 from kittiwake.client.calls import Call, LeaseLike, TaskLike
+from kittiwake.constants import DEFAULT_LEASE_SECS
+from kittiwake.protocol.messages import DEFAULT_STATS_SAMPLE
+from kittiwake.client.channel import Channel
 from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
 from kittiwake.client.producer import Producer
 from kittiwake.client.producer_settings import (
@@ -45,7 +51,7 @@ from kittiwake.protocol.replies import (
     TaskView,
     UpdateResult,
 )
-from kittiwake.client.udp_channel import UdpChannel
+from kittiwake.client.schemes import ChannelSettings, open_channel
 from kittiwake.client.url import BrokerAddress, parse_url
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, effective_timeout
 
@@ -76,16 +82,12 @@ class Client:
         self.address = parse_url(url)
         self.timeout = timeout
         self.worker = worker
-        self._pool: ConnectionPool | UdpChannel
-        if self.address.udp:
-            self._pool = UdpChannel(self.address)
-            return
-        self._pool = ConnectionPool(
-            self.address,
+        settings = ChannelSettings(
             connect_timeout_secs=connect_timeout,
-            max_idle=max_idle_connections,
+            max_idle_connections=max_idle_connections,
             max_reply_bytes=max_reply_bytes,
         )
+        self._channel: Channel = open_channel(self.address, settings)
 
     @property
     def url(self) -> str:
@@ -101,11 +103,12 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        """Close every connection; later calls raise BrokerUnreachable."""
-        self._pool.close()
+        """Close every idle connection (the others as their calls end); a call waiting to reconnect
+        ends at once and later calls raise BrokerUnreachable. Safe to call from another thread."""
+        self._channel.close()
 
     def _run(self, call: Call[T], timeout: float | None) -> T:
-        return self._pool.request(call, effective_timeout(call, timeout, self.timeout))
+        return self._channel.request(call, effective_timeout(call, timeout, self.timeout))
 
     # ------------------------------------------------------------ producing
 
@@ -177,6 +180,12 @@ class Client:
         `max_buffer_tasks` tasks are held: then `enqueue` blocks, or raises PRODUCER_FULL with
         `block=False`. `flush()` waits for everything so far; use it as a context manager (exit:
         flush, then close)."""
+        if not isinstance(self._channel, ConnectionPool):
+            # the producer pipelines batches on a TCP connection of its own
+            raise errors.BadRequest(
+                f"the batching producer needs kw:// or kws://, not {self.address.scheme}://; "
+                "use enqueue_many to send several tasks in one request"
+            )
         settings = ProducerSettings(
             linger_ms=linger_ms,
             max_batch_bytes=max_batch_bytes,
@@ -184,7 +193,7 @@ class Client:
             max_buffer_tasks=max_buffer_tasks,
             block=block,
         )
-        return Producer(self._pool, settings)
+        return Producer(self._channel, settings)
 
     # ------------------------------------------------------------- consuming
 
@@ -193,7 +202,7 @@ class Client:
         queues: str | Iterable[str],
         *,
         max_tasks: int = 1,
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         max_pid: str | None = None,
         receiver: str | None = None,
         wait_secs: float = 0,
@@ -240,7 +249,7 @@ class Client:
     def renew(
         self,
         tasks: Any,
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         *,
         progress: float | None = None,
         note: str | None = None,
@@ -305,7 +314,7 @@ class Client:
         dequeue: Iterable[LeaseLike] | LeaseLike = (),
         renew: Iterable[LeaseLike] | LeaseLike = (),
         release: Iterable[LeaseLike] | LeaseLike = (),
-        lease_secs: float = calls.DEFAULT_LEASE_SECS,
+        lease_secs: float = DEFAULT_LEASE_SECS,
         reason: str | None = None,
         timeout: float | None = None,
     ) -> UpdateResult:
@@ -339,15 +348,20 @@ class Client:
         return self._run(calls.queues_for_receiver(receiver), timeout)
 
     def list_queues(
-        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *, timeout: float | None = None
+        self, pattern: str | None = None, min_tasks: int = 0, limit: int = 1000, *,
+        start_after: str | None = None, timeout: float | None = None
     ) -> list[QueueInfo]:
-        """Queues in name order whose name matches the regex `pattern` (searched,
-        not anchored) and that hold at least `min_tasks` tasks (and at least one).
+        """Up to `limit` queues in name order whose name matches the regex `pattern`
+        (searched, not anchored) and that hold at least `min_tasks` tasks (and at least one).
+
+        With `start_after`, only queues whose name sorts after it: pass the last name
+        of one page to get the next, and stop at a page shorter than `limit`. It is a
+        queue name (checked as one: `BadRequest` otherwise) and need not exist.
 
         Patterns run in linear time (RE2): Python's `re` syntax without
         backreferences or lookaround, at most 1024 characters; others are
         refused with `BadRequest`."""
-        return self._run(calls.list_queues(pattern, min_tasks, limit), timeout)
+        return self._run(calls.list_queues(pattern, min_tasks, limit, start_after), timeout)
 
     def declare_join(
         self,
@@ -419,7 +433,7 @@ class Client:
         queues: str | Iterable[str] | None = None,
         pattern: str | None = None,
         *,
-        sample: int = calls.DEFAULT_STATS_SAMPLE,
+        sample: int = DEFAULT_STATS_SAMPLE,
         timeout: float | None = None,
     ) -> list[QueueStats]:
         """Statistics of the named queues, or of every non-empty queue matching

@@ -43,6 +43,10 @@ warning (at most one a minute) to lease them over `kw://` (TCP).
 With credentials in the URL, the channel sends `auth` before its first
 request, and again when the broker answers UNAUTHORIZED (it restarted and
 forgot the session).
+
+`close()` ends at once the calls still retransmitting (a broker gone away
+would otherwise hold each until its deadline), with `ConnectionLost`: their
+datagrams left, so the outcome is unknown. It is the `Channel` of `kwu://`.
 """
 
 from __future__ import annotations
@@ -175,9 +179,14 @@ class UdpChannel:
         return self._closed
 
     def close(self) -> None:
+        """Stop: calls waiting for a reply end now with ConnectionLost, later calls raise BrokerUnreachable."""
         if self._closed:
             return
         self._closed = True
+        with self._lock:
+            waiting = list(self._waiting.values())
+        for call in waiting:
+            call.event.set()  # its reply stays None: the call sees the channel closed
         self._reader.join(timeout=2 * RECEIVE_POLL_SECS + 1)
         self._sock.close()
 
@@ -269,7 +278,7 @@ class UdpChannel:
                 self._send(datagram)
                 tries += 1
                 remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 or self._closed:
                     break
                 if waiting.event.wait(min(first_wait if tries == 1 else rto, remaining)):
                     break
@@ -278,6 +287,11 @@ class UdpChannel:
                 rto = min(MAX_RTO_SECS, rto * 2)
                 self.retransmits += 1
             reply = waiting.reply
+            if reply is None and self._closed:
+                raise errors.ConnectionLost(
+                    f"the client was closed before the reply to {request.op} from {self.address.url}; "
+                    "it may or may not have been applied"
+                )
             if reply is None:
                 raise errors.RequestTimeout(
                     f"no reply to {request.op} from {self.address.url} within {deadline - started:.1f} s "

@@ -15,6 +15,7 @@ must be percent-encoded; generated tokens never need it). With `kws`, the
 certificate is checked against `?ca=PATH`, else the file named by
 `$KITTIWAKE_CA`, else the system's trusted CAs, and must name the host.
 When no URL is given, `$KITTIWAKE_URL` is used, then `kw://127.0.0.1:7370`.
+The scheme picks the client's channel (`kittiwake.client.schemes`).
 Anything else — another scheme, a path, another query parameter, a user
 without a token, a port outside 1..65535 — is refused with `BadRequest`
 saying what is wrong, before any connection is attempted.
@@ -38,6 +39,7 @@ UDP_SCHEME = "kwu"
 DEFAULT_PORT = 7370
 DEFAULT_TLS_PORT = 7371
 DEFAULT_UDP_PORT = 7372
+SCHEMES = (SCHEME, TLS_SCHEME, UDP_SCHEME)  # each has its channel (`schemes.CHANNELS`)
 DEFAULT_URL = f"{SCHEME}://127.0.0.1:{DEFAULT_PORT}"
 URL_ENV = "KITTIWAKE_URL"
 CA_ENV = "KITTIWAKE_CA"
@@ -56,13 +58,17 @@ class BrokerAddress:
     udp: bool = False  # kwu://: requests and replies as datagrams (`kittiwake.client.udp_channel`)
 
     @property
+    def scheme(self) -> str:
+        """`kw`, `kws` or `kwu`: what picks the channel (`kittiwake.client.schemes`)."""
+        return UDP_SCHEME if self.udp else TLS_SCHEME if self.tls else SCHEME
+
+    @property
     def url(self) -> str:
         """The URL without the token (safe to print)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         user = f"{quote(self.user, safe='')}@" if self.user is not None else ""
         query = f"?ca={quote(self.ca_file)}" if self.tls and self.ca_file is not None else ""
-        scheme = UDP_SCHEME if self.udp else TLS_SCHEME if self.tls else SCHEME
-        return f"{scheme}://{user}{host}:{self.port}{query}"
+        return f"{self.scheme}://{user}{host}:{self.port}{query}"
 
     def __str__(self) -> str:
         return self.url
@@ -90,7 +96,7 @@ def parse_url(url: str | BrokerAddress | None = None) -> BrokerAddress:
     except ValueError as exc:
         raise BadRequest(f"broker URL {_shown(text)!r} is malformed: {exc}") from None
     shown = _shown(text)
-    if parts.scheme not in (SCHEME, TLS_SCHEME, UDP_SCHEME):
+    if parts.scheme not in SCHEMES:
         raise BadRequest(
             f"broker URL {shown!r} has scheme {parts.scheme!r}; expected {SCHEME}://, {TLS_SCHEME}:// or {UDP_SCHEME}://"
         )

@@ -32,10 +32,15 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 from kittiwake.byte_sizes import parse_byte_size
 from kittiwake.errors import BadRequest
+
+if TYPE_CHECKING:  # numpy and pyarrow are imported where a dataset is drawn (the `spark` extra)
+    import numpy as np
+    import pyarrow as pa
+    from numpy.typing import NDArray
 
 EVENT_COLUMNS = ("event_id", "user_id", "ts", "event_type", "amount", "url")
 USER_COLUMNS = ("user_id", "country", "plan", "signup_date")
@@ -207,7 +212,7 @@ _BAD_TYPES = ("unknown_event", "???")
 _BAD_AMOUNTS = ("", "abc", "1.2.3", "12.5O")
 
 
-def _write_block(out, rng, shard: Shard, first_event_id: int, rows: int) -> int:  # type: ignore[no-untyped-def]
+def _write_block(out: BinaryIO, rng: np.random.Generator, shard: Shard, first_event_id: int, rows: int) -> int:
     """Draw `rows` events of `shard`, replays and garbage included, and append them as CSV."""
     import numpy as np
     import pyarrow as pa
@@ -289,14 +294,14 @@ def _spellings() -> tuple[list[str], list[str], list[str]]:
     return days, times, [f"{number:02d}" for number in range(100)]
 
 
-def _spell(codes, spellings: list[str]):  # type: ignore[no-untyped-def]
+def _spell(codes: NDArray[np.integer], spellings: list[str]) -> pa.Array:
     import numpy as np
     import pyarrow as pa
 
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(spellings)).cast(pa.string())
 
 
-def _replace(column, where, values: list[str]):  # type: ignore[no-untyped-def]
+def _replace(column: pa.Array, where: NDArray[np.intp], values: list[str]) -> pa.Array:
     """`column` with the strings at the (ascending) positions `where` replaced by `values`; "" is null."""
     import numpy as np
     import pyarrow as pa

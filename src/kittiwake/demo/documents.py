@@ -26,7 +26,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kittiwake.client import Client
+from kittiwake.testing import BrokerProcess
 
 GROUP = "demo"
 FETCH, EXTRACT, INDEX, INDEXED = (f"{GROUP}#{name}" for name in ("fetch", "extract", "index", "indexed"))
@@ -108,29 +108,6 @@ def stage_worker(url: str, stage: str, worker: str, stop_after_idle_secs: float)
             done += len(tasks)
 
 
-class DemoBroker:
-    """A broker subprocess on a throwaway data directory."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "kittiwake.broker", "--data", str(data_dir), "--port", "0"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        match = re.search(r"listening on ([\d.]+):(\d+)", line)
-        if not match:
-            self.process.kill()
-            raise RuntimeError(f"broker did not start: {line!r}")
-        self.url = f"kw://{match.group(1)}:{match.group(2)}"
-
-    def stop(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=30)
-
-
 def run_pipeline(
     documents: int = 2000,
     workers_per_stage: int = 2,
@@ -138,11 +115,14 @@ def run_pipeline(
     progress: bool = True,
 ) -> PipelineReport:
     """Run the pipeline end to end; starts its own broker unless `url` is given."""
-    data_dir = Path(tempfile.mkdtemp(prefix="kittiwake-demo-"))
-    broker = DemoBroker(data_dir) if url is None else None
-    url = url or broker.url  # type: ignore[union-attr]
-    started = time.perf_counter()
+    root = Path(tempfile.mkdtemp(prefix="kittiwake-demo-"))
+    broker: BrokerProcess | None = None
     try:
+        if url is None:
+            broker = BrokerProcess(root / "data")  # its log beside, in `root`
+            broker.start()
+            url = broker.url
+        started = time.perf_counter()
         with Client(url) as client:
             for queue in (*STAGES, INDEXED):
                 client.delete_queue(queue)
@@ -172,9 +152,9 @@ def run_pipeline(
         hits = sorted(index.get(query, ()))[:5]
         return PipelineReport(docs_seen, seconds, len(index), query, hits, stats)
     finally:
-        if broker is not None:
-            broker.stop()
-            shutil.rmtree(data_dir, ignore_errors=True)
+        if broker is not None and broker.alive():
+            broker.terminate()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _wait_until_indexed(client: Client, documents: int, progress: bool) -> None:

@@ -139,7 +139,9 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
             cpu_after = services.broker_cpu_secs()
             steps = _step_stats(client, flow)
             outputs = handle.outputs() if status.state == "done" else {}
-        summary: dict[str, Any] = outputs["report.summary"].value if "report.summary" in outputs else {}
+        summary_output = outputs.get("report.summary")
+        assert not isinstance(summary_output, list)  # each port of the report step holds one dataset
+        summary: dict[str, Any] = summary_output.value if summary_output is not None else {}
         times = step_times.run_times(flow, read_timings(root / "runs", handle.id), started, ended)
         result = DemoResult(
             manifest=manifest, run=handle.id, state=status.state, reason=status.reason, seconds=seconds,
@@ -155,11 +157,13 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
             for dead in status.dead[:5]:
                 result.notes.append(f"dead job {dead.step} {dead.key}: {dead.reason}")
             return result
+        figures = outputs["report.figures"]
+        assert not isinstance(figures, list)  # as the summary
         began = time.perf_counter()
         with console.status("checking the report in plain Python", spinner="dots") if show else nullcontext():
             result.check = report_check.check_run(
                 manifest, summary, _shard_figure_paths(root / "runs", handle.id, manifest),
-                outputs["report.figures"].uri or "", settings.check_shards)
+                figures.uri or "", settings.check_shards)
         seconds["check"] = time.perf_counter() - began
         return result
     finally:

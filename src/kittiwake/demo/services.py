@@ -2,7 +2,8 @@
 
 Each is the ordinary command (`python -m kittiwake.broker`, `kittiwake
 spark-worker`, `kittiwake worker`) started as a subprocess, its log in a
-file of the demo's folder. `Services` starts them, waits for the broker's
+file of the demo's folder; the broker through the benchmarks' `BrokerProcess`
+(`kittiwake.testing`'s launcher, which also reports the broker's CPU time). `Services` starts them, waits for the broker's
 listening line and the spark-worker's ``ready`` line (its JVM starts while
 the dataset is generated), and stops them with SIGTERM — the graceful stop
 every one of them has — killing only what does not exit in time.
@@ -95,7 +96,7 @@ class Services:
             self.broker = BrokerProcess(self.root / "broker-data", self.root / "broker.log",
                                         extra_args=["--http-port", "0"])
             self.broker.start()
-            self.url = f"kw://{self.broker.host}:{self.broker.port}"
+            self.url = self.broker.url
         return self.url
 
     @property
@@ -140,8 +141,9 @@ class Services:
         for service in [*self.workers, *([self.spark] if self.spark else [])]:
             if service.process.poll() is not None:
                 raise RuntimeError(f"{service.name} exited (code {service.process.returncode}){service.log_tail()}")
-        if self.broker is not None and self.broker.process is not None and self.broker.process.poll() is not None:
-            raise RuntimeError(f"the broker exited (code {self.broker.process.returncode})")
+        if self.broker is not None and self.broker.returncode is not None:
+            raise RuntimeError(f"the broker exited (code {self.broker.returncode}); its log ends with:\n"
+                               f"{self.broker.log_tail()}")
 
     def stop(self) -> None:
         """Workers first (they finish what they hold), then the broker."""

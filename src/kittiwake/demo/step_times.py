@@ -100,16 +100,16 @@ def run_times(flow: Any, timings: Sequence[Mapping[str, Any]], started: float, e
             step.waits_ms.append(max(0.0, record["entered"] - ready) * 1000)
     intervals = sorted((record["entered"], record["left"]) for record in timings)
     covered = 0.0
-    current_start, current_end = None, None
+    span: tuple[float, float] | None = None  # the run of overlapping intervals so far: (start, end)
     for start, end in intervals:
-        if current_end is None or start > current_end:
-            if current_end is not None:
-                covered += current_end - current_start  # type: ignore[operator]
-            current_start, current_end = start, end
+        if span is None or start > span[1]:
+            if span is not None:
+                covered += span[1] - span[0]
+            span = (start, end)
         else:
-            current_end = max(current_end, end)
-    if current_end is not None:
-        covered += current_end - current_start  # type: ignore[operator]
+            span = (span[0], max(span[1], end))
+    if span is not None:
+        covered += span[1] - span[0]
     return RunTimes(wall_secs=ended - started, covered_secs=covered, steps=list(steps.values()))
 
 

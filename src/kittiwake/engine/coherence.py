@@ -31,12 +31,14 @@ from typing import Iterable
 
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.state import EngineState, drop_memory, hold_leases, open_queue, queue_of_summary
+from kittiwake.engine.storage import QueueReload, is_shared
 
 
 def claim(state: EngineState, name: str) -> QueueState | None:
     """Queue `name` as the store holds it, locked for this transaction; None when it is empty."""
-    if state.shared and name not in state.store.claimed:  # type: ignore[attr-defined]
-        _reload(state, state.store.claim((name,)))  # type: ignore[attr-defined]
+    store = state.store
+    if state.shared and is_shared(store) and name not in store.claimed:
+        _reload(state, store.claim((name,)))
     return state.queues.get(name)
 
 
@@ -48,14 +50,15 @@ def claim_open(state: EngineState, name: str) -> QueueState:
 
 def claim_many(state: EngineState, names: Iterable[str]) -> None:
     """Claim several queues in one call (the store locks them in a fixed order)."""
-    if state.shared:
-        claimed = state.store.claimed  # type: ignore[attr-defined]
+    store = state.store
+    if state.shared and is_shared(store):
+        claimed = store.claimed
         wanted = [name for name in names if name not in claimed]
         if wanted:
-            _reload(state, state.store.claim(wanted))  # type: ignore[attr-defined]
+            _reload(state, store.claim(wanted))
 
 
-def _reload(state: EngineState, reloads: dict) -> None:
+def _reload(state: EngineState, reloads: dict[str, QueueReload]) -> None:
     """Replace the cached state of each queue another broker changed by what the store holds.
     The queue's rates and rate limit are this broker's own and carry over."""
     for name, reload in reloads.items():

@@ -18,7 +18,9 @@ call to the module that owns the operation. Where to read the semantics:
 * `head_cache` — which available tasks memory holds (TaskMaster §5.4);
 * `coherence` — several brokers on one store: claims and reloads;
 * `joins` — tokens that start one job when all of a join's ports hold them;
-* `inspection` — peek, get, list_queues, stats and other read-only views.
+* `inspection` — peek, get, list_queues, stats and other read-only views;
+* `reads` — a client's reads answered from the state at `now`, changing
+  nothing, for readers between passes (the dashboard's flows view).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from kittiwake import errors
 from kittiwake.engine import coherence, dead_letters, dependencies, enqueue, failures, inspection, join_index, joins, leases, update
 from kittiwake.engine.dead_letters import DeadLetterPage
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER, EngineState, delete_queue, prune_idle, recover
-from kittiwake.engine.storage import TaskStore
+from kittiwake.engine.storage import TaskStore, is_shared
+from kittiwake.engine.update import UpdateOutcome
 from kittiwake.join_spec import JoinSpec
 from kittiwake.model import (
     DEAD_REASON_HEADER,
@@ -63,9 +66,9 @@ class Engine:
         cache_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         self.state = state = EngineState(store, limits or Limits(), head_tasks, cache_bytes)
-        if getattr(store, "shared", False):  # other brokers use the store too: see `coherence`
+        if is_shared(store):  # other brokers use the store too: see `coherence`
             state.shared = True
-            state.id_slot, state.id_stride = store.id_slot, store.id_stride  # type: ignore[attr-defined]
+            state.id_slot, state.id_stride = store.id_slot, store.id_stride
 
     # the settings and figures callers read
     @property
@@ -151,7 +154,7 @@ class Engine:
         lease_secs: float = DEFAULT_LEASE_SECS,
         reason: str | None = None,
         now: float,
-    ) -> dict[str, list[Any]]:
+    ) -> UpdateOutcome:
         return update.update(
             self.state,
             enqueue=enqueue,
@@ -232,8 +235,10 @@ class Engine:
     def queues_for_receiver(self, receiver: str) -> list[str]:
         return inspection.queues_for_receiver(self.state, receiver)
 
-    def list_queues(self, pattern: str | None, min_tasks: int, limit: int) -> list[QueueInfo]:
-        return inspection.list_queues(self.state, pattern, min_tasks, limit)
+    def list_queues(
+        self, pattern: str | None, min_tasks: int, limit: int, start_after: str | None = None
+    ) -> list[QueueInfo]:
+        return inspection.list_queues(self.state, pattern, min_tasks, limit, start_after)
 
     def stats(
         self, queues: Sequence[str] | None, pattern: str | None, sample: int, now: float

@@ -12,7 +12,7 @@ HTTP views), and show what this broker committed.
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from kittiwake import errors
 from kittiwake.engine.failures import dead_letters_of
@@ -92,7 +92,7 @@ def scan_page(
 def _views(state: EngineState, tasks: list[Task], now: float) -> list[dict[str, Any]]:
     """Views of tasks, cut short once their data passes the reply budget (at least one)."""
     budget = state.limits.max_reply_data_bytes
-    views = []
+    views: list[dict[str, Any]] = []
     for task in tasks:
         if views and budget < len(task.data):
             break
@@ -149,15 +149,33 @@ def _matching(state: EngineState, pattern: str | None) -> Iterable[QueueState]:
     return (queues[name] for name in names)
 
 
-def list_queues(state: EngineState, pattern: str | None, min_tasks: int, limit: int) -> list[QueueInfo]:
-    """Queues in name order holding at least max(1, min_tasks) tasks."""
+def list_queues(
+    state: EngineState, pattern: str | None, min_tasks: int, limit: int, start_after: str | None = None
+) -> list[QueueInfo]:
+    """Queues in name order holding at least max(1, min_tasks) tasks, whose name matches `pattern`
+    (searched, not anchored) and sorts after `start_after` (None: from the first).
+
+    A caller pages through every queue by passing the last name of one page as `start_after` of
+    the next: the sorted names are entered at that name (O(log n)) and walked lazily, so a page
+    costs the names it walks, not a pass from the first. `start_after` need not be a queue that
+    exists; it is checked as a queue name (BadRequest otherwise)."""
     validate_count(min_tasks, "min_tasks", 0, 2**62)
     validate_count(limit, "limit", 1, 1_000_000)
+    names: Iterator[str]
+    if start_after is None:
+        names = iter(state.names)
+    else:
+        validate_queue(start_after, state.limits, "start_after")
+        names = state.names.irange(minimum=start_after, inclusive=(False, True))
+    if pattern is not None:
+        names = filter(name_matcher(pattern), names)
     floor = max(1, min_tasks)
+    queues = state.queues
     rows: list[QueueInfo] = []
-    for queue in _matching(state, pattern):
+    for name in names:
+        queue = queues[name]
         if queue.size >= floor:
-            rows.append(QueueInfo(queue.name, queue.size, len(queue.leased)))
+            rows.append(QueueInfo(name, queue.size, len(queue.leased)))
             if len(rows) >= limit:
                 break
     return rows

@@ -260,16 +260,16 @@ def _take_sequence(state: EngineState, queue_name: str, key: str, mutations: lis
     if queue is None:
         return []
     flush(state, mutations)
-    taken = []
+    taken: list[tuple[int, Task]] = []  # (index in the sequence, token)
     for task in list(_scan(state, queue_name, key + SEQ_SEPARATOR)):
         parsed = sequence_key(task.pid)
         if parsed is None or parsed[0] != key or task.pid in queue.leased:
             continue
         _remove(state, queue, task, mutations)
-        taken.append(task)
+        taken.append((parsed[1], task))
     forget_if_empty(state, queue)
-    taken.sort(key=lambda t: sequence_key(t.pid)[1])  # type: ignore[index]
-    return taken
+    taken.sort(key=lambda entry: entry[0])
+    return [task for _, task in taken]
 
 
 # ------------------------------------------------------------ purge, views
@@ -292,7 +292,8 @@ def purge(state: EngineState, name: str, key: str, limit: int = 10_000) -> int:
         for task in list(_scan(state, port.queue, key)):
             if removed >= limit:
                 break
-            token_key = sequence_key(task.pid)[0] if port.mode == SEQUENCE and sequence_key(task.pid) else task.pid
+            parsed = sequence_key(task.pid) if port.mode == SEQUENCE else None
+            token_key = parsed[0] if parsed is not None else task.pid
             if not key_matches(token_key, key) or task.pid in queue.leased:
                 continue
             _remove(state, queue, task, mutations)

@@ -49,6 +49,7 @@ from kittiwake.engine.rate_limit import TokenBucket
 from kittiwake.engine.rates import LEASE
 from kittiwake.engine.coherence import claim, claim_many, claim_open
 from kittiwake.engine.state import EXPIRY_COMPACT_MIN, EngineState, flush, forget_if_empty, rates_of
+from kittiwake.engine.storage import is_shared
 from kittiwake.engine.tally import DEQUEUED, EXPIRED, LEASED, RELEASED
 from kittiwake.engine.transitions import Operation
 from kittiwake.model import (
@@ -282,7 +283,9 @@ def due_queues(state: EngineState, now: float) -> list[str]:
         return []
     state.due_asked_at = now
     due = {name for expires_at, _, name, _ in state.expiry if expires_at <= now}
-    due.update(state.store.expired_lease_queues(now, EXPIRED_QUEUES_PER_SWEEP))  # type: ignore[attr-defined]
+    store = state.store
+    if is_shared(store):
+        due.update(store.expired_lease_queues(now, EXPIRED_QUEUES_PER_SWEEP))
     return sorted(due)
 
 

@@ -38,17 +38,19 @@ from __future__ import annotations
 
 from sortedcontainers import SortedDict
 
+from kittiwake.engine.rate_limit import TokenBucket
+from kittiwake.engine.rates import RateWindow
 from kittiwake.model import FIFO_PID_DIGITS, Task
 
 
-class _EmptyHead(SortedDict):
+class _EmptyHead(SortedDict[str, Task]):
     """The head of every queue with no task in memory; shared, so never written."""
 
     def __setitem__(self, key: object, value: object) -> None:
         raise TypeError("EMPTY_HEAD is shared and read-only; give the queue a SortedDict of its own")
 
 
-EMPTY_HEAD: SortedDict = _EmptyHead()
+EMPTY_HEAD: SortedDict[str, Task] = _EmptyHead()
 
 
 class QueueState:
@@ -72,18 +74,18 @@ class QueueState:
     def __init__(self, name: str, size: int = 0, complete: bool = True) -> None:
         self.name = name
         self.size = size
-        self.available: SortedDict = EMPTY_HEAD
-        self.open: SortedDict = EMPTY_HEAD  # `available` itself while `directed` is empty
-        self.directed: dict[str, SortedDict] = {}
+        self.available: SortedDict[str, Task] = EMPTY_HEAD
+        self.open: SortedDict[str, Task] = EMPTY_HEAD  # `available` itself while `directed` is empty
+        self.directed: dict[str, SortedDict[str, Task]] = {}
         self.leased: dict[str, Task] = {}
         self.complete = complete
         self.horizon = ""  # meaningful only when not complete
         self.memory_bytes = 0
-        self.rates = None  # kittiwake.engine.rates.RateWindow, made on first activity
+        self.rates: RateWindow | None = None  # made on first activity
         self.max_pid = ""
         self.max_fifo_pid = ""
         self.blocked = 0  # tasks waiting for parents: in the store only, never in the head
-        self.rate = None  # kittiwake.engine.rate_limit.TokenBucket when a lease set a rate
+        self.rate: TokenBucket | None = None  # when a lease set a rate
 
     def note_pid(self, pid: str) -> None:
         """A task with this pid joins the queue: raise the pid bounds."""
@@ -101,7 +103,7 @@ class QueueState:
         """Available tasks that are in the store but not in memory."""
         return self.size - len(self.leased) - len(self.available) - self.blocked
 
-    def bucket_for(self, receiver: str | None) -> SortedDict | None:
+    def bucket_for(self, receiver: str | None) -> SortedDict[str, Task] | None:
         return self.open if receiver is None else self.directed.get(receiver)
 
     def add_available(self, task: Task) -> int:

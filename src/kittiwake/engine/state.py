@@ -92,7 +92,7 @@ class EngineState:
     head_tasks: int
     cache_bytes: int
     queues: dict[str, QueueState] = field(default_factory=dict)
-    names: SortedList = field(default_factory=SortedList)
+    names: SortedList[str] = field(default_factory=SortedList)
     names_changes: int = 0
     recent: OrderedDict[str, None] = field(default_factory=OrderedDict)
     expiry: list[tuple[float, int, str, str]] = field(default_factory=list)

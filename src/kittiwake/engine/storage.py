@@ -29,18 +29,21 @@ Contract:
   read of every task row: a broker with 10M tasks on disk restarts in seconds.
 
 A store that several brokers share (`shared` true: PostgreSQL with
-`brokers=many`) also offers what `coherence` needs to keep each broker's
-cache right: `claim(names)` locks queues for the open transaction and returns
-a `QueueReload` for each one another broker changed since this one last saw
-it; `claimed` is the set locked so far; `expired_lease_queues(now, limit)`
-names queues with leases that ran out, whoever granted them; `id_slot` and
-`id_stride` split the id space between brokers (`ids`).
+`brokers=many`) is a `SharedTaskStore`: it also offers what `coherence` needs
+to keep each broker's cache right: `claim(names)` locks queues for the open
+transaction and returns a `QueueReload` for each one another broker changed
+since this one last saw it; `claimed` is the set locked so far;
+`expired_lease_queues(now, limit)` names queues with leases that ran out,
+whoever granted them; `id_slot` and `id_stride` split the id space between
+brokers (`ids`). `is_shared(store)` is how the engine tells: a store that
+says `shared` offers the rest.
 """
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, TypeGuard
 
 from kittiwake.engine.mutations import Mutation
 from kittiwake.model import Task
@@ -110,3 +113,35 @@ class TaskStore(Protocol):
 
     def close(self) -> None:
         """Release files and connections."""
+
+
+class SharedTaskStore(TaskStore, Protocol):
+    """A store several brokers share: what `coherence`, `leases` and `ids` use of it."""
+
+    @property
+    def shared(self) -> bool:
+        """True: other brokers may change any queue (only such a store is used as one)."""
+
+    @property
+    def claimed(self) -> Set[str]:
+        """The queues locked in the open transaction."""
+
+    @property
+    def id_slot(self) -> int:
+        """This broker's share of the id space: its ids are `id_slot` modulo `id_stride`."""
+
+    @property
+    def id_stride(self) -> int:
+        """How many shares the id space is cut into."""
+
+    def claim(self, names: Sequence[str]) -> dict[str, QueueReload]:
+        """Lock these queues until the transaction ends; a reload of each another broker changed
+        since this one last saw it."""
+
+    def expired_lease_queues(self, now: float, limit: int) -> list[str]:
+        """Up to `limit` queues holding a lease that ran out by `now`, whichever broker granted it."""
+
+
+def is_shared(store: TaskStore) -> TypeGuard[SharedTaskStore]:
+    """Whether other brokers share `store` (its `shared` is true); such a store is a `SharedTaskStore`."""
+    return bool(getattr(store, "shared", False))

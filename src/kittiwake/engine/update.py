@@ -9,11 +9,15 @@ Then the dequeues, releases and renewals are applied (the `leases.apply_*`
 functions, the same moves as the single calls), then the enqueues
 (`enqueue.enqueue_one`), in that order: an update may dequeue a pid and
 enqueue it again, which reschedules the task.
+
+What an update did comes back as an `UpdateOutcome`: one outcome per item, by
+kind, each kind in the order its items were given.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Sequence
 
 from kittiwake.constants import DEFAULT_LEASE_SECS
 from kittiwake import errors
@@ -35,7 +39,17 @@ from kittiwake.engine.mutations import Mutation
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.state import EngineState, flush, forget_if_empty
 from kittiwake.engine.transitions import Operation
-from kittiwake.model import ItemOutcome, LeaseRef, NewTask, Task, group_of, validate_lease_secs
+from kittiwake.model import EnqueueOutcome, ItemOutcome, LeaseRef, NewTask, Task, group_of, validate_lease_secs
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateOutcome:
+    """What one atomic update did, item by item (every item succeeded, or the update raised)."""
+
+    enqueued: list[EnqueueOutcome] = field(default_factory=list)  # `collapsed` when the pid was taken
+    dequeued: list[ItemOutcome] = field(default_factory=list)
+    renewed: list[ItemOutcome] = field(default_factory=list)  # `expires_at`: the lease's new end
+    released: list[ItemOutcome] = field(default_factory=list)  # `dead` when the task was dead-lettered
 
 
 def update(
@@ -48,7 +62,7 @@ def update(
     lease_secs: float = DEFAULT_LEASE_SECS,
     reason: str | None = None,
     now: float,
-) -> dict[str, list[Any]]:
+) -> UpdateOutcome:
     """Atomic batch of dequeues, releases, renewals and enqueues in one group."""
     limits = state.limits
     total = len(enqueue) + len(dequeue) + len(renew) + len(release)
@@ -56,14 +70,14 @@ def update(
         raise errors.BadRequest("update has nothing to do")
     if total > limits.max_batch:
         raise errors.BadRequest(f"more than {limits.max_batch} items in one update")
-    for task in enqueue:
-        task.validate(limits)
+    for new in enqueue:
+        new.validate(limits)
     join_index.check_tokens(state, enqueue)
     validate_refs(state, [*dequeue, *renew, *release])
     if renew:
         lease_secs = validate_lease_secs(lease_secs, limits)
     reason = validate_reason(state, reason)
-    groups = {group_of(task.queue) for task in enqueue}
+    groups = {group_of(new.queue) for new in enqueue}
     groups.update(group_of(ref.queue) for ref in (*dequeue, *renew, *release))
     if len(groups) > 1:
         raise errors.CrossGroupUpdate(
@@ -83,21 +97,21 @@ def update(
                 raise found
             resolved.append((op, *found))
     mutations: list[Mutation] = []
-    result: dict[str, list[Any]] = {"enqueued": [], "dequeued": [], "renewed": [], "released": []}
+    result = UpdateOutcome()
     for op, queue, task in resolved:
         outcome = ItemOutcome(queue.name, task.pid, True)
         if op is DEQUEUE:
             apply_dequeue(state, queue, task, now, mutations)
-            result["dequeued"].append(outcome)
+            result.dequeued.append(outcome)
         elif op is RELEASE:
             outcome.dead = apply_release(state, queue, task, reason, now, mutations)
-            result["released"].append(outcome)
+            result.released.append(outcome)
         else:
             outcome.expires_at = apply_renew(state, queue, task, lease_secs, now, mutations)
-            result["renewed"].append(outcome)
+            result.renewed.append(outcome)
         flush(state, mutations)
-    for task in enqueue:
-        result["enqueued"].append(enqueue_one(state, task, now, mutations))
+    for new in enqueue:
+        result.enqueued.append(enqueue_one(state, new, now, mutations))
         flush(state, mutations)
     for op, queue, task in resolved:
         if op is DEQUEUE:

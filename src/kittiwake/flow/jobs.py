@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kittiwake import errors
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.flow import context as step_context
 from kittiwake.flow.context import StepContext
 from kittiwake.flow.dataset import Dataset
@@ -119,7 +120,7 @@ def failure_reason(error: BaseException) -> str:
 class FlowJobs:
     """Prepares and finishes the jobs of some flows' steps for one worker (see the module docstring)."""
 
-    def __init__(self, flows: Sequence[FlowDefinition], client: Client) -> None:
+    def __init__(self, flows: Sequence[FlowDefinition], client: QueueClient) -> None:
         self.flows = {flow.names.group: flow for flow in flows}
         self.client = client
         self._records: OrderedDict[tuple[str, str], RunRecord] = OrderedDict()
@@ -145,7 +146,7 @@ class FlowJobs:
                               data_dir=record.data_dir, attempt=task.attempts + 1)
         return PreparedJob(task, flow, step, job, record, context)
 
-    def finish(self, prepared: PreparedJob, items: list[Mapping[str, Dataset]], worker: str | None = None) -> list[dict[str, Any]]:
+    def finish(self, prepared: PreparedJob, items: Sequence[Mapping[str, Dataset]], worker: str | None = None) -> list[dict[str, Any]]:
         """The enqueues of the update that finishes a job that ran."""
         done = {"secs": round(time.monotonic() - prepared.started_at, 3), "worker": worker,
                 "attempt": prepared.task.attempts + 1}
@@ -193,7 +194,7 @@ class FlowJobs:
 class Finisher:
     """Ends runs that hold no job any more, in a background thread (see the module docstring)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: QueueClient) -> None:
         self.client = client
         self._pending: OrderedDict[tuple[str, str], RunRecord] = OrderedDict()
         self._lock = threading.Lock()

@@ -7,8 +7,10 @@ so a flow's module needs one import (``from kittiwake.flow import Flow``).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping
 
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.flow.definition import FlowDefinition
 from kittiwake.flow.python_steps import flow_app
 from kittiwake.flow.records import RunStatus
@@ -22,11 +24,14 @@ class Flow(FlowDefinition):
         super().__init__(name, **options)
         self._app: Any = None
 
-    def declare(self, client: Any) -> dict[str, str]:
+    def declare(self, client: QueueClient) -> dict[str, str]:
         """Declare every step's join in the broker (idempotent); returns join -> created/unchanged/replaced."""
         return declare_joins(self, client)
 
-    def run(self, client: Any, inputs: Mapping[str, Any], *, data_dir: Any, run_id: str | None = None) -> RunHandle:
+    def run(
+        self, client: QueueClient | str | None, inputs: Mapping[str, object], *, data_dir: str | os.PathLike[str],
+        run_id: str | None = None,
+    ) -> RunHandle:
         """Start a run: `client` is a `kittiwake.Client` or a broker URL; `inputs` gives a Dataset
         (or an inline value) for each flow input; `data_dir` is where Spark steps write their
         outputs (``<data_dir>/<run id>/<step>/<port>/<sequence indices>``, a path every worker
@@ -35,11 +40,11 @@ class Flow(FlowDefinition):
         retry())."""
         return start_run(self, client, inputs, data_dir=data_dir, run_id=run_id)
 
-    def attach(self, client: Any, run_id: str) -> RunHandle:
+    def attach(self, client: QueueClient | str | None, run_id: str) -> RunHandle:
         """A `RunHandle` of an existing run (TaskNotFound when there is none)."""
         return attach_run(self, client, run_id)
 
-    def runs(self, client: Any, *, limit: int = 100) -> list[RunStatus]:
+    def runs(self, client: QueueClient | str | None, *, limit: int = 100) -> list[RunStatus]:
         """The status of this flow's runs, oldest first, up to `limit`."""
         return list_runs(self, client, limit=limit)
 

@@ -23,7 +23,8 @@ from typing import Any
 from kittiwake.app import App
 from kittiwake.app.join_handlers import ProgressReporter
 from kittiwake.app.shell import SHELL_TASK
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.flow.dataset import as_dataset
 from kittiwake.flow.definition import FlowDefinition
 from kittiwake.flow.jobs import Finisher, FlowJobs, failure_reason, items_of
@@ -40,14 +41,14 @@ class PythonSteps:
         self._jobs: FlowJobs | None = None
         self._finisher: Finisher | None = None
 
-    def _for(self, client: Client) -> tuple[FlowJobs, Finisher]:
+    def _for(self, client: QueueClient) -> tuple[FlowJobs, Finisher]:
         if self._jobs is None or self._jobs.client is not client:
             self._jobs = FlowJobs([self.flow], client)
             self._finisher = Finisher(client)
         assert self._finisher is not None
         return self._jobs, self._finisher
 
-    def run(self, task: LeasedTask, client: Client, report: ProgressReporter) -> list[dict[str, Any]]:
+    def run(self, task: LeasedTask, client: QueueClient, report: ProgressReporter) -> list[dict[str, Any]]:
         jobs, _ = self._for(client)
         prepared = jobs.prepare(task)
         if prepared.skip is not None:
@@ -67,7 +68,7 @@ class PythonSteps:
     def failure_reason(self, error: BaseException) -> str:
         return failure_reason(error)
 
-    def settled(self, task: LeasedTask, client: Client) -> None:
+    def settled(self, task: LeasedTask, client: QueueClient) -> None:
         jobs, finisher = self._for(client)
         finisher.check(jobs.record_of(task))
 

@@ -40,8 +40,8 @@ from collections import deque
 from typing import Any, Iterator, Mapping
 
 from kittiwake import errors
-from kittiwake.client import Client
-from kittiwake.client.interfaces import QueueReads
+from kittiwake.client import Client, TaskView
+from kittiwake.client.interfaces import QueueClient, QueueReads
 from kittiwake.constants import DEAD_PID_HEADER, DEAD_REASON_HEADER, JOIN_HEADER
 from kittiwake.flow import records
 from kittiwake.flow.dataset import Dataset, as_dataset
@@ -54,19 +54,20 @@ PAGE = 1000
 RUNS_PATTERN = r"^flow\.[A-Za-z0-9_-]+#runs$"
 
 
-def client_of(client: Any) -> tuple[Client, bool]:
-    """(client, owned): a Client as given, or one made from a URL (or $KITTIWAKE_URL for None)."""
-    if isinstance(client, Client):
-        return client, False
+def client_of(client: QueueClient | str | None) -> tuple[QueueClient, bool]:
+    """(client, owned): a client as given (a `kittiwake.Client`, or another `QueueClient`), or a
+    `Client` made from a URL (or $KITTIWAKE_URL for None); BadRequest for anything else."""
     if client is None or isinstance(client, str):
         return Client(client), True
+    if isinstance(client, QueueClient):
+        return client, False
     raise errors.BadRequest(f"give a kittiwake.Client or a broker URL, not {client!r:.80}")
 
 
 # ------------------------------------------------------------------ joins
 
 
-def declare_joins(flow: FlowDefinition, client: Client) -> dict[str, str]:
+def declare_joins(flow: FlowDefinition, client: QueueClient) -> dict[str, str]:
     """Declare each step's join (its ports and job queue); returns join -> what the broker did."""
     if not flow.steps:
         raise errors.BadRequest(f"flow {flow.name!r} has no steps")
@@ -84,9 +85,10 @@ def declare_joins(flow: FlowDefinition, client: Client) -> dict[str, str]:
 
 
 def start_run(
-    flow: FlowDefinition, client: Any, inputs: Mapping[str, Any], *, data_dir: Any, run_id: str | None = None
+    flow: FlowDefinition, client: QueueClient | str | None, inputs: Mapping[str, object], *,
+    data_dir: str | os.PathLike[str], run_id: str | None = None,
 ) -> RunHandle:
-    client, owned = client_of(client)
+    broker, owned = client_of(client)
     if not isinstance(inputs, Mapping):
         raise errors.BadRequest("inputs must be a mapping of flow input name -> Dataset")
     unknown = sorted(set(inputs) - set(flow.inputs))
@@ -99,28 +101,28 @@ def start_run(
     datasets = {name: as_dataset(value) for name, value in inputs.items()}
     run = check_run_id(run_id) if run_id is not None else new_run_id()
     directory = data_dir_of(data_dir)
-    declare_joins(flow, client)
+    declare_joins(flow, broker)
     names = flow.names
     record = records.record_of(flow, run, time.time(), directory,
                                {name: dataset.to_wire() for name, dataset in datasets.items()})
     tokens = input_tokens(flow, run, datasets)
     for token in tokens:
         token["unless"] = [(names.runs_queue, run)]
-    client.update(enqueue=[*tokens, {"queue": names.runs_queue, "pid": run, "data": records.encode(record)}])
-    return RunHandle(client, names.group, run, owned=owned)
+    broker.update(enqueue=[*tokens, {"queue": names.runs_queue, "pid": run, "data": records.encode(record)}])
+    return RunHandle(broker, names.group, run, owned=owned)
 
 
-def data_dir_of(value: Any) -> str:
+def data_dir_of(value: object) -> str:
     if isinstance(value, (str, os.PathLike)) and os.fspath(value):
         text = os.fspath(value)
         return text if "://" in text else os.path.abspath(text)
     raise errors.BadRequest(f"data_dir must be a path or URI every worker can reach, not {value!r}")
 
 
-def attach_run(flow: FlowDefinition, client: Any, run_id: str) -> RunHandle:
-    client, owned = client_of(client)
-    client.get(flow.names.runs_queue, check_run_id(run_id))  # TaskNotFound: no such run
-    return RunHandle(client, flow.names.group, run_id, owned=owned)
+def attach_run(flow: FlowDefinition, client: QueueClient | str | None, run_id: str) -> RunHandle:
+    broker, owned = client_of(client)
+    broker.get(flow.names.runs_queue, check_run_id(run_id))  # TaskNotFound: no such run
+    return RunHandle(broker, flow.names.group, run_id, owned=owned)
 
 
 # ------------------------------------------------------------------ reading
@@ -149,7 +151,7 @@ def ended_of(client: QueueReads, record: RunRecord) -> Ended | None:
         return None
 
 
-def scan_run(client: QueueReads, queue: str, run: str, *, dead: bool = False) -> Iterator[Any]:
+def scan_run(client: QueueReads, queue: str, run: str, *, dead: bool = False) -> Iterator[TaskView]:
     """Every task of `queue` whose pid is of run `run` (see `names.belongs_to_run`), in pid order.
 
     Pids of other runs may sort between ``run`` and ``run/`` (``run.x``), so the
@@ -163,7 +165,7 @@ def scan_run(client: QueueReads, queue: str, run: str, *, dead: bool = False) ->
         yield from scan_prefix(client, queue, run + "~")
 
 
-def scan_prefix(client: QueueReads, queue: str, prefix: str = "") -> Iterator[Any]:
+def scan_prefix(client: QueueReads, queue: str, prefix: str = "") -> Iterator[TaskView]:
     """The tasks of `queue` whose pids start with `prefix` (every task: ""), a page at a time."""
     start, seen = prefix or None, None
     while True:
@@ -193,13 +195,13 @@ def live_jobs(client: QueueReads, record: RunRecord) -> int:
     return sum(1 for queue in record.job_queues() for _ in scan_run(client, queue, record.run))
 
 
-def dead_jobs(client: QueueReads, record: RunRecord) -> list[Any]:
+def dead_jobs(client: QueueReads, record: RunRecord) -> list[TaskView]:
     return [view for queue in record.job_queues() for view in scan_run(client, f"{queue}.dead", record.run, dead=True)]
 
 
 def run_status(client: QueueReads, record: RunRecord, *, finish: bool = True) -> RunStatus:
     """The run's state and each step's progress (see the module docstring); with `finish` and a
-    `Client` (a reader cannot write), a run found done but not finished yet is finished here."""
+    `QueueClient` (a reader cannot write), a run found done but not finished yet is finished here."""
     ended = ended_of(client, record)
     progress = {step.name: StepProgress(step=step.name, engine=step.engine) for step in record.steps}
     status = RunStatus(run=record.run, flow=record.flow, state=RUNNING, created_at=record.created_at,
@@ -216,19 +218,19 @@ def run_status(client: QueueReads, record: RunRecord, *, finish: bool = True) ->
     live = 0
     for queue in record.job_queues():
         for view in scan_run(client, queue, record.run):
-            name = record.step_of_join((view.headers or {}).get(JOIN_HEADER))
-            if name in progress:
+            step = record.step_of_join((view.headers or {}).get(JOIN_HEADER))
+            if step is not None and step in progress:
                 live += 1
                 if view.state == "leased":
-                    progress[name].running += 1
+                    progress[step].running += 1
                 else:
-                    progress[name].queued += 1
+                    progress[step].queued += 1
     for view in dead_jobs(client, record):
         headers = view.headers or {}
-        name = record.step_of_join(headers.get(JOIN_HEADER))
-        if name in progress:
-            progress[name].dead += 1
-        status.dead.append(records.DeadJob(step=name, key=headers.get(DEAD_PID_HEADER, view.pid),
+        step = record.step_of_join(headers.get(JOIN_HEADER))
+        if step is not None and step in progress:
+            progress[step].dead += 1
+        status.dead.append(records.DeadJob(step=step, key=headers.get(DEAD_PID_HEADER, view.pid),
                                            reason=headers.get(DEAD_REASON_HEADER)))
     for name, count in waiting_tokens(client, record).items():
         progress[name].waiting = count
@@ -239,7 +241,7 @@ def run_status(client: QueueReads, record: RunRecord, *, finish: bool = True) ->
         status.state = FAILED
         status.reason = f"{len(status.dead)} job(s) dead-lettered"
     elif live == 0:
-        if not finish or not isinstance(client, Client):
+        if not finish or not isinstance(client, QueueClient):
             status.state = DONE
             return status
         finish_run(client, record)
@@ -267,7 +269,7 @@ def outputs_of(client: QueueReads, record: RunRecord) -> dict[str, list[Any]]:
 # --------------------------------------------------------------- finishing
 
 
-def finish_run(client: Client, record: RunRecord) -> RunRecord | None:
+def finish_run(client: QueueClient, record: RunRecord) -> RunRecord | None:
     """End a run that holds no job any more: write its end (done, outputs, jobs per step) and
     collect its garbage. Returns None when it did nothing: the run had ended, or a job of it
     lives or is dead."""
@@ -293,7 +295,7 @@ def waiting_tokens(client: QueueReads, record: RunRecord) -> dict[str, int]:
     return counts
 
 
-def collect_garbage(client: Client, record: RunRecord) -> int:
+def collect_garbage(client: QueueClient, record: RunRecord) -> int:
     """Purge the run's tokens from every join and drop its ``done.<run>`` queue; returns tokens purged."""
     purged = 0
     for step in record.steps:
@@ -306,7 +308,7 @@ def collect_garbage(client: Client, record: RunRecord) -> int:
     return purged
 
 
-def cancel_run(client: Client, record: RunRecord, reason: str | None = None) -> RunStatus:
+def cancel_run(client: QueueClient, record: RunRecord, reason: str | None = None) -> RunStatus:
     """Cancel a run (see the module docstring); an ended run is left as it is (its garbage is collected again)."""
     ended = Ended(state=CANCELLED, ended_at=time.time(), done_jobs=_done_counts(client, record),
                   outputs=outputs_of(client, record), reason=reason or "cancelled")
@@ -323,7 +325,7 @@ def cancel_run(client: Client, record: RunRecord, reason: str | None = None) -> 
     return run_status(client, record)
 
 
-def retry_run(client: Client, record: RunRecord) -> int:
+def retry_run(client: QueueClient, record: RunRecord) -> int:
     """Requeue the run's dead-lettered jobs (attempts from zero); returns how many went back."""
     ended = ended_of(client, record)
     if ended is not None:
@@ -337,21 +339,21 @@ def retry_run(client: Client, record: RunRecord) -> int:
     return requeued
 
 
-def list_runs(flow: FlowDefinition | str | None, client: Any, *, limit: int = 100) -> list[RunStatus]:
+def list_runs(flow: FlowDefinition | str | None, client: QueueClient | str | None, *, limit: int = 100) -> list[RunStatus]:
     """Status of the runs of one flow (a Flow or its name), or of every flow for None, oldest first."""
-    client, owned = client_of(client)
+    broker, owned = client_of(client)
     try:
-        return read_runs(client, flow, limit=limit)
+        return read_runs(broker, flow, limit=limit)
     finally:
         if owned:
-            client.close()
+            broker.close()
 
 
 def read_runs(
     reader: QueueReads, flow: FlowDefinition | str | None, *, limit: int = 100, finish: bool = True,
     newest: bool = False,
 ) -> list[RunStatus]:
-    """`list_runs` over any `QueueReads` (with `finish` and a `Client`, a run found done is finished). `newest`: the newest
+    """`list_runs` over any `QueueReads` (with `finish` and a `QueueClient`, a run found done is finished). `newest`: the newest
     `limit` runs of each flow (every record is read, a page at a time), newest first."""
     if flow is None:
         groups = [q.queue.rsplit("#", 1)[0] for q in reader.list_queues(RUNS_PATTERN)]
@@ -373,7 +375,7 @@ def read_runs(
 class RunHandle:
     """A run of a flow: `id`, and `status()`, `wait()`, `outputs()`, `cancel()`, `retry()`."""
 
-    def __init__(self, client: Client, group: str, run: str, *, owned: bool = False) -> None:
+    def __init__(self, client: QueueClient, group: str, run: str, *, owned: bool = False) -> None:
         self.client = client
         self.group = group
         self.id = run

@@ -46,6 +46,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from kittiwake import errors
 from kittiwake.client import Client, LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import WORKERS_QUEUE
 from kittiwake.flow.definition import FlowDefinition
 from kittiwake.flow.jobs import Finisher, FlowJobs, PreparedJob, failure_reason
@@ -107,7 +108,7 @@ class SparkWorker:
         self,
         flows: Sequence[FlowDefinition],
         *,
-        client: Client | None = None,
+        client: QueueClient | None = None,
         url: str | None = None,
         session: Any = None,
         master: str = DEFAULT_MASTER,
@@ -126,7 +127,7 @@ class SparkWorker:
         self.flows = list(flows)
         self.id = worker_id or default_worker_id("spark")
         self._own_client = client is None
-        self.client = client or Client(url, worker=self.id)
+        self.client: QueueClient = client or Client(url, worker=self.id)
         self.jobs = FlowJobs(self.flows, self.client)
         self.queues = self.jobs.job_queues("spark")
         if not self.queues:

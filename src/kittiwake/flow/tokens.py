@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import msgspec
 
@@ -164,7 +164,7 @@ def job_outputs(
     flow: FlowDefinition,
     step: Step,
     job: JobInput,
-    items: list[Mapping[str, Dataset]],
+    items: Sequence[Mapping[str, Dataset]],
     *,
     done: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:

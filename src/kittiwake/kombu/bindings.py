@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.errors import KittiwakeError
 from kittiwake.kombu.names import queue_name
 
@@ -45,7 +45,7 @@ class Binding(msgspec.Struct, frozen=True):
 class BindingRegistry:
     """Reads and writes the broker's record of bindings; caches reads for `REFRESH_SECS`."""
 
-    def __init__(self, broker: Client, group: str | None) -> None:
+    def __init__(self, broker: QueueClient, group: str | None) -> None:
         self._broker = broker
         self._queue = queue_name(REGISTRY, group)
         self._lock = threading.Lock()

@@ -5,6 +5,10 @@ importing this module — which imports `kittiwake.kombu` — is also what makes
 `kittiwake://` broker URLs work in every `celery` command (worker, beat,
 inspect, purge) without a line in the app. Celery's own commands show
 neither leased nor dead-lettered messages; this one does, per queue.
+
+Loading it also connects Celery's ``worker_shutting_down`` signal
+(`kittiwake.kombu.shutdown.connect_to_celery`), so that a worker whose broker has gone away stops
+at once on SIGTERM instead of waiting to reconnect.
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ import click
 from celery.bin.base import CeleryCommand, handle_preload_options
 
 from kittiwake.constants import DEAD_SUFFIX
+from kittiwake.kombu import shutdown
 from kittiwake.kombu.names import queue_name
 from kittiwake.kombu.transport import Transport
+
+shutdown.connect_to_celery()
 
 
 @click.command(cls=CeleryCommand, name="kittiwake")

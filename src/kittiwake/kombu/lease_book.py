@@ -24,7 +24,8 @@ import threading
 import time
 from collections.abc import Iterable
 
-from kittiwake.client import Client, ItemOutcome, LeasedTask
+from kittiwake.client import ItemOutcome, LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.errors import Transient
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class LeaseBook:
 
     def __init__(
         self,
-        client: Client,
+        client: QueueClient,
         *,
         lease_secs: float,
         renew_every_secs: float,
@@ -164,6 +165,8 @@ class LeaseBook:
                     next_renew_at = now + self._renew_every_secs
                     self.renew_held()
             except Exception as exc:  # the broker is away: try again on the next tick, never die
+                if self._closed.is_set():
+                    return  # closed meanwhile (its client too, perhaps): nothing more to send
                 logger.warning("could not reach the broker to renew leases or send acks: %s", exc)
                 self._closed.wait(min(1.0, self._renew_every_secs))
 
@@ -178,6 +181,13 @@ class LeaseBook:
         keeper = self._keeper
         if keeper is not None and keeper is not threading.current_thread():
             keeper.join(timeout=5)
+
+    def abandon(self) -> None:
+        """Stop renewing and send nothing more (the broker is gone: the leases run out)."""
+        self._closed.set()
+        self._wake.set()
+        with self._lock:
+            self._acks.clear()
 
     @staticmethod
     def _log_failures(what: str, tasks: list[LeasedTask], outcomes: list[ItemOutcome]) -> None:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import collections
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.kombu.lease_book import LeaseBook
 
 MAX_IN_FLIGHT = 4
@@ -29,7 +30,7 @@ MAX_IN_FLIGHT = 4
 class Prefetch:
     """The lease requests in flight, and the messages they brought."""
 
-    def __init__(self, broker: Client, leases: LeaseBook) -> None:
+    def __init__(self, broker: QueueClient, leases: LeaseBook) -> None:
         self._broker = broker
         self._leases = leases
         self._executor: ThreadPoolExecutor | None = None

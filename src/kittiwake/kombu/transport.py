@@ -32,12 +32,24 @@ have been delivered (AMQP drops it too). Queue expiry (`x-expires`),
 the broker's task limit (1 MiB by default) is refused at publish
 (`BadRequest`, one of the transport's channel errors). Purging a queue drops
 its leased messages too (their acks then find nothing, which is harmless).
+
+A broker that has gone away is never waited for where nothing can come of
+it. After a connection error kombu *collects* the connection (`_collect`):
+the caller goes on at once (Celery reconnects) while a thread gives back what
+it can and closes the client — a broker back within the client's reconnect
+rounds still gets the acks; a forked child's copy is dropped without a word
+(its sockets are its parent's). When a Celery worker shuts down, a transport
+whose broker is gone gives up on it (`give_up`, see `shutdown`): its client is
+closed, which ends every call waiting to reconnect, and it closes without
+talking to the broker; its messages come back when their leases run out.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import threading
 import time
 from collections.abc import Iterable
 from queue import Empty
@@ -47,8 +59,10 @@ import msgspec
 from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import BrokerAddress, Client, LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.errors import BadRequest, KittiwakeError, Transient
+from kittiwake.kombu import shutdown
 from kittiwake.kombu.bindings import BindingRegistry
 from kittiwake.kombu.lease_book import LeaseBook
 from kittiwake.kombu.names import PidClock, broker_url, priority_rank, queue_name
@@ -89,8 +103,10 @@ class QoS(virtual.QoS):
     def restore_unacked(self) -> list[tuple[BaseException, Any]]:
         """Give every unacked message of this channel back, without counting an attempt."""
         self._flush()
-        tags = list(self._delivered)
-        self._delivered.clear()
+        tags = list(self._delivered)  # type: ignore[call-overload]  # kombu declares it None; the QoS fills it
+        self._delivered.clear()  # type: ignore[attr-defined]  # as above
+        if self.channel.connection.gone:
+            return []  # nobody to give them to: their leases run out
         try:
             self._book.release(tags, reason="RESTORED", counted=False)
         except KittiwakeError as exc:
@@ -105,7 +121,7 @@ class Channel(virtual.Channel):
 
     QoS = QoS
     do_restore = True
-    body_encoding = None  # msgpack carries bytes as they are: no base64
+    body_encoding = None  # type: ignore[assignment]  # kombu declares str, reads None as "no encoding"
     supports_fanout = True  # through the binding registry (`bindings`): one put per bound queue
 
     connection: Transport
@@ -204,7 +220,8 @@ class Channel(virtual.Channel):
 
         def prepare(binding: Any) -> Any:
             kind = self.exchange_types.get(binding.type) or self.exchange_types["direct"]
-            return kind.prepare_bind(binding.queue, exchange, binding.routing_key, None)
+            # kombu's annotation names one more argument than its exchange types take
+            return kind.prepare_bind(binding.queue, exchange, binding.routing_key, None)  # type: ignore[call-arg]
 
         return self.connection.bindings.table(exchange, local, prepare)
 
@@ -224,7 +241,7 @@ class Channel(virtual.Channel):
         result = super().basic_cancel(consumer_tag)
         if queue is not None and queue not in self._active_queues:
             self.connection.stop_consuming(self._queue(queue))
-            if queue in self._auto_delete:
+            if queue in self._auto_delete and not self.connection.gone:
                 # AMQP deletes an auto-delete queue when its consumer goes: a stopped worker's pidbox
                 # and a closed client's reply queue leave no queue, and no binding, behind
                 self._auto_delete.discard(queue)
@@ -259,9 +276,9 @@ class Transport(virtual.Transport):
 
     driver_type = "kittiwake"
     driver_name = "kittiwake"
-    default_port = DEFAULT_PORT
+    default_port = DEFAULT_PORT  # type: ignore[assignment]  # kombu declares None
     can_parse_url = True  # the URL's query carries transport options, which kombu's parser would refuse
-    polling_interval = None  # never sleep between polls: leases long-poll in the broker
+    polling_interval = None  # type: ignore[assignment]  # kombu declares float; None: never sleep, leases long-poll
 
     implements = virtual.Transport.implements.extend(
         asynchronous=False,
@@ -269,8 +286,9 @@ class Transport(virtual.Transport):
         heartbeats=False,
     )
 
-    connection_errors = virtual.Transport.connection_errors + (Transient,)
-    channel_errors = virtual.Transport.channel_errors + (BadRequest,)
+    # kombu annotates these as 1-tuples; every transport adds its own errors to them
+    connection_errors = virtual.Transport.connection_errors + (Transient,)  # type: ignore[assignment]
+    channel_errors = virtual.Transport.channel_errors + (BadRequest,)  # type: ignore[assignment]
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
@@ -288,6 +306,9 @@ class Transport(virtual.Transport):
         # Kittiwake queue -> (kombu queue, its channel, no_ack) for every queue consumed on this connection
         self.consuming: dict[str, tuple[str, Channel, bool]] = {}
         self.prefetch = Prefetch(self.broker, self.leases)
+        self.gone = False  # given up on the broker (`give_up`): nothing more is said to it
+        self._pid = os.getpid()  # a copy in a forked child is not this process's to close
+        shutdown.track(self)
 
     # `self.client` is kombu's Connection (virtual transports read their options there);
     # `self.broker` is the Kittiwake client
@@ -303,21 +324,65 @@ class Transport(virtual.Transport):
         self.broker.ping()  # fail here, where kombu retries a connection, not at the first publish
         return super().establish_connection()
 
+    @property
+    def broker_address(self) -> BrokerAddress:
+        return self.broker.address
+
+    def give_up(self) -> None:
+        """The broker is gone and the worker shuts down: close the client (every call waiting to
+        reconnect ends at once) and say nothing more to the broker (see the module docstring)."""
+        self.gone = True
+        self.leases.abandon()
+        self.broker.close()
+
     def close_connection(self, connection: Any) -> None:
         try:
             super().close_connection(connection)
-            # a long-poll in flight is not waited out: closing the client drops it at the broker
-            self._give_back(self.prefetch.close(timeout=CLOSE_WAIT_SECS), reason="RESTORED")
-            self.leases.close()
+            self._close_broker_side(wait_secs=0.0 if self.gone else CLOSE_WAIT_SECS)
+        except Transient as exc:
+            self._closing_failed(exc)
         finally:
             self.broker.close()
+
+    def _collect(self, connection: Any) -> None:
+        """kombu's close of a broken connection (after a connection error), or of a forked child's copy:
+        the caller does not wait (see the module docstring)."""
+        if os.getpid() != self._pid:
+            return  # a forked child's copy: its sockets are the parent's; nothing to say or close
+        threading.Thread(target=self._close_in_background, name="kittiwake-kombu-collect", daemon=True).start()
+
+    def _close_in_background(self) -> None:
+        try:
+            self._close_broker_side(wait_secs=CLOSE_WAIT_SECS)
+        except Transient as exc:
+            self._closing_failed(exc)
+        finally:
+            self.broker.close()
+
+    def _closing_failed(self, error: Transient) -> None:
+        """The broker went away while closing: say nothing more to it; its leases run out."""
+        logger.warning("closing without the broker at %s: %s", self.broker.url, error)
+        self.give_up()
+        self.prefetch.close(timeout=0.0)
+
+    def _close_broker_side(self, wait_secs: float) -> None:
+        """Give back what was leased and never delivered, send the acks still waiting, stop renewing
+        (once given up on the broker: only stop)."""
+        # a long-poll in flight is not waited out: closing the client drops it at the broker
+        left = self.prefetch.close(timeout=wait_secs)
+        if self.gone:
+            self.leases.abandon()
+            return
+        self._give_back(left, reason="RESTORED")
+        self.leases.close()
 
     # ------------------------------------------------------------ consuming
 
     def flush_acks(self) -> None:
         self.leases.flush_acks()
 
-    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+    # kombu annotates **kwargs; every caller passes `timeout` alone
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]
         """Deliver one message to its consumer, waiting for up to `timeout` seconds (None: until one comes)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         prefetch = self.prefetch
@@ -415,7 +480,7 @@ class Transport(virtual.Transport):
     def _give_back(self, tasks: Iterable[LeasedTask], *, reason: str) -> None:
         """Release leased tasks nobody was given, without counting an attempt."""
         tasks = list(tasks)
-        if tasks:
+        if tasks and not self.gone:
             try:
                 self.broker.release(tasks, reason, reject=True)
             except KittiwakeError as exc:

@@ -24,6 +24,7 @@ ends).
 
 from __future__ import annotations
 
+import builtins
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -47,14 +48,14 @@ class Location(msgspec.Struct, frozen=True, array_like=True):
 
     files: tuple[SegmentFile, ...]
     spilled: int = 0  # how many of the files went to disk because the buffer was full
-    bytes: int = 0
+    bytes: int = 0  # in this class's body, `bytes` is this field: the type is `builtins.bytes`
 
-    def encode(self) -> bytes:
+    def encode(self) -> builtins.bytes:
         """The location as compact JSON (arrays, not maps: a reducer decodes one per map)."""
         return _ENCODER.encode(self)
 
     @classmethod
-    def decode(cls, data: bytes) -> Location:
+    def decode(cls, data: builtins.bytes) -> Location:
         try:
             return _DECODER.decode(data)
         except msgspec.DecodeError as error:

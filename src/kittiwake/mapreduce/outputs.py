@@ -103,17 +103,19 @@ def is_globally_sorted(app_out_dir: str | Path, style: str) -> bool:
 
 def sort_output_check(app_out_dir: str | Path, style: str) -> tuple[Canonical, bool]:
     """A sort output's Canonical and whether it is globally sorted, in one pass over it."""
-    state = {"previous": None, "sorted": True}
+    previous: bytes | None = None
+    in_order = True
 
     def watched(records: Iterator[bytes]) -> Iterator[bytes]:
+        nonlocal previous, in_order
         for record in records:
-            if state["sorted"] and state["previous"] is not None and record < state["previous"]:
-                state["sorted"] = False
-            state["previous"] = record
+            if in_order and previous is not None and record < previous:
+                in_order = False
+            previous = record
             yield record
 
     canonical = canonical_of_lines(watched(output_lines(SORT, app_out_dir, style)))
-    return canonical, bool(state["sorted"])
+    return canonical, in_order
 
 
 def part_files(out_dir: str | Path, app: str, style: str) -> list[Path]:

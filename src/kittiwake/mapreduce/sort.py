@@ -73,4 +73,4 @@ def reduce(segments: Iterable[bytes], spec: JobSpec) -> Iterator[memoryview]:
     for start in range(0, len(order), _WRITE_RECORDS):
         rows = order[start:start + _WRITE_RECORDS]
         np.take(records, rows, axis=0, out=chunk[:len(rows)])
-        yield memoryview(chunk[:len(rows)]).cast("B")
+        yield chunk[:len(rows)].data.cast("B")

@@ -129,6 +129,7 @@ def _write(spark: Any, app: str, files: list[str], out: str, pattern: str | None
         words = lines.select(explode(split(col("value"), " ")).alias("word"))
         words.groupBy("word").count().write.option("sep", "\t").csv(out)
     elif app == GREP:
+        assert pattern is not None  # the job checked grep's pattern before it started
         lines.filter(col("value").contains(pattern)).write.text(out)
     elif app == SORT:
         lines.orderBy("value").write.text(out)

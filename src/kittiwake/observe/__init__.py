@@ -9,10 +9,10 @@ upkeep when the broker stops. The views:
   each view registers its paths with `observer.add_json`): the overview
   (`overview`), the queues (`queue_views`, `queue_list`), the workers
   (`worker_views`), the jobs of apps (`job_views`), the runs of flows
-  (`flow_views`), the actions on tasks (`actions`), and the events the
-  page is pushed (`stream`); what views read and who sees what is in `reads`,
-  how the views over records users write stay within bounds in `slices` and
-  `loop_calls`;
+  (`flow_views`, which reads as a client would through `engine_reader`), the
+  actions on tasks (`actions`), and the events the page is pushed
+  (`stream`); what views read and who sees what is in `reads`, how the views
+  over records users write stay within bounds in `slices` and `loop_calls`;
 * `/metrics`: Prometheus metrics (`metrics`), from what committed passes
   did (`observations`, fed by the group commit's `on_commit`) and the
   engine's queues at each scrape; `/api/history`: the last hour, a point

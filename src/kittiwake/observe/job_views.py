@@ -91,7 +91,7 @@ def newest_records(state: EngineState, queue: str, limit: int, now: float) -> li
         try:
             next(steps)
         except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+            return stop.value
 
 
 def newest_steps(state_of: StateOf, queue: str, limit: int, now: float) -> Generator[None, None, list[Task]]:

@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from kittiwake import errors
 
@@ -39,7 +39,7 @@ class LoopCalls:
         self.loop = loop
         self.call_timeout_secs = call_timeout_secs
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kittiwake-views")
-        self._waiting: set[concurrent.futures.Future[object]] = set()
+        self._waiting: set[concurrent.futures.Future[Any]] = set()  # reads of every result type
         self._lock = threading.Lock()
         self._closed = False
         self.calls = 0  # reads answered on the loop, for tests
@@ -68,7 +68,7 @@ class LoopCalls:
         with self._lock:
             if self._closed:
                 raise errors.Unavailable("the broker is stopping")
-            self._waiting.add(future)  # type: ignore[arg-type]
+            self._waiting.add(future)
         try:
             try:
                 self.loop.call_soon_threadsafe(answer)
@@ -81,7 +81,7 @@ class LoopCalls:
                 raise errors.Unavailable("the broker's loop did not answer a read of this view") from None
         finally:
             with self._lock:
-                self._waiting.discard(future)  # type: ignore[arg-type]
+                self._waiting.discard(future)
 
     @property
     def waiting(self) -> int:

@@ -203,7 +203,7 @@ class BrokerMetrics:
         self.host = observer.host
         self.observations = observations
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)  # type: ignore[arg-type]
+        self.registry.register(self)
         self._visible: Visible = None  # the scrape under way's viewer: set and cleared around it
         self.wall_clock: Callable[[], float] = time.time
 

@@ -68,6 +68,14 @@ def queue(params: Mapping[str, Any], name: str, limits: Limits) -> str:
     return validate_queue(value, limits, name)
 
 
+def optional_queue(params: Mapping[str, Any], name: str, limits: Limits) -> str | None:
+    """An optional queue name, checked as the broker checks one (None when left out or empty)."""
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    return validate_queue(value, limits, name)
+
+
 def pid(params: Mapping[str, Any], name: str, limits: Limits, queue_name: str) -> str | None:
     """An optional pid of a task of `queue_name`."""
     value = params.get(name)

@@ -15,6 +15,15 @@ every queue is kept while it stays true:
   `RowIndex` keeps it until the engine's names change
   (`EngineState.names_changes`): on a steady broker a page sorted by name
   costs its own rows;
+* pages by name: `offset` counts rows from the first (from the last for
+  `order=desc`), and is a position in the kept selection, so a deep page
+  costs no more than the first; `after=NAME` (with `sort=name` only) starts
+  past a name instead — the rows after NAME in name order, or before it for
+  `order=desc`, found by bisection in the selection, with `offset` then
+  counted from there — and the answer's `next_after` is the name that starts
+  the next page (None: this page is the last). A name cursor stays right
+  while queues come and go between pages, where an offset would skip or
+  repeat rows; NAME need not be a queue;
 * sort by name: the selection's order; by a figure: the figure of each
   selected queue read from its state (counts; rates from the last minute's
   buckets, `rates.recent_counts`; oldest age from a bounded sample, the
@@ -33,18 +42,18 @@ running out (the broker sweeps ten times a second).
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import compress, islice
 from operator import methodcaller, not_
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping, cast
 
 from kittiwake import errors
 from kittiwake.engine.queue_state import QueueState
 from kittiwake.engine.rates import DEQUEUE, ENQUEUE, LEASE, recent_counts
 from kittiwake.engine.state import EngineState
-from kittiwake.model import DEAD_SUFFIX
+from kittiwake.model import DEAD_SUFFIX, Limits, Task
 from kittiwake.observe import params
 from kittiwake.observe.reads import Visible
 from kittiwake.queue_globs import PatternError, compile_pattern
@@ -71,13 +80,17 @@ class QueuesQuery:
     offset: int = 0
     limit: int = DEFAULT_LIMIT
     dead_rows: bool = False
+    after: str | None = None  # sort=name only: the rows past this name (in the order asked)
 
     def __post_init__(self) -> None:
         if not self.order:
             object.__setattr__(self, "order", "asc" if self.sort == "name" else "desc")
+        if self.after is not None and self.sort != "name":
+            raise errors.BadRequest("after pages by name: it takes sort=name")
 
     @classmethod
-    def of(cls, query: Mapping[str, str]) -> QueuesQuery:
+    def of(cls, query: Mapping[str, str], limits: Limits) -> QueuesQuery:
+        """The query asked for; `after` is checked as a queue name under `limits`."""
         made = cls(
             filter=params.text(query, "filter", MAX_FILTER_CHARS),
             sort=params.choice(query, "sort", SORTS, "name"),
@@ -85,6 +98,7 @@ class QueuesQuery:
             offset=params.integer(query, "offset", 0, 0, MAX_OFFSET),
             limit=params.integer(query, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT),
             dead_rows=params.flag(query, "dead"),
+            after=params.optional_queue(query, "after", limits),
         )
         name_matcher(made.filter)  # a bad glob is refused before anything is read
         return made
@@ -216,10 +230,10 @@ def _oldest_ages(states: list[QueueState | None], now: float) -> list[float | No
     ages: list[float | None] = []
     append = ages.append
     for queue in states:
-        oldest = None
+        oldest: float | None = None
         if queue is not None:
-            if queue.available:
-                oldest = next(iter(dict.values(queue.available))).enqueued_at
+            if queue.available:  # the dict's own order, not the sorted one: no sort key is walked
+                oldest = next(iter(dict.values(cast("dict[str, Task]", queue.available)))).enqueued_at
             if queue.leased:
                 for task in islice(queue.leased.values(), OLDEST_LEASED_SAMPLE):
                     if oldest is None or task.enqueued_at < oldest:
@@ -257,11 +271,12 @@ def sort_values(rows: Rows, sort: str, visible: Visible | None, now: float) -> l
 
 def ordered(rows: Rows, query: QueuesQuery, visible: Visible | None, now: float) -> list[int]:
     """The indexes of the page's rows, in the query's order (ties, and name order, by name)."""
-    offset, limit, count = query.offset, query.limit, len(rows.names)
+    offset, limit, count, after = query.offset, query.limit, len(rows.names), query.after
     if query.sort == "name":
         if query.order == "asc":
-            return list(range(min(offset, count), min(offset + limit, count)))
-        end = max(0, count - offset)
+            start = offset + (bisect_right(rows.names, after) if after is not None else 0)
+            return list(range(min(start, count), min(start + limit, count)))
+        end = max(0, (bisect_left(rows.names, after) if after is not None else count) - offset)
         return list(range(end - 1, max(0, end - limit) - 1, -1))
     values = sort_values(rows, query.sort, visible, now)
     sign = -1 if query.order == "desc" else 1
@@ -318,9 +333,20 @@ def queue_page(state: EngineState, query: QueuesQuery, visible: Visible | None, 
         "limit": query.limit,
         "sort": query.sort,
         "order": query.order,
+        "after": query.after,
+        "next_after": _next_after(rows, query, page),
         "generated_at": now,
         "queues": [queue_row(state, rows.names[position], visible, now) for position in page],
     }
+
+
+def _next_after(rows: Rows, query: QueuesQuery, page: list[int]) -> str | None:
+    """The `after` of the page past this one, by name (None: sorted by a figure, or no rows follow)."""
+    if query.sort != "name" or not page:
+        return None
+    last = page[-1]
+    more = last + 1 < len(rows.names) if query.order == "asc" else last > 0
+    return rows.names[last] if more else None
 
 
 def totals(state: EngineState, visible: Visible | None, index: RowIndex | None = None,

@@ -1,7 +1,9 @@
 """The queue views of the JSON API: the table, one queue, its tasks and its dead letters.
 
-* `GET /api/queues?filter=&sort=&order=&offset=&limit=&dead=`: the table,
-  paged on the broker (`queue_list`);
+* `GET /api/queues?filter=&sort=&order=&offset=&limit=&dead=&after=`: the
+  table, paged on the broker by position (`offset`) or, sorted by name, past
+  a name (`after`; the answer's `next_after` starts the next page)
+  (`queue_list`);
 * `GET /api/queue?name=Q`: the row's figures, the 5-minute rates, the mean
   time from lease to dequeue, and up to `LEASES_SHOWN` leases (who holds
   which task, since when, until when);
@@ -108,7 +110,7 @@ def install(observer: Registrar) -> None:
     limits = observer.host.limits
 
     async def queues(request: HttpRequest, principal: Principal | None) -> Any:
-        return queues_of(observer, principal, QueuesQuery.of(query(request)))
+        return queues_of(observer, principal, QueuesQuery.of(query(request), limits))
 
     async def queue(request: HttpRequest, principal: Principal | None) -> Any:
         return queue_of(observer, principal, params.queue(query(request), "name", limits))

@@ -122,7 +122,7 @@ def install(observer: Registrar) -> None:
         ]
         view = params.choice(asked, "view", VIEWS, "overview")
         if view == "queues":
-            queues = QueuesQuery.of(asked)
+            queues = QueuesQuery.of(asked, observer.host.limits)
             made.append(("queues", lambda principal: shared.get(("queues", principal, queues),
                                                                 lambda: queues_of(observer, principal, queues))))
         elif view == "queue":

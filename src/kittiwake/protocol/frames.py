@@ -50,10 +50,10 @@ class FrameReader:
         buffered = len(self._buffer)
         if buffered < HEADER_BYTES:
             return HEADER_BYTES if buffered else 0
-        (length,) = HEADER.unpack_from(self._buffer, 0)
+        length: int = HEADER.unpack_from(self._buffer, 0)[0]
         return HEADER_BYTES + length
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | memoryview) -> list[bytes]:
         if self.rejected is not None:
             raise self.rejected
         buffer = self._buffer

@@ -124,9 +124,14 @@ class QueuesForReceiver(Request):
 
 
 class ListQueues(Request):
+    """Queues in name order holding at least max(1, `min_tasks`) tasks, whose name matches the
+    regex `pattern`, up to `limit`; with `start_after`, only those whose name sorts after it (a
+    queue name, which need not exist): the last name of one page starts the next."""
+
     pattern: str | None = None
     min_tasks: int = 0
     limit: int = 1000
+    start_after: str | None = None
 
 
 class DeleteQueue(Request):

@@ -37,7 +37,14 @@ from typing import Any, Callable, Generic, TypeVar
 import msgspec
 
 from kittiwake.errors import KittiwakeError, error_for_code
-from kittiwake.model import EnqueueOutcome, ItemOutcome, LeaseRef, LeaseSample, QueueInfo, QueueStats
+from kittiwake.model import LeaseRef
+
+# the engine's result records, which the protocol carries as they are: exported from here too
+from kittiwake.model import EnqueueOutcome as EnqueueOutcome
+from kittiwake.model import ItemOutcome as ItemOutcome
+from kittiwake.model import LeaseSample as LeaseSample
+from kittiwake.model import QueueInfo as QueueInfo
+from kittiwake.model import QueueStats as QueueStats
 
 T = TypeVar("T")
 

@@ -28,6 +28,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from kittiwake import errors
 from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.model import Limits
 from kittiwake.spark import pid_ranges
 from kittiwake.spark.options import ReadOptions
@@ -77,7 +78,7 @@ class BatchReader(DataSourceReader):
         return Client(self.options.url, timeout=self.options.timeout, worker="spark-read")
 
 
-def plan(client: Client, options: ReadOptions) -> list[list[PidRange]]:
+def plan(client: QueueClient, options: ReadOptions) -> list[list[PidRange]]:
     """The pid ranges of each partition (empty when there is nothing to read)."""
     if options.queue is not None:
         try:
@@ -105,7 +106,7 @@ def plan(client: Client, options: ReadOptions) -> list[list[PidRange]]:
     return partitions + pack(whole, share)
 
 
-def _unsized_ranges(client: Client, options: ReadOptions) -> list[tuple[str | None, str | None]]:
+def _unsized_ranges(client: QueueClient, options: ReadOptions) -> list[tuple[str | None, str | None]]:
     assert options.queue is not None
     parts = options.partitions or 1
     return pid_ranges.ranges(pid_ranges.boundaries(_prober(client, options.queue), parts))
@@ -132,7 +133,7 @@ def pack(queues: list[tuple[PidRange, int]], share: int) -> list[list[PidRange]]
     return groups
 
 
-def _prober(client: Client, queue: str) -> pid_ranges.Probe:
+def _prober(client: QueueClient, queue: str) -> pid_ranges.Probe:
     def probe(from_pid: str | None) -> str | None:
         found = client.peek(queue, 1, from_pid)
         return found[0].pid if found else None
@@ -140,7 +141,7 @@ def _prober(client: Client, queue: str) -> pid_ranges.Probe:
     return probe
 
 
-def read_range(client: Client, pid_range: PidRange, page_size: int) -> Iterator[Row]:
+def read_range(client: QueueClient, pid_range: PidRange, page_size: int) -> Iterator[Row]:
     """Rows of the tasks in `pid_range`, in pid order, `page_size` per peek."""
     from_pid, skip = pid_range.start, None
     while True:

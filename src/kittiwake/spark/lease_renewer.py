@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 
 from kittiwake import errors
-from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.model import ItemOutcome, LeaseRef, Limits
 
 log = logging.getLogger("kittiwake.spark.lease_renewer")
@@ -37,7 +37,7 @@ class LeaseRenewer:
 
     def __init__(
         self,
-        client: Client,
+        client: QueueClient,
         lease_secs: float,
         held: Callable[[], list[LeaseRef]],
         lost: Callable[[list[ItemOutcome]], None],

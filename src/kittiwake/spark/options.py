@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import overload
 
 from kittiwake.client.url import parse_url
 from kittiwake.constants import STREAM_LOG_INFIX
@@ -127,7 +128,7 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         queue=queue,
         pattern=pattern,
         partitions=_integer(options, "partitions", None, 1, MAX_PARTITIONS),
-        page_size=_integer(options, "page_size", DEFAULT_PAGE_SIZE, 1, LIMITS.max_batch),  # type: ignore[arg-type]
+        page_size=_integer(options, "page_size", DEFAULT_PAGE_SIZE, 1, LIMITS.max_batch),
         timeout=_seconds(options, "timeout", None),
     )
 
@@ -140,7 +141,7 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
     return WriteOptions(
         url=url_of(options),
         queue=queue,
-        batch_size=_integer(options, "batch_size", DEFAULT_BATCH_SIZE, 1, LIMITS.max_batch),  # type: ignore[arg-type]
+        batch_size=_integer(options, "batch_size", DEFAULT_BATCH_SIZE, 1, LIMITS.max_batch),
         timeout=_seconds(options, "timeout", None),
     )
 
@@ -177,10 +178,10 @@ def stream_options(options: Mapping[str, str]) -> StreamOptions:
         queue=queue,
         name=name,
         lease_secs=lease_secs,
-        max_tasks_per_batch=_integer(  # type: ignore[arg-type]
+        max_tasks_per_batch=_integer(
             options, "max_tasks_per_batch", DEFAULT_MAX_TASKS_PER_BATCH, 1, MAX_TASKS_PER_BATCH
         ),
-        partitions=_integer(options, "partitions", DEFAULT_STREAM_PARTITIONS, 1, MAX_PARTITIONS),  # type: ignore[arg-type]
+        partitions=_integer(options, "partitions", DEFAULT_STREAM_PARTITIONS, 1, MAX_PARTITIONS),
         receiver=receiver,
         timeout=_seconds(options, "timeout", None),
     )
@@ -205,6 +206,10 @@ def _text(options: Mapping[str, str], key: str) -> str | None:
     return text
 
 
+@overload
+def _integer(options: Mapping[str, str], key: str, default: int, low: int, high: int) -> int: ...
+@overload
+def _integer(options: Mapping[str, str], key: str, default: None, low: int, high: int) -> int | None: ...
 def _integer(options: Mapping[str, str], key: str, default: int | None, low: int, high: int) -> int | None:
     text = _text(options, key)
     if text is None:

@@ -55,6 +55,7 @@ import threading
 
 from kittiwake import errors
 from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.model import ItemOutcome, LeaseRef
 from kittiwake.spark import stream_log
 from kittiwake.spark.lease_renewer import LeaseRenewer
@@ -69,10 +70,10 @@ log = logging.getLogger("kittiwake.spark.stream_consumer")
 class StreamConsumer:
     """One stream's batches on the driver: the log loaded once, pending batches and their leases."""
 
-    def __init__(self, options: StreamOptions, client: Client | None = None) -> None:
+    def __init__(self, options: StreamOptions, client: QueueClient | None = None) -> None:
         self.options = options
         self.log_queue = options.log_queue
-        self.client = client or Client(options.url, timeout=options.timeout, worker=self.worker)
+        self.client: QueueClient = client or Client(options.url, timeout=options.timeout, worker=self.worker)
         self._lock = threading.Lock()  # pending batches: this thread and the renewer's
         state = retrying(lambda: stream_log.load(self.client, self.log_queue))
         self.committed = state.committed

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from kittiwake import errors
-from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.model import LeaseRef
 from kittiwake.spark.rows import LoggedTask
 
@@ -113,7 +113,7 @@ def pieces_of(tasks: list[LoggedTask]) -> list[bytes]:
     return [body[start : start + PIECE_BYTES] for start in range(0, len(body), PIECE_BYTES)] or [b""]
 
 
-def append(client: Client, log_queue: str, batch: LoggedBatch) -> None:
+def append(client: QueueClient, log_queue: str, batch: LoggedBatch) -> None:
     """Write a batch's record, whole, in one request."""
     pieces = pieces_of(batch.tasks)
     client.enqueue_many(
@@ -129,7 +129,7 @@ def append(client: Client, log_queue: str, batch: LoggedBatch) -> None:
     )
 
 
-def load(client: Client, log_queue: str) -> LogState:
+def load(client: QueueClient, log_queue: str) -> LogState:
     """The log as it stands (see the module docstring)."""
     records: dict[int, dict[int, bytes]] = {}
     counts: dict[int, int] = {}
@@ -148,9 +148,9 @@ def load(client: Client, log_queue: str) -> LogState:
             elif parsed[1] == MARKER:
                 markers.append(parsed[0])
             else:
-                number, _, piece, pieces = parsed
+                number, _, piece, piece_count = parsed
                 records.setdefault(number, {})[piece] = task.data
-                counts[number] = pieces
+                counts[number] = piece_count
         from_pid = page[-1].pid
     state = LogState(committed=max(markers, default=0))
     for number, pieces in sorted(records.items()):
@@ -182,7 +182,7 @@ def _parse(pid: str) -> tuple[int, str, int, int] | None:
     return None
 
 
-def commit(client: Client, log_queue: str, batch: LoggedBatch) -> CommitReport:
+def commit(client: QueueClient, log_queue: str, batch: LoggedBatch) -> CommitReport:
     """Dequeue a batch's tasks and write its marker (see the module docstring); safe to repeat."""
     leases = batch.leases()
     marker = {"queue": log_queue, "pid": marker_pid(batch.number), "data": b"", "max_attempts": LOG_MAX_ATTEMPTS}
@@ -205,7 +205,7 @@ def commit(client: Client, log_queue: str, batch: LoggedBatch) -> CommitReport:
     return report
 
 
-def _lease_garbage(client: Client, log_queue: str, number: int, room: int) -> list[LeaseRef]:
+def _lease_garbage(client: QueueClient, log_queue: str, number: int, room: int) -> list[LeaseRef]:
     """Leases on the log's entries of batches before `number`, which its commit drops."""
     if number <= 1 or room <= 0:
         return []

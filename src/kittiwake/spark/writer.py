@@ -33,6 +33,7 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 
 from kittiwake import errors
 from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.spark.options import WriteOptions
 from kittiwake.spark.retries import retrying
 
@@ -141,7 +142,7 @@ def totals(messages: list[WriterCommitMessage | None]) -> WriteReport:
     return total
 
 
-def enqueue(client: Client, batch: list[dict[str, Any]], report: WriteReport) -> None:
+def enqueue(client: QueueClient, batch: list[dict[str, Any]], report: WriteReport) -> None:
     """One `enqueue_many`, repeated after a transient failure only when every task has a pid."""
     if all("pid" in task for task in batch):
         outcomes = retrying(lambda: client.enqueue_many(batch), RETRY_DEADLINE_SECS)

@@ -218,6 +218,7 @@ def _exists(location: StoreLocation) -> bool:
 
     with psycopg.connect(location.target, autocommit=True, connect_timeout=10) as db:
         row = db.execute("SELECT to_regclass(%s)", (f'"{location.schema}".schema_version',)).fetchone()
+    assert row is not None  # a SELECT without FROM answers one row
     return row[0] is not None
 
 

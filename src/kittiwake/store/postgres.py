@@ -67,7 +67,7 @@ restarted server is picked up again. Nothing above the stores sees psycopg.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from kittiwake.engine.mutations import (
     DeleteEdges,
@@ -84,8 +84,11 @@ from kittiwake.engine.storage import QueueReload, QueueSummary, Recovery
 from kittiwake.errors import StorageFailure, StorageFault
 from kittiwake.model import Task
 from kittiwake.store import postgres_statements as sql
-from kittiwake.store.postgres_presence import MAX_BROKERS, Presence, channel_of, lock_space
+from kittiwake.store.postgres_presence import MAX_BROKERS, Presence, channel_of, lock_space, one_value
 from kittiwake.store.rows import encode_headers, snapshot, task_from_row
+
+if TYPE_CHECKING:
+    from kittiwake.store.postgres_presence import PgConnection
 
 try:
     import psycopg
@@ -127,8 +130,10 @@ def classify(error: BaseException) -> StorageFault:
 def _outcome_known(error: BaseException) -> bool:
     """Whether a COMMIT that raised `error` certainly did not commit: the server answered with an
     error (it then rolled back). A broken connection or a server shutting down leaves it unknown."""
-    sqlstate = getattr(error, "sqlstate", None)
-    return bool(sqlstate) and not sqlstate.startswith(("08", "57P"))
+    sqlstate: str | None = getattr(error, "sqlstate", None)
+    if not sqlstate:
+        return False
+    return not sqlstate.startswith(("08", "57P"))
 
 
 def _failure(error: BaseException, *, committing: bool = False) -> StorageFailure:
@@ -214,21 +219,21 @@ class PostgresStore:
         self._written: set[str] = set()  # queues changed in the open transaction
         self._incarnation = 0
         self._lock_space = lock_space(schema, "queue")
-        self._db: Any = None
+        self._db: PgConnection | None = None  # None only until it opens below; rollback replaces a broken one
         self.presence: Presence | None = None
         self._epoch = 0
         try:
-            self._db = self._connect()
+            db = self._db = self._connect()
             self.version_found = self._migrate()
             if brokers is not None:
                 self.presence = Presence(self._connect, schema, brokers)
                 self._epoch = self.presence.epoch
             if self.shared:
-                self._incarnation = self._db.execute(sql.NEXT_INCARNATION).fetchone()[0]
+                self._incarnation = one_value(db, sql.NEXT_INCARNATION)
             # queue → generation, cached as the SQLite store caches it. Several brokers on one schema
             # will need to read it from the table (or be told of drops): another broker's drop would
             # go unseen here, and writes would land in the dropped generation.
-            self._gens: dict[str, int] = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
+            self._gens: dict[str, int] = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())
         except psycopg.Error as exc:
             self._close_quietly(presence=True)
             raise _failure(exc) from exc
@@ -253,7 +258,14 @@ class PostgresStore:
     def id_stride(self) -> int:
         return MAX_BROKERS if self.shared else 1
 
-    def _connect(self) -> Any:
+    @property
+    def _session(self) -> PgConnection:
+        """The connection, open since the store opened (`rollback` replaces a broken one)."""
+        db = self._db
+        assert db is not None
+        return db
+
+    def _connect(self) -> PgConnection:
         db = psycopg.connect(
             self.dsn, autocommit=True, connect_timeout=max(1, round(self.connect_timeout_secs)),
             application_name=f"kittiwake {self.schema}"[:63],  # which schema's broker, in pg_stat_activity
@@ -262,9 +274,9 @@ class PostgresStore:
             if self.durability == "os":
                 db.execute("SET synchronous_commit = off")
             else:
-                if db.execute("SHOW synchronous_commit").fetchone()[0] == "off":
+                if one_value(db, "SHOW synchronous_commit") == "off":
                     db.execute("SET synchronous_commit = on")
-                if db.execute("SHOW fsync").fetchone()[0] == "off":
+                if one_value(db, "SHOW fsync") == "off":
                     log.warning("the PostgreSQL server runs with fsync=off: a commit may be lost in a crash "
                                 "of the server or of its machine, whatever --durability says")
             db.execute(psycopg.sql.SQL("SET search_path = {}").format(psycopg.sql.Identifier(self.schema)))
@@ -278,7 +290,7 @@ class PostgresStore:
 
     def _migrate(self) -> int:
         """Create or upgrade the schema to `SCHEMA_VERSION` in one transaction; the version found."""
-        db = self._db
+        db = self._session
         with db.transaction():
             db.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (_MIGRATION_LOCK + self.schema,))
             db.execute(psycopg.sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(psycopg.sql.Identifier(self.schema)))
@@ -302,21 +314,20 @@ class PostgresStore:
     def write(self, mutations: Sequence[Mutation]) -> None:
         pending, rows, queues = self._pending, self._pending_rows, self._pending_queues
         for mutation in mutations:
-            kind = type(mutation)
-            if kind is PutTask:
+            if isinstance(mutation, PutTask):
                 # a PutTask holds the caller's Task, which it may change before the flush: keep it as written
-                task = snapshot(mutation.task)  # type: ignore[union-attr]
+                task = snapshot(mutation.task)
                 pending.append(PutTask(task))
                 rows.add((task.queue, task.pid))
                 queues.add(task.queue)
                 continue
             pending.append(mutation)
-            if kind is SetLease or kind is DeleteTask or kind is SetWaiting:
-                rows.add((mutation.queue, mutation.pid))  # type: ignore[union-attr]
-                queues.add(mutation.queue)  # type: ignore[union-attr]
-            elif kind is DropQueue:
-                queues.add(mutation.queue)  # type: ignore[union-attr]
-                self._pending_drops.add(mutation.queue)  # type: ignore[union-attr]
+            if isinstance(mutation, (SetLease, DeleteTask, SetWaiting)):
+                rows.add((mutation.queue, mutation.pid))
+                queues.add(mutation.queue)
+            elif isinstance(mutation, DropQueue):
+                queues.add(mutation.queue)
+                self._pending_drops.add(mutation.queue)
 
     def _forget_pending(self) -> None:
         self._pending = []
@@ -330,7 +341,7 @@ class PostgresStore:
         if not pending:
             return
         self._forget_pending()
-        db = self._db
+        db = self._session
         if not self._in_transaction:
             db.execute("BEGIN")
             self._in_transaction = True
@@ -371,7 +382,7 @@ class PostgresStore:
 
         for mutation in pending:
             kind = type(mutation)
-            if kind is PutTask:
+            if isinstance(mutation, PutTask):
                 t = mutation.task
                 row: tuple = (
                     t.queue, gens.get(t.queue, 0), t.pid, t.data, t.enqueued_at, t.sender, t.receiver,
@@ -380,27 +391,25 @@ class PostgresStore:
                     t.waiting_on, t.children, t.progress, _note(t.note),
                 )
                 key: tuple | None = row[:3]
-            elif kind is SetLease:
+            elif isinstance(mutation, SetLease):
                 m = mutation
                 row = (
                     m.queue, gens.get(m.queue, 0), m.pid, m.attempts, m.deliveries, m.lease_id, m.lease_owner,
                     m.lease_peer, m.leased_at, m.lease_expires_at, m.progress, _note(m.note),
                 )
                 key = row[:3]
-            elif kind is DeleteTask:
+            elif isinstance(mutation, DeleteTask):
                 row = (mutation.queue, gens.get(mutation.queue, 0), mutation.pid)
                 key = row
-            elif kind is SetWaiting:
-                m = mutation
-                row = (m.queue, gens.get(m.queue, 0), m.pid, m.waiting_on, m.children)
+            elif isinstance(mutation, SetWaiting):
+                row = (mutation.queue, gens.get(mutation.queue, 0), mutation.pid, mutation.waiting_on, mutation.children)
                 key = row[:3]
-            elif kind is SetCounter:
+            elif isinstance(mutation, SetCounter):
                 row, key = (mutation.name, mutation.value), None  # counters only grow: any order
-            elif kind is PutEdge:
-                m = mutation
-                row = (m.queue, m.pid, m.child_queue, m.child_pid)
-                key = ("edges", m.queue, m.pid)
-            elif kind is DeleteEdges:
+            elif isinstance(mutation, PutEdge):
+                row = (mutation.queue, mutation.pid, mutation.child_queue, mutation.child_pid)
+                key = ("edges", mutation.queue, mutation.pid)
+            elif isinstance(mutation, DeleteEdges):
                 row = (mutation.queue, mutation.pid)
                 key = ("edges", mutation.queue, mutation.pid)
             else:
@@ -425,13 +434,12 @@ class PostgresStore:
         """Shared schema: remember the queues these writes change, each of which must be claimed."""
         written = self._written
         for mutation in mutations:
-            kind = type(mutation)
-            if kind is PutTask:
-                queue = mutation.task.queue  # type: ignore[union-attr]
-            elif kind is SetCounter:
+            if isinstance(mutation, PutTask):
+                queue = mutation.task.queue
+            elif isinstance(mutation, SetCounter):
                 continue
             else:
-                queue = mutation.queue  # type: ignore[union-attr]
+                queue = mutation.queue
             if queue not in self.claimed:
                 raise RuntimeError(f"a write to queue {queue!r}, which this broker has not claimed")
             written.add(queue)
@@ -440,7 +448,7 @@ class PostgresStore:
         """`_flush`, and open the transaction even when nothing was buffered; within a pipeline."""
         self._flush()
         if not self._in_transaction:
-            self._db.execute("BEGIN")
+            self._session.execute("BEGIN")
             self._in_transaction = True
 
     def commit(self) -> None:
@@ -449,12 +457,12 @@ class PostgresStore:
             self._check_presence()
             if self._pending or self._in_transaction:
                 version = (self._incarnation << 32) | ((self.commits + 1) & 0xFFFFFFFF)  # no other commit's
-                with self._db.pipeline():
+                with self._session.pipeline():
                     self._flush()
                     written = self._written
                     if written:
                         self._announce(written, version)
-                    self._db.execute("COMMIT")
+                    self._session.execute("COMMIT")
                 self._in_transaction = False
                 self.commits += 1
                 for queue in written:
@@ -468,11 +476,11 @@ class PostgresStore:
     def _announce(self, written: set[str], version: int) -> None:
         """Within the commit's pipeline: the new versions of the queues written, and a NOTIFY naming them."""
         queues = sorted(written)
-        self._db.execute(sql.SET_QUEUE_VERSIONS, (version, queues))
+        self._session.execute(sql.SET_QUEUE_VERSIONS, (version, queues))
         payload = "\n".join([str(self._incarnation), *queues])
         if len(payload.encode()) > NOTIFY_PAYLOAD_BYTES:
             payload = f"{self._incarnation}\n*"
-        self._db.execute(sql.NOTIFY, (channel_of(self.schema), payload))
+        self._session.execute(sql.NOTIFY, (channel_of(self.schema), payload))
 
     def _end_transaction(self, committed: set[str]) -> None:
         """Locks are gone with the transaction; a queue written but not known committed is unknown."""
@@ -518,7 +526,7 @@ class PostgresStore:
                 # gets through any more, and psycopg does not call it broken): a new connection
                 self._close_quietly()
                 self._db = self._connect()
-            self._gens = dict(self._db.execute(sql.LOAD_GENERATIONS).fetchall())
+            self._gens = dict(self._session.execute(sql.LOAD_GENERATIONS).fetchall())
         except psycopg.Error as exc:
             raise _failure(exc) from exc
 
@@ -530,11 +538,11 @@ class PostgresStore:
         as "gen", known once the writes are flushed (they may drop the queue)."""
         try:
             if self._pending and flush:
-                with self._db.pipeline():
+                with self._session.pipeline():
                     self._flush()
-                    cursor = self._db.execute(statement, self._with_gen(params))
+                    cursor = self._session.execute(statement, self._with_gen(params))
                 return cursor.fetchall()
-            return self._db.execute(statement, self._with_gen(params)).fetchall()
+            return self._session.execute(statement, self._with_gen(params)).fetchall()
         except psycopg.Error as exc:
             raise _failure(exc) from exc
 
@@ -553,7 +561,7 @@ class PostgresStore:
     def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
         if "\x00" in pid:
             return []  # no pid holds NUL
-        return [tuple(row) for row in self._read(sql.CHILDREN_OF, (queue, pid))]  # type: ignore[misc]
+        return [(row[0], row[1]) for row in self._read(sql.CHILDREN_OF, (queue, pid))]
 
     def parents_in(self, queue: str) -> list[str]:
         return [row[0] for row in self._read(sql.PARENTS_IN, (queue,))]
@@ -595,7 +603,7 @@ class PostgresStore:
             return {}
         try:
             self._check_presence()
-            db = self._db
+            db = self._session
             with db.pipeline():
                 self._flush_in_transaction()
                 db.execute(sql.LOCK_QUEUES, (self._lock_space, new))
@@ -615,12 +623,12 @@ class PostgresStore:
 
     def _reload(self, queues: list[str]) -> dict[str, QueueReload]:
         """What `recover` reads, for these queues only (locked by the caller)."""
-        db = self._db
+        db = self._session
         with db.pipeline():
             summaries = db.execute(sql.QUEUE_SUMMARIES_OF, (queues,))
             blocked_counts = db.execute(sql.BLOCKED_COUNTS_OF, (queues,))
             held = db.execute(sql.HELD_LEASES_OF, (queues,))
-        blocked = dict(blocked_counts.fetchall())
+        blocked: dict[str, int] = dict(blocked_counts.fetchall())
         reloads = {queue: QueueReload(None) for queue in queues}
         for queue, size, max_pid, max_fifo_pid in summaries.fetchall():
             reloads[queue].summary = QueueSummary(queue, size, max_pid, max_fifo_pid, blocked.get(queue, 0))
@@ -653,7 +661,7 @@ class PostgresStore:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError("limit must be an integer >= 1")
         try:
-            db = self._db
+            db = self._session
             with db.pipeline():
                 self._flush_in_transaction()
                 reaped = db.execute(sql.REAP_STALE_ROWS, (limit,))
@@ -670,7 +678,7 @@ class PostgresStore:
         self._forget_pending()
         try:
             if self._transaction_open():
-                self._db.execute("ROLLBACK")
+                self._session.execute("ROLLBACK")
         except psycopg.Error as exc:
             raise _failure(exc) from exc
         finally:

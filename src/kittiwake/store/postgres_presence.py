@@ -32,7 +32,12 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+if TYPE_CHECKING:  # psycopg is the `postgres` extra; the stores import it where they connect
+    from psycopg import Connection
+
+    PgConnection = Connection[tuple[Any, ...]]  # psycopg's default rows: tuples
 
 log = logging.getLogger("kittiwake.store")
 
@@ -59,10 +64,17 @@ def channel_of(schema: str) -> str:
     return f"kittiwake_{schema}"[:63]
 
 
+def one_value(db: PgConnection, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
+    """The first column of the one row `query` answers (a SELECT of values or functions, a SHOW)."""
+    row = db.execute(query, params).fetchone()
+    assert row is not None  # such a query answers one row, or raises
+    return row[0]
+
+
 class Presence:
     """The broker's own session: serving lock, slot, LISTEN, and the thread that reads announcements."""
 
-    def __init__(self, connect: Callable[[], Any], schema: str, brokers: str) -> None:
+    def __init__(self, connect: Callable[[], PgConnection], schema: str, brokers: str) -> None:
         self._connect = connect
         self.schema = schema
         self.shared = brokers == "many"
@@ -70,7 +82,7 @@ class Presence:
         self.epoch = 0
         self.ok = False
         self.on_notify: Callable[[str], None] | None = None
-        self._db: Any = None
+        self._db: PgConnection | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._take()  # raises BrokerConflict or a psycopg error: the broker does not start
@@ -86,7 +98,7 @@ class Presence:
         try:
             serving = lock_space(self.schema, "serving")
             how = "pg_try_advisory_lock_shared" if self.shared else "pg_try_advisory_lock"
-            if not db.execute(f"SELECT {how}(%s)", (serving,)).fetchone()[0]:
+            if not one_value(db, f"SELECT {how}(%s)", (serving,)):
                 raise BrokerConflict(
                     f"schema {self.schema!r} is served by "
                     + ("a broker that runs alone (brokers=one)" if self.shared else "another broker")
@@ -97,7 +109,7 @@ class Presence:
             if self.shared:
                 slots = lock_space(self.schema, "slot")
                 for slot in range(MAX_BROKERS):
-                    if db.execute("SELECT pg_try_advisory_lock(%s, %s)", (slots, slot)).fetchone()[0]:
+                    if one_value(db, "SELECT pg_try_advisory_lock(%s, %s)", (slots, slot)):
                         self.slot = slot
                         break
                 else:

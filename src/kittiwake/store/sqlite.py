@@ -175,6 +175,7 @@ class SqliteStore:
         def flush_run() -> None:
             if not run:
                 return
+            assert run_kind is not None  # set by the mutation that started the run
             if run_kind is DeleteTask:
                 # count only rows that were there: one executemany per queue, read its rowcount
                 by_queue: dict[tuple[str, int], list[tuple]] = {}
@@ -196,7 +197,7 @@ class SqliteStore:
             if kind is not run_kind:
                 flush_run()
                 run_kind = kind
-            if kind is PutTask:
+            if isinstance(mutation, PutTask):
                 t = mutation.task
                 gen = gens.get(t.queue, 0)
                 size = sizes.get((t.queue, gen))
@@ -213,23 +214,21 @@ class SqliteStore:
                     t.deliveries, t.lease_id, t.lease_owner, t.lease_peer, t.leased_at, t.lease_expires_at,
                     t.waiting_on, t.children, t.progress, t.note,
                 ))
-            elif kind is SetLease:
+            elif isinstance(mutation, SetLease):
                 m = mutation
                 run.append((
                     m.attempts, m.deliveries, m.lease_id, m.lease_owner, m.lease_peer, m.leased_at,
                     m.lease_expires_at, m.progress, m.note, m.queue, gens.get(m.queue, 0), m.pid,
                 ))
-            elif kind is DeleteTask:
+            elif isinstance(mutation, DeleteTask):
                 run.append((mutation.queue, gens.get(mutation.queue, 0), mutation.pid))
-            elif kind is SetWaiting:
-                m = mutation
-                run.append((m.waiting_on, m.children, m.queue, gens.get(m.queue, 0), m.pid))
-            elif kind is SetCounter:
+            elif isinstance(mutation, SetWaiting):
+                run.append((mutation.waiting_on, mutation.children, mutation.queue, gens.get(mutation.queue, 0), mutation.pid))
+            elif isinstance(mutation, SetCounter):
                 run.append((mutation.name, mutation.value))
-            elif kind is PutEdge:
-                m = mutation
-                run.append((m.queue, m.pid, m.child_queue, m.child_pid))
-            elif kind is DeleteEdges:
+            elif isinstance(mutation, PutEdge):
+                run.append((mutation.queue, mutation.pid, mutation.child_queue, mutation.child_pid))
+            elif isinstance(mutation, DeleteEdges):
                 run.append((mutation.queue, mutation.pid))
             else:
                 assert isinstance(mutation, DropQueue)
@@ -287,7 +286,7 @@ class SqliteStore:
     def children_of(self, queue: str, pid: str) -> list[tuple[str, str]]:
         try:
             self._flush()
-            return [tuple(row) for row in self._db.execute(sql.CHILDREN_OF, (queue, pid))]  # type: ignore[misc]
+            return [(row[0], row[1]) for row in self._db.execute(sql.CHILDREN_OF, (queue, pid))]
         except _DISK_ERRORS as exc:
             raise storage_failure(exc) from exc
 

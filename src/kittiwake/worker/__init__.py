@@ -7,7 +7,10 @@ slots. Module map: `supervisor` (processes, respawning, recycling, signals),
 hold), `runner` (one task: checks, call, timeout sandbox, outcome),
 `outcomes` (outcomes to broker updates), `heartbeat` (lease renewal and
 progress), `registry` (worker records in ``_workers``), `beat` (the periodic
-scheduler), `config` (`WorkerConfig`).
+scheduler), `config` (`WorkerConfig`), `ledger` (what a process holds and
+runs, told to its supervisor), `lost` (a process that died: how it is named,
+its tasks handed back), `stopping` (a stop that does not wait for a broker
+that has gone away).
 
 A worker writes with its own rights where the tasks it runs tell it to, and
 those tasks come from whoever may enqueue into its queues. So every queue a

@@ -2,7 +2,9 @@
 
 Prints ``kittiwake worker <id> pid <pid> ready`` once serving. SIGTERM or
 SIGINT stop it gracefully (`WorkerLoop.stop`); it exits 0 when stopped or
-recycled, so the supervisor can tell a crash (any other status) apart.
+recycled, so the supervisor can tell a crash (any other status) apart. It
+tells the supervisor what it holds and runs through the descriptors named
+in `ledger.LEDGER_FDS_VARIABLE`, when there are some (`ledger`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import signal
 import sys
 
 from kittiwake.worker.config import WORKER_URL_ENV, WorkerConfig, load_app
+from kittiwake.worker.ledger import LedgerWriter
 from kittiwake.worker.loop import WorkerLoop
 from kittiwake.worker.supervisor import SUPERVISOR_PID_VARIABLE
 
@@ -51,8 +54,9 @@ def main(argv: list[str]) -> int:
         level=os.environ.get("KITTIWAKE_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s",
     )
+    ledger = LedgerWriter.from_environment()  # before the app loads: its child processes must not inherit it
     app = load_app(config.app, config.sys_path)
-    loop = WorkerLoop(app, config, app_reference=config.app)
+    loop = WorkerLoop(app, config, app_reference=config.app, ledger=ledger)
     signal.signal(signal.SIGTERM, lambda signum, frame: loop.stop())
     signal.signal(signal.SIGINT, lambda signum, frame: loop.stop())
     print(f"kittiwake worker {loop.id} pid {os.getpid()} ready", flush=True)

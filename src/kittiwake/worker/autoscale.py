@@ -26,7 +26,7 @@ import subprocess
 from collections import deque
 from dataclasses import dataclass
 
-from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 
 log = logging.getLogger("kittiwake.worker.autoscale")
 
@@ -86,7 +86,7 @@ class ScalePolicy:
         return Decision(max(self.minimum, min(self.maximum, wanted)), max(self.minimum, wanted))
 
 
-def backlog(client: Client, queues: list[str]) -> int:
+def backlog(client: QueueClient, queues: list[str]) -> int:
     """Tasks waiting and not leased in `queues` (their local queues ``<queue>@<node>`` included)."""
     pattern = "^(" + "|".join(re.escape(name) for name in queues) + r")(@[A-Za-z0-9_.:/-]+)?$"
     return sum(max(0, info.size - info.leased) for info in client.list_queues(pattern))

@@ -31,7 +31,7 @@ from kittiwake import errors
 from kittiwake.app.definitions import PeriodicDefinition
 from kittiwake.app.envelope import tick_marker_pid, tick_pid, ticks_done_queue_of
 from kittiwake.app.schedule import utc
-from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import TASK_ID_HEADER
 from kittiwake.model import dead_queue_of
 
@@ -62,7 +62,7 @@ def tick_task(app: Any, periodic: PeriodicDefinition, tick: datetime) -> dict[st
 class Beat:
     """Fires due ticks of an app's periodic tasks; `fire_due(now)` is one step, `start` runs it in a thread."""
 
-    def __init__(self, app: Any, client: Client, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, app: Any, client: QueueClient, clock: Callable[[], float] = time.time) -> None:
         self.app = app
         self.client = client
         self.clock = clock
@@ -82,6 +82,8 @@ class Beat:
                 try:
                     outcome = self.client.enqueue_many([tick_task(self.app, periodic, tick)])[0]
                 except errors.KittiwakeError as error:
+                    if self._stop.is_set():
+                        return MAX_SLEEP_SECS  # stopping: its client may have been closed under it
                     log.warning("firing %s at %s: %s", name, tick.isoformat(), error)
                     sleep = min(sleep, 0.5)
                     continue
@@ -101,9 +103,10 @@ class Beat:
         self._thread = threading.Thread(target=self._run, name="kittiwake-beat", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Fire no more; with `wait`, wait (up to 5 s) for a step on its way."""
         self._stop.set()
-        if self._thread is not None:
+        if wait and self._thread is not None:
             self._thread.join(5.0)
 
     def _run(self) -> None:

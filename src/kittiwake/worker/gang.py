@@ -78,7 +78,8 @@ from kittiwake.constants import GANG_SUFFIX, GROUP_SEPARATOR, TASK_ID_HEADER
 
 if TYPE_CHECKING:
     from kittiwake.app.serialization import Serializer
-    from kittiwake.client import Client, LeasedTask
+    from kittiwake.client import LeasedTask
+    from kittiwake.client.interfaces import QueueClient
     from kittiwake.worker.heartbeat import Held
 
 log = logging.getLogger("kittiwake.worker.gang")
@@ -98,7 +99,7 @@ class RankRunner(Protocol):
     serializer and the worker's id (its slots' addresses start with it)."""
 
     @property
-    def client(self) -> Client: ...
+    def client(self) -> QueueClient: ...
 
     @property
     def serializer(self) -> Serializer: ...
@@ -145,7 +146,7 @@ class Gang:
 
     def __init__(self, rank: int, size: int, peers: list[str], gang_id: str, mailbox: str,
                  members: dict[str, str] | None = None, join_queue: str = "") -> None:
-        self.info = {"rank": rank, "size": size, "peers": list(peers), "gang": gang_id}
+        self.info: dict[str, Any] = {"rank": rank, "size": size, "peers": list(peers), "gang": gang_id}
         self.mailbox = mailbox
         self.members = members or {}  # leader only: join pid -> member address
         self.join_queue = join_queue  # leader only: where the members' joins are
@@ -174,7 +175,7 @@ def lead(runner: RankRunner, held: Held, needs: int, gang_timeout: float) -> Gan
     base_queue = undelayed_queue_of(task.queue)
     mailbox = mailbox_of(base_queue, gang_id)
     assemble_by = time.time() + gang_timeout
-    joins = [
+    joins: list[dict[str, Any]] = [  # tasks to enqueue: their fields by name
         {"queue": gang_queue_of(base_queue), "pid": f"{gang_id}-{n}", "max_attempts": 1,
          "data": serializer.dump_call(GANG_JOIN, (gang_id, me, mailbox, gang_timeout, bytes(task.data), assemble_by,
                                                   task.queue, task.pid, runner.worker_id), {})}
@@ -251,7 +252,7 @@ def await_members(runner: RankRunner, gang: Gang) -> list[str]:
     return lost
 
 
-def _holds_join(client: Any, join_queue: str, join_pid: str) -> bool:
+def _holds_join(client: QueueClient, join_queue: str, join_pid: str) -> bool:
     try:
         return client.get(join_queue, join_pid).state == "leased"
     except errors.TaskNotFound:
@@ -307,7 +308,7 @@ def run_member(runner: RankRunner, held: Held, args: list[Any]) -> Gang | None:
     return None
 
 
-def _leader_alive(client: Any, leader_task: tuple[str, str, str] | None) -> bool:
+def _leader_alive(client: QueueClient, leader_task: tuple[str, str, str] | None) -> bool:
     """Whether the leader's worker still holds the gang task (unknown for old joins: assume so)."""
     if leader_task is None:
         return True

@@ -16,6 +16,9 @@ A renew refused with LEASE_EXPIRED, TASK_NOT_LEASED or TASK_NOT_FOUND means
 the task is no longer ours (the lease ran out while the process stalled, or
 the task was cancelled): it is marked `lost`; the run goes on, but its
 outcome will be refused by the broker and is dropped.
+
+With a `ledger`, every task held and dropped is also told to the supervisor
+(`ledger`: what a process that dies held).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from typing import Callable
 
 from kittiwake import errors
 from kittiwake.app.definitions import TaskDefinition
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import LeasedTask
+from kittiwake.client.interfaces import QueueClient
+from kittiwake.worker.ledger import HeldTask, LedgerWriter
 
 log = logging.getLogger("kittiwake.worker.heartbeat")
 
@@ -57,13 +62,20 @@ class Held:
     def key(self) -> tuple[str, str]:
         return (self.task.queue, self.task.pid)
 
+    def ledger_entry(self) -> HeldTask:
+        task = self.task
+        return HeldTask(task.queue, task.pid, task.lease_id, task.deliveries, self.lease_secs)
+
 
 class LeaseKeeper:
     """Renews the leases of held tasks in a thread; see the module docstring."""
 
-    def __init__(self, client: Client, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, client: QueueClient, clock: Callable[[], float] = time.monotonic, *, ledger: LedgerWriter | None = None
+    ) -> None:
         self.client = client
         self.clock = clock
+        self.ledger = ledger
         self._held: dict[tuple[str, str], Held] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -74,13 +86,25 @@ class LeaseKeeper:
     # -------------------------------------------------------------- holding
 
     def hold(self, held: Held) -> None:
+        self.hold_all([held])
+
+    def hold_all(self, helds: list[Held]) -> None:
+        if self.ledger is not None:  # told first: a task held is never unknown to the supervisor
+            self.ledger.held(held.ledger_entry() for held in helds)
         with self._lock:
-            self._held[held.key] = held
+            for held in helds:
+                self._held[held.key] = held
 
     def drop(self, held: Held) -> None:
+        self.drop_all([held])
+
+    def drop_all(self, helds: list[Held]) -> None:
         with self._lock:
-            if self._held.get(held.key) is held:
-                del self._held[held.key]
+            dropped = [held.key for held in helds if self._held.get(held.key) is held]
+            for key in dropped:
+                del self._held[key]
+        if self.ledger is not None:
+            self.ledger.dropped(dropped)
 
     def held(self) -> list[Held]:
         with self._lock:
@@ -100,10 +124,11 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, name="kittiwake-heartbeat", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop renewing; with `wait`, wait (up to 5 s) for a renewal on its way."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
+        if wait and self._thread is not None:
             self._thread.join(5.0)
 
     def _run(self) -> None:
@@ -111,6 +136,8 @@ class LeaseKeeper:
             try:
                 wait = self.renew_due()
             except Exception as error:  # the broker may be away for a moment; try again soon
+                if self._stop.is_set():
+                    return  # stopping: its client may have been closed under it
                 log.warning("renewing leases: %s", error)
                 wait = MAX_TICK_SECS
             self._wake.wait(wait)

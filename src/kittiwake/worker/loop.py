@@ -29,6 +29,17 @@ at-most-once one will be dead-lettered as WORKER_LOST there, since it did
 start). `recycle()` (`max_tasks_per_child`, `max_memory_mb`) stops leasing
 too but runs every task already leased before exiting: recycling loses
 nothing and hands nothing back. `run()` returns once nothing is held.
+
+A stop does not wait for a broker that has gone away: from `stop()` on, a
+`BrokerWatch` (`stopping`) asks whether the broker is there; the first time
+it is not, the loop gives up on it (`_give_up_on_broker`): it closes the
+client — every call waiting to reconnect ends at once — and finishes the stop
+without waiting for running tasks, whose outcomes could not be posted. What
+the process held comes back to its queues when the leases run out.
+
+Each task held is also told to the supervisor (`ledger`, when the process was
+started with one): the tasks it leases and settles, and which one each slot
+runs, so that a process that dies has its tasks handed back at once (`lost`).
 """
 
 from __future__ import annotations
@@ -56,15 +67,18 @@ from kittiwake.app.envelope import (
 )
 from kittiwake.app.locality import base_queue_of, local_queue_of, remote_queue_pattern
 from kittiwake.client import Client, LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import DEFAULT_LEASE_SECS, DELAYED_SUFFIX, GANG_SUFFIX, NODE_SEPARATOR, REPLIES_PREFIX
 from kittiwake.model import pid_at
 from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.config import WorkerConfig
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
+from kittiwake.worker.ledger import LedgerWriter
 from kittiwake.worker.outcomes import Kind, Outcome, Settler
 from kittiwake.worker.prefetch import SLOW_SECS, Prefetch
 from kittiwake.worker.registry import WorkerRegistry
 from kittiwake.worker.runner import TaskRunner
+from kittiwake.worker.stopping import BrokerWatch
 
 log = logging.getLogger("kittiwake.worker")
 
@@ -74,6 +88,11 @@ MARKERS_PRUNED_PER_RUN = 100
 # a periodic run may start this long before its tick by this worker's clock (the scheduler's clock
 # runs ahead) and still leave its marker; a run of a later tick leaves none (`WorkerLoop._mark_tick`)
 TICK_SKEW_SECS = 60.0
+JOIN_SLICE_SECS = 0.1  # stopping: how often a wait for a running task looks whether the broker is gone
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 @dataclass(slots=True)
@@ -139,19 +158,20 @@ class WorkerLoop:
         app: Any,
         config: WorkerConfig,
         *,
-        client: Client | None = None,
+        client: QueueClient | None = None,
         worker_id: str | None = None,
         app_reference: str | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        ledger: LedgerWriter | None = None,
     ) -> None:
         self.app = app
         self.clock = clock
         self.wall_clock = wall_clock
         self.config = config
         self.id = worker_id or default_worker_id(config.name)
-        self.client = client or Client(config.url or app.url, worker=self.id)
+        self.client: QueueClient = client or Client(config.url or app.url, worker=self.id)
         if app.url is None and config.url is not None:
             app.url = config.url  # tasks that submit tasks reach the same broker
         self.queues = list(config.queues or app.queues())
@@ -164,7 +184,8 @@ class WorkerLoop:
         self._parked_lock = threading.Lock()
         self.prefetch = Prefetch(config.concurrency, config.prefetch)
         self.capacity = Capacity(self.prefetch.total(), clock)
-        self.keeper = LeaseKeeper(self.client, clock)
+        self.ledger = ledger
+        self.keeper = LeaseKeeper(self.client, clock, ledger=ledger)
         self.settler = Settler(self.client, clock, getattr(app, "reply_prefix", REPLIES_PREFIX))
         self.runner = TaskRunner(
             app, self.client, self.keeper, app_reference=app_reference or config.app,
@@ -175,6 +196,8 @@ class WorkerLoop:
         self._outcomes: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._stop_leasing = threading.Event()
         self._returning = threading.Event()  # hand back unstarted tasks instead of running them
+        self._broker_gone = threading.Event()  # stopping without the broker (`_give_up_on_broker`)
+        self._watch = BrokerWatch(self.client.address, self._returning, self._give_up_on_broker)
         self._threads: list[threading.Thread] = []
         self.started = 0
         self.leased = 0
@@ -191,10 +214,27 @@ class WorkerLoop:
     # ---------------------------------------------------------------- control
 
     def stop(self) -> None:
-        """Graceful stop (SIGTERM): stop leasing, hand back what did not start."""
+        """Graceful stop (SIGTERM): stop leasing, hand back what did not start; without waiting for a
+        broker that has gone away (see the module docstring). Safe in a signal handler."""
         self.exit_reason = "stopped"
-        self._returning.set()
+        self._returning.set()  # also starts the broker watch
         self._stop_leasing.set()
+
+    def _give_up_on_broker(self) -> None:
+        """The broker is gone while stopping (the watch's call, once): close the client, so that no
+        call waits to reconnect, and stop waiting for the running tasks."""
+        held = self.keeper.held()
+        running = sum(1 for h in held if h.started_at is not None and not h.ended)
+        log.warning(
+            "worker %s: the broker at %s is unreachable while stopping; stopping without it%s (tasks held: %d; "
+            "they come back to their queues when their leases run out)", self.id, self.client.url,
+            f", not waiting for {plural(running, 'running task')}" if running else "", len(held),
+        )
+        self._broker_gone.set()
+        self.settler.abandon()
+        self.keeper.stop(wait=False)
+        self.registry.stop(wait=False)
+        self.client.close()
 
     def recycle(self, why: str) -> None:
         """Stop leasing and exit once every held task ran (max tasks per child, max memory)."""
@@ -235,6 +275,7 @@ class WorkerLoop:
 
     def run(self) -> str:
         """Serve until stopped and drained; returns why it stopped."""
+        self._watch.start()
         self.keeper.start()
         self.registry.start(
             {"host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
@@ -255,6 +296,7 @@ class WorkerLoop:
         for thread in leasers:
             thread.join()
         self._drain(slots)
+        self._watch.finish()
         self.keeper.stop()
         self.registry.stop()
         self.runner.close()
@@ -273,13 +315,16 @@ class WorkerLoop:
         tasks `shutdown_secs`, release what still runs, and wait for the settler."""
         for _ in slots:
             self._ready.put(None)
-        deadline = self.clock() + self.config.shutdown_secs
+        deadline = self.clock() + self.config.shutdown_secs if self._returning.is_set() else None
         for thread in slots:
-            thread.join(max(0.0, deadline - self.clock()) if self._returning.is_set() else None)
+            self._join_unless_broker_gone(thread, deadline)
         self._outcomes.put(None)  # the settler finishes what the slots decided, then stops
         self._settler_thread.join(60.0)
         stuck = [held for held in self.keeper.held() if not held.finishing]
-        if stuck:
+        if stuck and self._broker_gone.is_set():
+            for held in stuck:  # nothing can be handed back: their leases run out
+                self.keeper.drop(held)
+        elif stuck:
             log.warning("handing back %d tasks still held after %.0f s", len(stuck), self.config.shutdown_secs)
             returned = [Outcome(held, Kind.RETURN) for held in stuck if held.started_at is None]
             self.settler.settle(returned)
@@ -291,6 +336,15 @@ class WorkerLoop:
                     except errors.KittiwakeError as error:
                         log.warning("releasing %s/%s: %s", held.task.queue, held.task.pid, error)
                 self.keeper.drop(held)
+
+    def _join_unless_broker_gone(self, thread: threading.Thread, deadline: float | None) -> None:
+        """Wait for a slot's thread until `deadline` (None: for as long as it runs), or until the
+        broker is found gone: a run whose outcome cannot be posted is not waited for."""
+        while thread.is_alive() and not self._broker_gone.is_set():
+            remaining = None if deadline is None else deadline - self.clock()
+            if remaining is not None and remaining <= 0:
+                return
+            thread.join(JOIN_SLICE_SECS if remaining is None else min(JOIN_SLICE_SECS, remaining))
 
     # ---------------------------------------------------------------- leasing
 
@@ -332,7 +386,8 @@ class WorkerLoop:
                     tasks = self._steal(lease_class)
                     worked_at = self.clock()  # the next steal waits for another idle spell
             except errors.Transient as error:
-                log.warning("leasing: %s; retrying", error)
+                if not self._stop_leasing.is_set():  # stopping: the client may have been closed
+                    log.warning("leasing: %s; retrying", error)
                 self._stop_leasing.wait(0.5)
             except errors.KittiwakeError as error:
                 log.error("leasing refused: %s", error)
@@ -348,9 +403,9 @@ class WorkerLoop:
             now = self.clock()
             with self._budget_lock:
                 self.leased += len(tasks)
-            for task in tasks:
-                held = Held(task, lease_class.lease_secs, now)
-                self.keeper.hold(held)
+            helds = [Held(task, lease_class.lease_secs, now) for task in tasks]
+            self.keeper.hold_all(helds)
+            for held in helds:
                 self._ready.put(held)
 
     def _give_back_excess(self) -> None:
@@ -438,6 +493,8 @@ class WorkerLoop:
                 self._outcomes.put(Outcome(held, Kind.DROP if held.lost else Kind.RETURN))
                 continue
             self.started += 1
+            if self.ledger is not None:  # before the run: a run that kills the process is known as running
+                self.ledger.running(index, held.task.lease_id)
             started = self._running[index] = self.clock()
             try:
                 outcome = self.runner.run(held)
@@ -445,6 +502,8 @@ class WorkerLoop:
                 log.exception("running %s/%s", held.task.queue, held.task.pid)
                 outcome = Outcome(held, Kind.DROP, reason=str(error))
             self._running[index] = None
+            if self.ledger is not None:
+                self.ledger.idle(index)
             ran_secs = self.clock() - started
             with self._busy_lock:
                 self._busy_secs += ran_secs
@@ -550,8 +609,7 @@ class WorkerLoop:
                 self.settler.settle(batch)
             except Exception:
                 log.exception("settling %d outcomes", len(batch))
-            for outcome in batch:
-                self.keeper.drop(outcome.held)
+            self.keeper.drop_all([outcome.held for outcome in batch])
             self.finished += sum(1 for outcome in batch if outcome.kind is not Kind.RETURN)
 
 

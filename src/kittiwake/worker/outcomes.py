@@ -38,20 +38,24 @@ The runner decides; this module writes the decision down:
 
 A request whose outcome is unknown (the connection broke) is repeated: an
 update that had been applied is then refused because its task is gone, which
-is taken as done.
+is taken as done — until `abandon()` (a worker stopping without its broker):
+then nothing is repeated, and outcomes still to settle are dropped (their
+tasks come back when their leases run out).
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kittiwake import errors
 from kittiwake.app.envelope import is_reply_queue_for, redeliver_note, result_pid
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import REPLIES_PREFIX, REPLY_TO_HEADER, TASK_ID_HEADER
 from kittiwake.model import Limits, group_of
 from kittiwake.worker.heartbeat import Held
@@ -117,7 +121,7 @@ class Settler:
     """Applies outcomes to the broker; `settle` takes a batch (see the module docstring)."""
 
     def __init__(
-        self, client: Client, clock: Callable[[], float] = time.monotonic, reply_prefix: str = REPLIES_PREFIX
+        self, client: QueueClient, clock: Callable[[], float] = time.monotonic, reply_prefix: str = REPLIES_PREFIX
     ) -> None:
         self.client = client
         self.clock = clock
@@ -126,8 +130,16 @@ class Settler:
         self.failed = 0
         self.retried = 0
         self.dropped = 0
+        self._abandoned = threading.Event()
+
+    def abandon(self) -> None:
+        """The broker is gone and the worker stops without it: settle nothing more, retry nothing."""
+        self._abandoned.set()
 
     def settle(self, outcomes: list[Outcome]) -> None:
+        if self._abandoned.is_set():
+            self.dropped += len(outcomes)
+            return
         by_group: dict[str, list[Outcome]] = {}
         returned: dict[tuple[float, int], list[Outcome]] = {}
         for outcome in outcomes:
@@ -193,10 +205,11 @@ class Settler:
                 self.client.update(**items)
                 return
             except errors.Transient as error:
-                if self.clock() > deadline:
+                if self.clock() > deadline or self._abandoned.is_set():
                     raise
                 uncertain = uncertain or not isinstance(error, errors.BrokerUnreachable)
-                time.sleep(RETRY_PAUSE_SECS)
+                if self._abandoned.wait(RETRY_PAUSE_SECS):
+                    raise
             except errors.KittiwakeError as error:
                 if uncertain and error.code in errors.LEASE_LOST_CODES:
                     return

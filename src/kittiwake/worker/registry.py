@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.client import Client, LeasedTask
+from kittiwake.client import LeasedTask
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import WORKERS_QUEUE
 
 log = logging.getLogger("kittiwake.worker.registry")
@@ -88,7 +89,7 @@ class WorkerRecord:
 class WorkerRegistry:
     """This process's record in ``_workers``, renewed by a thread."""
 
-    def __init__(self, client: Client, worker_id: str, every_secs: float = 2.0, queue: str = WORKERS_QUEUE) -> None:
+    def __init__(self, client: QueueClient, worker_id: str, every_secs: float = 2.0, queue: str = WORKERS_QUEUE) -> None:
         self.client = client
         self.queue = queue
         self.worker_id = worker_id
@@ -110,8 +111,12 @@ class WorkerRegistry:
         self._thread = threading.Thread(target=self._run, name="kittiwake-registry", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop beating and dequeue the record; without `wait`, only stop beating (a later `stop()`
+        dequeues it)."""
         self._stop.set()
+        if not wait:
+            return
         if self._thread is not None:
             self._thread.join(5.0)
         record, self._record = self._record, None
@@ -126,6 +131,8 @@ class WorkerRegistry:
             try:
                 self.beat()
             except errors.KittiwakeError as error:
+                if self._stop.is_set():
+                    return  # stopping: its client may have been closed under it
                 log.warning("worker heartbeat: %s", error)
             self._stop.wait(self.every_secs)
 
@@ -166,17 +173,17 @@ def record_of(view: Any) -> WorkerRecord:
     return WorkerRecord(view.pid, view.state == "leased", info, status, view.lease_expires_at)
 
 
-def all_workers(client: Client, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
+def all_workers(client: QueueClient, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
     """Every record in the registry, alive or not, by worker id."""
     return [record_of(view) for view in client.peek(queue, min(limit, 10_000))]
 
 
-def live_workers(client: Client, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
+def live_workers(client: QueueClient, limit: int = 1000, queue: str = WORKERS_QUEUE) -> list[WorkerRecord]:
     """Workers whose record is held: they renewed it within its time to live."""
     return [record for record in all_workers(client, limit, queue) if record.alive]
 
 
-def prune_dead(client: Client, queue: str = WORKERS_QUEUE) -> int:
+def prune_dead(client: QueueClient, queue: str = WORKERS_QUEUE) -> int:
     """Remove the records of workers that stopped renewing them; returns how many."""
     removed = 0
     now = time.time()

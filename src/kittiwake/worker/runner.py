@@ -22,7 +22,8 @@ The decision, in order:
 3. The function runs: in this process on the slot's thread, or — when the
    task has a `timeout` — in a child process (`Sandbox`), because a thread
    cannot be stopped: the child is killed when the time is up and replaced
-   for the next task. The timeout is the run's: it starts once the child has
+   for the next task (a child that dies during a run fails it with WORKER_LOST,
+   naming its signal or exit status as `lost` words it). The timeout is the run's: it starts once the child has
    imported the app and said so, so a slow import (pandas, PySpark) is never
    taken for a slow task; a child that has not imported it within
    `SANDBOX_START_SECS` is killed and the run fails with WORKER_LOST, as it
@@ -60,10 +61,11 @@ from kittiwake.app import tracing
 from kittiwake.app.definitions import Delivery, TaskDefinition
 from kittiwake.app.envelope import is_reply_queue_for, redeliver_note, redelivery_allowed
 from kittiwake.app.serialization import PayloadError, RemoteError, Serializer
-from kittiwake.client import Client
+from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import JOIN_HEADER, REPLIES_PREFIX, REPLY_TO_HEADER, TASK_ID_HEADER
 from kittiwake.worker import gang
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
+from kittiwake.worker.lost import WORKER_LOST, exit_description
 from kittiwake.worker.outcomes import DEFAULT_BROKER_MAX_ATTEMPTS, Kind, Outcome
 
 log = logging.getLogger("kittiwake.worker.runner")
@@ -71,6 +73,7 @@ log = logging.getLogger("kittiwake.worker.runner")
 REPLY_TO_REFUSED = "REPLY_TO_REFUSED"  # the dead-letter reason of a task asking for its result elsewhere
 
 SANDBOX_START_SECS = 60.0
+SANDBOX_EXIT_WAIT_SECS = 1.0  # a child whose pipe closed is exiting: how long to wait to learn how
 
 
 def call_function(definition: TaskDefinition, context: task_context.TaskContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
@@ -134,8 +137,7 @@ class Sandbox:
             try:
                 message = self._connection.recv()
             except EOFError:
-                self.kill()
-                return False, RemoteError("WorkerLost", "the sandbox process died during the task", reason="WORKER_LOST")
+                return False, self._lost("during the task")
             kind = message[0]
             if kind == "progress":
                 on_progress(message[1], message[2])
@@ -156,9 +158,18 @@ class Sandbox:
             else:
                 message = f"the sandbox process did not import the app within {SANDBOX_START_SECS:.0f} s"
         except (EOFError, OSError):
-            message = "the sandbox process died while importing the app (see the worker's log)"
+            return self._lost("while importing the app (see the worker's log)")
         self.kill()
-        return RemoteError("WorkerLost", message, reason="WORKER_LOST")
+        return RemoteError("WorkerLost", message, reason=WORKER_LOST)
+
+    def _lost(self, when: str) -> RemoteError:
+        """The child closed its pipe: it died. Learn how (its signal or status), then clean up."""
+        self._process.join(SANDBOX_EXIT_WAIT_SECS)
+        code = self._process.exitcode
+        pid = self._process.pid
+        self.kill()
+        how = "died" if code is None else exit_description(code)
+        return RemoteError("WorkerLost", f"the sandbox process {pid} {how} {when}", reason=WORKER_LOST)
 
     def kill(self) -> None:
         if self._process.is_alive():
@@ -217,7 +228,7 @@ class TaskRunner:
     def __init__(
         self,
         app: Any,
-        client: Client,
+        client: QueueClient,
         keeper: LeaseKeeper,
         *,
         app_reference: str | None,
@@ -279,9 +290,9 @@ class TaskRunner:
         held.definition = definition
         if definition.options.delivery is Delivery.AT_MOST_ONCE and task.deliveries > 1 and not self._may_redeliver(held):
             message = f"delivery {task.deliveries}: an earlier delivery's worker was lost mid-run"
-            return self._fail(held, RemoteError("WorkerLost", message, reason="WORKER_LOST"))
+            return self._fail(held, RemoteError("WorkerLost", message, reason=WORKER_LOST))
         headers = task.headers or {}
-        fields = {
+        fields: dict[str, Any] = {
             "id": headers.get(TASK_ID_HEADER, task.pid),
             "name": name,
             "queue": task.queue,
@@ -363,7 +374,7 @@ class TaskRunner:
             return self._failed_run(held, definition, *failure)
         if lost:
             message = f"gang {assembled.info['gang']} lost {', '.join(lost)} before its rank ended"
-            return self._failed_run(held, definition, RemoteError("WorkerLost", message, reason="WORKER_LOST"), None)
+            return self._failed_run(held, definition, RemoteError("WorkerLost", message, reason=WORKER_LOST), None)
         payload = None if options.ignore_result else self.serializer.dump_result(value)
         return Outcome(held, Kind.DONE, payload=payload, enqueue=context.outbox)
 
@@ -383,7 +394,7 @@ class TaskRunner:
         try:
             name, args, kwargs = self.serializer.load_call(join_args[4])
             definition = self.app.tasks[name]
-            fields = {"id": f"{join_args[0]}-rank-{assembled.info['rank']}", "name": name, "queue": held.task.queue,
+            fields: dict[str, Any] = {"id": f"{join_args[0]}-rank-{assembled.info['rank']}", "name": name, "queue": held.task.queue,
                       "pid": held.task.pid, "attempt": 1, "deliveries": held.task.deliveries, "headers": {}}
             context = task_context.TaskContext(**fields)
             with assembled:
@@ -423,8 +434,8 @@ class TaskRunner:
         options = definition.options
         attempt = held.task.attempts + 1
         retryable = exception is None or isinstance(exception, options.retry_on)
-        if error.reason in ("RESULT_UNSERIALISABLE", "RESULT_TOO_LARGE", "WORKER_LOST") and exception is None:
-            retryable = error.reason == "WORKER_LOST"
+        if error.reason in ("RESULT_UNSERIALISABLE", "RESULT_TOO_LARGE", WORKER_LOST) and exception is None:
+            retryable = error.reason == WORKER_LOST
         if retryable and attempt < options.max_attempts:
             tracing.failed(error.type, error.message, error.traceback, exception)
             backoff = options.backoff_secs(attempt, self.rng.random())

@@ -9,7 +9,7 @@ whose rows were not run (or failed) is `met: None`.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from kittiwake.bench.references import MAPREDUCE_SPREAD_RANGE, TARGET_MAPREDUCE_RATIO, TARGET_MAPREDUCE_SPREAD
 
@@ -22,7 +22,7 @@ def native_spread(rates: Iterable[float | None]) -> float | None:
     return (max(known) - min(known)) / max(known)
 
 
-def evaluate_targets(results: list[Mapping[str, Any]], apps: Iterable[str]) -> dict[str, Any]:
+def evaluate_targets(results: Sequence[Mapping[str, Any]], apps: Iterable[str]) -> dict[str, Any]:
     """`{"ratio_min": {bytes: bound}, "native_spread_max": bound, "checks": [{app, target, value, met}]}`."""
     checks: list[dict[str, Any]] = []
     for app in apps:

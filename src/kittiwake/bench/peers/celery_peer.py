@@ -37,8 +37,13 @@ class Submitter:
         group(null.s(payload) for payload in payloads).apply_async()
 
     def waiting(self) -> int | None:
+        from kombu.transport.redis import Channel as RedisChannel
+
         with app.connection_for_write() as connection:
-            return connection.default_channel.client.llen(PEERS_QUEUE)
+            channel = connection.default_channel
+            assert isinstance(channel, RedisChannel)  # the peers' Celery runs on Redis
+            length: int = channel.client.llen(PEERS_QUEUE)
+            return length
 
     def purge(self) -> None:
         app.control.purge()

@@ -59,7 +59,9 @@ class WorkerGroup:
         for process in self.processes:
             code = process.poll()
             if code is not None:
-                what = " ".join(str(part) for part in list(process.args)[1:4])
+                command = process.args
+                assert isinstance(command, list)  # started from a list of arguments (`start`)
+                what = " ".join(str(part) for part in command[1:4])
                 return f"{what} exited with code {code}{self.log_tail()}"
         return None
 

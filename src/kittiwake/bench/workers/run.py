@@ -258,7 +258,12 @@ class FigureRun:
         if self.pool is not None:
             pool = self.pool
             if not self.busy:  # closes the app (its reply queues); a process still busy is ended as it stands
-                steps.append(lambda: (pool.start(0, CLOSE), pool.done(0, 10.0)))
+
+                def close_app() -> None:
+                    pool.start(0, CLOSE)
+                    pool.done(0, 10.0)
+
+                steps.append(close_app)
             steps.append(pool.close)
         if self.client is not None:
             steps.append(self.client.close)

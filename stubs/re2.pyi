@@ -1,0 +1,19 @@
+# The part of google-re2 that Kittiwake uses (kittiwake.engine.queue_patterns), typed: the library
+# ships no annotations and no stub package exists. Names follow re2/__init__.py of google-re2 1.1.
+from typing import AnyStr, Generic
+
+class error(Exception): ...
+
+class Options:
+    max_mem: int
+    log_errors: bool
+
+class _Match(Generic[AnyStr]):
+    def group(self, *groups: int | str) -> AnyStr | None: ...
+    def span(self, group: int | str = ...) -> tuple[int, int]: ...
+
+class _Regexp(Generic[AnyStr]):
+    def search(self, text: AnyStr, pos: int | None = ..., endpos: int | None = ...) -> _Match[AnyStr] | None: ...
+
+def compile(pattern: AnyStr, options: Options | None = ...) -> _Regexp[AnyStr]: ...
+def purge() -> None: ...
