@@ -18,7 +18,8 @@ from kittiwake import Client
 from kittiwake.broker import BrokerConfig
 from kittiwake.broker.faces import Exposure, Face, Host
 from kittiwake.broker.local_calls import LocalCalls, request_id
-from kittiwake.broker.server import listening_line
+from kittiwake.broker.listening import format_listening_line, parse_listening_line
+from kittiwake.broker.server import listening_of
 from kittiwake.engine.tally import Tally
 from kittiwake.model import NewTask
 from kittiwake.protocol import messages as m
@@ -84,7 +85,9 @@ def test_a_face_of_its_own_plugs_in_without_changing_the_broker(tmp_path: Path) 
     broker = InProcessBroker(BrokerConfig(data_dir=str(tmp_path / "data"), port=0), None, faces=[face])
     try:
         port = broker.broker.face_port("lines")
-        assert port is not None and f"lines_port={port} " in listening_line(broker.broker)
+        line = format_listening_line(listening_of(broker.broker))
+        assert port is not None and f"lines_port={port} " in line
+        assert parse_listening_line(line).face_ports["lines"] == port
         assert broker.broker.ports()["lines_port"] == port
         assert "the lines face on 127.0.0.1 is for tests" in broker.broker.exposure_warnings()
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:

@@ -60,7 +60,6 @@ from kombu.transport import virtual
 from kombu.transport.base import to_rabbitmq_queue_arguments
 
 from kittiwake.client import BrokerAddress, Client, LeasedTask
-from kittiwake.client.interfaces import QueueClient
 from kittiwake.errors import BadRequest, KittiwakeError, Transient
 from kittiwake.kombu import shutdown
 from kittiwake.kombu.bindings import BindingRegistry
