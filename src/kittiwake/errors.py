@@ -111,6 +111,16 @@ class CrossGroupUpdate(KittiwakeError):
     code = "CROSS_GROUP_UPDATE"
 
 
+class WrongShard(KittiwakeError):
+    """The node does not own the key's slot in its cluster map, whose `epoch` it names. Code WRONG_SHARD."""
+
+    code = "WRONG_SHARD"
+
+    def __init__(self, message: str = "", *, epoch: str = "") -> None:
+        super().__init__(message, epoch=epoch)
+        self.epoch = epoch
+
+
 class Transient(KittiwakeError):
     """Parent of the errors that passing time can fix, so a later retry may succeed (see the module
     docstring); never raised itself."""
