@@ -37,8 +37,8 @@ a task of `q` without a pid      none: `Spread`                         FIFO, sp
                                                                         leased its task (one update)
 ===============================  =====================================  ===============================
 
-A key that no call of the default group can make (`"\\0"` never occurs in a queue name, and a tag
-key starts with it) keeps tags, groups and (queue, pid) keys apart. A FIFO task's dead letters,
+The kinds of key cannot collide: `"\\0"` never occurs in a queue name, so a group's key has none,
+a (queue, pid) key has one after a non-empty queue, and a tag key starts with it. A FIFO task's dead letters,
 ticks and delayed entries live where it did: reading them is a `Spread` call.
 
 A node asked for a key whose slot it does not own answers `errors.WrongShard` with its map's epoch;
