@@ -120,6 +120,11 @@ class WrongShard(KittiwakeError):
         super().__init__(message, epoch=epoch)
         self.epoch = epoch
 
+    def to_wire(self) -> dict[str, Any]:
+        """Code, message and the refusing node's map `epoch`: a client whose map differs fetches
+        the map (`cluster_map`) and routes again."""
+        return {"code": self.code, "message": self.message, "epoch": self.epoch}
+
 
 class Transient(KittiwakeError):
     """Parent of the errors that passing time can fix, so a later retry may succeed (see the module

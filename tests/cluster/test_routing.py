@@ -14,8 +14,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kittiwake import errors
-from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
-from kittiwake.cluster.routing import FifoSpreader, Owned, Spread, route, slot_of, tag_key, task_key
+from kittiwake.cluster.cluster_map import ID_STRIDE, Address, ClusterMap, Node
+from kittiwake.cluster.routing import (
+    FifoSpreader,
+    Owned,
+    Spread,
+    fold,
+    is_fifo_pid,
+    lease_route,
+    route,
+    slot_of,
+    tag_key,
+    tag_of,
+    tagged,
+    task_key,
+)
 
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.:@/-", min_size=1, max_size=30)
 PIDS = st.text(min_size=1, max_size=30).filter(lambda pid: "\0" not in pid)
@@ -57,7 +70,7 @@ def test_slot_of_refuses_no_slots() -> None:
 def test_a_named_groups_queues_all_live_on_one_node(group: str, names: list[str], pid: str) -> None:
     routes = {route(CLUSTER, f"{group}#{name}", pid) for name in names}
     routes |= {route(CLUSTER, f"{group}#{name}") for name in names}
-    routes |= {route(CLUSTER, f"{group}#{names[0]}", pid, tag="job-1")}
+    routes |= {route(CLUSTER, f"{group}#{names[0]}", "{job-1}" + pid)}
     assert len(routes) == 1
     only = routes.pop()
     assert isinstance(only, Owned) and only.key == group and only.slot == slot_of(group, CLUSTER.slots)
@@ -69,28 +82,51 @@ def test_the_same_queue_and_pid_always_go_to_one_node(queue: str, pid: str) -> N
     decision = route(CLUSTER, queue, pid)
     assert isinstance(decision, Owned)
     assert decision == route(CLUSTER, queue, pid) == route(ClusterMap.from_toml(CLUSTER.to_toml()), queue, pid)
-    assert decision.node == CLUSTER.owner(slot_of(queue + "\0" + pid, CLUSTER.slots))
+    if tag_of(pid) is None and not is_fifo_pid(pid) and fold(queue, pid) == (queue, pid):
+        assert decision.node == CLUSTER.owner(slot_of(queue + "\0" + pid, CLUSTER.slots))
 
 
 @settings(max_examples=100, deadline=None)
 @given(NAMES, PIDS, st.integers(min_value=0, max_value=10**16))
 def test_a_tasks_marker_dead_letters_and_delayed_entry_go_where_the_task_does(queue: str, pid: str, when: int) -> None:
     home = route(CLUSTER, queue, pid)
-    assert route(CLUSTER, queue + ".ticks-done", pid) == Owned(*_node_slot(home), key=task_key(queue, pid))
+    assert route(CLUSTER, queue + ".ticks-done", pid) == home
+    assert route(CLUSTER, queue + ".dead", f"{pid}~{when:016d}") == home
+    assert route(CLUSTER, queue + ".delayed", f"{when:016d}-{pid}") == home
     assert task_key(queue + ".dead", f"{pid}~{when:016d}") == task_key(queue, pid)
     assert task_key(queue + ".delayed", f"{when:016d}-{pid}") == task_key(queue, pid)
 
 
-def _node_slot(decision: object) -> tuple[str, int]:
-    assert isinstance(decision, Owned)
-    return decision.node, decision.slot
-
-
 def test_tasks_sharing_a_tag_go_together_whatever_their_queue_and_pid() -> None:
-    decisions = {route(CLUSTER, queue, pid, tag="job-42") for queue in ("stage1", "stage2", "sink") for pid in ("a", "b")}
+    decisions = {route(CLUSTER, queue, tagged("job-42", pid)) for queue in ("stage1", "stage2", "sink")
+                 for pid in ("a", "b", "", "x{y}")}
+    decisions |= {route(CLUSTER, "sink.dead", tagged("job-42", "a") + "~00000000000000001")}
     assert decisions == {Owned(CLUSTER.owner(slot_of("\0job-42", 1024)), slot_of("\0job-42", 1024), tag_key("job-42"))}
+    assert tag_of("a{}b{t}c{u}") == "t" and tag_of("{") is None and tag_of("plain") is None
     # a tag key never equals a (queue, pid) key or a group's
     assert tag_key("q") != task_key("q", "") and tag_key("G").startswith("\0")
+
+
+def test_a_fifo_pid_and_a_lease_id_name_the_node_that_issued_them() -> None:
+    for index, node in enumerate(CLUSTER.node_names):
+        number = 1_732_000_000_000_000 + index + ID_STRIDE * 1000
+        pid = str(number).zfill(17)
+        assert is_fifo_pid(pid)
+        assert route(CLUSTER, "emails", pid).node == node  # type: ignore[union-attr]
+        assert route(CLUSTER, "emails.dead", pid + "~" + "9" * 17).node == node  # type: ignore[union-attr]
+        assert lease_route(CLUSTER, "emails", "anything", number).node == node
+    # a residue no node of the map has falls back to the slot
+    beyond = str(1_732_000_000_000_000 + 31).zfill(17)
+    assert route(CLUSTER, "emails", beyond) == Owned(CLUSTER.owner(slot_of("emails\0" + beyond, 1024)),
+                                                    slot_of("emails\0" + beyond, 1024), "emails\0" + beyond)
+    # a group's lease goes to the group's owner whatever its id
+    assert lease_route(CLUSTER, "g#q", "p", 3).node == CLUSTER.owner(slot_of("g", 1024))
+
+
+def test_a_map_has_at_most_id_stride_nodes() -> None:
+    with pytest.raises(errors.BadRequest, match="at most"):
+        cluster_of(ID_STRIDE + 1)
+    assert cluster_of(ID_STRIDE).index_of(f"n{ID_STRIDE - 1}") == ID_STRIDE - 1
 
 
 def test_a_fifo_task_and_a_queue_wide_call_of_the_default_group_are_spread() -> None:

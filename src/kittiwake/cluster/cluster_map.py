@@ -45,6 +45,13 @@ DEFAULT_SLOTS = 1024
 MAX_SLOTS = 65536
 """The most slots a map may have (the table of owners is kept whole in every process)."""
 
+ID_STRIDE = 32
+"""Nodes a cluster may have. A node at index `i` of the file issues FIFO pids and lease ids equal
+to `i` modulo this (`engine.ids`' residue classes), so a broker-issued id names its node and a
+client routes a FIFO task or a lease to it with no table. Ids step past the clock's microseconds by
+at most this per id, so a node issuing more than 1,000,000 / ID_STRIDE ids a second runs its
+counter ahead of the clock (harmless: ids only need to grow)."""
+
 _NODE_NAME = re.compile(r"[a-z0-9_-]{1,64}")
 _HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
 _IPV6 = re.compile(r"[0-9A-Fa-f:.]{2,45}")
@@ -152,6 +159,19 @@ class ClusterMap:
         self.address_of(node)  # refuses an unknown node
         return tuple(slot for slot, owner in enumerate(self.owners) if owner == node)
 
+    def index_of(self, node: str) -> int:
+        """The position of `node` in the file: the residue of the ids it issues (`ID_STRIDE`)."""
+        for index, candidate in enumerate(self.nodes):
+            if candidate.name == node:
+                return index
+        raise errors.BadRequest(f"no node {node!r} in the cluster map (nodes: {', '.join(self.node_names)})")
+
+    def node_of_id(self, value: int) -> str | None:
+        """The node that issued a FIFO pid's number or a lease id (its residue modulo
+        `ID_STRIDE`), or None when no node of this map has that residue."""
+        index = value % ID_STRIDE
+        return self.nodes[index].name if index < len(self.nodes) else None
+
     def address_of(self, node: str) -> Address:
         """Where `node` listens."""
         for candidate in self.nodes:
@@ -170,6 +190,8 @@ def _validate(nodes: tuple[Node, ...], slots: int) -> None:
         raise errors.BadRequest(f"cluster map: slots must be from 1 to {MAX_SLOTS}, not {slots}")
     if not nodes:
         raise errors.BadRequest("cluster map: [nodes] names no node")
+    if len(nodes) > ID_STRIDE:
+        raise errors.BadRequest(f"cluster map: {len(nodes)} nodes, but a cluster has at most {ID_STRIDE}")
     if len(nodes) > slots:
         raise errors.BadRequest(f"cluster map: {len(nodes)} nodes cannot share {slots} slots (each owns one at least)")
     names: set[str] = set()

@@ -9,40 +9,40 @@ TaskMaster's sharding by group: every queue of a group is on one node, so update
 dead letters, delayed tasks, reply queues and ticks in the group, and their atomicity, are as on one
 broker.
 
-**The default group is spread.** A queue without `#` lives on every node. A call is routed by its
-*routing key*, the first of these rules that applies (the table of what must stay together; a
-starting point that grows with the app layer):
+**The default group is spread.** A queue without `#` lives on every node. A call naming a task
+(queue `q`, pid `p`) is routed by the first rule that applies, after folding a derived queue onto
+the task it belongs to (a tick marker `q.ticks-done` onto `q`; a dead letter `q.dead`, pid
+`p~<death>`, onto `p`; a delayed entry `q.delayed`, pid `<due>-<id>`, onto `id`), so each lives on
+the node of its task. This is the one table of what stays together:
 
-===============================  =====================================  ===============================
-what                             routing key                            why
-===============================  =====================================  ===============================
-a task with a routing tag `t`    ``"\\0" + t`` (`tag_key`)               things that must stay together
-                                                                        share a tag: a job's DAG (tag =
-                                                                        the job id; children wait for
-                                                                        parents on one broker), a gang
-                                                                        and its `.gang` joins (tag = the
-                                                                        gang task's id)
-a tick marker `q.ticks-done`,    ``q + "\\0" + pid``, the tick's own    the marker collapses a late
-pid `p`                          key                                    scheduler's tick on its node
-a dead letter `q.dead`,          ``q + "\\0" + p``, the original task   read and requeued by key where
-pid `p~<death>`                  of a keyed task                        the task lived
-a delayed task `q.delayed`,      ``q + "\\0" + id``                     it turns into task `id` of `q`
-pid `<due>-<id>`                                                        in one update, on one node
-a task of `q` with pid `p`       ``q + "\\0" + p``                      dedupe by pid stays exact
-                                                                        across the cluster
-a task of `q` without a pid      none: `Spread`                         FIFO, spread over live nodes
-(FIFO), a lease, a reply queue                                          by `FifoSpreader`; a lease asks
-`_replies.<app>`                                                        the local node first; a result
-                                                                        is posted on the node that
-                                                                        leased its task (one update)
-===============================  =====================================  ===============================
+==================================  =============================  ====================================
+the pid                             goes to                        why
+==================================  =============================  ====================================
+holds a routing tag ``{t}`` (the    the owner of `slot_of("\\0"     things that must stay together share
+first ``{…}`` with something in     + t)` (`tag_key`), whatever    a tag, as Redis Cluster's hash tags:
+it, as in ``{job-7}.step-2``)       the queue                      a job's DAG (children wait for their
+                                                                   parents on one broker), a gang and
+                                                                   its joins, a flow run's tokens
+17 digits (a broker-issued FIFO     the node whose index in the    a FIFO task stays where it was
+pid, or `pid_at(…)`) whose          map is the number modulo       pushed, and its pid says where:
+residue names a node                `ID_STRIDE`                    get, cancel and its dead letters
+                                                                   need no table
+anything else                       the owner of                   dedupe by pid stays exact across the
+                                    `slot_of(q + "\\0" + p)`        cluster
+no pid: a FIFO push, a lease, a     `Spread`: any live node        FIFO pushes spread evenly
+reply queue ``_replies.<app>``                                     (`FifoSpreader`); a lease asks the
+                                                                   local node first, then a holder; a
+                                                                   result is posted where its task was
+                                                                   leased (one update)
+==================================  =============================  ====================================
 
-The kinds of key cannot collide: `"\\0"` never occurs in a queue name, so a group's key has none,
-a (queue, pid) key has one after a non-empty queue, and a tag key starts with it. A FIFO task's dead letters,
-ticks and delayed entries live where it did: reading them is a `Spread` call.
+A lease id names its node the same way (`ClusterMap.node_of_id`): renew, dequeue, release and the
+dequeues of an update go to the node that leased. The kinds of slot key cannot collide: `"\\0"`
+never occurs in a queue name, so a group's key has none, a (queue, pid) key has one after a
+non-empty queue, and a tag key starts with it.
 
-A node asked for a key whose slot it does not own answers `errors.WrongShard` with its map's epoch;
-the client fetches the map and routes again.
+A node asked for a key it does not own answers `errors.WrongShard` with its map's epoch; the
+client fetches the map and routes again.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 from kittiwake import errors
 from kittiwake.cluster.cluster_map import ClusterMap
-from kittiwake.constants import DEAD_SUFFIX, DELAYED_SUFFIX, GROUP_SEPARATOR, TICKS_DONE_SUFFIX
+from kittiwake.constants import DEAD_SUFFIX, DELAYED_SUFFIX, FIFO_PID_DIGITS, GROUP_SEPARATOR, TICKS_DONE_SUFFIX
 
 _KEY_SEPARATOR = "\0"  # never in a queue name, so (queue, pid) keys cannot collide across queues
 _DEAD_PID_SEPARATOR = "~"  # `<pid>~<death time>`: the death time has no "~", the pid may
@@ -74,24 +74,55 @@ def tag_key(tag: str) -> str:
     return _KEY_SEPARATOR + tag
 
 
-def task_key(queue: str, pid: str) -> str:
-    """The routing key of a task `pid` of a default-group queue, after the table's folding of
-    tick markers, dead letters and delayed entries onto the task they belong to."""
+def fold(queue: str, pid: str) -> tuple[str, str]:
+    """The task a derived queue's entry belongs to: a tick marker, a dead letter or a delayed
+    entry folds onto (queue, pid) of its task; anything else is itself."""
     if queue.endswith(TICKS_DONE_SUFFIX):
-        queue = queue.removesuffix(TICKS_DONE_SUFFIX)
-    elif queue.endswith(DEAD_SUFFIX) and _DEAD_PID_SEPARATOR in pid:
-        queue, pid = queue.removesuffix(DEAD_SUFFIX), pid.rpartition(_DEAD_PID_SEPARATOR)[0]
-    elif queue.endswith(DELAYED_SUFFIX) and _DELAYED_PID_SEPARATOR in pid:
-        queue, pid = queue.removesuffix(DELAYED_SUFFIX), pid.partition(_DELAYED_PID_SEPARATOR)[2]
+        return queue.removesuffix(TICKS_DONE_SUFFIX), pid
+    if queue.endswith(DEAD_SUFFIX) and _DEAD_PID_SEPARATOR in pid:
+        return queue.removesuffix(DEAD_SUFFIX), pid.rpartition(_DEAD_PID_SEPARATOR)[0]
+    if queue.endswith(DELAYED_SUFFIX) and _DELAYED_PID_SEPARATOR in pid:
+        return queue.removesuffix(DELAYED_SUFFIX), pid.partition(_DELAYED_PID_SEPARATOR)[2]
+    return queue, pid
+
+
+def task_key(queue: str, pid: str) -> str:
+    """The slot key of a task `pid` of a default-group queue (after `fold`), when neither a tag
+    nor a FIFO pid routes it."""
+    queue, pid = fold(queue, pid)
     return queue + _KEY_SEPARATOR + pid
+
+
+def tag_of(pid: str) -> str | None:
+    """The routing tag a pid carries: what is inside its first `{…}` with something in it."""
+    start = pid.find("{")
+    while start >= 0:
+        end = pid.find("}", start + 1)
+        if end < 0:
+            return None
+        if end > start + 1:
+            return pid[start + 1:end]
+        start = pid.find("{", end + 1)
+    return None
+
+
+def tagged(tag: str, name: str) -> str:
+    """A pid that carries routing tag `tag`: every pid made this way with one tag lands on one node."""
+    return "{" + tag + "}" + name
+
+
+def is_fifo_pid(pid: str) -> bool:
+    """Whether `pid` is shaped like a broker-issued FIFO pid (FIFO_PID_DIGITS ASCII digits)."""
+    return len(pid) == FIFO_PID_DIGITS and pid.isascii() and pid.isdigit()
 
 
 @dataclass(frozen=True)
 class Owned:
-    """The call goes to `node`, the owner of `slot` (the slot of `key`)."""
+    """The call goes to `node`: the owner of `slot` (the slot of `key`), or, for a FIFO pid or a
+    lease id (`slot` None), the node the id names."""
 
     node: str
-    slot: int
+    slot: int | None
     key: str
 
 
@@ -106,18 +137,41 @@ class Spread:
 Route = Owned | Spread
 
 
-def route(cluster: ClusterMap, queue: str, pid: str | None = None, *, tag: str | None = None) -> Route:
-    """Where a call on `queue` goes: for a task, its `pid` (None for FIFO) and routing `tag`;
-    for a queue-wide call (a lease, a count), neither. The module docstring gives the rules."""
+def route(cluster: ClusterMap, queue: str, pid: str | None = None) -> Route:
+    """Where a call on `queue` goes: for a task, its `pid` (None for a FIFO push); for a
+    queue-wide call (a lease, a count), no pid. The module docstring gives the rules."""
     group, sep, _ = queue.rpartition(GROUP_SEPARATOR)
     if sep:
-        key = group
-    elif tag is not None:
-        key = tag_key(tag)
-    elif pid is not None:
-        key = task_key(queue, pid)
-    else:
+        return _owner(cluster, group)
+    if pid is None:
         return Spread(queue)
+    queue, pid = fold(queue, pid)
+    tag = tag_of(pid)
+    if tag is not None:
+        return _owner(cluster, tag_key(tag))
+    if is_fifo_pid(pid):
+        node = cluster.node_of_id(int(pid))
+        if node is not None:
+            return Owned(node, None, queue + _KEY_SEPARATOR + pid)
+    return _owner(cluster, queue + _KEY_SEPARATOR + pid)
+
+
+def lease_route(cluster: ClusterMap, queue: str, pid: str, lease_id: int) -> Owned:
+    """The node that leased: a named group's owner, else the node lease id `lease_id` names."""
+    group, sep, _ = queue.rpartition(GROUP_SEPARATOR)
+    if sep:
+        return _owner(cluster, group)
+    node = cluster.node_of_id(lease_id)
+    if node is None:
+        # no node issues this residue: the lease is not one of this cluster's; its task's node
+        # refuses it as it refuses any stale lease
+        decision = route(cluster, queue, pid)
+        assert isinstance(decision, Owned)
+        return decision
+    return Owned(node, None, queue + _KEY_SEPARATOR + pid)
+
+
+def _owner(cluster: ClusterMap, key: str) -> Owned:
     slot = slot_of(key, cluster.slots)
     return Owned(cluster.owner(slot), slot, key)
 

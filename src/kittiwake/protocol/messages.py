@@ -203,6 +203,31 @@ class Stats(Request):
     sample: int = DEFAULT_STATS_SAMPLE
 
 
+class ClusterMapRequest(Request):
+    """The cluster map the node serves (`kittiwake.cluster`): any node of a cluster answers it, a
+    broker that is no node answers with no nodes. Read-only; every connection may ask."""
+
+
+class Holders(Request):
+    """Which nodes hold available tasks of each of `queues`, as this node last heard (its own
+    holdings as of its last commit, the others' from their announcements)."""
+
+    queues: list[str]
+
+
+class Announce(Request):
+    """From one node of a cluster to another: the spread queues that came to hold available tasks
+    (`holding`) and that ran out (`empty`) since the last announcement; `full` says `holding` is
+    every such queue (forget the rest). Refused unless both share the map `epoch`; with an auth
+    file, only a user with the admin right may announce."""
+
+    node: str
+    epoch: str
+    holding: list[str] = []
+    empty: list[str] = []
+    full: bool = False
+
+
 REQUEST_TYPES: dict[str, type[Request]] = {
     "ping": Ping,
     "enqueue": Enqueue,
@@ -227,6 +252,9 @@ REQUEST_TYPES: dict[str, type[Request]] = {
     "drop_join": DropJoin,
     "purge_join": PurgeJoin,
     "list_joins": ListJoins,
+    "cluster_map": ClusterMapRequest,
+    "holders": Holders,
+    "announce": Announce,
 }
 
 _envelope_decoder = msgspec.msgpack.Decoder(Envelope)

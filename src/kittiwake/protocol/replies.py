@@ -36,7 +36,7 @@ from typing import Any, Callable, Generic, TypeVar
 
 import msgspec
 
-from kittiwake.errors import KittiwakeError, error_for_code
+from kittiwake.errors import KittiwakeError, WrongShard, error_for_code
 from kittiwake.model import LeaseRef
 
 # the engine's result records, which the protocol carries as they are: exported from here too
@@ -140,6 +140,37 @@ class JoinInfo(msgspec.Struct, kw_only=True):
     tokens_waiting: int = 0  # tasks in its port queues
 
 
+class ClusterNode(msgspec.Struct, array_like=True):
+    """One node of a cluster map: its name and `host:port`."""
+
+    name: str
+    address: str
+
+
+class ClusterMapResult(msgspec.Struct, kw_only=True):
+    """cluster_map: the map the answering node serves. `node` is its own name; a broker that is
+    no node of a cluster answers `node=None` and no nodes."""
+
+    node: str | None = None
+    epoch: str = ""
+    slots: int = 0
+    nodes: list[ClusterNode] = []
+
+
+class HoldersResult(msgspec.Struct, kw_only=True):
+    """holders: for each queue asked about, the nodes known to hold available tasks of it
+    (the answering node first when it holds some), and the map's epoch."""
+
+    epoch: str = ""
+    holders: dict[str, list[str]] = {}
+
+
+class AnnounceResult(msgspec.Struct, kw_only=True):
+    """announce: the receiving node's name."""
+
+    node: str
+
+
 ITEM_OUTCOMES = list[ItemOutcome]
 TASK_VIEWS = list[TaskView]
 
@@ -167,6 +198,9 @@ REPLY_TYPES: dict[str, Any] = {
     "list_joins": list[JoinInfo],
     "purge_dead": DeadLetterPage,
     "auth": AuthResult,
+    "cluster_map": ClusterMapResult,
+    "holders": HoldersResult,
+    "announce": AnnounceResult,
 }
 
 _result_decoders = {op: msgspec.msgpack.Decoder(kind) for op, kind in REPLY_TYPES.items()}
@@ -227,4 +261,7 @@ def error_of(reply: ReplyEnvelope[Any]) -> KittiwakeError:
     body = reply.error
     if body is None:
         return error_for_code("INTERNAL", "error reply without an error")
-    return error_for_code(body.get("code", "INTERNAL"), body.get("message", ""))
+    error = error_for_code(body.get("code", "INTERNAL"), body.get("message", ""))
+    if isinstance(error, WrongShard):
+        error.epoch = body.get("epoch", "")
+    return error
