@@ -69,7 +69,7 @@ def map_command(obj: CliContext | None, cluster_file: str, as_json: bool) -> Non
     from kittiwake.cluster.growth import SlotRange
 
     cluster_map = _read_map(cluster_file, "--cluster")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for index, node in enumerate(cluster_map.nodes):
         slots = cluster_map.slots_of(node.name)
         ranges: list[SlotRange] = []
