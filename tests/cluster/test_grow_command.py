@@ -261,3 +261,34 @@ def test_grow_records_the_new_epoch_where_stores_record_node_identities(tmp_path
     swapped = {"a": directories["b"], "b": directories["a"], "c": directories["c"]}
     refused = kittiwake(*grow_args(old_file, new_file, swapped))
     assert refused.returncode == 1 and "belongs to node" in refused.stderr
+
+
+def test_grow_moves_tasks_into_a_postgresql_node(tmp_path: Path) -> None:
+    from kittiwake.store.location import open_store, parse_store_url
+    from support.postgres import fresh_schema
+
+    old_file, new_file = cluster_file(tmp_path / "old.toml", 2), cluster_file(tmp_path / "new.toml", 3)
+    old, new = (ClusterMap.from_toml(path.read_text()) for path in (old_file, new_file))
+    directories = {name: tmp_path / f"store-{name}" for name in "ab"}
+    keys = {(f"g{index}#q" if index % 2 else "jobs", f"k{index}") for index in range(60)}
+    for name in "ab":
+        store = SqliteStore(directories[name])
+        store.write([PutTask(Task(queue, pid, pid.encode(), 1.0)) for queue, pid in sorted(keys)
+                     if isinstance(found := route(old, queue, pid), Owned) and found.node == name])
+        store.commit()
+        store.close()
+    with fresh_schema() as (dsn, schema):
+        url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+        args = grow_args(old_file, new_file, directories, "--json") + ["--store", f"c={url}"]
+        done = kittiwake(*args)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["moved"] > 0
+        store = open_store(parse_store_url(url))
+        try:
+            on_c = {(task.queue, task.pid) for summary in store.recover(0.0).queues
+                    for task in store.scan(summary.queue, None, 1000)}
+        finally:
+            store.close()
+    assert on_c and all(isinstance(found := route(new, q, p), Owned) and found.node == "c" for q, p in on_c)
+    rest = set(contents(directories["a"])) | set(contents(directories["b"]))
+    assert rest | on_c == keys and not rest & on_c

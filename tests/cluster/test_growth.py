@@ -4,6 +4,7 @@ new map still routes them to the task; the status summary's figures."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,8 +17,6 @@ from kittiwake.cluster.status import NodeStatus, load_deviation, node_urls, summ
 from kittiwake.constants import JOINS_QUEUE
 from kittiwake.join_spec import JoinPort, JoinSpec
 from kittiwake.model import Task
-
-import msgspec
 
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.:@/-", min_size=1, max_size=20)
 PIDS = st.text(min_size=1, max_size=24).filter(lambda pid: "\0" not in pid)
