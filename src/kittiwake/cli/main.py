@@ -32,6 +32,7 @@ LAZY_COMMANDS = {
     "mapreduce": "kittiwake.cli.mapreduce_command:mapreduce",
     "migrate": "kittiwake.cli.migrate_command:migrate",
     "copy": "kittiwake.cli.copy_command:copy",
+    "cluster": "kittiwake.cli.cluster_commands:cluster",
 }
 
 

@@ -1,0 +1,162 @@
+"""Growing a cluster: which stored entries change node when a map gains nodes (sans-IO).
+
+`kittiwake cluster grow` moves, node by node, every stored entry whose owner under the new map is
+another node; this module decides, from the maps and the entry alone, where each entry belongs and
+what may grow into what. No store, no socket, no clock.
+
+**Only appending grows.** A new map grows an old one when it keeps the old nodes in the same order
+at the same addresses, with the same slot count, and adds at least one node after them
+(`check_growth` refuses anything else, saying why). By the map's assignment rule
+(`cluster_map`) every slot that changes owner then goes to a new node, and a FIFO pid whose residue
+names an old node still names it: nothing moves between old nodes.
+
+**Where an entry belongs** is `routing.route` of its queue and pid (`destination`), with one exception: a
+join's declaration, the task of the broker's own queue `_joins` (pid the join's name, data its
+spec), belongs with its job queue's group (a named group's owner); a join on the default group has
+no single owner and stays where it is (`None`).
+
+**Leases.** A leased task that moves keeps its lease only when the new map routes that lease
+(`routing.lease_route`) to the task's new node, so the holder's renew and dequeue still reach it (a
+named group's queue); any other lease is dropped (`drop_lease`): the task is available again on its
+new node with no failed attempt counted and will be delivered again (at-least-once), as after
+`reject`.
+
+**Reporting.** `moved_slots` lists, as ranges, the slots that change owner (old owner → new).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from kittiwake import errors
+from kittiwake.cluster.cluster_map import ClusterMap
+from kittiwake.cluster.routing import Owned, lease_route, route
+from kittiwake.constants import GROUP_SEPARATOR, JOINS_QUEUE
+from kittiwake.model import Task
+
+
+def check_growth(old: ClusterMap, new: ClusterMap) -> None:
+    """Nothing when `new` grows `old` by appending nodes; BadRequest saying why not otherwise."""
+    if new.slots != old.slots:
+        raise errors.BadRequest(
+            f"the new map has {new.slots} slots and the old one {old.slots}: growing keeps the slot count "
+            "(every key would change slot)")
+    if len(new.nodes) < len(old.nodes):
+        missing = [node.name for node in old.nodes if node.name not in new.node_names]
+        raise errors.BadRequest(
+            f"the new map drops node(s) {', '.join(missing) or '?'}: growing only appends nodes")
+    for index, node in enumerate(old.nodes):
+        other = new.nodes[index]
+        if other.name != node.name:
+            raise errors.BadRequest(
+                f"node {index + 1} of the old map is {node.name!r} but of the new map {other.name!r}: growing keeps "
+                "the old nodes in the same order (append new ones at the end of [nodes])")
+        if other.address != node.address:
+            raise errors.BadRequest(
+                f"node {node.name!r} moves from {node.address} to {other.address}: growing keeps the old nodes' "
+                "addresses (change an address in a map of its own)")
+    if len(new.nodes) == len(old.nodes):
+        raise errors.BadRequest("the new map adds no node: there is nothing to grow")
+
+
+def destination(cluster: ClusterMap, task: Task) -> Owned | None:
+    """Where the stored `task` belongs under `cluster` (its node, and the slot that decided it, or
+    None for a FIFO pid's residue), or None when it stays wherever it is (a join declared on the
+    default group)."""
+    if task.queue == JOINS_QUEUE:
+        job_queue = _join_job_queue(task.data)
+        if job_queue is None or GROUP_SEPARATOR not in job_queue:
+            return None
+        decision = route(cluster, job_queue, task.pid)
+    else:
+        decision = route(cluster, task.queue, task.pid)
+    assert isinstance(decision, Owned)  # a call naming a pid always has one owner
+    return decision
+
+
+def keeps_lease(cluster: ClusterMap, task: Task, node: str) -> bool:
+    """Whether `task`, moving to `node`, keeps its lease: the lease is still running or ran out
+    unnoticed (`lease_expires_at` set) and `cluster` routes it to `node`."""
+    if task.lease_expires_at is None:
+        return True  # nothing to keep or drop
+    return lease_route(cluster, task.queue, task.pid, task.lease_id).node == node
+
+
+def drop_lease(task: Task) -> Task:
+    """`task` available again, as `reject` leaves it: no lease, no holder, no attempt counted."""
+    return dataclasses.replace(
+        task, lease_id=0, lease_owner=None, lease_peer=None, leased_at=None, lease_expires_at=None)
+
+
+def moved_task(cluster: ClusterMap, task: Task, node: str) -> Task:
+    """`task` as it is written on `node`, its new home: its lease kept or dropped (module docstring)."""
+    return task if keeps_lease(cluster, task, node) else drop_lease(task)
+
+
+@dataclass(frozen=True)
+class SlotRange:
+    """Slots `first`..`last` (inclusive) go from node `source` to node `target`."""
+
+    first: int
+    last: int
+    source: str
+    target: str
+
+    def __str__(self) -> str:
+        slots = f"{self.first}" if self.first == self.last else f"{self.first}-{self.last}"
+        return f"slots {slots}: {self.source} → {self.target}"
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+
+def moved_slots(old: ClusterMap, new: ClusterMap) -> list[SlotRange]:
+    """The slots whose owner differs between `old` and `new` (same slot count), as maximal ranges
+    of one old and one new owner, ascending."""
+    if old.slots != new.slots:
+        raise errors.BadRequest("maps with different slot counts share no slots")
+    ranges: list[SlotRange] = []
+    for slot, (before, after) in enumerate(zip(old.owners, new.owners, strict=True)):
+        if before == after:
+            continue
+        last = ranges[-1] if ranges else None
+        if last is not None and last.last == slot - 1 and (last.source, last.target) == (before, after):
+            ranges[-1] = dataclasses.replace(last, last=slot)
+        else:
+            ranges.append(SlotRange(slot, slot, before, after))
+    return ranges
+
+
+def range_of(ranges: Sequence[SlotRange], slot: int) -> SlotRange | None:
+    """The range of `ranges` (as `moved_slots` gives them) holding `slot`, if any."""
+    low, high = 0, len(ranges)
+    while low < high:
+        middle = (low + high) // 2
+        candidate = ranges[middle]
+        if slot < candidate.first:
+            high = middle
+        elif slot > candidate.last:
+            low = middle + 1
+        else:
+            return candidate
+    return None
+
+
+class _JobQueueOnly(msgspec.Struct):
+    job_queue: str
+
+
+_decode_job_queue = msgspec.msgpack.Decoder(_JobQueueOnly).decode
+
+
+def _join_job_queue(data: bytes) -> str | None:
+    """The job queue of a join's stored spec (`joins`: msgpack of `JoinSpec`), or None if unreadable."""
+    try:
+        return _decode_job_queue(data).job_queue
+    except msgspec.DecodeError:
+        return None

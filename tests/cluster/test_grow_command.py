@@ -1,0 +1,294 @@
+"""`kittiwake cluster grow` and `kittiwake cluster status`, run as the real CLI against real brokers
+and their stores: growing 2 → 3 puts every task on the node the new map names, loses none, doubles
+none, moves nothing when run again, survives a SIGKILL half-way; status says a stopped node is down.
+
+The brokers here are plain brokers on the nodes' stores (each task sent to its owner under the old
+map, FIFO pids given with the residues nodes issue), so the stores hold what a 2-node cluster's
+would; the nodes' own identity records are covered by their tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kittiwake import Client
+from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
+from kittiwake.cluster.grow import CRASH_ENV, recorded_identity
+from kittiwake.cluster.growth import destination
+from kittiwake.cluster.routing import Owned, lease_route, route, slot_of, tagged
+from kittiwake.engine.mutations import PutTask, SetCounter
+from kittiwake.model import NewTask, Task
+from kittiwake.store.sqlite import SqliteStore
+from support.broker_process import BrokerProcess
+
+SLOTS = 64
+KEYED = 60
+FIFO_EACH = 10
+
+
+def cluster_file(path: Path, count: int) -> Path:
+    nodes = tuple(Node(name, Address("127.0.0.1", 17001 + index)) for index, name in enumerate("abc"[:count]))
+    path.write_text(ClusterMap(nodes, SLOTS).to_toml())
+    return path
+
+
+def kittiwake(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environment = {name: value for name, value in os.environ.items() if name != "KITTIWAKE_URL"}
+    environment.update(env or {})
+    return subprocess.run([sys.executable, "-m", "kittiwake", *args], capture_output=True, text=True,
+                          timeout=120, env=environment)
+
+
+def contents(directory: Path) -> dict[tuple[str, str], Task]:
+    """Every task of the SQLite store in `directory`, read with no broker running."""
+    store = SqliteStore(directory)
+    try:
+        found: dict[tuple[str, str], Task] = {}
+        for summary in store.recover(0.0).queues:
+            for task in store.scan(summary.queue, None, 100_000):
+                found[(task.queue, task.pid)] = task
+        return found
+    finally:
+        store.close()
+
+
+def fill(old: ClusterMap, directories: dict[str, Path]) -> None:
+    """Tasks of every kind, each enqueued through its owner under `old`: keyed, FIFO, named groups,
+    a DAG under one tag, delayed entries, dead letters, and leases still held."""
+    brokers = {name: BrokerProcess(directories[name]) for name in old.node_names}
+    try:
+        clients = {name: Client(broker.url) for name, broker in brokers.items()}
+
+        def owner(queue: str, pid: str) -> Client:
+            decision = route(old, queue, pid)
+            assert isinstance(decision, Owned)
+            return clients[decision.node]
+
+        for index in range(KEYED):
+            owner("jobs", f"k{index}").enqueue("jobs", f"data {index}", pid=f"k{index}", sender="s",
+                                               headers={"h": str(index)}, max_attempts=5)
+            owner(f"g{index % 7}#q", f"t{index}").enqueue(f"g{index % 7}#q", b"grouped", pid=f"t{index}")
+            delayed = f"{1_700_000_000_000_000 + index:017d}-k{index}"
+            owner("jobs.delayed", delayed).enqueue("jobs.delayed", b"later", pid=delayed)
+        for number in range(3 * FIFO_EACH):  # FIFO pids as nodes issue them: residue = the node's index
+            pid = str(10**16 + 32 * number + number % 3)  # residue 2: no old node's, a new node's
+            owner("fifo", pid).enqueue("fifo", b"pushed", pid=pid)
+        parent, child = tagged("job-1", "parent"), tagged("job-1", "child")
+        dag = owner("dag", parent)
+        dag.enqueue_many([NewTask("dag", b"p", pid=parent), NewTask("dag", b"c", pid=child, after=[("dag", parent)])])
+        for index in range(12):  # dead letters: one attempt each, failed
+            owner("fail", f"f{index}").enqueue("fail", b"doomed", pid=f"f{index}", max_attempts=1)
+        for client in clients.values():
+            for leased in client.lease("fail", max_tasks=100, lease_secs=60):
+                client.release(leased, "no luck")
+            client.lease("jobs", max_tasks=5, lease_secs=600)  # held across the move
+            client.lease("g0#q", max_tasks=2, lease_secs=600)
+    finally:
+        for broker in brokers.values():
+            broker.terminate()
+
+
+def check_placed(new: ClusterMap, directories: dict[str, Path], before: dict[tuple[str, str], Task]) -> None:
+    after: dict[tuple[str, str], Task] = {}
+    for name, directory in directories.items():
+        for key, task in contents(directory).items():
+            found = destination(new, task)
+            assert found is None or found.node == name, f"{key} on {name}, owner {found}"
+            assert key not in after, f"{key} twice"
+            after[key] = task
+    assert set(after) == set(before)
+    for key, task in before.items():
+        moved = after[key]
+        assert (moved.data, moved.headers, moved.sender, moved.attempts, moved.max_attempts, moved.enqueued_at,
+                moved.waiting_on, moved.children) == (task.data, task.headers, task.sender, task.attempts,
+                                                      task.max_attempts, task.enqueued_at, task.waiting_on,
+                                                      task.children), key
+
+
+def everything(directories: dict[str, Path]) -> dict[tuple[str, str], Task]:
+    found: dict[tuple[str, str], Task] = {}
+    for directory in directories.values():
+        found.update(contents(directory))
+    return found
+
+
+def grow_args(old_file: Path, new_file: Path, directories: dict[str, Path], *extra: str) -> list[str]:
+    stores = [arg for name, directory in directories.items() for arg in ("--store", f"{name}={directory}")]
+    return ["cluster", "grow", "--from", str(old_file), "--to", str(new_file), *stores, *extra]
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> tuple[ClusterMap, ClusterMap, Path, Path, dict[str, Path]]:
+    old_file, new_file = cluster_file(tmp_path / "old.toml", 2), cluster_file(tmp_path / "new.toml", 3)
+    old, new = (ClusterMap.from_toml(path.read_text()) for path in (old_file, new_file))
+    directories = {name: tmp_path / f"store-{name}" for name in "abc"}
+    fill(old, {name: directories[name] for name in "ab"})
+    return old, new, old_file, new_file, directories
+
+
+def test_growing_two_nodes_to_three_puts_every_task_on_its_owner_and_loses_none(
+    two_nodes: tuple[ClusterMap, ClusterMap, Path, Path, dict[str, Path]],
+) -> None:
+    old, new, old_file, new_file, directories = two_nodes
+    before = everything(directories)
+    assert any(task.lease_expires_at is not None for task in before.values())
+    assert any(queue == "fail.dead" for queue, _ in before)
+    done = kittiwake(*grow_args(old_file, new_file, directories, "--json", "--batch", "7"))
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    assert report["moved"] > 0 and report["tasks_before"] == report["tasks_after"] == len(before)
+    assert {row["to"] for row in report["by_node"]} == {"c"}
+    assert any(label.startswith("FIFO pids of residue 2") for label in report["by_range"])
+    assert not any(label.startswith("misplaced") for label in report["by_range"])
+    assert report["leases_kept"] + report["leases_dropped"] > 0
+    check_placed(new, directories, before)
+    on_c = contents(directories["c"])
+    assert any(queue.endswith("#q") for queue, _ in on_c) and any(queue == "jobs" for queue, _ in on_c)
+    for key, task in on_c.items():  # a lease is kept only where the new map routes it to its task
+        was = before[key]
+        if was.lease_expires_at is not None:
+            kept = lease_route(new, was.queue, was.pid, was.lease_id).node == "c"
+            assert (task.lease_expires_at is not None) == kept, key
+            assert task.lease_id == (was.lease_id if kept else 0)
+
+    again = kittiwake(*grow_args(old_file, new_file, directories, "--json"))
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["moved"] == 0
+    check_placed(new, directories, before)
+
+    brokers = [BrokerProcess(directories[name]) for name in "abc"]  # the grown stores serve again
+    try:
+        total = 0
+        for broker in brokers:
+            with Client(broker.url) as client:
+                total += sum(stats.size for stats in client.stats())
+        assert total == len(before)
+    finally:
+        for broker in brokers:
+            broker.terminate()
+
+
+def test_a_grow_killed_half_way_and_run_again_loses_nothing_and_doubles_nothing(
+    two_nodes: tuple[ClusterMap, ClusterMap, Path, Path, dict[str, Path]],
+) -> None:
+    old, new, old_file, new_file, directories = two_nodes
+    before = everything(directories)
+    killed = kittiwake(*grow_args(old_file, new_file, directories, "--json", "--batch", "3"),
+                       env={CRASH_ENV: "2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    halfway = {key for directory in directories.values() for key in contents(directory)}
+    assert halfway == set(before)  # nothing lost, some on both stores
+    done = kittiwake(*grow_args(old_file, new_file, directories, "--json", "--batch", "3"))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["already_there"] >= 1
+    check_placed(new, directories, before)
+
+
+def test_grow_refuses_a_served_store_and_a_map_that_does_not_append(tmp_path: Path) -> None:
+    old_file, new_file = cluster_file(tmp_path / "old.toml", 2), cluster_file(tmp_path / "new.toml", 3)
+    directories = {name: tmp_path / f"store-{name}" for name in "abc"}
+    broker = BrokerProcess(directories["a"])
+    try:
+        done = kittiwake(*grow_args(old_file, new_file, directories))
+        assert done.returncode == 1
+        assert "a broker serves" in done.stderr and "stop every node" in done.stderr
+    finally:
+        broker.terminate()
+    swapped = tmp_path / "swapped.toml"
+    swapped.write_text('slots = 64\n[nodes]\nb = "127.0.0.1:17002"\na = "127.0.0.1:17001"\nc = "127.0.0.1:17003"\n')
+    done = kittiwake(*grow_args(old_file, swapped, directories))
+    assert done.returncode == 1 and "same order" in done.stderr
+    done = kittiwake(*grow_args(old_file, new_file, {"a": directories["a"], "b": directories["b"]}))
+    assert done.returncode == 1 and "no store for c" in done.stderr
+
+
+def test_status_says_a_stopped_node_is_down_and_exits_1(tmp_path: Path) -> None:
+    brokers = [BrokerProcess(tmp_path / f"store-{name}") for name in "ab"]
+    try:
+        nodes = tuple(Node(name, Address("127.0.0.1", broker.port)) for name, broker in zip("ab", brokers))
+        path = tmp_path / "cluster.toml"
+        path.write_text(ClusterMap(nodes, SLOTS).to_toml())
+        with Client(brokers[0].url) as client:
+            client.enqueue("q", b"x", pid="p")
+        brokers[1].terminate()
+        for args in (["--cluster", str(path)], ["--url", f"kw://127.0.0.1:{brokers[0].port},127.0.0.1:{brokers[1].port}"]):
+            done = kittiwake("cluster", "status", *args, "--json", "--timeout", "1")
+            assert done.returncode == 1, done.stderr
+            report = json.loads(done.stdout)
+            up = {node["address"]: node["up"] for node in report["nodes"]}
+            assert up == {f"127.0.0.1:{brokers[0].port}": True, f"127.0.0.1:{brokers[1].port}": False}
+            first = report["nodes"][0]
+            assert first["tasks"] == 1 and first["epoch"] is None  # a plain broker is no node
+            assert set(report) >= {"nodes", "epoch", "load_deviation"}
+        table = kittiwake("cluster", "status", "--cluster", str(path), "--timeout", "1")
+        assert table.returncode == 1 and "down" in table.stdout
+    finally:
+        for broker in brokers:
+            if broker.alive:
+                broker.terminate()
+
+
+def test_grow_records_the_new_epoch_where_stores_record_node_identities(tmp_path: Path) -> None:
+    old_file, new_file = cluster_file(tmp_path / "old.toml", 2), cluster_file(tmp_path / "new.toml", 3)
+    old, new = (ClusterMap.from_toml(path.read_text()) for path in (old_file, new_file))
+    directories = {name: tmp_path / f"store-{name}" for name in "abc"}
+    for name in "ab":
+        store = SqliteStore(directories[name])
+        owned = [f"k{index}" for index in range(40) if route(old, "jobs", f"k{index}") == Owned(
+            name, slot_of(f"jobs\0k{index}", SLOTS), f"jobs\0k{index}")]
+        store.write([PutTask(Task("jobs", pid, b"x", 1.0)) for pid in owned])
+        store.write([SetCounter(f"cluster_node:{name}:{old.epoch}", 1)])
+        store.commit()
+        store.close()
+    done = kittiwake(*grow_args(old_file, new_file, directories, "--json"))
+    assert done.returncode == 0, done.stderr
+    assert sorted(json.loads(done.stdout)["epochs_recorded"]) == ["a", "b", "c"]
+    for name in "abc":
+        store = SqliteStore(directories[name])
+        counters = store.recover(0.0).counters
+        store.close()
+        assert recorded_identity(counters) == (name, new.epoch, 1 if name == "c" else 2)
+    again = kittiwake(*grow_args(old_file, new_file, directories, "--json"))
+    assert again.returncode == 0 and json.loads(again.stdout)["epochs_recorded"] == []
+    swapped = {"a": directories["b"], "b": directories["a"], "c": directories["c"]}
+    refused = kittiwake(*grow_args(old_file, new_file, swapped))
+    assert refused.returncode == 1 and "belongs to node" in refused.stderr
+
+
+def test_grow_moves_tasks_into_a_postgresql_node(tmp_path: Path) -> None:
+    from kittiwake.store.location import open_store, parse_store_url
+    from support.postgres import fresh_schema
+
+    old_file, new_file = cluster_file(tmp_path / "old.toml", 2), cluster_file(tmp_path / "new.toml", 3)
+    old, new = (ClusterMap.from_toml(path.read_text()) for path in (old_file, new_file))
+    directories = {name: tmp_path / f"store-{name}" for name in "ab"}
+    keys = {(f"g{index}#q" if index % 2 else "jobs", f"k{index}") for index in range(60)}
+    for name in "ab":
+        store = SqliteStore(directories[name])
+        store.write([PutTask(Task(queue, pid, pid.encode(), 1.0)) for queue, pid in sorted(keys)
+                     if isinstance(found := route(old, queue, pid), Owned) and found.node == name])
+        store.commit()
+        store.close()
+    with fresh_schema() as (dsn, schema):
+        url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+        args = grow_args(old_file, new_file, directories, "--json") + ["--store", f"c={url}"]
+        done = kittiwake(*args)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["moved"] > 0
+        store = open_store(parse_store_url(url))
+        try:
+            on_c = {(task.queue, task.pid) for summary in store.recover(0.0).queues
+                    for task in store.scan(summary.queue, None, 1000)}
+        finally:
+            store.close()
+    assert on_c and all(isinstance(found := route(new, q, p), Owned) and found.node == "c" for q, p in on_c)
+    rest = set(contents(directories["a"])) | set(contents(directories["b"]))
+    assert rest | on_c == keys and not rest & on_c
