@@ -139,3 +139,17 @@ def test_a_name_or_an_address_the_map_does_not_have_is_a_usage_error(nodes: Clus
     bad.write_text("[nodes]\na = 5\n")
     broken = run_broker("--data", str(tmp_path / "z"), "--cluster", str(bad), "--node", "a")
     assert broken.returncode == 2 and "host:port" in broken.stderr
+
+
+def test_every_metric_series_of_a_node_carries_its_name(tmp_path: Path) -> None:
+    import urllib.request
+
+    with ClusterNodes(tmp_path, ["solo"], args=["--durability", "os", "--http-port", "0"]) as one:
+        with Client(one["solo"].url) as client:
+            client.enqueue("q", b"x")
+        url = f"http://{one['solo'].host}:{one['solo'].http_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+    series = [line for line in text.splitlines() if line.startswith("kittiwake_")]
+    assert series and all('node="solo"' in line for line in series), [s for s in series if 'node="solo"' not in s][:3]
+    assert any(line.startswith('kittiwake_queue_tasks{node="solo",queue="q"') for line in series)
