@@ -153,3 +153,24 @@ def test_every_metric_series_of_a_node_carries_its_name(tmp_path: Path) -> None:
     series = [line for line in text.splitlines() if line.startswith("kittiwake_")]
     assert series and all('node="solo"' in line for line in series), [s for s in series if 'node="solo"' not in s][:3]
     assert any(line.startswith('kittiwake_queue_tasks{node="solo",queue="q"') for line in series)
+
+
+def test_with_auth_files_nodes_announce_with_their_own_credentials(tmp_path: Path) -> None:
+    auth_file = tmp_path / "users.json"
+    for user, rights in (("node", "*=all"), ("app", "jobs*=produce,consume")):
+        subprocess.run([sys.executable, "-m", "kittiwake", "auth", "add-user", user, "--rights", rights,
+                        "--token", f"{user}-token-0123456789", "--file", str(auth_file)],
+                       check=True, capture_output=True, timeout=60)
+    args = ["--durability", "os", "--auth-file", str(auth_file),
+            "--cluster-user", "node", "--cluster-token", "node-token-0123456789"]
+    with ClusterNodes(tmp_path / "nodes", ["a", "b"], args=args) as two:
+        a_url = two["a"].url.replace("kw://", "kw://app:app-token-0123456789@")
+        b_url = two["b"].url.replace("kw://", "kw://app:app-token-0123456789@")
+        with Client(a_url) as a, Client(b_url) as b:
+            a.enqueue("jobs", b"x")
+            deadline = time.monotonic() + POLL_SECS
+            while cluster_call(b, "holders", queues=["jobs"]).holders["jobs"] != ["a"]:
+                assert time.monotonic() < deadline, two["a"].log_tail()
+                time.sleep(0.05)
+            with pytest.raises(errors.Forbidden, match="announce"):
+                cluster_call(b, "announce", node="a", epoch="0" * 16, full=True)
