@@ -5,6 +5,9 @@ them into one: the static cluster map (`cluster_map`: the nodes, which node owns
 epoch every process reading the same file agrees on) and routing (`routing`: the pure decision of
 which node a call goes to, the routing tags that keep together what must stay together, and the
 spreading of FIFO tasks over live nodes). Both are sans-IO: no sockets, no store, no clock of their
-own. The broker's side (serving its slots, refusing others with `WRONG_SHARD`) and the client's
-(`kw://a,b,c`, fan-out, local-first leases) build on them.
+own. The broker's side builds on them: `node` (a broker as a node, plugged into the broker as a
+request extension, `kittiwake.broker.extensions`), `shard_guard` (the pure rule of what a node
+refuses with `WRONG_SHARD`), `holdings` (which nodes hold tasks of each spread queue, sans-IO) and
+`announcer` (the I/O that tells the peers). The client's side (`kw://a,b,c`, fan-out, local-first
+leases) builds on the same map and routing.
 """
