@@ -12,7 +12,9 @@ client (`client`), where such type-only circles used to stand in for narrow
 protocols, the second test counts them too.
 
 Faces plug into the broker from above (`kittiwake.broker.faces`): no core
-module of the broker imports one, not even for a type.
+module of the broker imports one, not even for a type. Request extensions
+(`kittiwake.broker.extensions`) too: the broker imports nothing of the cluster
+(`kittiwake.cluster`), which plugs a node into it.
 """
 
 from __future__ import annotations
@@ -168,6 +170,14 @@ def test_the_broker_core_imports_no_face() -> None:
     core = [module for module in graph if _within(module, ("kittiwake.broker",)) and not _within(module, FACES)]
     found = sorted(f"{module} -> {target}" for module in core for target in graph[module] if _within(target, FACES))
     assert not found, "broker core modules importing a face:\n" + "\n".join(found)
+
+
+def test_the_broker_imports_nothing_of_the_cluster() -> None:
+    graph = import_graph(SOURCE, type_checking=True)
+    broker = [module for module in graph if _within(module, ("kittiwake.broker", "kittiwake.engine"))]
+    found = sorted(f"{module} -> {target}" for module in broker for target in graph[module]
+                   if _within(target, ("kittiwake.cluster",)))
+    assert not found, "broker or engine modules importing the cluster:\n" + "\n".join(found)
 
 
 def test_the_walk_sees_function_level_imports_and_skips_type_only_ones(tmp_path: Path) -> None:

@@ -170,6 +170,15 @@ class StoreInUse(KittiwakeError):
     code = "STORE_IN_USE"
 
 
+class ClusterIdentity(KittiwakeError):
+    """The store belongs to another cluster node than the broker starting on it (or to a node while
+    the broker is none, or to no node while it holds tasks whose ids name no node), so the broker
+    refused to start and changed nothing; the message names both. Raised at start by a cluster
+    node (`kittiwake.engine.identity`). Code CLUSTER_IDENTITY."""
+
+    code = "CLUSTER_IDENTITY"
+
+
 class TooManyConnections(Transient):
     """The broker is at its connection limit. Code TOO_MANY_CONNECTIONS."""
 

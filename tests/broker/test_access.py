@@ -62,7 +62,17 @@ CASES: list[tuple[str, dict[str, Any], set[frozenset[Permission]] | None]] = [
     ("delete_queue", {"queue": "q"}, {frozenset({A})}),
     ("stats", {"queues": ["q"]}, {frozenset({A})}),
     ("find_by_sender", {"sender": "s", "queue": "q"}, {frozenset({A})}),
+    ("cluster_map", {}, None),
+    ("holders", {"queues": ["q"]}, {frozenset({C})}),
 ]
+
+
+def test_announcing_needs_admin_on_every_queue() -> None:
+    announce = request("announce", node="a", epoch="0" * 16, holding=["q"])
+    authorise(principal(**{"*": {A}}), announce)
+    for rights in ({"q": set(ALL_PERMISSIONS)}, {"q*": {A}, "other.*": set(ALL_PERMISSIONS)}, {"*": {P, C}}):
+        with pytest.raises(errors.Forbidden, match="announce"):
+            authorise(principal(**rights), announce)
 
 
 @pytest.mark.parametrize("op, fields, needs", CASES, ids=[f"{case[0]}-{n}" for n, case in enumerate(CASES)])

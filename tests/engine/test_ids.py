@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from kittiwake.engine import Engine
 from kittiwake.model import FIFO_PID_DIGITS, NewTask, fifo_pid
+from kittiwake.store.memory import MemoryStore
 
 from .harness import codes, pids, put, ref, take
 
@@ -76,3 +77,24 @@ def test_lease_ids_never_repeat_across_a_restart_even_at_the_same_clock_reading(
     [second] = take(engine, clock.now, "q")
     assert second.lease_id != first.lease_id
     assert codes(engine.dequeue([ref(first)], clock.now)) == ["TASK_NOT_LEASED"]
+
+
+class _SharedMemoryStore(MemoryStore):
+    """The memory store as the third of four brokers sharing it (only what `ids` reads of a shared store)."""
+
+    shared = True
+    id_slot = 2
+    id_stride = 4
+
+
+def test_a_cluster_nodes_ids_keep_its_residue_and_a_shared_stores_share_of_it() -> None:
+    from kittiwake.engine.ids import next_fifo_pid, next_lease_id
+
+    for store, slot, stride in ((MemoryStore(), 5, 32), (_SharedMemoryStore(), 5 + 32 * 2, 32 * 4)):
+        engine = Engine(store, id_class=(5, 32))
+        assert (engine.state.id_slot, engine.state.id_stride) == (slot, stride)
+        mutations: list = []
+        ids = [int(next_fifo_pid(engine.state, 1000.0 + i / 10, mutations)) for i in range(20)]
+        ids += [next_lease_id(engine.state, 1000.0, mutations) for _ in range(20)]
+        assert {value % 32 for value in ids} == {5} and {value % stride for value in ids} == {slot}
+        assert ids[:20] == sorted(set(ids[:20])) and ids[20:] == sorted(set(ids[20:]))

@@ -26,7 +26,14 @@ from kittiwake.client import (
     calls,
 )
 from kittiwake.protocol import REQUEST_TYPES, decode_reply, encode_frame, encode_request
-from kittiwake.protocol.replies import AuthResult, CancelWaitResult, JoinInfo
+from kittiwake.protocol.replies import (
+    AnnounceResult,
+    AuthResult,
+    CancelWaitResult,
+    ClusterMapResult,
+    HoldersResult,
+    JoinInfo,
+)
 from support.wire_pair import PEER, START, WirePair, any_client
 
 OPS_REACHED: set[str] = set()
@@ -187,6 +194,42 @@ def test_joins_are_declared_listed_purged_and_dropped(client: Any) -> None:
 def test_auth_and_cancel_wait_are_answered_with_their_records(pair: WirePair) -> None:
     assert pair.call(calls.auth("alice", "secret")) == AuthResult(None)  # no auth file: anyone is let in
     assert pair.call(calls.cancel_wait(12)) == CancelWaitResult(False)
+
+
+def _cluster_call(op: str, fields: dict[str, Any]) -> Any:
+    from kittiwake.protocol.replies import result_decoder
+
+    return calls.Call(calls.request(op, fields), result_decoder(op))
+
+
+def test_a_broker_that_is_no_node_answers_the_cluster_ops_as_such(pair: WirePair) -> None:
+    assert pair.call(_cluster_call("cluster_map", {})) == ClusterMapResult(node=None, epoch="", slots=0, nodes=[])
+    assert pair.call(_cluster_call("holders", {"queues": ["q"]})) == HoldersResult(epoch="", holders={"q": []})
+    with pytest.raises(errors.BadRequest, match="no cluster node"):
+        pair.call(_cluster_call("announce", {"node": "a", "epoch": "0" * 16, "holding": ["q"]}))
+
+
+def test_a_node_answers_its_map_its_holders_and_its_peers_announcements() -> None:
+    from kittiwake.cluster.cluster_map import ClusterMap
+    from kittiwake.cluster.node import ClusterNode
+
+    cluster = ClusterMap.from_toml('[nodes]\na = "127.0.0.1:7001"\nb = "127.0.0.1:7002"\n')
+    node = ClusterNode(cluster, "b")
+    pair = WirePair(extension=node)
+    answer = pair.call(_cluster_call("cluster_map", {}))
+    assert (answer.node, answer.epoch, answer.slots) == ("b", cluster.epoch, 1024)
+    assert [(n.name, n.address) for n in answer.nodes] == [("a", "127.0.0.1:7001"), ("b", "127.0.0.1:7002")]
+    announced = _cluster_call("announce", {"node": "a", "epoch": cluster.epoch, "holding": ["q", "r"], "full": True})
+    assert pair.call(announced) == AnnounceResult(node="b")
+    node.holdings.observe({"q": 3})
+    assert pair.call(_cluster_call("holders", {"queues": ["q", "r", "s"]})) == HoldersResult(
+        epoch=cluster.epoch, holders={"q": ["b", "a"], "r": ["a"], "s": []})
+    with pytest.raises(errors.WrongShard) as refused:
+        pair.call(_cluster_call("announce", {"node": "a", "epoch": "f" * 16}))
+    assert refused.value.epoch == cluster.epoch
+    with pytest.raises(errors.BadRequest, match="not a peer"):
+        pair.call(_cluster_call("announce", {"node": "z", "epoch": cluster.epoch}))
+    OPS_REACHED.update(pair.ops)
 
 
 def test_the_brokers_refusals_come_back_as_their_errors(client: Any, pair: WirePair) -> None:

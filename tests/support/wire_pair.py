@@ -48,9 +48,13 @@ class WirePair:
     `now` is the broker's clock, moved by the test. `requests` and `replies` hold
     every frame body that crossed, in order, and `ops` the op of each request."""
 
-    def __init__(self, *, limits: Limits | None = None, now: float = START) -> None:
+    def __init__(self, *, limits: Limits | None = None, now: float = START, extension: Any = None) -> None:
+        """`extension`: a request extension (`kittiwake.broker.extensions`) whose check and ops apply."""
         self.store = MemoryStore()
-        self.engine = Engine(self.store, limits=limits)
+        self.extension = extension
+        self.handlers = {**dispatch.HANDLERS, **extension.ops()} if extension is not None else dispatch.HANDLERS
+        id_class = extension.id_class if extension is not None else (0, 1)
+        self.engine = Engine(self.store, limits=limits, id_class=id_class)
         self.now = now
         self.engine.recover(now)
         self.requests: list[bytes] = []
@@ -88,7 +92,9 @@ class WirePair:
         if isinstance(request, m.CancelWait):
             return encode_ok(request.id, CancelWaitResult(False))  # nothing is ever parked here
         try:
-            result = dispatch.execute(self.engine, request, PEER, self.now)
+            if self.extension is not None:
+                self.extension.check(request)
+            result = dispatch.execute(self.engine, request, PEER, self.now, self.handlers)
             reply = encode_ok(request.id, result)  # at once: the engine's objects are live
         except errors.KittiwakeError as exc:
             return encode_error(request.id, exc)

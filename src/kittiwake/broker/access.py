@@ -32,6 +32,9 @@ What each op needs (the README's table comes from this one):
 | declare_join | admin on the join's name (read as a queue name), its job queue and every port queue |
 | drop_join, purge_join | admin on the join's name |
 | list_joins | answered with the joins whose name the user has admin on only |
+| cluster_map | nothing beyond being authenticated |
+| holders | consume on each queue |
+| announce | admin on every queue (a grant whose pattern is `*`): it is how cluster nodes talk to each other |
 
 The broker itself moves tasks where no request names them — a task released
 for the last time into `<queue>.dead`, children of a failed parent into their
@@ -217,6 +220,17 @@ def _check_join_name(principal: Principal, request: m.DropJoin | m.PurgeJoin) ->
     principal.require(Permission.ADMIN, request.name)
 
 
+def _check_holders(principal: Principal, request: m.Holders) -> None:
+    for queue in request.queues:
+        principal.require(Permission.CONSUME, queue)
+
+
+def _check_announce(principal: Principal, request: m.Announce) -> None:
+    # "*" names every queue: only a grant on the pattern `*` matches it
+    if not principal.may(Permission.ADMIN, "*"):
+        raise errors.Forbidden(f"user {principal.user!r} may not announce: it needs admin on every queue ('*')")
+
+
 def _nothing(principal: Principal, request: m.Request) -> None:
     return None
 
@@ -247,6 +261,9 @@ RULES: dict[type[m.Request], Rule] = {
     m.DropJoin: _check_join_name,
     m.PurgeJoin: _check_join_name,
     m.ListJoins: _nothing,  # scoped: sees only joins with admin on their name
+    m.ClusterMapRequest: _nothing,  # the map: where the nodes are, nothing of any queue
+    m.Holders: _check_holders,
+    m.Announce: _check_announce,
 }
 
 

@@ -29,7 +29,16 @@ from kittiwake.broker import access
 from kittiwake.engine import Engine
 from kittiwake.model import LeaseRequest, Limits, validate_count
 from kittiwake.protocol import messages as m
-from kittiwake.protocol.replies import AuthResult, DeadLetterPage, JoinInfo, Pong, TaskView, UpdateResult
+from kittiwake.protocol.replies import (
+    AuthResult,
+    ClusterMapResult,
+    DeadLetterPage,
+    HoldersResult,
+    JoinInfo,
+    Pong,
+    TaskView,
+    UpdateResult,
+)
 
 
 def lease_request(request: m.Lease, peer: str | None) -> LeaseRequest:
@@ -163,6 +172,20 @@ def _auth(engine: Engine, request: m.Auth, peer: str | None, now: float) -> Any:
     return AuthResult(None)
 
 
+def _cluster_map(engine: Engine, request: m.ClusterMapRequest, peer: str | None, now: float) -> Any:
+    # a broker that is no cluster node; a node's extension answers for itself (`extensions`)
+    return ClusterMapResult()
+
+
+def _holders(engine: Engine, request: m.Holders, peer: str | None, now: float) -> Any:
+    validate_count(len(request.queues), "queues", 0, engine.limits.max_batch)
+    return HoldersResult(holders={queue: [] for queue in request.queues})
+
+
+def _announce(engine: Engine, request: m.Announce, peer: str | None, now: float) -> Any:
+    raise errors.BadRequest("this broker is no cluster node: it takes no announcements")
+
+
 @dataclass(frozen=True, slots=True)
 class WithdrawWait:
     """The result of `cancel_wait`: the caller's parked long-poll `request_id` is to be answered
@@ -201,6 +224,9 @@ HANDLERS: dict[type[m.Request], Handler] = {
     m.DropJoin: _drop_join,
     m.PurgeJoin: _purge_join,
     m.ListJoins: _list_joins,
+    m.ClusterMapRequest: _cluster_map,
+    m.Holders: _holders,
+    m.Announce: _announce,
 }
 HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without rights on every queue
 
@@ -210,14 +236,17 @@ HANDLERS.update(access.SCOPED_HANDLERS)  # cross-queue reads of users without ri
 # reads, which read no more. Anything not listed counts as a write.
 READ_ONLY_REQUESTS: frozenset[type[m.Request]] = frozenset(
     {m.Ping, m.Auth, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats, m.CancelWait,
-     m.ListJoins,
+     m.ListJoins, m.ClusterMapRequest, m.Holders, m.Announce,
      *access.SCOPED_HANDLERS}
 )
 
 
-def execute(engine: Engine, request: m.Request, peer: str | None, now: float) -> Any:
-    """Run one request against the engine; raises `KittiwakeError` for a refused request."""
-    handler = HANDLERS.get(type(request))
+def execute(
+    engine: Engine, request: m.Request, peer: str | None, now: float, handlers: dict[type[m.Request], Handler] = HANDLERS
+) -> Any:
+    """Run one request against the engine (through `handlers`, `HANDLERS` and an extension's ops);
+    raises `KittiwakeError` for a refused request."""
+    handler = handlers.get(type(request))
     if handler is None:
         raise errors.UnknownOperation(f"op {request.op!r} has no handler")
     return handler(engine, request, peer, now)

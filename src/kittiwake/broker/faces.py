@@ -22,6 +22,8 @@ A face sees the broker only through `Host`:
 * `on_commit(listener)` hears of every committed pass (its tally of moves and
   its commit's seconds); it returns the unsubscribe, and any number of faces
   may listen;
+* `labels` are constant labels every metric series carries (a cluster
+  node's `node`, from the request extensions, `extensions`);
 * `authenticator` checks credentials and rights (None: no auth file), under
   the broker's one failure budget;
 * the *budgets* every face shares with the binary port: `connection_slots`
@@ -38,6 +40,7 @@ are on).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from kittiwake.broker.pass_replies import Caller
@@ -92,6 +95,9 @@ class Host(Protocol):
 
     @property
     def store_kind(self) -> str: ...  # "sqlite", "postgresql", ...
+
+    @property
+    def labels(self) -> Mapping[str, str]: ...  # constant labels of every metric series (a cluster node's `node`)
 
     @property
     def connection_slots(self) -> ConnectionSlots: ...

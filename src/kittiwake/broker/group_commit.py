@@ -18,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 from kittiwake.broker.connection import WRITE_BUFFER_HIGH
+from kittiwake.broker.extensions import RequestExtension
 from kittiwake.broker.pass_replies import Caller
 from kittiwake.broker.passes import Item, PassLimits, PassOutcome, Passes
 from kittiwake.engine import Engine, TaskStore
@@ -41,11 +42,14 @@ class GroupCommit:
         *,
         wall_clock: Callable[[], float] = time.time,
         monotonic_clock: Callable[[], float] = time.monotonic,
+        extensions: Sequence[RequestExtension] = (),
     ) -> None:
         self.loop = loop
         self.store = store
         limits = PassLimits(max_frame=max_frame, max_held_bytes=WRITE_BUFFER_HIGH)
-        self.passes = Passes(store, make_engine, limits, wall_clock=wall_clock, monotonic_clock=monotonic_clock)
+        self.passes = Passes(
+            store, make_engine, limits, wall_clock=wall_clock, monotonic_clock=monotonic_clock, extensions=extensions
+        )
         self._scheduled: asyncio.Handle | None = None
         self._commit_listeners: list[Callable[[Tally, float | None], None]] = []  # (moves, commit secs or None)
 

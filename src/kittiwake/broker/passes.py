@@ -63,6 +63,10 @@ Failures, and what each reply then says:
   back, the engine rebuilt, and the attempt runs again, up to
   MAX_CONFLICT_RETRIES times, before the pass fails as above.
 
+Request extensions (`extensions`, a cluster node): each one's `check` runs on
+every request before its handler, in the pass, whichever face it came from; a
+refusal is that request's error. Their ops join the handler table as read-only.
+
 Brokers sharing a store (`engine.coherence`): before the engine work, a pass
 claims every queue its requests name (`claims`), with those its sweep will
 reach, in one call; `wake` marks queues other brokers announced as changed, so
@@ -77,10 +81,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Callable, cast
 
 from kittiwake import errors
 from kittiwake.broker import claims, dispatch
+from kittiwake.broker.extensions import RequestExtension, handlers_of
 from kittiwake.broker.long_polls import LongPolls
 from kittiwake.broker.pass_replies import (
     Attempt,
@@ -162,8 +168,18 @@ class Passes:
         *,
         wall_clock: Clock,
         monotonic_clock: Clock,
+        extensions: Sequence[RequestExtension] = (),
     ) -> None:
         self.store = store
+        # request extensions (`extensions`): their checks run before every request, their ops
+        # answer beside the broker's own, read-only
+        self.checks = [extension.check for extension in extensions]
+        self.handlers = dispatch.HANDLERS
+        self.read_only = dispatch.READ_ONLY_REQUESTS
+        if extensions:
+            extra = handlers_of(extensions)
+            self.handlers = {**dispatch.HANDLERS, **extra}
+            self.read_only = dispatch.READ_ONLY_REQUESTS | frozenset(extra)
         self.make_engine = make_engine
         self.limits = limits
         self.wall_clock = wall_clock  # the engine's `now`: lease expiries, FIFO pids
@@ -338,7 +354,7 @@ class Passes:
         now: float,
     ) -> None:
         limits = self.limits
-        read_only = dispatch.READ_ONLY_REQUESTS
+        read_only = self.read_only
         reply_bytes = 0
         held_by_connection: dict[Caller, int] = {}
         deferring: set[Caller] = set()
@@ -385,7 +401,9 @@ class Passes:
             return None  # nobody would learn the lease ids: keep the tasks in circulation
         reply_kind = ReplyKind.REQUEST
         try:
-            result = dispatch.execute(engine, request, connection.peer, now)
+            for check in self.checks:
+                check(request)
+            result = dispatch.execute(engine, request, connection.peer, now, self.handlers)
             if kind is m.Lease:
                 wait_secs = cast(m.Lease, request).wait_secs  # checked by the handler
                 if not result and wait_secs > 0 and not connection.ended:

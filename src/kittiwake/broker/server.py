@@ -51,6 +51,7 @@ from kittiwake.broker.auth import Authenticator
 from kittiwake.broker.config import BrokerConfig
 from kittiwake.broker.connection import Connection
 from kittiwake.broker.connection_slots import ConnectionSlots, fit_to_open_files
+from kittiwake.broker.extensions import RequestExtension, id_class_of, labels_of
 from kittiwake.broker.faces import CommitListener, Face
 from kittiwake.broker.listening import Listening, format_listening_line
 from kittiwake.broker.pass_replies import Caller
@@ -60,7 +61,8 @@ from kittiwake.broker.tls import HANDSHAKE_TIMEOUT_SECS, server_context
 from kittiwake.broker.group_commit import GroupCommit
 from kittiwake.broker.read_budget import ReadBudget
 from kittiwake.broker.timeouts import ConnectionTimeouts
-from kittiwake.engine import Engine, TaskStore
+from kittiwake.engine import Engine, TaskStore, identity
+from kittiwake.engine.mutations import SetCounter
 from kittiwake.model import Limits
 from kittiwake.protocol.messages import Request
 from kittiwake.store.location import open_store
@@ -85,8 +87,17 @@ class BrokerExposure:
 class Broker:
     """One broker: its TCP listeners and connections, its faces, the engine and the store."""
 
-    def __init__(self, config: BrokerConfig, *, store: TaskStore | None = None, faces: Sequence[Face] = ()) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        store: TaskStore | None = None,
+        faces: Sequence[Face] = (),
+        extensions: Sequence[RequestExtension] = (),
+    ) -> None:
         self.config = config
+        self.extensions: list[RequestExtension] = list(extensions)
+        self.labels: dict[str, str] = labels_of(self.extensions)
         self.max_frame = config.max_frame
         self._given_store = store
         names = [face.name for face in faces]
@@ -150,17 +161,21 @@ class Broker:
             )
         self.store = store
 
+        id_class = id_class_of(self.extensions)
+
         def make_engine() -> Engine:
-            return Engine(store, limits=config.limits, head_tasks=config.head_tasks, cache_bytes=config.cache_bytes)
+            return Engine(store, limits=config.limits, head_tasks=config.head_tasks, cache_bytes=config.cache_bytes,
+                          id_class=id_class)
 
         self.started_at = time.time()
-        group = GroupCommit(loop, store, make_engine, config.max_frame)
+        group = GroupCommit(loop, store, make_engine, config.max_frame, extensions=self.extensions)
         cap, lowered = fit_to_open_files(config.max_connections, open_files_limit())
         self.connection_slots.limit = cap
         if lowered is not None:
             log.warning("%s", lowered)
         try:
             group.start(time.time())
+            self._claim_store(store, group)
             if security.plaintext:
                 self._server = await loop.create_server(
                     lambda: Connection(self), config.host, config.port, backlog=LISTEN_BACKLOG
@@ -192,16 +207,38 @@ class Broker:
         try:
             for face in self.faces:  # they read through the group commit, so they start last
                 self.face_ports[face.name] = await face.start(self)
+            for extension in self.extensions:
+                await extension.start(self)
         except BaseException:
             await self.stop()
             raise
         ports = f", TLS on port {self.tls_port}" if self.tls_port is not None else ""
         ports += "".join(f", {face.name} on port {self.face_ports[face.name]}" for face in self.faces)
         plaintext = "" if self._server is not None else " (TLS only)"
-        log.info("broker started on %s:%d%s%s (%s), %s",
-                 self.host, self.port, plaintext, ports, exposure_note(self.host, security), self.store_description)
+        log.info("broker started on %s:%d%s%s (%s), %s%s",
+                 self.host, self.port, plaintext, ports, exposure_note(self.host, security), self.store_description,
+                 "".join(f", {extension.description}" for extension in self.extensions))
         for warning in self.exposure_warnings():
             log.warning("%s", warning)
+
+    def _claim_store(self, store: TaskStore, group: GroupCommit) -> None:
+        """Record who serves the store (a cluster node's extension says what), or refuse to start:
+        a broker that is no node may not serve a store recorded as a node's (`engine.identity`)."""
+        engine = group.passes.engine
+        assert engine is not None  # started above
+        marks = engine.state.marks
+        where = f"the store ({self.store_description})"
+        if not self.extensions:
+            identity.refuse_unrecorded(marks, where)
+            return
+        holds_tasks = any(queue.size for queue in engine.state.queues.values())
+        mutations = [m for extension in self.extensions for m in extension.claim_store(marks, holds_tasks, where)]
+        if mutations:
+            store.write(mutations)
+            store.commit()
+            for mutation in mutations:
+                if isinstance(mutation, SetCounter):
+                    marks[mutation.name] = mutation.value
 
     def exposure_warnings(self) -> list[str]:
         """What the binary port and every face warn about, given where the broker listens."""
@@ -350,6 +387,11 @@ class Broker:
                     await face.stop()
                 except Exception:
                     log.exception("stopping the %s face failed", face.name)
+            for extension in self.extensions:
+                try:
+                    await extension.stop()
+                except Exception:
+                    log.exception("stopping %s failed", extension.description)
             for server in (self._server, self._tls_server):
                 if server is not None:
                     await server.wait_closed()
@@ -400,14 +442,16 @@ def listening_of(broker: Broker) -> Listening:
     )
 
 
-async def serve(config: BrokerConfig, faces: Sequence[Face] = ()) -> None:
-    """Run a broker with `faces` until SIGTERM or SIGINT, then stop it cleanly."""
+async def serve(
+    config: BrokerConfig, faces: Sequence[Face] = (), extensions: Sequence[RequestExtension] = ()
+) -> None:
+    """Run a broker with `faces` and `extensions` until SIGTERM or SIGINT, then stop it cleanly."""
     loop = asyncio.get_running_loop()
     raise_open_files_limit()  # the broker fits its connection cap to what this allows
     signalled = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, signalled.set)
-    broker = Broker(config, faces=faces)
+    broker = Broker(config, faces=faces, extensions=extensions)
     await broker.start()
     print(format_listening_line(listening_of(broker)), flush=True)
     try:
@@ -417,7 +461,9 @@ async def serve(config: BrokerConfig, faces: Sequence[Face] = ()) -> None:
         await broker.stop()
 
 
-def run_broker(config: BrokerConfig, faces: Sequence[Face] = ()) -> int:
+def run_broker(
+    config: BrokerConfig, faces: Sequence[Face] = (), extensions: Sequence[RequestExtension] = ()
+) -> int:
     """Run a broker with `faces` in this process until signalled; returns the exit status (0 after a clean stop)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
@@ -430,5 +476,5 @@ def run_broker(config: BrokerConfig, faces: Sequence[Face] = ()) -> int:
     else:
         loop_factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve(config, faces))
+        runner.run(serve(config, faces, extensions))
     return 0

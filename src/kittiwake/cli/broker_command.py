@@ -13,6 +13,11 @@ This is the composition root of a broker process: the broker itself names no
 face, so the options of each face (`--udp-port`, `--sqs-port`, `--http-port`
 and theirs) build the faces here (`build_faces`), and the broker starts them.
 A new face is its module plus its options and one line in `build_faces`.
+Request extensions are built the same way (`build_extensions`): `--cluster FILE
+--node NAME` makes the broker a node of a cluster (`kittiwake.cluster.node`); a
+bad map or a node the map does not name, or a node that would not listen where
+the map says, is a usage error (exit status 2), and a store of another node is
+one line on stderr and exit status 1 (CLUSTER_IDENTITY).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from kittiwake.broker.config import (
     DEFAULT_PORT,
     BrokerConfig,
 )
+from kittiwake.broker.extensions import RequestExtension
 from kittiwake.broker.faces import Face
 from kittiwake.constants import DEFAULT_METRICS_QUEUE_SERIES, MAX_METRICS_QUEUE_SERIES
 from kittiwake.protocol import DEFAULT_MAX_FRAME
@@ -60,6 +66,49 @@ def build_faces(
 
         faces.append(ObserveFace(http_port, metrics_queue_series=metrics_queue_series, host_names=host_names))
     return faces
+
+
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+
+def build_extensions(
+    *, cluster_file: str | None, node_name: str | None, host: str, port: int,
+    cluster_user: str | None = None, cluster_token: str | None = None,
+) -> list[RequestExtension]:
+    """The request extensions the options ask for: a cluster node with --cluster and --node.
+
+    The map must name the node, and the node must listen where the map says: the same port, and the
+    same host unless --host is a wildcard (0.0.0.0, ::), which listens on the map's address too (then
+    only the port is checked). A host name in the map is not resolved: --host must be written the
+    same way. Anything wrong is a usage error (exit status 2)."""
+    if cluster_file is None:
+        if node_name is not None or cluster_user is not None or cluster_token is not None:
+            raise click.UsageError("--node, --cluster-user and --cluster-token go with --cluster FILE")
+        return []
+    if node_name is None:
+        raise click.UsageError("--cluster needs --node NAME: which node of the map this broker is")
+    if (cluster_user is None) != (cluster_token is None):
+        raise click.UsageError("give --cluster-user and --cluster-token together")
+    from kittiwake.cluster.cluster_map import ClusterMap
+    from kittiwake.cluster.node import ClusterNode
+
+    try:
+        with open(cluster_file, encoding="utf-8") as file:
+            text = file.read()
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {cluster_file}: {exc.strerror or exc}", param_hint="--cluster") from None
+    try:
+        cluster = ClusterMap.from_toml(text)
+        address = cluster.address_of(node_name)
+    except errors.BadRequest as exc:
+        raise click.BadParameter(f"{cluster_file}: {exc.message}", param_hint="--cluster") from None
+    if port != address.port or (host not in WILDCARD_HOSTS and host.lower() != address.host.lower()):
+        raise click.BadParameter(
+            f"node {node_name!r} listens at {address} in {cluster_file}, but this broker would listen on "
+            f"{host}:{port}: give --host {address.host} --port {address.port} (or --host 0.0.0.0 --port {address.port})",
+            param_hint="--host/--port")
+    credentials = (cluster_user, cluster_token) if cluster_user is not None and cluster_token is not None else None
+    return [ClusterNode(cluster, node_name, credentials=credentials)]
 
 
 @click.command("broker")
@@ -128,6 +177,18 @@ def build_faces(
 @click.option("--http-host-name", "http_host_names", multiple=True, metavar="NAME",
               help="A host name the HTTP ports (--sqs-port, --http-port) answer to, besides IP addresses and "
               "localhost; repeat for more. Requests for any other name get 421 (a guard against DNS rebinding).")
+@click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Serve as a node of the cluster this map describes (TOML: [nodes] name = \"host:port\", ...). "
+              "Needs --node. The node records its name and the map's epoch in its store and refuses a store of "
+              "another node.")
+@click.option("--node", "node_name", metavar="NAME",
+              help="With --cluster: this broker's node name in the map. It must listen where the map says "
+              "(--host and --port; with --host 0.0.0.0 or :: only the port is checked).")
+@click.option("--cluster-user", metavar="USER", envvar="KITTIWAKE_CLUSTER_USER",
+              help="With --cluster, when the nodes run with --auth-file: the user this node announces to its peers "
+              "as (it needs admin on '*'). Also $KITTIWAKE_CLUSTER_USER.")
+@click.option("--cluster-token", metavar="TOKEN", envvar="KITTIWAKE_CLUSTER_TOKEN",
+              help="The token of --cluster-user; better given as $KITTIWAKE_CLUSTER_TOKEN than on the command line.")
 @click.pass_context
 def broker(
     ctx: click.Context,
@@ -155,10 +216,16 @@ def broker(
     http_port: int | None,
     metrics_queue_series: int,
     http_host_names: tuple[str, ...],
+    cluster_file: str | None,
+    node_name: str | None,
+    cluster_user: str | None,
+    cluster_token: str | None,
 ) -> None:
     """Run a broker on the embedded store (or --store) until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
 
+    extensions = build_extensions(cluster_file=cluster_file, node_name=node_name, host=host, port=port,
+                                  cluster_user=cluster_user, cluster_token=cluster_token)
     if store_url is not None and ctx.get_parameter_source("data_dir") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give --data DIR or --store URL, not both")
     try:
@@ -185,8 +252,8 @@ def broker(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     try:
-        status = run_broker(config, faces)
-    except (OSError, errors.StorageFailure, ValueError) as exc:  # the port is taken, a bad auth file or data directory, ...
+        status = run_broker(config, faces, extensions)
+    except (OSError, errors.StorageFailure, errors.ClusterIdentity, ValueError) as exc:  # the port is taken, a bad auth file or data directory, ...
         from kittiwake.store.faults import diagnose_directory
 
         location = config.store_location

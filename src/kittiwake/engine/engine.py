@@ -64,11 +64,22 @@ class Engine:
         limits: Limits | None = None,
         head_tasks: int = 1000,
         cache_bytes: int = 256 * 1024 * 1024,
+        id_class: tuple[int, int] = (0, 1),
     ) -> None:
+        """`id_class` (residue, modulus): the ids this broker issues are the residue modulo the
+        modulus (a cluster node's index among its nodes, `ids`); a shared store's own share of
+        the id space is cut out of it."""
         self.state = state = EngineState(store, limits or Limits(), head_tasks, cache_bytes)
+        residue, modulus = id_class
+        if not (modulus >= 1 and 0 <= residue < modulus):
+            raise ValueError(f"id class {residue} modulo {modulus} is not a residue class")
+        state.id_slot, state.id_stride = residue, modulus
         if is_shared(store):  # other brokers use the store too: see `coherence`
             state.shared = True
-            state.id_slot, state.id_stride = store.id_slot, store.id_stride
+            # within this broker's class, the store's share: ids = residue (mod modulus) and
+            # store slot (mod store stride) of the id / modulus
+            state.id_slot = residue + modulus * store.id_slot
+            state.id_stride = modulus * store.id_stride
 
     # the settings and figures callers read
     @property

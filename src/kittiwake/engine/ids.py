@@ -13,6 +13,11 @@ and FIFO pids of different brokers still interleave within `id_stride`
 microseconds of the clock. The high-water marks are shared (raised with
 `greatest`), so a broker starting in any slot resumes above every id issued.
 
+A cluster node at index `i` of its map issues ids equal to `i` modulo the
+cluster's stride (`Engine(id_class=...)`), so an id names the node that
+issued it; on a shared store the two combine: slot `i + stride * store_slot`,
+stride `stride * store_stride`, which keeps both residues.
+
 Changes `EngineState.last_fifo_micros`, `last_lease_id` and `reserved`.
 """
 

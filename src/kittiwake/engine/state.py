@@ -38,7 +38,9 @@ Around them:
   (it wakes parked long-polls); `throttled` — rate-limited queues and when
   their next token is due.
 * `last_fifo_micros`, `last_lease_id` — the last FIFO clock reading and lease
-  id issued; `reserved` — their persisted high-water marks (see `ids`).
+  id issued; `reserved` — their persisted high-water marks (see `ids`);
+  `marks` — the store's other counters as recovery read them, which the
+  engine does not use (a cluster node's identity, `engine.identity`);
 * `memory_bytes` — bytes of every head together; `refills` — head refills
   from the store so far (a figure for tests and stats).
 * `next_prune_at` — when `prune_idle` next scans for idle empty queues.
@@ -102,6 +104,7 @@ class EngineState:
     last_fifo_micros: int = 0
     last_lease_id: int = 0
     reserved: dict[str, int] = field(default_factory=_counters)
+    marks: dict[str, int] = field(default_factory=dict)
     memory_bytes: int = 0
     refills: int = 0
     next_prune_at: float = 0.0
@@ -193,6 +196,8 @@ def recover(state: EngineState, now: float) -> None:
     for name, value in recovery.counters.items():
         if name in reserved:
             reserved[name] = max(reserved[name], value)
+        else:
+            state.marks[name] = value
     state.last_fifo_micros = max(state.last_fifo_micros, reserved[FIFO_COUNTER])
     hold_leases(state, (*recovery.leased, *recovery.expired))
     state.last_lease_id = max(state.last_lease_id, reserved[LEASE_ID_COUNTER])

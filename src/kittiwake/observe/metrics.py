@@ -33,6 +33,10 @@ in seconds and say so; no label holds a task's pid):
   (kw:// and kws://) and `http` (this port and the SQS API's).
 * `kittiwake_build_info{version, python, store}` (gauge, always 1).
 
+A broker that is a cluster node (`kittiwake broker --cluster FILE --node NAME`)
+adds `node="NAME"` to every series (`faces.Host.labels`), so the series of
+several nodes scraped into one Prometheus stay apart.
+
 The counters and histograms count what committed passes did since the
 broker started (`observations`): a series per queue for the first
 `--metrics-queue-series` queues to be active, the rest in `queue="other"`; a
@@ -232,6 +236,14 @@ class BrokerMetrics:
             self._visible = None
 
     def collect(self) -> Iterator[Metric]:
+        """Every family, each series with the broker's constant labels first (a cluster node's `node`)."""
+        constant = dict(self.host.labels)
+        for metric in self._families():
+            if constant:
+                metric.samples = [sample._replace(labels={**constant, **sample.labels}) for sample in metric.samples]
+            yield metric
+
+    def _families(self) -> Iterator[Metric]:
         visible = self._visible
         engine = self.host.reads()
         top = self.observations.max_queue_series

@@ -1,0 +1,195 @@
+"""A node's announcements to its peers: which spread queues flipped between holding tasks and not.
+
+The I/O around `holdings.Holdings`, on the broker's event loop, never in the
+group-commit pass: a committed pass only updates the holdings and sets an event
+(`flips_ready`); this announcer's task wakes on it, waits out the coalescing
+interval (at most one partial announcement every `COALESCE_SECS`), and sends
+`announce` to every peer over the binary protocol, each through its own
+`kittiwake.client.AsyncClient` to the address the map gives it (plaintext
+`kw://`, with the node's credentials when the cluster runs with auth files).
+
+* **Full refreshes.** Every `REFRESH_SECS`, and to a peer that was not in sync
+  (its last send failed, it never heard from us, or it announced itself for the
+  first time since we started, which is how a restarted peer is noticed at
+  once), the announcement carries every queue held (`full`), which replaces
+  whatever the peer knew of us.
+* **A peer down** never holds up the others or the pass: each send is its own
+  task with a timeout, a peer with a send in flight is skipped (and gets a full
+  refresh when it answers again), and a failed peer is retried after a backoff
+  that doubles from `BACKOFF_SECS` to `MAX_BACKOFF_SECS`.
+* **Another epoch.** A peer answering WRONG_SHARD runs another map: logged
+  (once per epoch) and retried with backoff; routing is the client's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kittiwake import errors
+from kittiwake.client.async_client import AsyncClient
+from kittiwake.client.calls import Call, request
+from kittiwake.client.url import BrokerAddress
+from kittiwake.cluster.cluster_map import ClusterMap
+from kittiwake.cluster.holdings import Holdings
+from kittiwake.protocol.replies import result_decoder
+
+log = logging.getLogger("kittiwake.cluster")
+
+COALESCE_SECS = 0.05
+REFRESH_SECS = 5.0
+BACKOFF_SECS = 0.2
+MAX_BACKOFF_SECS = 5.0
+SEND_TIMEOUT_SECS = 2.0
+CONNECT_TIMEOUT_SECS = 1.0
+
+
+@dataclass
+class Peer:
+    """One peer as the announcer sees it."""
+
+    name: str
+    client: AsyncClient
+    synced: bool = False  # it heard our last full announcement and every partial one since
+    sending: asyncio.Task[None] | None = None
+    retry_at: float = 0.0
+    backoff: float = BACKOFF_SECS
+    epochs_warned: set[str] = field(default_factory=set)
+
+
+class Announcer:
+    """Sends this node's holdings to every peer (see the module docstring)."""
+
+    def __init__(
+        self,
+        cluster: ClusterMap,
+        node: str,
+        holdings: Holdings,
+        *,
+        credentials: tuple[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        coalesce_secs: float = COALESCE_SECS,
+        refresh_secs: float = REFRESH_SECS,
+    ) -> None:
+        self.cluster = cluster
+        self.node = node
+        self.holdings = holdings
+        self.clock = clock
+        self.coalesce_secs = coalesce_secs
+        self.refresh_secs = refresh_secs
+        user, token = credentials if credentials is not None else (None, None)
+        self.peers: dict[str, Peer] = {}
+        for peer in cluster.nodes:
+            if peer.name == node:
+                continue
+            address = BrokerAddress(peer.address.host, peer.address.port, user=user, token=token)
+            client = AsyncClient(address, connect_timeout=CONNECT_TIMEOUT_SECS, timeout=SEND_TIMEOUT_SECS)
+            self.peers[peer.name] = Peer(peer.name, client)
+        self.flips_ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._sends: set[asyncio.Task[None]] = set()
+        self.sent = 0  # announcements that reached a peer (for tests and logs)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="kittiwake-cluster-announcer")
+
+    async def stop(self) -> None:
+        tasks = [task for task in (self._task, *self._sends) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(peer.client.close() for peer in self.peers.values()), return_exceptions=True)
+
+    def heard_from(self, peer: str, first: bool) -> None:
+        """`peer` announced itself; the first time since this node started, it gets our full holdings
+        at once (it may have just restarted and know nothing of us)."""
+        known = self.peers.get(peer)
+        if known is not None and first:
+            known.synced = False
+            known.retry_at = 0.0
+            self.flips_ready.set()
+
+    # ---------------------------------------------------------------- loop
+
+    async def _run(self) -> None:
+        next_full = self.clock()  # a full announcement to everyone at start
+        while True:
+            timeout = max(0.0, next_full - self.clock())
+            try:
+                await asyncio.wait_for(self.flips_ready.wait(), timeout)
+            except TimeoutError:
+                pass
+            self.flips_ready.clear()
+            now = self.clock()
+            if now >= next_full:
+                for peer in self.peers.values():
+                    peer.synced = False
+                next_full = now + self.refresh_secs
+            self._announce(now)
+            if any(not peer.synced for peer in self.peers.values()):
+                next_full = min(next_full, now + self._earliest_retry(now))
+            await asyncio.sleep(self.coalesce_secs)  # flips of the next passes ride together
+
+    def _earliest_retry(self, now: float) -> float:
+        waits = [max(self.coalesce_secs, peer.retry_at - now) for peer in self.peers.values() if not peer.synced]
+        return min(waits, default=self.refresh_secs)
+
+    def _announce(self, now: float) -> None:
+        holding, empty = self.holdings.take_flips()
+        partial = bool(holding or empty)
+        full: list[str] | None = None
+        for peer in self.peers.values():
+            if peer.sending is not None:
+                if partial:
+                    peer.synced = False  # it misses this one: a full refresh when it answers
+                continue
+            if peer.synced:
+                if partial:
+                    self._send(peer, holding, empty, False)
+            elif now >= peer.retry_at:
+                if full is None:
+                    full = sorted(self.holdings.local)
+                self._send(peer, full, [], True)
+
+    def _send(self, peer: Peer, holding: list[str], empty: list[str], full: bool) -> None:
+        call = Call(
+            request("announce", {"node": self.node, "epoch": self.cluster.epoch, "holding": holding,
+                                 "empty": empty, "full": full}),
+            result_decoder("announce"),
+        )
+        task = asyncio.get_running_loop().create_task(self._deliver(peer, call, full))
+        peer.sending = task
+        self._sends.add(task)
+        task.add_done_callback(self._sends.discard)
+
+    async def _deliver(self, peer: Peer, call: Call[object], full: bool) -> None:
+        try:
+            await peer.client._run(call, SEND_TIMEOUT_SECS)
+        except errors.WrongShard as refused:
+            if refused.epoch not in peer.epochs_warned:
+                peer.epochs_warned.add(refused.epoch)
+                log.warning("cluster node %r runs the map of epoch %s, this node %s: it refuses our announcements",
+                            peer.name, refused.epoch, self.cluster.epoch)
+            self._failed(peer)
+        except (errors.KittiwakeError, OSError) as exc:
+            if peer.backoff == BACKOFF_SECS:
+                log.info("cluster node %r cannot be told what this node holds (%s); retrying", peer.name, exc)
+            self._failed(peer)
+        else:
+            self.sent += 1
+            if full:
+                peer.synced = True
+            peer.backoff = BACKOFF_SECS
+            peer.retry_at = 0.0
+        finally:
+            peer.sending = None
+            if not peer.synced:
+                self.flips_ready.set()  # its retry, or the full refresh it missed, is due at retry_at
+
+    def _failed(self, peer: Peer) -> None:
+        peer.synced = False
+        peer.retry_at = self.clock() + peer.backoff
+        peer.backoff = min(peer.backoff * 2, MAX_BACKOFF_SECS)

@@ -1,0 +1,122 @@
+"""Whose store this is: the cluster node (name and map epoch) a store was recorded for.
+
+A cluster node's FIFO pids and lease ids name it (`ids`: residue classes), and its
+store holds only the slots it owns, so a store must never be served by another node,
+nor by a broker that is no node. The identity is kept where every store already keeps
+broker-wide numbers: the `counters` table, written with the existing `SetCounter`
+mutation and read back by `TaskStore.recover` (the engine keeps counters it does not
+use in `EngineState.marks`). No store needed a new method or table, and `kittiwake
+copy` carries the identity along with the rest.
+
+One counter per (node, epoch) a store was recorded under, named
+``cluster_node:<node>:<epoch>``; its value is the order in which they were
+recorded (1, 2, ...), so the current identity is the one with the highest value,
+and epochs recorded before are known. Counters only grow (`greatest` on a shared
+PostgreSQL store), which suits this: a record is never changed, only added.
+
+What `claim` decides, at a node's start (pure, before the node listens):
+
+| the store records | the node starting | outcome |
+| --- | --- | --- |
+| nothing, holds no task | any | recorded |
+| nothing, holds tasks | any | refused: ids issued before do not name this node (pids of FIFO tasks, lease ids) |
+| node N, epoch E | N, E | nothing to do |
+| node N, epoch E | N, another epoch not seen before (the cluster grew) | the new epoch is recorded |
+| node N, epoch E | N, an epoch recorded before E | refused: the store moved on to a newer map |
+| node N | another name M | refused, naming N and M |
+
+and `refuse_unrecorded` refuses a broker that is no node on a store recorded for
+one (its ids would not name the node, and it would serve keys of slots other
+nodes own). Every refusal is `errors.ClusterIdentity`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kittiwake import errors
+from kittiwake.engine.mutations import SetCounter
+
+PREFIX = "cluster_node:"
+"""Counter names of identities start with this (the engine's own counters never do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """A cluster node as a store records it: its name and the epoch of its map."""
+
+    node: str
+    epoch: str
+
+    def __str__(self) -> str:
+        return f"node {self.node!r} (epoch {self.epoch})"
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a store says of its identity: the current one (None: never a node's) and every
+    epoch recorded before, with the order of the last."""
+
+    current: NodeIdentity | None
+    epochs: frozenset[str]
+    order: int
+
+
+def counter_name(identity: NodeIdentity) -> str:
+    return f"{PREFIX}{identity.node}:{identity.epoch}"
+
+
+def recorded(marks: Mapping[str, int]) -> Recorded:
+    """The identity the counters `marks` (a recovery's, or `EngineState.marks`) hold."""
+    best: tuple[int, NodeIdentity] | None = None
+    epochs: set[str] = set()
+    for name, order in marks.items():
+        if not name.startswith(PREFIX):
+            continue
+        node, sep, epoch = name[len(PREFIX):].rpartition(":")
+        if not sep:
+            continue
+        identity = NodeIdentity(node, epoch)
+        epochs.add(epoch)
+        if best is None or order > best[0]:
+            best = (order, identity)
+    if best is None:
+        return Recorded(None, frozenset(), 0)
+    return Recorded(best[1], frozenset(epochs), best[0])
+
+
+def claim(marks: Mapping[str, int], wanted: NodeIdentity, holds_tasks: bool, where: str) -> list[SetCounter]:
+    """The counters to write so the store records `wanted`, or `errors.ClusterIdentity` saying why
+    it may not (the module docstring's table); `where` names the store in messages."""
+    found = recorded(marks)
+    current = found.current
+    if current is None:
+        if holds_tasks:
+            raise errors.ClusterIdentity(
+                f"{where} holds tasks but was never a cluster node's: the FIFO pids and lease ids it issued "
+                f"do not name node {wanted.node!r}, so clients would route them elsewhere. Start node "
+                f"{wanted.node!r} on an empty store (and move tasks in through the cluster), or serve this "
+                "store as a plain broker")
+        return [SetCounter(counter_name(wanted), 1)]
+    if current.node != wanted.node:
+        raise errors.ClusterIdentity(
+            f"{where} belongs to cluster node {current.node!r} (epoch {current.epoch}), not to node "
+            f"{wanted.node!r}: start node {current.node!r} on it, or node {wanted.node!r} on its own store")
+    if current.epoch == wanted.epoch:
+        return []
+    if wanted.epoch in found.epochs:
+        raise errors.ClusterIdentity(
+            f"{where} of node {wanted.node!r} moved on to the map of epoch {current.epoch}; this cluster "
+            f"file is the older map of epoch {wanted.epoch}: start the node with the current cluster file")
+    return [SetCounter(counter_name(wanted), found.order + 1)]
+
+
+def refuse_unrecorded(marks: Mapping[str, int], where: str) -> None:
+    """`errors.ClusterIdentity` when the store belongs to a cluster node: a broker that is no node
+    may not serve it."""
+    current = recorded(marks).current
+    if current is not None:
+        raise errors.ClusterIdentity(
+            f"{where} belongs to cluster {current}: start it as that node "
+            f"(kittiwake broker --cluster FILE --node {current.node})")
