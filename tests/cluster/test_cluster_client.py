@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kittiwake import errors
+from kittiwake import Client, errors
 from kittiwake.cluster.routing import Owned, route
 from support.cluster_nodes import Cluster
 
@@ -203,3 +203,16 @@ def test_find_by_sender_and_receivers_fan_out(cluster: Cluster, make_client: Any
     assert sorted(v.pid for v in client.find_by_sender("me")) == [f"f{i}" for i in range(6)]
     assert client.queues_for_receiver("you") == [f"fs{i}" for i in range(6)]
     assert client.delete_queue("fs0") == 1
+
+
+def test_a_url_of_plain_brokers_says_they_are_no_cluster(cluster: Cluster) -> None:
+    url = "kw://" + ",".join(f"{b.host}:{b.port}" for b in cluster.brokers.values())
+    with Client(url) as client:
+        assert client.address.cluster
+        with pytest.raises(errors.BadRequest, match="not a node of a cluster"):
+            client.ping()
+    with Client(url, cluster_map=cluster.map) as client:
+        assert "now" in client.ping()
+        assert client.routing_stats().calls == {"ping": 1}
+    with Client(cluster.brokers["a"].url) as plain:
+        assert plain.routing_stats().calls == {}

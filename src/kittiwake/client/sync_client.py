@@ -189,6 +189,13 @@ class Client:
         flush, then close)."""
         if not isinstance(self._channel, ConnectionPool):
             # the producer pipelines batches on a TCP connection of its own
+            if self.address.cluster or not isinstance(self._channel, ConnectionPool) and hasattr(
+                self._channel, "routing_stats"
+            ):
+                raise errors.BadRequest(
+                    "the blocking batching producer does not route over a cluster yet; use enqueue_many "
+                    "(split over the nodes) or AsyncClient.producer()"
+                )
             raise errors.BadRequest(
                 f"the batching producer needs kw:// or kws://, not {self.address.scheme}://; "
                 "use enqueue_many to send several tasks in one request"
