@@ -46,7 +46,9 @@ from kittiwake.protocol.replies import (
     TaskView,
     UpdateResult,
 )
-from kittiwake.client.url import BrokerAddress, parse_url
+from kittiwake.client.cluster_channel import ClusterMapLike, cluster_address, load_cluster_map
+from kittiwake.client.url import BrokerAddress
+from kittiwake.cluster.routing_stats import RoutingStats
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, effective_timeout
 
 T = TypeVar("T")
@@ -63,11 +65,16 @@ class AsyncClient:
         timeout: float | None = None,
         worker: str | None = None,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        cluster_map: ClusterMapLike | None = None,
+        near: str | None = None,
     ) -> None:
-        self.address = parse_url(url)
+        known_map = load_cluster_map(cluster_map) if cluster_map is not None else None
+        self.address = cluster_address(url, known_map)
         self.timeout = timeout
         self.worker = worker
-        settings = ChannelSettings(connect_timeout_secs=connect_timeout, max_reply_bytes=max_reply_bytes)
+        settings = ChannelSettings(
+            connect_timeout_secs=connect_timeout, max_reply_bytes=max_reply_bytes, cluster_map=known_map, near=near
+        )
         self._channel: AsyncChannel = open_async_channel(self.address, settings)
 
     @property
@@ -357,3 +364,29 @@ class AsyncClient:
     ) -> list[QueueStats]:
         """Queue statistics; see `Client.stats`."""
         return await self._run(calls.stats(queues, pattern, sample), timeout)
+
+    # --------------------------------------------------------------- a cluster
+
+    def routing_stats(self) -> RoutingStats:
+        """What routing cost since the client opened: calls, requests and hops per kind of call,
+        requests per node (`kittiwake.cluster.routing_stats` defines them). A client of one
+        broker routes nothing: its record is empty."""
+        routed = getattr(self._channel, "routing_stats", None)
+        return routed() if callable(routed) else RoutingStats()
+
+    async def node_stats(
+        self,
+        queues: str | Iterable[str] | None = None,
+        pattern: str | None = None,
+        *,
+        sample: int = DEFAULT_STATS_SAMPLE,
+        timeout: float | None = None,
+    ) -> dict[str, list[QueueStats]]:
+        """`stats` of each node of a cluster on its own, by node name (`stats` sums them). A
+        client of one broker answers for its one broker, under the broker's `host:port`."""
+        call = calls.stats(queues, pattern, sample)
+        per_node = getattr(self._channel, "per_node", None)
+        if per_node is None:
+            return {f"{self.address.host}:{self.address.port}": await self._run(call, timeout)}
+        result: dict[str, list[QueueStats]] = await per_node(call, effective_timeout(call, timeout, self.timeout))
+        return result

@@ -2,6 +2,8 @@
 
     kw://, kws://   the TCP pool (`pool.ConnectionPool`; asyncio: `async_pool.AsyncPool`)
     kwu://          the UDP channel (`udp_channel.UdpChannel`), blocking `Client` only
+    kw://a,b,c      a cluster (several nodes in the URL, or a cluster map in the settings):
+    kws://a,b,c     `cluster_channel.ClusterChannel`; asyncio: `async_cluster_channel.AsyncClusterChannel`
 
 `Client` and `AsyncClient` open their channel here and talk to nothing else,
 so a new way out (a cluster router, say) is one more entry in `CHANNELS` and
@@ -18,7 +20,10 @@ from dataclasses import dataclass
 from kittiwake import errors
 from kittiwake.client.async_pool import AsyncPool
 from kittiwake.client.backoff import DEFAULT_CONNECT_TIMEOUT_SECS
+from kittiwake.client.async_cluster_channel import AsyncClusterChannel
 from kittiwake.client.channel import AsyncChannel, Channel
+from kittiwake.client.cluster_channel import ClusterChannel
+from kittiwake.cluster.cluster_map import ClusterMap
 from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
 from kittiwake.client.udp_channel import UdpChannel
 from kittiwake.client.url import SCHEME, TLS_SCHEME, UDP_SCHEME, BrokerAddress
@@ -32,13 +37,28 @@ class ChannelSettings:
     connect_timeout_secs: float = DEFAULT_CONNECT_TIMEOUT_SECS
     max_idle_connections: int = DEFAULT_MAX_IDLE_CONNECTIONS  # the blocking TCP pool's
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES  # TCP: a larger reply frame breaks the connection
+    cluster_map: ClusterMap | None = None  # a cluster's map, given: no need to fetch it (plain brokers too)
+    near: str | None = None  # a cluster's node that leases ask first (default: one on this host)
 
 
 ChannelOpener = Callable[[BrokerAddress, ChannelSettings], Channel]
 AsyncChannelOpener = Callable[[BrokerAddress, ChannelSettings], AsyncChannel]
 
 
+def _is_cluster(address: BrokerAddress, settings: ChannelSettings) -> bool:
+    return address.cluster or settings.cluster_map is not None
+
+
 def _tcp(address: BrokerAddress, settings: ChannelSettings) -> Channel:
+    if _is_cluster(address, settings):
+        return ClusterChannel(
+            address,
+            connect_timeout_secs=settings.connect_timeout_secs,
+            max_idle=settings.max_idle_connections,
+            max_reply_bytes=settings.max_reply_bytes,
+            cluster_map=settings.cluster_map,
+            near=settings.near,
+        )
     return ConnectionPool(
         address,
         connect_timeout_secs=settings.connect_timeout_secs,
@@ -48,10 +68,20 @@ def _tcp(address: BrokerAddress, settings: ChannelSettings) -> Channel:
 
 
 def _udp(address: BrokerAddress, settings: ChannelSettings) -> Channel:
+    if settings.cluster_map is not None:
+        raise errors.BadRequest(f"a cluster is reached over {SCHEME}:// or {TLS_SCHEME}://, not {UDP_SCHEME}://")
     return UdpChannel(address)
 
 
 def _async_tcp(address: BrokerAddress, settings: ChannelSettings) -> AsyncChannel:
+    if _is_cluster(address, settings):
+        return AsyncClusterChannel(
+            address,
+            connect_timeout_secs=settings.connect_timeout_secs,
+            max_reply_bytes=settings.max_reply_bytes,
+            cluster_map=settings.cluster_map,
+            near=settings.near,
+        )
     return AsyncPool(
         address, connect_timeout_secs=settings.connect_timeout_secs, max_reply_bytes=settings.max_reply_bytes
     )

@@ -52,7 +52,9 @@ from kittiwake.protocol.replies import (
     UpdateResult,
 )
 from kittiwake.client.schemes import ChannelSettings, open_channel
-from kittiwake.client.url import BrokerAddress, parse_url
+from kittiwake.client.cluster_channel import ClusterMapLike, cluster_address, load_cluster_map
+from kittiwake.client.url import BrokerAddress
+from kittiwake.cluster.routing_stats import RoutingStats
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, effective_timeout
 
 T = TypeVar("T")
@@ -78,14 +80,19 @@ class Client:
         worker: str | None = None,
         max_idle_connections: int = DEFAULT_MAX_IDLE_CONNECTIONS,
         max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        cluster_map: ClusterMapLike | None = None,
+        near: str | None = None,
     ) -> None:
-        self.address = parse_url(url)
+        known_map = load_cluster_map(cluster_map) if cluster_map is not None else None
+        self.address = cluster_address(url, known_map)
         self.timeout = timeout
         self.worker = worker
         settings = ChannelSettings(
             connect_timeout_secs=connect_timeout,
             max_idle_connections=max_idle_connections,
             max_reply_bytes=max_reply_bytes,
+            cluster_map=known_map,
+            near=near,
         )
         self._channel: Channel = open_channel(self.address, settings)
 
@@ -182,6 +189,13 @@ class Client:
         flush, then close)."""
         if not isinstance(self._channel, ConnectionPool):
             # the producer pipelines batches on a TCP connection of its own
+            if self.address.cluster or not isinstance(self._channel, ConnectionPool) and hasattr(
+                self._channel, "routing_stats"
+            ):
+                raise errors.BadRequest(
+                    "the blocking batching producer does not route over a cluster yet; use enqueue_many "
+                    "(split over the nodes) or AsyncClient.producer()"
+                )
             raise errors.BadRequest(
                 f"the batching producer needs kw:// or kws://, not {self.address.scheme}://; "
                 "use enqueue_many to send several tasks in one request"
@@ -439,3 +453,29 @@ class Client:
         """Statistics of the named queues, or of every non-empty queue matching
         `pattern` (all of them when both are None), with up to `sample` leases each."""
         return self._run(calls.stats(queues, pattern, sample), timeout)
+
+    # --------------------------------------------------------------- a cluster
+
+    def routing_stats(self) -> RoutingStats:
+        """What routing cost since the client opened: calls, requests and hops per kind of call,
+        requests per node (`kittiwake.cluster.routing_stats` defines them). A client of one
+        broker routes nothing: its record is empty."""
+        routed = getattr(self._channel, "routing_stats", None)
+        return routed() if callable(routed) else RoutingStats()
+
+    def node_stats(
+        self,
+        queues: str | Iterable[str] | None = None,
+        pattern: str | None = None,
+        *,
+        sample: int = DEFAULT_STATS_SAMPLE,
+        timeout: float | None = None,
+    ) -> dict[str, list[QueueStats]]:
+        """`stats` of each node of a cluster on its own, by node name (`stats` sums them). A
+        client of one broker answers for its one broker, under the broker's `host:port`."""
+        call = calls.stats(queues, pattern, sample)
+        per_node = getattr(self._channel, "per_node", None)
+        if per_node is None:
+            return {f"{self.address.host}:{self.address.port}": self._run(call, timeout)}
+        result: dict[str, list[QueueStats]] = per_node(call, effective_timeout(call, timeout, self.timeout))
+        return result

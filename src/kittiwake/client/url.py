@@ -7,6 +7,8 @@ A broker is named by a URL:
     kws://user:token@host:port          TLS, the broker's certificate verified
     kws://host:port?ca=/path/ca.pem     TLS, verified against this CA file
     kwu://host:port                     UDP datagrams (`kittiwake broker --udp-port`), blocking Client only
+    kw://user:token@h1:p1,h2:p2,h3:p3   a cluster (`kittiwake.cluster`): any of the nodes is enough
+                                        to fetch the cluster map; kws:// too, not kwu://
 
 The host may be a name, an IPv4 address or a bracketed IPv6 address
 (`kw://[::1]:7370`); the port may be left out (7370 for `kw`, 7371 for
@@ -28,7 +30,7 @@ visible to every local user, the environment is not.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from kittiwake.errors import BadRequest
@@ -56,6 +58,21 @@ class BrokerAddress:
     tls: bool = False
     ca_file: str | None = None  # with tls: the CA to verify the broker's certificate with; None: the system's
     udp: bool = False  # kwu://: requests and replies as datagrams (`kittiwake.client.udp_channel`)
+    peers: tuple[tuple[str, int], ...] = ()  # a cluster URL's other nodes (host, port), after host:port
+
+    @property
+    def cluster(self) -> bool:
+        """Whether the URL names several nodes of a cluster (`kw://a:1,b:2`)."""
+        return bool(self.peers)
+
+    @property
+    def hosts(self) -> tuple[tuple[str, int], ...]:
+        """Every (host, port) the URL names, the first one first."""
+        return ((self.host, self.port), *self.peers)
+
+    def at(self, host: str, port: int) -> BrokerAddress:
+        """The address of one node at host:port, with this address's scheme and credentials."""
+        return replace(self, host=host, port=port, peers=())
 
     @property
     def scheme(self) -> str:
@@ -65,10 +82,10 @@ class BrokerAddress:
     @property
     def url(self) -> str:
         """The URL without the token (safe to print)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        hosts = ",".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.hosts)
         user = f"{quote(self.user, safe='')}@" if self.user is not None else ""
         query = f"?ca={quote(self.ca_file)}" if self.tls and self.ca_file is not None else ""
-        return f"{self.scheme}://{user}{host}:{self.port}{query}"
+        return f"{self.scheme}://{user}{hosts}{query}"
 
     def __str__(self) -> str:
         return self.url
@@ -90,6 +107,35 @@ def parse_url(url: str | BrokerAddress | None = None) -> BrokerAddress:
     text = resolve_url(url).strip()
     if "://" not in text:
         raise BadRequest(f"broker URL {_shown(text)!r} must look like {SCHEME}://host:port")
+    pieces = _cluster_pieces(text)
+    if pieces is not None:
+        first, *rest = [_parse_one(piece) for piece in pieces]
+        if first.udp:
+            raise BadRequest(f"broker URL {_shown(text)!r}: a cluster is reached over {SCHEME}:// or {TLS_SCHEME}://")
+        hosts = [first.hosts[0]] + [address.hosts[0] for address in rest]
+        if len(set(hosts)) != len(hosts):
+            raise BadRequest(f"broker URL {_shown(text)!r} names a node twice")
+        return replace(first, peers=tuple(hosts[1:]))
+    return _parse_one(text)
+
+
+def _cluster_pieces(text: str) -> list[str] | None:
+    """A cluster URL as one single-host URL per node (credentials and query on each), or None
+    when the URL names one host."""
+    scheme, sep, rest = text.partition("://")
+    end = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark)
+        if found >= 0:
+            end = min(end, found)
+    authority, tail = rest[:end], rest[end:]
+    userinfo, at, hostports = authority.rpartition("@")
+    if "," not in hostports:
+        return None
+    return [f"{scheme}{sep}{userinfo}{at}{hostport}{tail}" for hostport in hostports.split(",")]
+
+
+def _parse_one(text: str) -> BrokerAddress:
     try:
         parts = urlsplit(text)
         port = parts.port  # raises ValueError for a non-numeric or out-of-range port

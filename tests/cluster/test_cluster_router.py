@@ -1,0 +1,295 @@
+"""The cluster client's router, pure: conversations driven by fake nodes that answer in memory.
+
+Each fake node keeps its queues as a dict; a send is answered by encoding what the node would
+reply and decoding it with the send's own call, as a channel does.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kittiwake import errors
+from kittiwake.client import calls
+from kittiwake.client.cluster_channel import drive
+from kittiwake.client.cluster_router import Router, Send, Step
+from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
+from kittiwake.cluster.routing import Owned, route
+from kittiwake.model import EnqueueOutcome, QueueInfo
+from kittiwake.protocol import messages as m
+from kittiwake.protocol.replies import ClusterMapResult, ClusterNode, HoldersResult
+
+Answer = Callable[[Send], Any]
+
+
+def make_map(names: str = "abc") -> ClusterMap:
+    return ClusterMap(tuple(Node(name, Address("127.0.0.1", 7000 + i)) for i, name in enumerate(names)))
+
+
+def make_router(cluster: ClusterMap | None = None, near: str = "a", seeds: tuple[Address, ...] = ()) -> Router:
+    return Router(seeds=seeds, cluster_map=cluster, near=near, rng=random.Random(7), clock=lambda: 0.0)
+
+
+def reply(send: Send, value: Any) -> Any:
+    return send.call.decode(msgspec.msgpack.encode(value))
+
+
+def run(router: Router, call: Any, answer: Answer, log: list[Send] | None = None) -> Any:
+    def send_step(step: Step) -> list[Any]:
+        if log is not None:
+            log.extend(step)
+        outcomes = []
+        for send in step:
+            try:
+                outcomes.append(answer(send))
+            except errors.KittiwakeError as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    return drive(router.conversation(call, None), send_step)
+
+
+def echo_enqueue(send: Send) -> Any:
+    request = send.call.request
+    assert isinstance(request, m.Enqueue)
+    return reply(send, [EnqueueOutcome(t.queue, t.pid or f"fifo-{send.node}", False) for t in request.tasks])
+
+
+tasks_strategy = st.lists(
+    st.tuples(st.sampled_from(["q", "r", "g#q", "h#r"]), st.one_of(st.none(), st.text("abcxyz{}", min_size=1, max_size=6))),
+    min_size=1, max_size=30,
+)
+
+
+@given(tasks_strategy)
+@settings(max_examples=60, deadline=None)
+def test_a_split_enqueue_sends_each_keyed_task_to_its_owner_and_merges_in_order(tasks: list[tuple[str, str | None]]) -> None:
+    cluster = make_map()
+    router = make_router(cluster)
+    log: list[Send] = []
+    call = calls.enqueue_many([{"queue": queue, "data": b"", "pid": pid} for queue, pid in tasks])
+    outcomes = run(router, call, echo_enqueue, log)
+    assert [o.queue for o in outcomes] == [queue for queue, _ in tasks]
+    for (queue, pid), outcome in zip(tasks, outcomes):
+        decision = route(cluster, queue, pid)
+        if isinstance(decision, Owned):
+            assert outcome.pid == (pid if pid is not None else f"fifo-{decision.node}")
+    assert len({send.node for send in log}) == len(log)  # one request per node, one step
+    assert router.routing_stats().hops.get("enqueue", 0) == 0
+
+
+def test_fifo_pushes_spread_within_one_and_skip_an_unreachable_node() -> None:
+    router = make_router(make_map())
+    counts: dict[str, int] = {}
+
+    def answer(send: Send) -> Any:
+        if send.node == "b":
+            raise errors.BrokerUnreachable("b is down")
+        counts[send.node] = counts.get(send.node, 0) + 1
+        return echo_enqueue(send)
+
+    for _ in range(10):
+        run(router, calls.enqueue("q", b""), answer)
+    assert sum(counts.values()) == 10 and set(counts) == {"a", "c"}
+    assert abs(counts["a"] - counts["c"]) <= 1
+
+
+def test_a_keyed_task_on_an_unreachable_node_raises_the_transient_error() -> None:
+    cluster = make_map()
+    router = make_router(cluster)
+    pid = next(p for p in (f"k{i}" for i in range(100)) if route(cluster, "q", p) == route(cluster, "q", "k0"))
+    owner = route(cluster, "q", pid)
+    assert isinstance(owner, Owned)
+
+    def answer(send: Send) -> Any:
+        raise errors.BrokerUnreachable("down")
+
+    with pytest.raises(errors.BrokerUnreachable):
+        run(router, calls.enqueue("q", b"", pid=pid), answer)
+
+
+def test_wrong_shard_refetches_the_map_and_routes_again() -> None:
+    old, new = make_map("ab"), make_map("abc")
+    router = make_router(old)
+    pid = next(p for p in (f"k{i}" for i in range(1000)) if route(new, "q", p) != route(old, "q", p))
+    new_owner = route(new, "q", pid)
+    assert isinstance(new_owner, Owned)
+    log: list[Send] = []
+
+    def answer(send: Send) -> Any:
+        if send.call.op == "cluster_map":
+            nodes = [ClusterNode(n.name, str(n.address)) for n in new.nodes]
+            return reply(send, ClusterMapResult(node=send.node, epoch=new.epoch, slots=new.slots, nodes=nodes))
+        if send.node != new_owner.node:
+            raise errors.WrongShard("not mine", epoch=new.epoch)
+        return echo_enqueue(send)
+
+    outcome = run(router, calls.enqueue("q", b"", pid=pid), answer, log)
+    assert outcome.pid == pid
+    assert [send.call.op for send in log] == ["enqueue", "cluster_map", "enqueue"]
+    assert router.cluster_map == new
+    assert router.routing_stats().hops["enqueue"] == 2
+
+
+def test_wrong_shard_is_retried_a_bounded_number_of_times() -> None:
+    cluster = make_map()
+    router = make_router(cluster)
+
+    def answer(send: Send) -> Any:
+        if send.call.op == "cluster_map":
+            nodes = [ClusterNode(n.name, str(n.address)) for n in cluster.nodes]
+            return reply(send, ClusterMapResult(node="a", epoch=cluster.epoch, slots=cluster.slots, nodes=nodes))
+        raise errors.WrongShard("never mine", epoch="x")
+
+    with pytest.raises(errors.WrongShard):
+        run(router, calls.get("q", "k"), answer)
+
+
+def test_the_map_is_fetched_from_a_seed_first() -> None:
+    cluster = make_map()
+    router = make_router(None, seeds=(Address("127.0.0.1", 7001),), near="b")
+
+    def answer(send: Send) -> Any:
+        if send.call.op == "cluster_map":
+            assert send.address == Address("127.0.0.1", 7001)
+            nodes = [ClusterNode(n.name, str(n.address)) for n in cluster.nodes]
+            return reply(send, ClusterMapResult(node="b", epoch=cluster.epoch, slots=cluster.slots, nodes=nodes))
+        return reply(send, {"now": 1.0})
+
+    run(router, calls.ping(), answer)
+    assert router.cluster_map == cluster and router.near == "b"
+
+
+def test_a_plain_broker_is_no_cluster_without_a_map() -> None:
+    router = make_router(None, seeds=(Address("127.0.0.1", 7001),))
+    with pytest.raises(errors.BadRequest, match="not a node"):
+        run(router, calls.ping(), lambda send: reply(send, ClusterMapResult()))
+
+
+def test_an_update_with_leases_on_two_nodes_is_refused() -> None:
+    router = make_router(make_map())
+    call = calls.update(dequeue=[{"queue": "q", "pid": "p", "lease_id": 32}, {"queue": "q", "pid": "r", "lease_id": 33}])
+    with pytest.raises(errors.BadRequest, match="one node"):
+        run(router, call, lambda send: None)
+
+
+def test_an_update_enqueues_other_nodes_keyed_tasks_first_and_keeps_the_order() -> None:
+    cluster = make_map()
+    router = make_router(cluster)
+    elsewhere = next(p for p in (f"k{i}" for i in range(100)) if route(cluster, "q", p) != Owned("a", None, ""))
+    elsewhere_owner = route(cluster, "q", elsewhere)
+    assert isinstance(elsewhere_owner, Owned) and elsewhere_owner.node != "a"
+    log: list[Send] = []
+
+    def answer(send: Send) -> Any:
+        request = send.call.request
+        if isinstance(request, m.Enqueue):
+            return echo_enqueue(send)
+        assert isinstance(request, m.Update) and send.node == "a"
+        enqueued = [EnqueueOutcome(t.queue, t.pid or "fifo-a", False) for t in request.enqueue]
+        return reply(send, {"enqueued": enqueued, "dequeued": [{"queue": "q", "pid": "x", "ok": True}]})
+
+    call = calls.update(
+        enqueue=[{"queue": "q", "data": b""}, {"queue": "q", "data": b"", "pid": elsewhere}],
+        dequeue=[{"queue": "q", "pid": "x", "lease_id": 64}],  # residue 0: node a
+    )
+    result = run(router, call, answer, log)
+    assert [o.pid for o in result.enqueued] == ["fifo-a", elsewhere]
+    assert [(send.node, send.call.op) for send in log] == [(elsewhere_owner.node, "enqueue"), ("a", "update")]
+
+
+def lease_answer(holding: dict[str, list[str]], holders: bool = True) -> Answer:
+    """Nodes holding task pids of queue "q"; `holders` answers from that knowledge."""
+
+    def answer(send: Send) -> Any:
+        request = send.call.request
+        if isinstance(request, m.Holders):
+            if not holders:
+                raise errors.UnknownOperation("unknown op 'holders'")
+            return reply(send, HoldersResult(holders={"q": [n for n, pids in holding.items() if pids]}))
+        assert isinstance(request, m.Lease)
+        taken, holding[send.node] = holding[send.node][: request.max_tasks], holding[send.node][request.max_tasks:]
+        return reply(send, [{"queue": "q", "pid": pid, "data": b"", "lease_id": 1} for pid in taken])
+
+    return answer
+
+
+def test_a_lease_is_served_locally_with_no_hop_then_from_a_holder_with_two() -> None:
+    router = make_router(make_map(), near="a")
+    answer = lease_answer({"a": ["a1"], "b": [], "c": ["c1", "c2"]})
+    log: list[Send] = []
+    assert [t.pid for t in run(router, calls.lease("q"), answer, log)] == ["a1"]
+    assert router.routing_stats().hops.get("lease", 0) == 0
+    log.clear()
+    assert [t.pid for t in run(router, calls.lease("q", max_tasks=5), answer, log)] == ["c1", "c2"]
+    assert [(send.node, send.call.op) for send in log] == [("a", "lease"), ("a", "holders"), ("c", "lease")]
+    assert router.routing_stats().hops["lease"] == 2
+
+
+def test_without_holders_a_lease_sweeps_the_others_in_turn() -> None:
+    router = make_router(make_map(), near="a")
+    answer = lease_answer({"a": [], "b": [], "c": ["c1"]}, holders=False)
+    assert [t.pid for t in run(router, calls.lease("q"), answer)] == ["c1"]
+    log: list[Send] = []
+    assert run(router, calls.lease("q"), answer, log) == []
+    assert "holders" not in [send.call.op for send in log]  # not asked again
+    assert sorted(send.node for send in log) == ["a", "b", "c"]
+
+
+def test_a_lease_skips_an_unreachable_node_and_raises_when_all_are() -> None:
+    router = make_router(make_map(), near="a")
+    holding = {"a": [], "b": ["b1"], "c": []}
+    base = lease_answer(holding)
+
+    def answer(send: Send) -> Any:
+        if send.node == "a":
+            raise errors.BrokerUnreachable("a is down")
+        return base(send)
+
+    assert [t.pid for t in run(router, calls.lease("q"), answer)] == ["b1"]
+
+    def none(send: Send) -> Any:
+        raise errors.BrokerUnreachable("down")
+
+    with pytest.raises(errors.BrokerUnreachable):
+        run(make_router(make_map()), calls.lease("q"), none)
+
+
+def test_a_lease_of_one_groups_queue_goes_to_its_owner_as_is() -> None:
+    cluster = make_map()
+    router = make_router(cluster)
+    owner = route(cluster, "g#q")
+    assert isinstance(owner, Owned)
+    log: list[Send] = []
+    run(router, calls.lease("g#q", wait_secs=5), lambda send: reply(send, []), log)
+    assert [(send.node, send.call.wait_secs) for send in log] == [(owner.node, 5)]
+
+
+node_queues = st.dictionaries(st.sampled_from("abc"), st.dictionaries(st.sampled_from([f"q{i}" for i in range(12)]),
+                                                                       st.integers(1, 4), max_size=12), min_size=3)
+
+
+@given(node_queues, st.integers(1, 5), st.integers(0, 6), st.one_of(st.none(), st.sampled_from(["q0", "q3", "q7"])))
+@settings(max_examples=80, deadline=None)
+def test_list_queues_pages_exactly(held: dict[str, dict[str, int]], limit: int, min_tasks: int,
+                                   start_after: str | None) -> None:
+    router = make_router(make_map())
+
+    def answer(send: Send) -> Any:
+        request = send.call.request
+        assert isinstance(request, m.ListQueues) and request.min_tasks == 0
+        names = sorted(q for q in held[send.node] if request.start_after is None or q > request.start_after)
+        return reply(send, [QueueInfo(q, held[send.node][q], 0) for q in names[: request.limit]])
+
+    got = run(router, calls.list_queues(None, min_tasks, limit, start_after), answer)
+    totals: dict[str, int] = {}
+    for queues in held.values():
+        for queue, size in queues.items():
+            totals[queue] = totals.get(queue, 0) + size
+    expected = [q for q in sorted(totals) if totals[q] >= min_tasks and (start_after is None or q > start_after)]
+    assert [(row.queue, row.size) for row in got] == [(q, totals[q]) for q in expected[:limit]]

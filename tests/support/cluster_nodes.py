@@ -1,0 +1,53 @@
+"""Three plain broker processes named by an explicit cluster map, for the cluster client's tests.
+
+Until brokers serve `--cluster FILE --node NAME`, the client is given the map (`cluster_map=`)
+whose nodes are three ordinary brokers: routing of keyed tasks, named groups, fan-outs and leases
+works against them; what needs node-issued ids (a FIFO pid or a lease id naming its node) does
+not, so the tests lease keyed tasks and finish them through their owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+from kittiwake import AsyncClient, Client
+from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
+from support.broker_process import BrokerProcess
+
+NODE_NAMES = ("a", "b", "c")
+
+
+class Cluster:
+    """Three brokers and the map naming them."""
+
+    def __init__(self, brokers: dict[str, BrokerProcess]) -> None:
+        self.brokers = brokers
+        self.map = ClusterMap(tuple(Node(name, Address(b.host, b.port)) for name, b in brokers.items()))
+
+    def direct(self, node: str) -> Client:
+        """A plain client of one node's broker."""
+        return Client(self.brokers[node].url)
+
+
+class AsyncDriver:
+    """An AsyncClient whose coroutine methods run to completion when called."""
+
+    def __init__(self, url: str | None, **options: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.client = AsyncClient(url, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.client, name)
+        if not inspect.iscoroutinefunction(attribute):
+            return attribute
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return self.loop.run_until_complete(attribute(*args, **kwargs))
+
+        return run
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.close())
+        self.loop.close()
