@@ -10,12 +10,21 @@ from typing import Any
 import pytest
 
 from kittiwake import Client
+from kittiwake.testing.cluster_nodes import ClusterNodes
 from support.broker_process import BrokerProcess
 from support.cluster_nodes import NODE_NAMES, AsyncDriver, Cluster
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Three nodes of one cluster (`kittiwake broker --cluster FILE --node NAME`)."""
+    with ClusterNodes(tmp_path, NODE_NAMES, args=["--durability", "os"]) as nodes:
+        yield Cluster(nodes.brokers)
+
+
+@pytest.fixture
+def plain_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Three plain brokers named by an explicit map (`Client(cluster_map=...)`)."""
     brokers: dict[str, BrokerProcess] = {}
     try:
         for name in NODE_NAMES:

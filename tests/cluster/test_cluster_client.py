@@ -1,16 +1,20 @@
 """A cluster through `Client` and `AsyncClient`: three real brokers, one namespace of queues.
 
-The brokers are plain ones named by an explicit map (`conftest`); each check asks the brokers
-directly where tasks landed.
+The brokers are three nodes of one cluster (`conftest`), or plain ones named by an explicit map
+where a test says so; each check asks the brokers directly where tasks landed.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 from kittiwake import Client, errors
+from kittiwake.client import calls
+from kittiwake.client.calls import Call
+from kittiwake.protocol.replies import result_decoder
 from kittiwake.cluster.routing import Owned, route
 from support.cluster_nodes import Cluster
 
@@ -123,6 +127,7 @@ def test_lease_drains_every_node_local_first(cluster: Cluster, make_client: Any)
     client.enqueue_many([{"queue": "drain", "data": b"x", "pid": pid} for pid in pids])
     local = sizes(cluster, "drain")["a"]
     assert local > 0
+    wait_for_holders(cluster, "a", "drain", {name for name, size in sizes(cluster, "drain").items() if size})
     before = client.routing_stats()
     leased: list[Any] = []
     for _ in range(40):
@@ -139,11 +144,20 @@ def test_lease_drains_every_node_local_first(cluster: Cluster, make_client: Any)
     assert calls >= 30 // 4
     assert first_hops >= 1
     assert stats.per_node.get("a", 0) > 0
-    # finish through each task's own node (plain brokers issue lease ids naming no node)
-    for task in leased:
-        with cluster.direct(owner(cluster, "drain", task.pid)) as direct:
-            assert direct.dequeue(task).ok
+    # each lease id names the node that issued it: the dequeues find their way
+    assert all(outcome.ok for outcome in client.dequeue(leased))
     assert sum(sizes(cluster, "drain").values()) == 0
+
+
+def wait_for_holders(cluster: Cluster, node: str, queue: str, holding: set[str]) -> None:
+    """Until `node` has heard (from its own commits and its peers' announcements) that `holding` hold `queue`."""
+    call = Call(calls.request("holders", {"queues": [queue]}), result_decoder("holders"))
+    with cluster.direct(node) as direct:
+        for _ in range(200):
+            if set(direct._run(call, None).holders.get(queue, [])) >= holding:
+                return
+            time.sleep(0.02)
+    raise AssertionError(f"{node} never heard that {sorted(holding)} hold {queue}")
 
 
 def test_local_tasks_are_leased_with_no_hop(cluster: Cluster, make_client: Any) -> None:
@@ -162,9 +176,9 @@ def test_long_poll_finds_a_task_on_another_node(cluster: Cluster, make_client: A
     client = make_client(near="a")
     assert client.lease("lp", wait_secs=0.3) == []
     with cluster.direct("c") as direct:
-        direct.enqueue("lp", b"x", pid="late")
+        late = direct.enqueue("lp", b"x").pid  # a FIFO task on c
     got = client.lease("lp", wait_secs=3)
-    assert [task.pid for task in got] == ["late"]
+    assert [task.pid for task in got] == [late]
 
 
 def test_a_node_down_pushes_go_on_and_leases_drain_the_others(cluster: Cluster, make_client: Any) -> None:
@@ -205,7 +219,8 @@ def test_find_by_sender_and_receivers_fan_out(cluster: Cluster, make_client: Any
     assert client.delete_queue("fs0") == 1
 
 
-def test_a_url_of_plain_brokers_says_they_are_no_cluster(cluster: Cluster) -> None:
+def test_a_url_of_plain_brokers_says_they_are_no_cluster(plain_cluster: Cluster) -> None:
+    cluster = plain_cluster
     url = "kw://" + ",".join(f"{b.host}:{b.port}" for b in cluster.brokers.values())
     with Client(url) as client:
         assert client.address.cluster

@@ -211,7 +211,7 @@ def lease_answer(holding: dict[str, list[str]], holders: bool = True) -> Answer:
         if isinstance(request, m.Holders):
             if not holders:
                 raise errors.UnknownOperation("unknown op 'holders'")
-            return reply(send, HoldersResult(holders={"q": [n for n, pids in holding.items() if pids]}))
+            return reply(send, HoldersResult(epoch=make_map().epoch, holders={"q": [n for n, pids in holding.items() if pids]}))
         assert isinstance(request, m.Lease)
         taken, holding[send.node] = holding[send.node][: request.max_tasks], holding[send.node][request.max_tasks:]
         return reply(send, [{"queue": "q", "pid": pid, "data": b"", "lease_id": 1} for pid in taken])

@@ -1,10 +1,7 @@
-"""Three plain broker processes named by an explicit cluster map, for the cluster client's tests.
-
-Until brokers serve `--cluster FILE --node NAME`, the client is given the map (`cluster_map=`)
-whose nodes are three ordinary brokers: routing of keyed tasks, named groups, fan-outs and leases
-works against them; what needs node-issued ids (a FIFO pid or a lease id naming its node) does
-not, so the tests lease keyed tasks and finish them through their owner.
-"""
+"""Three brokers and their map, for the cluster client's tests: three nodes of a cluster
+(`kittiwake.testing.cluster_nodes`), or three plain brokers named by an explicit map
+(`Client(cluster_map=...)`), against which what needs node-issued ids (a FIFO pid or a lease id
+naming its node) does not route."""
 
 from __future__ import annotations
 

@@ -617,7 +617,10 @@ class Router:
         if spread and self._holders_known and home in live:
             holders_call = Call(calls.request("holders", {"queues": spread}), result_decoder("holders"))
             [outcome] = yield (self._send(home, holders_call, None),)
-            if isinstance(outcome, errors.UnknownOperation):
+            if isinstance(outcome, errors.UnknownOperation) or (
+                isinstance(outcome, HoldersResult) and not outcome.epoch
+            ):
+                # a broker that is no node (an explicit map over plain brokers) hears no announcements
                 self._holders_known = False
             elif isinstance(outcome, HoldersResult):
                 for nodes in outcome.holders.values():

@@ -21,12 +21,11 @@ interrupted anywhere and run again finishes the job: nothing lost (a task leaves
 after its new store committed it) and nothing doubled (a task on both stores is deleted from the
 old one only). The counts of tasks in all stores together, before and after, must agree.
 
-**The epoch.** A store that records a cluster node's identity (branch `cnode`, `engine.identity`:
-a counter ``cluster_node:<node>:<epoch>`` whose value orders the records) gets the new map's epoch
-recorded once every move is done; so does a new node's store, if the old stores record identities,
-since a node refuses to start on a store that holds tasks but no identity. `recorded_identity` and
-`identity_record` are the two hooks that mirror that module; the lease-id and FIFO high-water marks
-(`SetCounter`) of each old store are raised on every store it sends tasks to.
+**The epoch.** A store that records a cluster node's identity (`engine.identity`: a counter
+``cluster_node:<node>:<epoch>`` whose value orders the records) gets the new map's epoch recorded
+once every move is done; so does a new node's store, if the old stores record identities, since a
+node refuses to start on a store that holds tasks but no identity. The lease-id and FIFO high-water
+marks (`SetCounter`) of each old store are raised on every store it sends tasks to.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from kittiwake import errors
 from kittiwake.cluster import growth
 from kittiwake.cluster.cluster_map import ClusterMap
 from kittiwake.cluster.routing import Owned, route
+from kittiwake.engine import identity
 from kittiwake.engine.mutations import DeleteEdges, DeleteTask, Mutation, PutEdge, PutTask, SetCounter
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER
 from kittiwake.engine.storage import Recovery
@@ -58,7 +58,7 @@ CRASH_ENV = "KITTIWAKE_TEST_GROW_KILL_AFTER_COPIES"
 """For tests of crash safety only: after this many batches committed on their new node and not
 yet deleted from their old one, the process SIGKILLs itself."""
 
-IDENTITY_PREFIX = "cluster_node:"
+IDENTITY_PREFIX = identity.PREFIX
 """Counter names of node identities (as `engine.identity.PREFIX` on branch cnode)."""
 
 _CARRIED_COUNTERS = (LEASE_ID_COUNTER, FIFO_COUNTER)
@@ -119,22 +119,18 @@ class GrowReport:
 
 
 def recorded_identity(counters: Mapping[str, int]) -> tuple[str, str, int] | None:
-    """HOOK (mirrors `engine.identity.recorded` of branch cnode): the node and epoch a store's
-    counters record last, with the order of that record; None when the store was never a node's."""
-    best: tuple[str, str, int] | None = None
-    for name, order in counters.items():
-        if not name.startswith(IDENTITY_PREFIX):
-            continue
-        node, sep, epoch = name[len(IDENTITY_PREFIX):].rpartition(":")
-        if sep and (best is None or order > best[2]):
-            best = (node, epoch, order)
-    return best
+    """The node and epoch a store's counters record last (`engine.identity`), with the order of
+    that record; None when the store was never a node's."""
+    current = identity.recorded(counters)
+    if current.current is None:
+        return None
+    return current.current.node, current.current.epoch, current.order
 
 
 def identity_record(node: str, epoch: str, order: int) -> SetCounter:
-    """HOOK (mirrors `engine.identity.counter_name`): the mutation recording that the store is
-    node `node`'s under the map of `epoch`, as its `order`-th record."""
-    return SetCounter(f"{IDENTITY_PREFIX}{node}:{epoch}", order)
+    """The mutation recording that the store is node `node`'s under the map of `epoch`, as its
+    `order`-th record (`engine.identity`)."""
+    return SetCounter(identity.counter_name(identity.NodeIdentity(node, epoch)), order)
 
 
 # ------------------------------------------------------------ the move
