@@ -14,7 +14,8 @@ protocols, the second test counts them too.
 Faces plug into the broker from above (`kittiwake.broker.faces`): no core
 module of the broker imports one, not even for a type. Request extensions
 (`kittiwake.broker.extensions`) too: the broker imports nothing of the cluster
-(`kittiwake.cluster`), which plugs a node into it.
+(`kittiwake.cluster`), which plugs a node into it, and neither does the
+dashboard (`kittiwake.observe`), whose cluster page a node plugs in.
 """
 
 from __future__ import annotations
@@ -178,6 +179,15 @@ def test_the_broker_imports_nothing_of_the_cluster() -> None:
     found = sorted(f"{module} -> {target}" for module in broker for target in graph[module]
                    if _within(target, ("kittiwake.cluster",)))
     assert not found, "broker or engine modules importing the cluster:\n" + "\n".join(found)
+
+
+def test_the_dashboard_imports_nothing_of_the_cluster() -> None:
+    """A node's cluster page is plugged into the dashboard from above (`observe.cluster_source`)."""
+    graph = import_graph(SOURCE, type_checking=True)
+    observe = [module for module in graph if _within(module, ("kittiwake.observe",))]
+    found = sorted(f"{module} -> {target}" for module in observe for target in graph[module]
+                   if _within(target, ("kittiwake.cluster",)))
+    assert not found, "dashboard modules importing the cluster:\n" + "\n".join(found)
 
 
 def test_the_walk_sees_function_level_imports_and_skips_type_only_ones(tmp_path: Path) -> None:

@@ -17,12 +17,17 @@ Request extensions are built the same way (`build_extensions`): `--cluster FILE
 --node NAME` makes the broker a node of a cluster (`kittiwake.cluster.node`); a
 bad map or a node the map does not name, or a node that would not listen where
 the map says, is a usage error (exit status 2), and a store of another node is
-one line on stderr and exit status 1 (CLUSTER_IDENTITY).
+one line on stderr and exit status 1 (CLUSTER_IDENTITY). A node that serves
+`--http-port` too gets the dashboard's cluster page, its source built here over
+the node (`kittiwake.cluster.dashboard`), so the dashboard imports nothing of
+the cluster.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -41,12 +46,17 @@ from kittiwake.broker.faces import Face
 from kittiwake.constants import DEFAULT_METRICS_QUEUE_SERIES, MAX_METRICS_QUEUE_SERIES
 from kittiwake.protocol import DEFAULT_MAX_FRAME
 
+if TYPE_CHECKING:
+    from kittiwake.observe.cluster_source import ClusterSource
+
 
 def build_faces(
     *, udp_port: int | None = None, sqs_port: int | None = None, http_port: int | None = None,
     metrics_queue_series: int = DEFAULT_METRICS_QUEUE_SERIES, http_host_names: tuple[str, ...] = (),
+    extensions: Sequence[RequestExtension] = (),
 ) -> list[Face]:
-    """The faces the options ask for, in the order their ports are listed; each imported only when on."""
+    """The faces the options ask for, in the order their ports are listed; each imported only when on.
+    On a cluster node (a `ClusterNode` among `extensions`) the dashboard gets its cluster page."""
     faces: list[Face] = []
     host_names = None
     if sqs_port is not None or http_port is not None:
@@ -64,8 +74,20 @@ def build_faces(
     if http_port is not None:
         from kittiwake.observe.face import ObserveFace
 
-        faces.append(ObserveFace(http_port, metrics_queue_series=metrics_queue_series, host_names=host_names))
+        faces.append(ObserveFace(http_port, metrics_queue_series=metrics_queue_series, host_names=host_names,
+                                 cluster=_cluster_page(extensions)))
     return faces
+
+
+def _cluster_page(extensions: Sequence[RequestExtension]) -> ClusterSource | None:
+    """The source of the dashboard's cluster page when one of `extensions` is a cluster node."""
+    if not extensions:
+        return None
+    from kittiwake.cluster.dashboard import NodeDashboard
+    from kittiwake.cluster.node import ClusterNode
+
+    node = next((extension for extension in extensions if isinstance(extension, ClusterNode)), None)
+    return NodeDashboard(node) if node is not None else None
 
 
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
@@ -248,7 +270,8 @@ def broker(
             max_buffered_mb=max_buffered_mb,
         )
         faces = build_faces(udp_port=udp_port, sqs_port=sqs_port, http_port=http_port,
-                            metrics_queue_series=metrics_queue_series, http_host_names=http_host_names)
+                            metrics_queue_series=metrics_queue_series, http_host_names=http_host_names,
+                            extensions=extensions)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     try:

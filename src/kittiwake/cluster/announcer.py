@@ -58,6 +58,8 @@ class Peer:
     retry_at: float = 0.0
     backoff: float = BACKOFF_SECS
     epochs_warned: set[str] = field(default_factory=set)
+    told_at: float | None = None  # epoch seconds an announcement last reached it (the dashboard shows it)
+    error: str | None = None  # why the last send failed; None once one succeeds
 
 
 class Announcer:
@@ -173,13 +175,15 @@ class Announcer:
                 peer.epochs_warned.add(refused.epoch)
                 log.warning("cluster node %r runs the map of epoch %s, this node %s: it refuses our announcements",
                             peer.name, refused.epoch, self.cluster.epoch)
-            self._failed(peer)
+            self._failed(peer, f"it runs the map of epoch {refused.epoch}")
         except (errors.KittiwakeError, OSError) as exc:
             if peer.backoff == BACKOFF_SECS:
                 log.info("cluster node %r cannot be told what this node holds (%s); retrying", peer.name, exc)
-            self._failed(peer)
+            self._failed(peer, str(exc) or type(exc).__name__)
         else:
             self.sent += 1
+            peer.told_at = time.time()
+            peer.error = None
             if full:
                 peer.synced = True
             peer.backoff = BACKOFF_SECS
@@ -189,7 +193,8 @@ class Announcer:
             if not peer.synced:
                 self.flips_ready.set()  # its retry, or the full refresh it missed, is due at retry_at
 
-    def _failed(self, peer: Peer) -> None:
+    def _failed(self, peer: Peer, why: str) -> None:
         peer.synced = False
+        peer.error = why
         peer.retry_at = self.clock() + peer.backoff
         peer.backoff = min(peer.backoff * 2, MAX_BACKOFF_SECS)

@@ -74,6 +74,7 @@ class ClusterNode:
         self.refresh_secs = refresh_secs
         self.holdings = Holdings(node, cluster.node_names)
         self.heard: set[str] = set()  # peers that announced since this node started
+        self.heard_at: dict[str, float] = {}  # peer -> epoch seconds of its last announcement
         self.announcer: Announcer | None = None
         self._host: Host | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -127,6 +128,10 @@ class ClusterNode:
         if self.announcer is not None:
             await self.announcer.stop()
 
+    def reads(self) -> Engine | None:
+        """The broker's engine between passes (None before start or while the store has failed)."""
+        return self._host.reads() if self._host is not None else None
+
     # ------------------------------------------------------------ commits
 
     def _committed(self, tally: Tally, commit_secs: float | None) -> None:
@@ -163,6 +168,7 @@ class ClusterNode:
         self.holdings.apply(request.node, request.holding, request.empty, request.full)
         first = request.node not in self.heard
         self.heard.add(request.node)
+        self.heard_at[request.node] = now
         if self.announcer is not None:
             self.announcer.heard_from(request.node, first)
         return AnnounceResult(node=self.node)

@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kittiwake.broker.http_server import HttpRequest, HttpResponse, Routes, text_response
 from kittiwake.engine.tally import Tally
-from kittiwake.observe import actions, flow_views, job_views, overview, queue_list, queue_views, stream, worker_views
+from kittiwake.observe import actions, cluster_view, flow_views, job_views, overview, queue_list, queue_views, stream, worker_views
 from kittiwake.observe.history import History, HistorySampler, Point
 from kittiwake.observe.http_json import HttpAuth, JsonApi, JsonHandler
 from kittiwake.observe.metrics import BrokerMetrics
 from kittiwake.constants import DEFAULT_METRICS_QUEUE_SERIES
+from kittiwake.observe.cluster_source import ClusterSource
 from kittiwake.observe.observations import Observations
 from kittiwake.observe.pages import Pages
 
@@ -52,8 +53,10 @@ if TYPE_CHECKING:
 class Observer:
     """The HTTP faces of one broker."""
 
-    def __init__(self, host: Host, metrics_queue_series: int = DEFAULT_METRICS_QUEUE_SERIES) -> None:
+    def __init__(self, host: Host, metrics_queue_series: int = DEFAULT_METRICS_QUEUE_SERIES,
+                 cluster: ClusterSource | None = None) -> None:
         self.host = host
+        self.cluster = cluster  # a cluster node's view of its cluster; None on a broker that is no node
         self.auth = HttpAuth(host)
         self.api = JsonApi(self.auth)
         self._stops: list[Callable[[], Any]] = []
@@ -79,6 +82,8 @@ class Observer:
         flow_views.install(self)
         actions.install(self)
         stream.install(self)
+        if self.cluster is not None:
+            cluster_view.install(self, self.cluster)
         routes.add("/", Pages().handle)  # the longest-prefix fallback: other paths are its 404s
 
     def add_json(self, path: str, handler: JsonHandler, *, write: bool = False) -> None:

@@ -1,7 +1,8 @@
 """`GET /api/overview`: the broker, its queues summed, and its workers, in one small answer.
 
 * `broker`: version, store kind, when it started, whether auth is on and who
-  asks, its ports;
+  asks, its ports, and its node name when it is a cluster node (`node`, else
+  None: the page shows its cluster link only on a node);
 * `totals`: sums over every queue the principal sees (`queue_list.totals`):
   queues (the rows `/api/queues` lists), tasks, available, leased, blocked,
   and dead letters;
@@ -44,6 +45,7 @@ def overview(observer: Registrar, principal: Principal | None) -> dict[str, Any]
             "user": principal.user if principal is not None else None,
             "http_port": host.ports().get("http_port"),
             "port": host.ports().get("port"),
+            "node": observer.cluster.node if observer.cluster is not None else None,
         },
         "totals": queue_list.totals(state, visibility(principal), observer.row_index, principal),
         "workers": workers,

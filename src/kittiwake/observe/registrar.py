@@ -16,6 +16,7 @@ from kittiwake.broker.http_server import HttpRequest, HttpResponse
 
 if TYPE_CHECKING:
     from kittiwake.broker.faces import Host
+    from kittiwake.observe.cluster_source import ClusterSource
     from kittiwake.observe.history import Point
     from kittiwake.observe.http_json import HttpAuth, JsonHandler
     from kittiwake.observe.queue_list import RowIndex
@@ -29,6 +30,9 @@ class Registrar(Protocol):
 
     @property
     def auth(self) -> HttpAuth: ...  # credentials of HTTP requests
+
+    @property
+    def cluster(self) -> ClusterSource | None: ...  # the cluster a node belongs to; None: not a node
 
     @property
     def row_index(self) -> RowIndex: ...  # the queue table's selections, shared by the views that page it
