@@ -20,6 +20,7 @@ import { WorkersView } from "./view-workers.js";
 import { JobsView } from "./view-jobs.js";
 import { FlowsView } from "./view-flows.js";
 import { ChartsView } from "./view-charts.js";
+import { ClusterView } from "./view-cluster.js";
 import { parseRoute } from "./routes.js";
 
 const VIEWS = {
@@ -29,11 +30,13 @@ const VIEWS = {
   jobs: JobsView,
   flows: FlowsView,
   charts: ChartsView,
+  cluster: ClusterView,
 };
 const HISTORY_WINDOW_SECS = 3600;
 
 const main = document.getElementById("main");
 const nav = document.querySelector("[data-testid=nav]");
+const clusterLink = document.querySelector("[data-testid=nav-cluster]");
 const strip = document.querySelector("[data-testid=overview]");
 const brokerInfo = document.querySelector("[data-testid=broker-info]");
 const streamStatus = document.querySelector("[data-testid=stream-status]");
@@ -193,6 +196,7 @@ class App {
   setOverview(overview) {
     this.overview = overview;
     renderOverview(strip, overview);
+    clusterLink.hidden = !(overview.broker && overview.broker.node); // a cluster node only
     this.renderBrokerInfo();
     for (const listener of this.overviewListeners) listener(overview);
   }
