@@ -520,6 +520,35 @@ def test_with_auth_the_page_asks_for_a_login_and_the_api_refuses_without_one(
     expect(page.get_by_test_id("login-form")).to_be_visible()
 
 
+def test_a_cluster_node_shows_its_cluster_page_with_the_three_nodes(
+    tmp_path: Path, open_broker: BrokerProcess, page: Page,
+) -> None:
+    from kittiwake.testing.cluster_nodes import ClusterNodes
+
+    page.goto(address(open_broker))  # a broker that is no node has no cluster link
+    expect(page.get_by_test_id("overview-queues-value")).to_be_visible()
+    expect(page.get_by_test_id("nav-cluster")).to_be_hidden()
+
+    with ClusterNodes(tmp_path, ["a", "b", "c"], args=["--durability", "os", "--http-port", "0"]) as nodes:
+        with Client(nodes["c"].url) as c:
+            c.enqueue("work", b"x")
+        a = nodes["a"]
+        page.goto(f"http://{a.host}:{a.http_port}/")
+        page.get_by_test_id("nav-cluster").click()
+        rows = page.get_by_test_id("cluster-node-row")
+        expect(rows).to_have_count(3)
+        assert [rows.nth(index).get_attribute("data-node") for index in range(3)] == ["a", "b", "c"]
+        for index in range(3):
+            expect(rows.nth(index)).to_have_attribute("data-state", "up")
+        expect(rows.nth(2).get_by_test_id("cluster-node-tasks")).to_have_text("1")
+        expect(page.get_by_test_id("cluster-holder-row")).to_have_attribute("data-queue", "work")
+        status, answer = api(a, "/api/cluster")  # what the page shows is what the API says
+        assert status == 200
+        expect(page.get_by_test_id("cluster-epoch")).to_have_text(answer["epoch"])
+        expect(page.get_by_test_id("cluster-deviation")).to_have_text(f"{answer['load_deviation']:g}%")
+        assert page.title().startswith("Cluster")
+
+
 # ------------------------------------------------------------------ the README's picture
 
 
