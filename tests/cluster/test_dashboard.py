@@ -102,6 +102,19 @@ def test_a_node_shows_the_map_what_each_node_holds_and_who_holds_each_queue(node
     assert status == 200 and overview["broker"]["node"] == "b"
 
 
+def test_every_metric_series_of_each_node_carries_its_own_name(nodes: ClusterNodes) -> None:
+    for name in ("a", "b"):
+        connection = http.client.HTTPConnection(nodes[name].host, nodes[name].http_port, timeout=10)
+        try:
+            connection.request("GET", "/metrics")
+            text = connection.getresponse().read().decode()
+        finally:
+            connection.close()
+        series = [line for line in text.splitlines() if line.startswith("kittiwake_")]
+        assert series and all(f'node="{name}"' in line for line in series), \
+            [line for line in series if f'node="{name}"' not in line][:3]
+
+
 def test_a_node_down_is_shown_down_with_why(nodes: ClusterNodes) -> None:
     nodes["c"].kill()  # the module's last test: c stays down
     answer = poll(nodes["a"], lambda answer: not by_node(answer)["c"]["up"])

@@ -10,7 +10,8 @@ refuses with `WRONG_SHARD`), `holdings` (which nodes hold tasks of each spread q
 stored entry belongs when a map gains nodes).
 
 At the edges: `node` (a broker as a node, plugged into the broker as a request extension,
-`kittiwake.broker.extensions`) and `announcer` (telling the peers what this node holds); for
+`kittiwake.broker.extensions`), `announcer` (telling the peers what this node holds) and
+`dashboard` (the source of the dashboard's cluster page, asking the peers what they hold); for
 `kittiwake cluster`, `grow` (the offline move of the entries that change node, through the stores'
 `TaskStore` protocol) and `status` (the nodes' state, asked of each over the client). The client's
 side (`kw://a,b,c`: `kittiwake.client.cluster_channel`, over the pure `cluster_router`) builds on the

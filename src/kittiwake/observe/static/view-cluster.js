@@ -1,7 +1,10 @@
 // The Cluster view, on a cluster node only: the map (nodes, addresses,
 // slots, epoch), each node up or down and when this node last heard from it,
 // what each node holds, which nodes hold tasks of each spread queue, and how
-// far the worst node lies from the mean (/api/cluster).
+// far the worst node lies from the mean (/api/cluster). A peer goes down or
+// fills up without this node's overview changing, so besides following the
+// overview (`Refresher`) it asks again every few seconds while on screen; the
+// broker asks its peers at most once a second however many pages ask.
 
 import { getJson } from "./api.js";
 import { h, clear, panel, emptyRow, badge, errorBox } from "./dom.js";
@@ -9,6 +12,7 @@ import { count, ago, time } from "./format.js";
 import { Refresher } from "./refresher.js";
 
 const NODE_COLUMNS = 11;
+const POLL_MS = 5000;
 
 function nodeState(node) {
   if (!node.up) return ["down", "red"];
@@ -48,6 +52,7 @@ export class ClusterView {
           this.holdersBody))));
     this.refresher = new Refresher(app, () => this.load());
     this.refresher.now();
+    this.poller = setInterval(() => this.load(), POLL_MS);
   }
 
   streamQuery() {
@@ -120,6 +125,7 @@ export class ClusterView {
   }
 
   destroy() {
+    clearInterval(this.poller);
     this.refresher.destroy();
   }
 }
