@@ -166,14 +166,14 @@ def test_the_spark_source_reads_a_spread_queue(cluster: Cluster, spark_session: 
 
     kittiwake.spark.register(spark_session)
     with Client(cluster.url) as client:
-        client.enqueue_many([{"queue": "capp.spark", "data": f"row {n}"} for n in range(300)])
+        client.enqueue_many([{"queue": "capp.spark", "data": f"row {n}"} for n in range(60)])
         client.enqueue_many([{"queue": "capp.spark", "pid": f"k{n}", "data": f"keyed {n}"} for n in range(30)])
         assert all(stats and stats[0].size > 0 for stats in client.node_stats(["capp.spark"]).values())
         frame = (spark_session.read.format("kittiwake").option("url", cluster.url).option("queue", "capp.spark")
-                 .option("partitions", "3").option("page_size", "50").load())
+                 .option("partitions", "2").option("page_size", "100").load())
         rows = frame.collect()
         assert sorted(bytes(row.data).decode() for row in rows) == sorted(
-            [f"row {n}" for n in range(300)] + [f"keyed {n}" for n in range(30)])
+            [f"row {n}" for n in range(60)] + [f"keyed {n}" for n in range(30)])
         assert client.stats(["capp.spark"])[0].leased == 0  # a batch read leases nothing
         client.delete_queue("capp.spark")
 
