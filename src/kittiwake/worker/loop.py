@@ -37,6 +37,10 @@ client — every call waiting to reconnect ends at once — and finishes the sto
 without waiting for running tasks, whose outcomes could not be posted. What
 the process held comes back to its queues when the leases run out.
 
+On a cluster (`--url kw://a,b,c`) the client's leases ask `--near` NODE first (`config.near`;
+default: the client's, a node on this host), then a node known to hold tasks; where each
+lease's tasks came from is tallied (`lease_origins`) into the registry record and the exit log.
+
 Each task held is also told to the supervisor (`ledger`, when the process was
 started with one): the tasks it leases and settles, and which one each slot
 runs, so that a process that dies has its tasks handed back at once (`lost`).
