@@ -109,6 +109,7 @@ class App:
         batching: bool | ProducerSettings | dict[str, Any] = False,
         job_registry: str | None = JOBS_QUEUE,
         job_retention_secs: float | None = job_retention.DEFAULT_RETENTION_SECS,
+        near: str | None = None,
     ) -> None:
         self.batching = ProducerSettings.of(batching)
         if not isinstance(reply_prefix, str) or not _REPLY_PREFIX_RE.fullmatch(reply_prefix):
@@ -120,6 +121,7 @@ class App:
         self.job_retention_secs = job_retention.validate_retention(job_retention_secs)
         self._job_pruner = job_retention.Pruner()
         self._url = url
+        self._near = near
         self.serializer = Serializer(serializer)
         self._fixed_id = app_id is not None
         self.id = app_id or uuid.uuid4().hex[:16]
@@ -151,12 +153,24 @@ class App:
         self._url = value
 
     @property
+    def near(self) -> str | None:
+        """On a cluster (`kw://a,b,c`): the node the app's leases (its results) ask first; None:
+        the client's default (a node whose address is this host's)."""
+        return self._near
+
+    @near.setter
+    def near(self, value: str | None) -> None:
+        if self._client is not None:
+            raise RuntimeError("the app is connected: close() it before choosing another near node")
+        self._near = value
+
+    @property
     def client(self) -> Client:
         """The app's client, connected on first use (thread-safe, shared by handles and the collector)."""
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = Client(self._url, connect_timeout=self.connect_timeout)
+                    self._client = Client(self._url, connect_timeout=self.connect_timeout, near=self._near)
         return self._client
 
     @property
@@ -520,10 +534,16 @@ class App:
         ]
         return tasks, handles
 
-    def job(self, name: str | None = None) -> Job:
+    def job(self, name: str | None = None, *, tag: str | None = None) -> Job:
         """A `Job`: build a graph of tasks with `add`, then submit it in bundles. `name` names it in
-        its record (`job_records`; default: its first task's name)."""
-        return Job(self, name)
+        its record (`job_records`; default: its first task's name); `tag` is the routing tag its
+        task ids carry, which keeps it on one node of a cluster (default: the job id; see `job`)."""
+        return Job(self, name, tag=tag)
+
+    def on_cluster(self) -> bool:
+        """Whether the app's broker is a cluster (`kw://a,b,c`, or a client given a cluster map)."""
+        client = self.client
+        return client.address.cluster or client.cluster_map is not None
 
     def results(self, handles: Iterable[Handle], timeout: float | None = None) -> list[Any]:
         """The results of many handles in order; raises the first failure (or TimeoutError)."""

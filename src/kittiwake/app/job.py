@@ -30,6 +30,23 @@ collapse into theirs. A job built anew is another job, with a record of its
 own, even when its keyed tasks collapse into the live ones of an earlier
 job (both records then show the same sinks, so the same state).
 
+On a cluster (`kw://a,b,c`, `kittiwake.cluster.routing`), a child waits for its parents on one
+broker, so a job's DAG must live on one node. A job has a **routing tag** (`Job.tag`: the job
+id, or `app.job(tag=...)`), and every task id it draws carries it: ``{<tag>}<new id>``
+(`routing.tagged`), which routes by the tag alone, whatever the queue; a delayed node's entry
+folds onto its task id and follows it. A node given `key=` keeps the key as its pid, unchanged,
+so that it collapses with the same key in other jobs and plain submits exactly as on one broker;
+to keep such a node with the rest of its job on a cluster, put the job's tag in the key
+(`job.key("fetch")` is ``{<tag>}fetch``; with `app.job(tag="nightly")` jobs built anew share
+it, and their keyed nodes still collapse). A job on a cluster whose child and parent would be
+placed by different rules (a key without the tag, a parent of another job or tag, a named group
+and a default-group queue) is refused by `submit` with ValueError before anything is sent,
+naming the pair — the nodes would refuse it too (`shard_guard`: an `after` key another node
+owns), but less clearly. Queues of one named group (`G#q`) live on one node anyway. The job's
+record keeps its pid (the job id: lookups by id and retention are unchanged), so it lives on the
+node of ``(_jobs, <job id>)``: sent in the same step as the first bundle, it is atomic with it
+only when both land on one node; a job submitted again collapses into both.
+
 With tracing on (`tracing`), one PRODUCER span ``"<job name> send"`` sends
 the whole job: every task carries its context.
 """
@@ -39,7 +56,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from kittiwake import errors
 from kittiwake.app import tracing
@@ -48,6 +65,8 @@ from kittiwake.app.envelope import delayed_pid, delayed_queue_of, new_ids
 from kittiwake.app.handles import Handle, results_of
 from kittiwake.app.job_records import job_record, new_job_id, record_task, validate_job_name
 from kittiwake.app.locality import local_queue_of
+from kittiwake.cluster.routing import fold, tag_of, tagged
+from kittiwake.model import group_of
 
 
 class JobSubmitter(Protocol):
@@ -56,6 +75,8 @@ class JobSubmitter(Protocol):
 
     clock: Callable[[], float]
     job_registry: str | None
+
+    def on_cluster(self) -> bool: ...
 
     def definition_of(self, task: TaskDefinition | str) -> TaskDefinition: ...
 
@@ -121,12 +142,20 @@ class JobHandles:
 class Job:
     """A graph of tasks under construction; `submit` sends it. `id` names it in its record."""
 
-    def __init__(self, app: JobSubmitter, name: str | None = None) -> None:
+    def __init__(self, app: JobSubmitter, name: str | None = None, *, tag: str | None = None) -> None:
         self.app = app
         self.name = None if name is None else validate_job_name(name)
         self.created_at = app.clock()
         self.id = new_job_id(self.created_at)
+        if tag is not None and (not isinstance(tag, str) or not tag or "{" in tag or "}" in tag):
+            raise ValueError(f"a job's routing tag is a non-empty name without braces, got {tag!r}")
+        self.tag = self.id if tag is None else tag
         self.nodes: list[Node] = []
+
+    def key(self, name: str) -> str:
+        """`name` as a key carrying this job's routing tag (``{<tag>}name``): a keyed node that stays
+        with the rest of the job on a cluster (module docstring)."""
+        return tagged(self.tag, name)
 
     def add(
         self,
@@ -141,7 +170,7 @@ class Job:
         """A node calling `task(*args, **kwargs)` once every task in `after` finished; with
         `node`, waiting in that node's local queue (data locality, see `locality`)."""
         definition = self.app.definition_of(task)
-        task_id = key or new_ids(1, self.app.clock())[0]
+        task_id = key or tagged(self.tag, new_ids(1, self.app.clock())[0])
         queue, pid = definition.queue, task_id
         options: dict[str, Any] = {"task_id": task_id}
         if key is not None:
@@ -205,13 +234,30 @@ class Job:
 
     def submit(self, *, chunk: int = DEFAULT_MAP_CHUNK) -> JobHandles:
         """Enqueue every node, parents first, `chunk` tasks per request, with the job's record in the
-        first request; returns the handles."""
+        first request; returns the handles. On a cluster, ValueError for a child placed apart from
+        a parent (module docstring)."""
         ordered = self.order()
+        if ordered and self.app.on_cluster():
+            self.check_placement()
         span = tracing.start_send(self.display_name, count=len(ordered), job_id=self.id) if ordered else None
         if span is None:
             return self._submit(ordered, chunk)
         with tracing.use(span):
             return self._submit(ordered, chunk)
+
+    def check_placement(self) -> None:
+        """ValueError unless every node is placed by the same rule as each of its parents, so that
+        a cluster keeps them on one node (module docstring)."""
+        for node in self.nodes:
+            mine = placement(node.queue, node.pid)
+            for parent in node.parents:
+                queue, pid = _coordinates(parent)
+                if placement(queue, pid) != mine:
+                    raise ValueError(
+                        f"on a cluster, {node.queue}/{node.pid} cannot wait for {queue}/{pid}: they would live on "
+                        f"different nodes; give keyed nodes the job's tag (key=job.key(...)), or put the job "
+                        f"in a named group"
+                    )
 
     def _submit(self, ordered: list[Node], chunk: int) -> JobHandles:
         tasks: list[dict[str, Any]] = []
@@ -239,3 +285,24 @@ class Job:
                 "App(job_registry=...) names a queue of yours, job_registry=None writes none)"
             ) from error
         return JobHandles(self.nodes, handles)
+
+
+def placement(queue: str, pid: str) -> tuple[str, ...]:
+    """What places task (queue, pid) on a cluster's node (`kittiwake.cluster.routing`): its named
+    group, else its routing tag, else the task itself. Equal placements share a node on every map."""
+    group = group_of(queue)
+    if group:
+        return ("group", group)
+    queue, pid = fold(queue, pid)
+    tag = tag_of(pid)
+    if tag is not None:
+        return ("tag", tag)
+    return ("task", queue, pid)
+
+
+def _coordinates(parent: Any) -> tuple[str, str]:
+    if isinstance(parent, (tuple, list)) and len(parent) == 2:
+        return str(parent[0]), str(parent[1])
+    if isinstance(parent, Mapping):
+        return str(parent["queue"]), str(parent["pid"])
+    return str(parent.queue), str(parent.pid)

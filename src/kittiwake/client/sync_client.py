@@ -33,6 +33,7 @@ from kittiwake.protocol.messages import DEFAULT_STATS_SAMPLE
 from kittiwake.client.channel import Channel
 from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
 from kittiwake.client.producer import Producer
+from kittiwake.client.routed_producer import RoutedProducer
 from kittiwake.client.producer_settings import (
     DEFAULT_LINGER_MS,
     DEFAULT_MAX_BATCH_BYTES,
@@ -54,6 +55,7 @@ from kittiwake.protocol.replies import (
 from kittiwake.client.schemes import ChannelSettings, open_channel
 from kittiwake.client.cluster_channel import ClusterMapLike, cluster_address, load_cluster_map
 from kittiwake.client.url import BrokerAddress
+from kittiwake.cluster.cluster_map import ClusterMap
 from kittiwake.cluster.routing_stats import RoutingStats
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, effective_timeout
 
@@ -186,16 +188,11 @@ class Client:
         `linger_ms` behind the batch in flight, or when a reply arrives. At most
         `max_buffer_tasks` tasks are held: then `enqueue` blocks, or raises PRODUCER_FULL with
         `block=False`. `flush()` waits for everything so far; use it as a context manager (exit:
-        flush, then close)."""
-        if not isinstance(self._channel, ConnectionPool):
+        flush, then close). On a cluster (`kw://a,b,c`) it is a `RoutedProducer`: the same calls,
+        each batch one routed enqueue split by node (`kittiwake.client.routed_producer`)."""
+        routed = hasattr(self._channel, "routing_stats")
+        if not isinstance(self._channel, ConnectionPool) and not routed:
             # the producer pipelines batches on a TCP connection of its own
-            if self.address.cluster or not isinstance(self._channel, ConnectionPool) and hasattr(
-                self._channel, "routing_stats"
-            ):
-                raise errors.BadRequest(
-                    "the blocking batching producer does not route over a cluster yet; use enqueue_many "
-                    "(split over the nodes) or AsyncClient.producer()"
-                )
             raise errors.BadRequest(
                 f"the batching producer needs kw:// or kws://, not {self.address.scheme}://; "
                 "use enqueue_many to send several tasks in one request"
@@ -207,7 +204,10 @@ class Client:
             max_buffer_tasks=max_buffer_tasks,
             block=block,
         )
-        return Producer(self._channel, settings)
+        if isinstance(self._channel, ConnectionPool):
+            return Producer(self._channel, settings)
+        # a cluster: each batch is one routed enqueue, split by node (`routed_producer`)
+        return RoutedProducer(self._channel, settings, self.timeout)
 
     # ------------------------------------------------------------- consuming
 
@@ -462,6 +462,20 @@ class Client:
         broker routes nothing: its record is empty."""
         routed = getattr(self._channel, "routing_stats", None)
         return routed() if callable(routed) else RoutingStats()
+
+    @property
+    def cluster_map(self) -> ClusterMap | None:
+        """The map of the cluster this client routes over, as last fetched (None before the first
+        call, and for a client of one broker)."""
+        router = getattr(self._channel, "router", None)
+        return None if router is None else router.cluster_map
+
+    @property
+    def near(self) -> str | None:
+        """The node of a cluster this client's leases ask first (None for a client of one broker,
+        or before the map is known)."""
+        router = getattr(self._channel, "router", None)
+        return (router.near or None) if router is not None else None
 
     def node_stats(
         self,

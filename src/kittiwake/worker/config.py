@@ -45,6 +45,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True):
     beat: bool = False  # run the periodic scheduler (in the supervisor)
     name: str | None = None  # prefix of worker ids; default: the host name
     node: str | None = None  # data locality: also serve the local queues `<queue>@<node>`
+    near: str | None = None  # a cluster's node leases ask first (`Client(near=...)`); None: the client's default
     steal_after_secs: float = DEFAULT_STEAL_AFTER_SECS  # idle this long: steal from other nodes' queues
     autoscale: tuple[int, int] | None = None  # (MIN, MAX) worker processes; None: `processes`, fixed
     scale_cmd: str | None = None  # run with KITTIWAKE_DESIRED when more than MAX are wanted

@@ -44,6 +44,15 @@ and only when its mailbox is one of that queue's, ``<queue>.gang.<gang id>``
 itself, naming another user's queue as its mailbox, is dead-lettered unrun
 (UNKNOWN_TASK) instead of posting there and dequeuing that queue's messages.
 
+On a cluster (`kittiwake.cluster.routing`) a gang lives on one node: every join's pid carries
+the gang id as its routing tag (``{<gang id>}-<n>``), and so does every message of its mailbox
+(``join-{<gang id>}-<n>``, ``done-…`` embed the join's pid; ``{<gang id>}rank-<n>``,
+``{<gang id>}abort-<n>``). So a member's post renews its join in one update on one node, the
+leader's orders dequeue the posts in one update on one node, and a lookup of a join (`get`)
+goes straight there; the mailbox and ``<queue>.gang`` queues are spread, and leases of them find
+that node by the cluster's holders. The gang task itself stays where it was routed (a job's
+node, say).
+
 A slot's address is ``<worker id>/<slot thread>``. The environment variables
 are process-wide: with ``--concurrency`` above 1 read `gang_info()` instead.
 Serve gang queues with ``--prefetch 0``, so a slot busy leading does not hold
@@ -74,6 +83,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kittiwake import errors
 from kittiwake.app import tracing
 from kittiwake.app.envelope import gang_queue_of, undelayed_queue_of
+from kittiwake.cluster.routing import tagged
 from kittiwake.constants import GANG_SUFFIX, GROUP_SEPARATOR, TASK_ID_HEADER
 
 if TYPE_CHECKING:
@@ -176,7 +186,7 @@ def lead(runner: RankRunner, held: Held, needs: int, gang_timeout: float) -> Gan
     mailbox = mailbox_of(base_queue, gang_id)
     assemble_by = time.time() + gang_timeout
     joins: list[dict[str, Any]] = [  # tasks to enqueue: their fields by name
-        {"queue": gang_queue_of(base_queue), "pid": f"{gang_id}-{n}", "max_attempts": 1,
+        {"queue": gang_queue_of(base_queue), "pid": tagged(gang_id, f"-{n}"), "max_attempts": 1,
          "data": serializer.dump_call(GANG_JOIN, (gang_id, me, mailbox, gang_timeout, bytes(task.data), assemble_by,
                                                   task.queue, task.pid, runner.worker_id), {})}
         for n in range(1, needs)
@@ -195,7 +205,7 @@ def lead(runner: RankRunner, held: Held, needs: int, gang_timeout: float) -> Gan
     members = {post.pid.removeprefix("join-"): bytes(post.data).decode() for post in posts}
     if len(posts) == needs - 1:
         roster = [me, *members.values()]
-        orders = [{"queue": mailbox, "pid": f"rank-{rank}", "receiver": member,
+        orders = [{"queue": mailbox, "pid": tagged(gang_id, f"rank-{rank}"), "receiver": member,
                    "data": serializer.dumps({"rank": rank, "size": needs, "peers": roster})}
                   for rank, member in enumerate(members.values(), start=1)]
         client.update(dequeue=posts, enqueue=orders)
@@ -209,7 +219,7 @@ def lead(runner: RankRunner, held: Held, needs: int, gang_timeout: float) -> Gan
     except errors.KittiwakeError:
         pass  # claimed joins are gone already
     # members whose join is no longer leased died while waiting: nobody would read their abort
-    stand_down = [{"queue": mailbox, "pid": f"abort-{n}", "receiver": member, "data": serializer.dumps({"abort": True})}
+    stand_down = [{"queue": mailbox, "pid": tagged(gang_id, f"abort-{n}"), "receiver": member, "data": serializer.dumps({"abort": True})}
                   for n, (join_pid, member) in enumerate(members.items())
                   if _holds_join(client, gang_queue_of(base_queue), join_pid)]
     if posts:

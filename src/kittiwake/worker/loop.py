@@ -37,6 +37,10 @@ client — every call waiting to reconnect ends at once — and finishes the sto
 without waiting for running tasks, whose outcomes could not be posted. What
 the process held comes back to its queues when the leases run out.
 
+On a cluster (`--url kw://a,b,c`) the client's leases ask `--near` NODE first (`config.near`;
+default: the client's, a node on this host), then a node known to hold tasks; where each
+lease's tasks came from is tallied (`lease_origins`) into the registry record and the exit log.
+
 Each task held is also told to the supervisor (`ledger`, when the process was
 started with one): the tasks it leases and settles, and which one each slot
 runs, so that a process that dies has its tasks handed back at once (`lost`).
@@ -44,6 +48,7 @@ runs, so that a process that dies has its tasks handed back at once (`lost`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -73,6 +78,7 @@ from kittiwake.model import pid_at
 from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.config import WorkerConfig
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
+from kittiwake.worker.lease_origins import LeaseOrigins
 from kittiwake.worker.ledger import LedgerWriter
 from kittiwake.worker.outcomes import Kind, Outcome, Settler
 from kittiwake.worker.prefetch import SLOW_SECS, Prefetch
@@ -171,9 +177,12 @@ class WorkerLoop:
         self.wall_clock = wall_clock
         self.config = config
         self.id = worker_id or default_worker_id(config.name)
-        self.client: QueueClient = client or Client(config.url or app.url, worker=self.id)
+        self.client: QueueClient = client or Client(config.url or app.url, worker=self.id, near=config.near)
         if app.url is None and config.url is not None:
             app.url = config.url  # tasks that submit tasks reach the same broker
+        if config.near is not None and getattr(app, "near", "") is None:
+            app.near = config.near  # and their leases (a handle's result) ask the same node first
+        self.origins = LeaseOrigins()
         self.queues = list(config.queues or app.queues())
         if config.node is not None:  # data locality: this node's local queues too, served with the shared ones
             os.environ["KITTIWAKE_NODE"] = config.node
@@ -269,7 +278,14 @@ class WorkerLoop:
             "finished": self.finished,
             "utilisation": round(utilisation, 3),
             "stopping": self.stopping,
+            **self._routing(),
         }
+
+    def _routing(self) -> dict[str, Any]:
+        """On a cluster, ``{"routing": ...}``: where this process's tasks were leased from
+        (`LeaseOrigins.report`); nothing on one broker."""
+        report = self.origins.report(getattr(self.client, "near", None), self.client)
+        return {} if report is None else {"routing": report}
 
     # -------------------------------------------------------------------- run
 
@@ -301,6 +317,9 @@ class WorkerLoop:
         self.registry.stop()
         self.runner.close()
         self.client.close()
+        routing = self._routing()
+        if routing:
+            log.info("worker %s routing %s", self.id, json.dumps(routing["routing"], sort_keys=True))
         log.info("worker %s %s after %d tasks", self.id, self.exit_reason, self.finished)
         return self.exit_reason
 
@@ -470,11 +489,14 @@ class WorkerLoop:
             if not queues:  # nothing but gang tasks here: wait as a long-poll would
                 self._stop_leasing.wait(wait_secs)
                 return []
-        return self.client.lease(
+        tasks = self.client.lease(
             queues, max_tasks=want, lease_secs=lease_class.lease_secs, max_pid=max_pid, wait_secs=wait_secs,
             worker=self.id, rate_per_sec=lease_class.rate_per_sec,
             rate_burst=None if lease_class.rate_per_sec is None else max(1.0, lease_class.rate_per_sec / 10),
         )
+        if tasks:
+            self.origins.count(getattr(self.client, "cluster_map", None), tasks)
+        return tasks
 
     # ------------------------------------------------------------------ slots
 

@@ -83,6 +83,7 @@ class WorkerRecord:
             "stopping": self.status.get("stopping", False),
             "last_beat_at": self.last_beat_at,
             "expires_at": self.expires_at,
+            **({"routing": self.status["routing"]} if "routing" in self.status else {}),
         }
 
 
