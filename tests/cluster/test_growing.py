@@ -80,3 +80,17 @@ def test_a_client_with_the_old_map_is_refused_refetches_and_succeeds(tmp_path: P
     finally:
         for node in nodes:
             node.kill()
+
+
+def test_a_node_started_under_another_nodes_name_on_its_host_refuses(tmp_path: Path, hosts: list[TestHost]) -> None:
+    """On hosts of their own every node listens on the same port: the name alone says which host a
+    node must be on, and a node given the name of another host's node refuses to start (usage error,
+    exit status 2, saying where that node listens)."""
+    map_path = tmp_path / "cluster.toml"
+    map_path.write_text(map_text(hosts))
+    a, b = hosts[0], hosts[1]
+    command = a.command([sys.executable, "-m", "kittiwake.broker", "--data", str(tmp_path / "x"), "--host", a.ip,
+                         "--port", str(a.port), "--cluster", str(map_path), "--node", b.name])
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    assert f"node {b.name!r} listens at {b.address}" in refused.stderr, refused.stderr
