@@ -7,6 +7,9 @@ namespace (where the test and its clients run). A process runs on a host through
 `host.command(...)` (`ip netns exec NS ...`, which execs, so its pid is the process's own and
 SIGKILL reaches it). Everything made is removed on exit, processes first.
 
+`host_nodes(root, hosts)` starts one cluster node per host (`kittiwake broker --cluster FILE
+--node NAME`, run with `host.command`), the map file `root/cluster.toml` naming them.
+
 Where namespaces cannot be made (not root, no `ip`, a sandbox without CAP_NET_ADMIN), the hosts
 are the loopback address with a free port each, and `namespaced` is False: the tests run the same,
 on ports instead of hosts.
@@ -19,8 +22,12 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+
+from kittiwake.testing import BrokerProcess
+from kittiwake.testing.broker_process import broker_command
 
 PORT = 7370
 _SUBNETS = range(200, 250)  # 10.<n>.0.0/24, one per test run alive at once
@@ -109,3 +116,28 @@ def test_hosts(count: int, names: Sequence[str] | None = None) -> Iterator[list[
 def map_text(hosts: Sequence[TestHost]) -> str:
     """The cluster file naming these hosts, in order."""
     return "[nodes]\n" + "".join(f'{host.name} = "{host.address}"\n' for host in hosts)
+
+
+def cluster_url(hosts: Sequence[TestHost]) -> str:
+    """`kw://` naming every host's node."""
+    return "kw://" + ",".join(host.address for host in hosts)
+
+
+def node_process(root: Path, host: TestHost, map_path: Path, args: Sequence[str] = ()) -> BrokerProcess:
+    """The node `host.name` of the map at `map_path`, on `host`, data in `root/node-NAME` (not started)."""
+    return BrokerProcess(
+        root / f"node-{host.name}", host=host.ip, port=host.port, command=host.command(broker_command()),
+        args=["--cluster", str(map_path), "--node", host.name, *args],
+    )
+
+
+@contextmanager
+def host_nodes(root: Path, hosts: Sequence[TestHost], args: Sequence[str] = ()) -> Iterator[dict[str, BrokerProcess]]:
+    """One started node per host, by name, under the map `root/cluster.toml`; killed on exit."""
+    map_path = root / "cluster.toml"
+    map_path.write_text(map_text(hosts))
+    with ExitStack() as stack:
+        nodes = {host.name: node_process(root, host, map_path, args) for host in hosts}
+        for node in nodes.values():
+            stack.enter_context(node)
+        yield nodes

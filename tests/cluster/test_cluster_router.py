@@ -260,6 +260,26 @@ def test_a_lease_skips_an_unreachable_node_and_raises_when_all_are() -> None:
         run(make_router(make_map()), calls.lease("q"), none)
 
 
+def test_only_sends_another_node_could_serve_connect_quickly() -> None:
+    """A dead node may cost a lease, `holders` or a FIFO push only a short connect (`Send.quick`);
+    a keyed call, which only its owner serves, gets the full connect budget to wait out a restart."""
+    router = make_router(make_map(), near="a")
+    log: list[Send] = []
+    run(router, calls.lease("q", max_tasks=5), lease_answer({"a": [], "b": ["b1"], "c": []}), log)
+    assert [(send.node, send.call.op, send.quick) for send in log] == [
+        ("a", "lease", True), ("a", "holders", True), ("b", "lease", True)]
+    log.clear()
+    run(router, calls.enqueue_many([{"queue": "q", "data": b""}] * 4), echo_enqueue, log)
+    assert log and all(send.quick for send in log)
+    log.clear()
+    run(router, calls.enqueue("q", b"", pid="k0"), echo_enqueue, log)
+    assert [send.quick for send in log] == [False]
+    one = make_router(make_map("a"), near="a")
+    log.clear()
+    run(one, calls.enqueue("q", b""), echo_enqueue, log)
+    assert [send.quick for send in log] == [False]  # no other node to go to
+
+
 def test_a_lease_of_one_groups_queue_goes_to_its_owner_as_is() -> None:
     cluster = make_map()
     router = make_router(cluster)

@@ -1,10 +1,12 @@
-"""`kittiwake cluster grow` and `kittiwake cluster status`, run as the real CLI against real brokers
+"""`kittiwake cluster grow` and `kittiwake cluster status`, run as the real CLI against real nodes
 and their stores: growing 2 → 3 puts every task on the node the new map names, loses none, doubles
-none, moves nothing when run again, survives a SIGKILL half-way; status says a stopped node is down.
+none, drops the leases the new map routes elsewhere, moves nothing when run again, survives a
+SIGKILL half-way, and the three nodes then start on the new map (the epochs grow recorded); status
+says a stopped node is down.
 
-The brokers here are plain brokers on the nodes' stores (each task sent to its owner under the old
-map, FIFO pids given with the residues nodes issue), so the stores hold what a 2-node cluster's
-would; the nodes' own identity records are covered by their tests."""
+The stores are filled by two real nodes (`kittiwake broker --cluster FILE --node NAME`, started by
+`ClusterNodes`) through a cluster client, so they hold what a 2-node cluster's do: FIFO pids and
+lease ids of the nodes' residues, and each node's identity record."""
 
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ from kittiwake.cluster.routing import Owned, lease_route, route, slot_of, tagged
 from kittiwake.engine.mutations import PutTask, SetCounter
 from kittiwake.model import NewTask, Task
 from kittiwake.store.sqlite import SqliteStore
+from kittiwake.testing import BrokerDidNotStart
+from kittiwake.testing import BrokerProcess as NodeProcess
+from kittiwake.testing.cluster_nodes import ClusterNodes, cluster_file_text, free_ports
 from support.broker_process import BrokerProcess
 
 SLOTS = 64
@@ -59,40 +64,36 @@ def contents(directory: Path) -> dict[tuple[str, str], Task]:
         store.close()
 
 
-def fill(old: ClusterMap, directories: dict[str, Path]) -> None:
-    """Tasks of every kind, each enqueued through its owner under `old`: keyed, FIFO, named groups,
-    a DAG under one tag, delayed entries, dead letters, and leases still held."""
-    brokers = {name: BrokerProcess(directories[name]) for name in old.node_names}
-    try:
-        clients = {name: Client(broker.url) for name, broker in brokers.items()}
-
-        def owner(queue: str, pid: str) -> Client:
-            decision = route(old, queue, pid)
-            assert isinstance(decision, Owned)
-            return clients[decision.node]
-
+def fill(nodes: ClusterNodes) -> None:
+    """Tasks of every kind, enqueued through a cluster client of the running nodes: keyed, FIFO,
+    named groups, a DAG under one tag, delayed entries, dead letters, and leases still held."""
+    with Client(nodes.url) as client:
         for index in range(KEYED):
-            owner("jobs", f"k{index}").enqueue("jobs", f"data {index}", pid=f"k{index}", sender="s",
-                                               headers={"h": str(index)}, max_attempts=5)
-            owner(f"g{index % 7}#q", f"t{index}").enqueue(f"g{index % 7}#q", b"grouped", pid=f"t{index}")
-            delayed = f"{1_700_000_000_000_000 + index:017d}-k{index}"
-            owner("jobs.delayed", delayed).enqueue("jobs.delayed", b"later", pid=delayed)
-        for number in range(3 * FIFO_EACH):  # FIFO pids as nodes issue them: residue = the node's index
-            pid = str(10**16 + 32 * number + number % 3)  # residue 2: no old node's, a new node's
-            owner("fifo", pid).enqueue("fifo", b"pushed", pid=pid)
+            client.enqueue("jobs", f"data {index}", pid=f"k{index}", sender="s", headers={"h": str(index)},
+                           max_attempts=5)
+            client.enqueue(f"g{index % 7}#q", b"grouped", pid=f"t{index}")
+            client.enqueue("jobs.delayed", b"later", pid=f"{1_700_000_000_000_000 + index:017d}-k{index}")
+        for _ in range(3 * FIFO_EACH):
+            client.enqueue("fifo", b"pushed")  # spread over the nodes, each pid of its node's residue
         parent, child = tagged("job-1", "parent"), tagged("job-1", "child")
-        dag = owner("dag", parent)
-        dag.enqueue_many([NewTask("dag", b"p", pid=parent), NewTask("dag", b"c", pid=child, after=[("dag", parent)])])
+        client.enqueue_many([NewTask("dag", b"p", pid=parent), NewTask("dag", b"c", pid=child, after=[("dag", parent)])])
         for index in range(12):  # dead letters: one attempt each, failed
-            owner("fail", f"f{index}").enqueue("fail", b"doomed", pid=f"f{index}", max_attempts=1)
-        for client in clients.values():
-            for leased in client.lease("fail", max_tasks=100, lease_secs=60):
-                client.release(leased, "no luck")
-            client.lease("jobs", max_tasks=5, lease_secs=600)  # held across the move
-            client.lease("g0#q", max_tasks=2, lease_secs=600)
-    finally:
-        for broker in brokers.values():
-            broker.terminate()
+            client.enqueue("fail", b"doomed", pid=f"f{index}", max_attempts=1)
+        for _ in range(10):
+            leased = client.lease("fail", max_tasks=100, lease_secs=60)
+            if not leased:
+                break
+            client.release(leased, "no luck")
+        for _ in range(4):  # held across the move
+            client.lease("jobs", max_tasks=5, lease_secs=600)
+        client.lease("g0#q", max_tasks=2, lease_secs=600)
+
+
+def new_map_file(old: ClusterNodes, path: Path) -> Path:
+    """The old map with node c appended, at a free port."""
+    [port] = free_ports(1)
+    path.write_text(cluster_file_text([*old.addresses.items(), ("c", f"127.0.0.1:{port}")]))
+    return path
 
 
 def check_placed(new: ClusterMap, directories: dict[str, Path], before: dict[tuple[str, str], Task]) -> None:
@@ -126,10 +127,14 @@ def grow_args(old_file: Path, new_file: Path, directories: dict[str, Path], *ext
 
 @pytest.fixture
 def two_nodes(tmp_path: Path) -> tuple[ClusterMap, ClusterMap, Path, Path, dict[str, Path]]:
-    old_file, new_file = cluster_file(tmp_path / "old.toml", 2), cluster_file(tmp_path / "new.toml", 3)
+    old_nodes = ClusterNodes(tmp_path / "old", ["a", "b"], args=["--durability", "os"])
+    with old_nodes:
+        fill(old_nodes)
+        for node in old_nodes:
+            node.terminate()
+    old_file, new_file = old_nodes.map_path, new_map_file(old_nodes, tmp_path / "new.toml")
     old, new = (ClusterMap.from_toml(path.read_text()) for path in (old_file, new_file))
-    directories = {name: tmp_path / f"store-{name}" for name in "abc"}
-    fill(old, {name: directories[name] for name in "ab"})
+    directories = {name: old_nodes[name].data_dir for name in "ab"} | {"c": tmp_path / "store-c"}
     return old, new, old_file, new_file, directories
 
 
@@ -139,13 +144,13 @@ def test_growing_two_nodes_to_three_puts_every_task_on_its_owner_and_loses_none(
     old, new, old_file, new_file, directories = two_nodes
     before = everything(directories)
     assert any(task.lease_expires_at is not None for task in before.values())
+    assert {int(pid) % 32 for queue, pid in before if queue == "fifo"} == {0, 1}
     assert any(queue == "fail.dead" for queue, _ in before)
     done = kittiwake(*grow_args(old_file, new_file, directories, "--json", "--batch", "7"))
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
     assert report["moved"] > 0 and report["tasks_before"] == report["tasks_after"] == len(before)
     assert {row["to"] for row in report["by_node"]} == {"c"}
-    assert any(label.startswith("FIFO pids of residue 2") for label in report["by_range"])
     assert not any(label.startswith("misplaced") for label in report["by_range"])
     assert report["leases_kept"] + report["leases_dropped"] > 0
     check_placed(new, directories, before)
@@ -163,16 +168,47 @@ def test_growing_two_nodes_to_three_puts_every_task_on_its_owner_and_loses_none(
     assert json.loads(again.stdout)["moved"] == 0
     check_placed(new, directories, before)
 
-    brokers = [BrokerProcess(directories[name]) for name in "abc"]  # the grown stores serve again
+    assert sorted(json.loads(done.stdout)["epochs_recorded"]) == ["a", "b", "c"]
+    for name in "abc":
+        store = SqliteStore(directories[name])
+        counters = store.recover(0.0).counters
+        store.close()
+        assert recorded_identity(counters)[:2] == (name, new.epoch)
+
+    nodes = started_nodes(new, new_file, directories)  # the grown stores serve again, as nodes of the new map
     try:
-        total = 0
-        for broker in brokers:
-            with Client(broker.url) as client:
-                total += sum(stats.size for stats in client.stats())
-        assert total == len(before)
+        with Client("kw://" + ",".join(str(node.address) for node in new.nodes)) as client:
+            assert sum(stats.size for stats in client.stats()) == len(before)
+            for node in new.node_names:  # every task on its new owner, as that node sees it
+                with Client(nodes[node].url) as direct:
+                    for key in [key for key, task in before.items() if key[0] == "jobs"]:
+                        found = destination(new, before[key])
+                        if found is not None and found.node == node:
+                            assert direct.get(*key).pid == key[1]
     finally:
-        for broker in brokers:
-            broker.terminate()
+        for node in nodes.values():
+            node.kill()
+    old_node = NodeProcess(directories["a"], port=old.address_of("a").port, log_path=directories["a"].parent / "old-a.log",
+                           args=["--durability", "os", "--cluster", str(old_file), "--node", "a"])
+    with pytest.raises(BrokerDidNotStart) as refused:
+        old_node.start()
+    assert refused.value.returncode == 1 and "older map" in old_node.log_tail(), old_node.log_tail()
+
+
+def started_nodes(cluster: ClusterMap, map_file: Path, directories: dict[str, Path]) -> dict[str, NodeProcess]:
+    nodes: dict[str, NodeProcess] = {}
+    try:
+        for name in cluster.node_names:
+            address = cluster.address_of(name)
+            nodes[name] = NodeProcess(directories[name], host=address.host, port=address.port,
+                                      log_path=directories[name].parent / f"{name}-new.log",
+                                      args=["--durability", "os", "--cluster", str(map_file), "--node", name])
+            nodes[name].start()
+    except BaseException:
+        for node in nodes.values():
+            node.kill()
+        raise
+    return nodes
 
 
 def test_a_grow_killed_half_way_and_run_again_loses_nothing_and_doubles_nothing(

@@ -15,6 +15,10 @@ same group commit as requests, so there is one place that commits and replies.
 Several brokers on one PostgreSQL schema (`brokers=many`): the store's
 announcements of other brokers' changes wake long-polls (`announcements`), and
 every POLL_TICKS ticks every parked long-poll looks again in case one was lost.
+They may also listen on one address: on a shared store the listeners set SO_REUSEPORT, so the
+kernel hands each new connection to one of the brokers alive on that address, and when one dies
+clients reconnect to another (how a cluster node on PostgreSQL fails over: the map names one
+address per node). A broker on a store of its own never shares its port.
 
 Listeners: the plaintext port (`port`) unless `security.plaintext` is off,
 and the TLS port (`tls_port`) when a certificate is given; both lead to the
@@ -63,6 +67,7 @@ from kittiwake.broker.read_budget import ReadBudget
 from kittiwake.broker.timeouts import ConnectionTimeouts
 from kittiwake.engine import Engine, TaskStore, identity
 from kittiwake.engine.mutations import SetCounter
+from kittiwake.engine.storage import is_shared
 from kittiwake.model import Limits
 from kittiwake.protocol.messages import Request
 from kittiwake.store.location import open_store
@@ -176,14 +181,15 @@ class Broker:
         try:
             group.start(time.time())
             self._claim_store(store, group)
+            share_port = True if is_shared(store) else None  # brokers of one schema may share an address
             if security.plaintext:
                 self._server = await loop.create_server(
-                    lambda: Connection(self), config.host, config.port, backlog=LISTEN_BACKLOG
+                    lambda: Connection(self), config.host, config.port, backlog=LISTEN_BACKLOG, reuse_port=share_port
                 )
             if tls_context is not None:
                 self._tls_server = await loop.create_server(
                     lambda: Connection(self), config.host, security.tls_port, backlog=LISTEN_BACKLOG,
-                    ssl=tls_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECS,
+                    ssl=tls_context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_SECS, reuse_port=share_port,
                 )
         except BaseException:
             for server in (self._server, self._tls_server):

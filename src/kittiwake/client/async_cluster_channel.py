@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from kittiwake import errors
 from kittiwake.client.async_pool import AsyncPool
 from kittiwake.client.calls import Call
-from kittiwake.client.cluster_channel import NODE_CONNECT_TIMEOUT_SECS, make_router
+from kittiwake.client.cluster_channel import NODE_CONNECT_TIMEOUT_SECS, connect_budget, make_router
 from kittiwake.client.cluster_router import Conversation, Router, Send, Step
 from kittiwake.client.url import BrokerAddress
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES
@@ -90,7 +90,8 @@ class AsyncClusterChannel:
 
     async def _send(self, send: Send) -> Any:
         try:
-            return await self._pool(send.address).request(send.call, send.timeout_secs)
+            return await self._pool(send.address).request(
+                send.call, send.timeout_secs, connect_timeout_secs=connect_budget(send, self._connect_timeout_secs))
         except errors.KittiwakeError as exc:
             return exc
 

@@ -82,10 +82,13 @@ class AsyncPool:
         if connection is not None and connection.loop is asyncio.get_running_loop():
             await connection.close()
 
-    async def request(self, call: Call[T], timeout_secs: float | None) -> T:
-        """Send a call and return its result; see the module docstring for retries and withdrawals."""
+    async def request(
+        self, call: Call[T], timeout_secs: float | None, *, connect_timeout_secs: float | None = None
+    ) -> T:
+        """Send a call and return its result; see the module docstring for retries and withdrawals. A
+        connect it needs spends `connect_timeout_secs` (default: the pool's)."""
         for _ in range(MAX_UNSENT_RETRIES):
-            connection = await self._connected()
+            connection = await self._connected(connect_timeout_secs)
             request_id = next(self._ids)
             try:
                 future = connection.send(request_id, encode_call(call, request_id))
@@ -121,7 +124,7 @@ class AsyncPool:
 
     # ----------------------------------------------------------- connection
 
-    async def _connected(self) -> AsyncConnection:
+    async def _connected(self, connect_timeout_secs: float | None = None) -> AsyncConnection:
         if self._closed:
             raise errors.BrokerUnreachable("the client is closed")
         loop = asyncio.get_running_loop()
@@ -139,14 +142,15 @@ class AsyncPool:
                 return connection
             if connection is not None and connection.loop is loop:
                 await connection.close()
-            self._connection = await self._connect()
+            self._connection = await self._connect(connect_timeout_secs)
             return self._connection
 
-    async def _connect(self) -> AsyncConnection:
+    async def _connect(self, connect_timeout_secs: float | None = None) -> AsyncConnection:
         started = time.monotonic()
         failure: BaseException | None = None
         attempts = 0
-        for attempt in connect_attempts(self.connect_timeout_secs, time.monotonic):
+        budget = self.connect_timeout_secs if connect_timeout_secs is None else connect_timeout_secs
+        for attempt in connect_attempts(budget, time.monotonic):
             if attempt.pause_secs > 0:
                 await self._pause(attempt.pause_secs)
             if self._closed:

@@ -7,8 +7,11 @@ whether a host is this machine's (`is_local_host`, for the default near node) an
 cluster file named by path.
 
 A node's pool gives up connecting after `NODE_CONNECT_TIMEOUT_SECS` (or the client's connect
-timeout if shorter): a node that is down costs that long once, is then skipped by leases and
-FIFO pushes for `cluster_router.DOWN_SECS`, and keyed calls to it raise `BrokerUnreachable`.
+timeout if shorter) for a call only that node can serve (a keyed call: it then raises
+`BrokerUnreachable`, which callers retry), and after `QUICK_CONNECT_SECS` for one another node can
+serve (`Send.quick`: leases, `holders`, FIFO pushes). A node that is down costs a lease or a FIFO
+push that short connect, and is then skipped for `cluster_router.DOWN_SECS`; a refused connect is
+retried within that budget, since pools retry a refused connect while a broker restarts.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from kittiwake.cluster.routing_stats import RoutingStats
 T = TypeVar("T")
 
 NODE_CONNECT_TIMEOUT_SECS = 2.0
+QUICK_CONNECT_SECS = 0.25
 
 ClusterMapLike = ClusterMap | str | os.PathLike[str]
 """A cluster map, or the path of a cluster file (TOML)."""
@@ -81,6 +85,11 @@ def _own_addresses() -> frozenset[str]:
         return frozenset(str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None))
     except OSError:
         return frozenset()
+
+
+def connect_budget(send: Send, budget_secs: float) -> float:
+    """The connect budget of a send: short when another node can serve it (`Send.quick`)."""
+    return min(budget_secs, QUICK_CONNECT_SECS) if send.quick else budget_secs
 
 
 def drive(conversation: Generator[Step, list[Any], T], send_step: Callable[[Step], list[Any]]) -> T:
@@ -161,7 +170,8 @@ class ClusterChannel:
 
     def _send(self, send: Send) -> Any:
         try:
-            return self._pool(send.address).request(send.call, send.timeout_secs)
+            return self._pool(send.address).request(send.call, send.timeout_secs,
+                                                    connect_timeout_secs=connect_budget(send, self._connect_timeout_secs))
         except errors.KittiwakeError as exc:
             return exc
 

@@ -43,6 +43,11 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   `DOWN_SECS` (leases and FIFO pushes go to the others); when every node is down the lease
   raises `BrokerUnreachable`.
 
+A node that cannot be reached costs a short connect (`Send.quick`) wherever another node can
+serve instead (leases over several nodes, `holders`, FIFO pushes, the map), and the full connect
+budget only where none can (keyed calls), so a dead node holds up no consumer of the others for
+longer than that.
+
 WRONG_SHARD: the map is fetched again (`cluster_map`, from the near node, then the others) and
 the call routed again, at most `MAX_WRONG_SHARD_RETRIES` times. Keyed calls to a node that cannot
 be reached raise `BrokerUnreachable`, as on one broker, so callers that retry keep retrying.
@@ -83,12 +88,18 @@ _encode = msgspec.msgpack.Encoder().encode
 
 @dataclass(frozen=True)
 class Send:
-    """One request of a step: `call` to the node `node` at `address` ("" while no map is known)."""
+    """One request of a step: `call` to the node `node` at `address` ("" while no map is known).
+
+    `quick`: another node can serve it if this one cannot be reached (a lease asking one node of
+    several, `holders`, FIFO tasks that may move, the map from a node with others after it), so
+    the channel spends only a short connect on it (`cluster_channel.QUICK_CONNECT_SECS`), not the
+    budget a keyed call gets to wait out a restart."""
 
     node: str
     address: Address
     call: Call[Any]
     timeout_secs: float | None
+    quick: bool = False
 
 
 Step = tuple[Send, ...]
@@ -192,8 +203,8 @@ class Router:
             raise errors.InternalError("no cluster map yet")
         return self._map
 
-    def _send(self, node: str, call: Call[Any], timeout_secs: float | None) -> Send:
-        return Send(node, self._known_map().address_of(node), call, timeout_secs)
+    def _send(self, node: str, call: Call[Any], timeout_secs: float | None, *, quick: bool = False) -> Send:
+        return Send(node, self._known_map().address_of(node), call, timeout_secs, quick)
 
     # ---------------------------------------------------------- conversations
 
@@ -253,9 +264,9 @@ class Router:
             candidates += [(name, self._map.address_of(name)) for name in names]
         candidates += [("", seed) for seed in self._seeds if all(seed != known for _, known in candidates)]
         failure: errors.KittiwakeError | None = None
-        for node, address in candidates:
+        for index, (node, address) in enumerate(candidates):
             call = Call(calls.request("cluster_map", {}), result_decoder("cluster_map"))
-            [outcome] = yield (Send(node, address, call, None),)
+            [outcome] = yield (Send(node, address, call, None, quick=index < len(candidates) - 1),)
             if isinstance(outcome, errors.KittiwakeError):
                 if isinstance(outcome, errors.UnknownOperation):
                     failure = _not_a_node(address)
@@ -389,7 +400,7 @@ class Router:
             if not done and len(parts) == 1:
                 # the whole call to one node: sent as it is, read as it is
                 node = next(iter(parts))
-                [outcome] = yield (self._send(node, call, timeout),)
+                [outcome] = yield (self._send(node, call, timeout, quick=self._elsewhere(node, movable[node])),)
                 if isinstance(outcome, errors.WrongShard):
                     last_error = outcome
                     yield from self._fetch_map()
@@ -401,7 +412,8 @@ class Router:
             sends = []
             for node, indexes in parts.items():
                 part = msgspec.structs.replace(request, **{field: [items[index] for index in indexes]})
-                sends.append(self._send(node, Call(part, decode_part), timeout))
+                sends.append(self._send(node, Call(part, decode_part), timeout,
+                                        quick=self._elsewhere(node, movable[node])))
             outcomes = yield tuple(sends)
             pending = []
             refetch = False
@@ -455,6 +467,10 @@ class Router:
         """The node of a named group's queue; None for a spread queue."""
         decision = route(self._known_map(), queue)
         return decision.node if isinstance(decision, Owned) else None
+
+    def _elsewhere(self, node: str, movable: bool) -> bool:
+        """Whether a part that may go to any node has another live node to go to."""
+        return movable and any(other != node for other in self._live())
 
     def _some_live_node(self) -> str:
         live = self._live()
@@ -567,7 +583,7 @@ class Router:
             nonlocal unreachable
             part = msgspec.structs.replace(request, queues=serving[node], wait_secs=wait_secs)
             sub_timeout = None if base is None else base + wait_secs
-            [outcome] = yield (self._send(node, Call(part, call.decode, wait_secs), sub_timeout),)
+            [outcome] = yield (self._send(node, Call(part, call.decode, wait_secs), sub_timeout, quick=True),)
             tried.add(node)
             if isinstance(outcome, errors.BrokerUnreachable):
                 unreachable = outcome
@@ -616,7 +632,7 @@ class Router:
         chosen: list[str] = []
         if spread and self._holders_known and home in live:
             holders_call = Call(calls.request("holders", {"queues": spread}), result_decoder("holders"))
-            [outcome] = yield (self._send(home, holders_call, None),)
+            [outcome] = yield (self._send(home, holders_call, None, quick=True),)
             if isinstance(outcome, errors.UnknownOperation) or (
                 isinstance(outcome, HoldersResult) and not outcome.epoch
             ):

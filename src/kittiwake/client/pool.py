@@ -72,10 +72,11 @@ class ConnectionPool:
         for connection in idle:
             connection.close()
 
-    def request(self, call: Call[T], timeout_secs: float | None) -> T:
-        """Send a call and return its result; see the module docstring for retries."""
+    def request(self, call: Call[T], timeout_secs: float | None, *, connect_timeout_secs: float | None = None) -> T:
+        """Send a call and return its result; see the module docstring for retries. A connect it needs
+        spends `connect_timeout_secs` (default: the pool's)."""
         for _ in range(MAX_UNSENT_RETRIES):
-            connection = self._take()
+            connection = self._take(connect_timeout_secs)
             request_id = next(self._ids)
             try:
                 reply = connection.exchange(encode_call(call, request_id), request_id, timeout_secs)
@@ -97,14 +98,14 @@ class ConnectionPool:
                 raise errors.BrokerUnreachable("the client is closed")
         return self._connect()
 
-    def _take(self) -> BlockingConnection:
+    def _take(self, connect_timeout_secs: float | None = None) -> BlockingConnection:
         while True:
             with self._lock:
                 if self._closed:
                     raise errors.BrokerUnreachable("the client is closed")
                 connection = self._idle.pop() if self._idle else None
             if connection is None:
-                return self._connect()
+                return self._connect(connect_timeout_secs)
             if connection.is_dropped():
                 connection.close()
                 continue
@@ -117,11 +118,12 @@ class ConnectionPool:
                 return
         connection.close()
 
-    def _connect(self) -> BlockingConnection:
+    def _connect(self, connect_timeout_secs: float | None = None) -> BlockingConnection:
         started = time.monotonic()
         failure: OSError | None = None
         attempts = 0
-        for attempt in connect_attempts(self.connect_timeout_secs, time.monotonic):
+        budget = self.connect_timeout_secs if connect_timeout_secs is None else connect_timeout_secs
+        for attempt in connect_attempts(budget, time.monotonic):
             # close() sets the event: a call waiting out a backoff ends at once
             if self._closing.wait(attempt.pause_secs) or self._closed:
                 raise self._closed_while_connecting(attempts)
