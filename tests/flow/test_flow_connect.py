@@ -79,3 +79,17 @@ def test_the_data_source_works_in_a_spark_connect_session(broker: BrokerProcess,
                           env=environment, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout == "".join(f"order-{n} amount={n * 10} available\n" for n in range(5))
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--remote", "sc://127.0.0.1:1", "--master", "local[1]"], "--remote and --master exclude each other"),
+    (["--remote", "127.0.0.1:15002"], "is not a Spark Connect URL"),
+])
+def test_remote_is_refused_with_master_or_without_its_scheme(args: list[str], says: str) -> None:
+    """Refused before a flow loads or a session starts (no Spark needed)."""
+    from click.testing import CliRunner
+
+    from kittiwake.cli.main import cli
+
+    result = CliRunner().invoke(cli, ["--url", "kw://127.0.0.1:1", "spark-worker", "flow.pipelines:sales", *args])
+    assert result.exit_code == 2 and says in result.output, result.output
