@@ -1,6 +1,6 @@
 """`kittiwake spark-worker --remote sc://…`: flow steps run through a Spark Connect server started
 from the PySpark wheel's jars (`spark-submit --class …SparkConnectServer`), the worker holding a gRPC
-client and no JVM; and the `kittiwake` data source in a Connect session (the README's example with
+client and no JVM; a stop that interrupts the job's tagged operations on the server; and the `kittiwake` data source in a Connect session (the README's example with
 `SPARK_REMOTE`), the server's Python workers running this interpreter."""
 
 from __future__ import annotations
@@ -8,12 +8,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from flow import pipelines
+from flow.connect_pipelines import nap
 from flow.spark_process import TESTS_DIR, SparkWorkerProcess
 from flow.test_flow_spark import write_parts
 from kittiwake import Client
@@ -69,6 +71,33 @@ def test_a_spark_worker_runs_flow_steps_through_spark_connect(broker: BrokerProc
 
     totals = parquet.read_table(run.outputs()["totals.out"].uri).to_pylist()
     assert {row["region"]: (row["amount"], row["parts"]) for row in totals} == {r: (t, 2) for r, t in expected.items()}
+
+
+def test_a_stop_interrupts_a_running_job_on_the_server_and_hands_it_back(broker: BrokerProcess, client: Client,
+                                                                        connect_server: str, tmp_path: Path) -> None:
+    """SIGTERM: the job's Spark operations, tagged, are interrupted on the server after
+    --shutdown-secs, and the job goes back unrun (no attempt counted)."""
+    worker = SparkWorkerProcess(broker.url, tmp_path / "spark-worker.log", ["flow.connect_pipelines:nap"],
+                                "--remote", connect_server, "--concurrency", "1", "--shutdown-secs", "0.5")
+    try:
+        worker.wait_ready()
+        run = nap.run(client, {"secs": Dataset.inline(120)}, data_dir=tmp_path / "runs")
+        queue = nap.steps["sleep_on_an_executor"].job_queue
+        deadline = time.monotonic() + 60
+        while not any(view.state == "leased" for view in client.peek(queue, 10)):
+            assert time.monotonic() < deadline, run.status()
+            time.sleep(0.05)
+        time.sleep(2.0)  # the sleeping UDF is under way on the server
+        began = time.monotonic()
+        assert worker.terminate() == 0
+        # interrupted, not waited for: a stuck slot would hold the stop for 30 s more
+        assert time.monotonic() - began < 25, worker.log_tail()
+    finally:
+        worker.kill()
+    [job] = client.peek(queue, 10)
+    assert (job.state, job.attempts) == ("available", 0)
+    assert "cancelling 1 Spark jobs" in worker.log_path.read_text()
+    run.cancel()
 
 
 def test_the_data_source_works_in_a_spark_connect_session(broker: BrokerProcess, connect_server: str,
