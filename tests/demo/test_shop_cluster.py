@@ -40,8 +40,8 @@ def spark_cluster(tmp_path: Path) -> Iterator[tuple[str, str, list[Path]]]:
         try:
             for host in (master_host, *worker_hosts):
                 env = {**os.environ, "SPARK_LOCAL_IP": host.ip, "SPARK_LOCAL_HOSTNAME": host.ip,
-                       "SPARK_LOG_DIR": str(tmp_path / host.name), "SPARK_WORKER_DIR": str(tmp_path / host.name / "work"),
-                       "SPARK_NO_DAEMONIZE": "1"}
+                       "SPARK_LOG_DIR": str(tmp_path / host.name),
+                       "SPARK_WORKER_DIR": str(tmp_path / host.name / "work"), "SPARK_NO_DAEMONIZE": "1"}
                 if host is master_host:
                     argv = [spark_class, "org.apache.spark.deploy.master.Master", "--host", host.ip,
                             "--port", str(port), "--webui-port", str(free_port() if host.namespace is None else 8080)]

@@ -63,7 +63,8 @@ class SparkDaemon:
             if match:
                 return match
             assert self.proc.poll() is None, f"{self.log_path.name} exited:\n{self.log_tail()}"
-            assert time.monotonic() < deadline, f"{self.log_path.name}: no {pattern!r} in {timeout} s:\n{self.log_tail()}"
+            assert time.monotonic() < deadline, \
+                f"{self.log_path.name}: no {pattern!r} in {timeout} s:\n{self.log_tail()}"
             time.sleep(0.2)
 
     def log_tail(self, chars: int = 3000) -> str:
