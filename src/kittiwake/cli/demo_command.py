@@ -41,14 +41,16 @@ def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="With --classic: generated documents going through fetch → extract → index.")
 @click.option("--workers", "workers_per_stage", default=2, show_default=True, type=click.IntRange(1, 64),
               help="With --classic: worker processes per stage.")
+@click.option("--spark-master", default="local[2]", show_default=True, metavar="MASTER",
+              help="The spark-worker's master, e.g. spark://HOST:7077 (its executors must see the demo's folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (no live tables).")
 def demo(size: int, shards: int | None, check_shards: int, keep: Path | None, seed: int, classic: bool,
-         documents: int, workers_per_stage: int, as_json: bool) -> None:
+         documents: int, workers_per_stage: int, spark_master: str, as_json: bool) -> None:
     """Run the main job: event logs cleaned, joined and reported on Spark, step by step through a broker.
 
     Starts a broker on a throwaway data directory (unless the global --url is given on the
     command line; KITTIWAKE_URL alone does not count), a spark-worker (one SparkSession,
-    local[2]) and a python worker; generates --size of event logs and a user table; runs the
+    local[2] or --spark-master) and a python worker; generates --size of event logs and a user table; runs the
     flow of kittiwake.demo.shop_flow (split into shards → clean on Spark → join each shard's
     clean events with its users → merge → report) with live progress per step; prints the
     report, the run's figures and the broker's statistics; and checks the report against plain
@@ -65,5 +67,5 @@ def demo(size: int, shards: int | None, check_shards: int, keep: Path | None, se
     from kittiwake.demo.main_job import DemoSettings, main
 
     settings = DemoSettings(size_bytes=size, shards=shards, check_shards=check_shards, url=demo_url, keep=keep,
-                            seed=seed)
+                            seed=seed, spark_master=spark_master)
     sys.exit(main(settings, as_json))

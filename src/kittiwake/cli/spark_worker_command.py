@@ -31,6 +31,9 @@ def _conf(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -
 @click.argument("flows", nargs=-1, required=True, metavar="MODULE:FLOW...")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master of the worker's session: local[N], spark://HOST:PORT, yarn, ...")
+@click.option("--remote", metavar="sc://HOST:PORT",
+              help="Run the steps through a Spark Connect server instead of a driver of its own (no JVM here; "
+              "the server's Python workers must import kittiwake for its data source). Excludes --master.")
 @click.option("--concurrency", "-c", default=2, show_default=True, type=click.IntRange(1, 256),
               help="Jobs run at once, each in its own thread and FAIR scheduler pool of the one session.")
 @click.option("--lease-secs", type=click.FloatRange(1, 43_200),
@@ -49,6 +52,7 @@ def spark_worker(
     cli: CliContext,
     flows: tuple[str, ...],
     master: str,
+    remote: str | None,
     concurrency: int,
     lease_secs: float | None,
     wait_secs: float,
@@ -63,8 +67,15 @@ def spark_worker(
     data directory and finishes the job with one atomic update that also emits its output tokens.
     Prints `kittiwake spark-worker <id> pid <pid> ready` once serving. SIGTERM stops leasing,
     hands back jobs not started, lets running ones finish (--shutdown-secs) and exits 0.
+    With --remote sc://HOST:PORT the session is a Spark Connect client of that server instead.
     """
     from kittiwake import errors
+
+    master_given = click.get_current_context().get_parameter_source("master") is click.core.ParameterSource.COMMANDLINE
+    if remote is not None and master_given:
+        raise click.UsageError("--remote and --master exclude each other: the Connect server has the master")
+    if remote is not None and not remote.startswith("sc://"):
+        raise click.BadParameter(f"{remote!r} is not a Spark Connect URL (sc://HOST:PORT)", param_hint="--remote")
     from kittiwake.flow.loading import load_flow
     from kittiwake.flow.spark_worker import SparkWorker
     from kittiwake.worker.loop import default_worker_id
@@ -78,7 +89,7 @@ def spark_worker(
         if isinstance(error, errors.KittiwakeError):
             raise
         raise click.UsageError(f"cannot load {' '.join(flows)}: {type(error).__name__}: {error}") from error
-    worker = SparkWorker(loaded, url=cli.url, master=master, conf=conf, concurrency=concurrency,
+    worker = SparkWorker(loaded, url=cli.url, master=master, remote=remote, conf=conf, concurrency=concurrency,
                          lease_secs=lease_secs, wait_secs=wait_secs, shutdown_secs=shutdown_secs,
                          worker_id=default_worker_id(name or "spark"))
     signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())

@@ -13,7 +13,7 @@
 * the function runs with the SparkSession first and the inputs by port
   name, inside a FAIR scheduler pool of the slot
   (``spark.scheduler.pool``) and a job group of its own (so a shutdown can
-  cancel it);
+  cancel it) — on Spark Connect, an operation tag (`spark_sessions`);
 * outputs: a DataFrame is written as Parquet to
   ``<data_dir>/<run>/<step>/<port>/<indices>`` with mode overwrite — the
   same path on every attempt, so a rerun after a lost worker replaces a
@@ -29,6 +29,7 @@ from typing import Any
 from kittiwake import errors
 from kittiwake.flow.dataset import SCHEMA_OPTION, Dataset, as_dataset
 from kittiwake.flow.jobs import PreparedJob, items_of
+from kittiwake.flow.spark_sessions import enter_job, leave_job
 from kittiwake.flow.tokens import item_keys, output_path
 
 
@@ -81,10 +82,8 @@ def _is_dataframe(value: Any) -> bool:
 
 def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None) -> list[dict[str, Dataset]]:
     """Run a prepared Spark job in this thread; returns its output items as datasets."""
-    context = spark.sparkContext
-    if pool is not None:
-        context.setLocalProperty("spark.scheduler.pool", pool)
-    context.setJobGroup(job_group(prepared), f"{prepared.step.name} {prepared.job.key}", True)
+    group = job_group(prepared)
+    enter_job(spark, group, f"{prepared.step.name} {prepared.job.key}", pool)
     try:
         arguments = prepared.arguments(lambda dataset: read_dataset(spark, dataset), union)
         value = prepared.call(spark, arguments)
@@ -104,9 +103,7 @@ def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None)
             written.append(out)
         return written
     finally:
-        context.setLocalProperty("spark.jobGroup.id", None)
-        if pool is not None:
-            context.setLocalProperty("spark.scheduler.pool", None)
+        leave_job(spark, group, pool)
 
 
 def job_group(prepared: PreparedJob) -> str:

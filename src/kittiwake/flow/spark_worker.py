@@ -28,7 +28,10 @@ cancelled and they are rejected too. A worker killed outright loses nothing:
 its jobs come back when their leases run out (an attempt counted).
 
 `session=` runs on an existing SparkSession (left running at the end), e.g.
-a test's; its scheduler mode is then whatever it was made with.
+a test's; its scheduler mode is then whatever it was made with. `remote=`
+(``--remote sc://HOST:PORT``) makes the session a Spark Connect client
+instead of a driver of its own (`spark_sessions`): jobs are tagged instead of
+grouped and pooled, and the server's scheduler mode applies.
 """
 
 from __future__ import annotations
@@ -37,11 +40,8 @@ import logging
 import os
 import queue
 import socket
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kittiwake import errors
@@ -51,6 +51,7 @@ from kittiwake.constants import WORKERS_QUEUE
 from kittiwake.flow.definition import FlowDefinition
 from kittiwake.flow.jobs import Finisher, FlowJobs, PreparedJob, failure_reason
 from kittiwake.flow.runs import declare_joins
+from kittiwake.flow.spark_sessions import APP_NAME, LOG4J2_ERRORS_ONLY, cancel_job, describe, start_session
 from kittiwake.flow.spark_steps import job_group, run_spark_job
 from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
@@ -60,45 +61,13 @@ from kittiwake.worker.registry import WorkerRegistry
 
 log = logging.getLogger("kittiwake.flow.spark")
 
+__all__ = ["APP_NAME", "LOG4J2_ERRORS_ONLY", "SparkWorker", "start_session"]  # the session's pieces, where they were
+
 DEFAULT_MASTER = "local[*]"
 DEFAULT_CONCURRENCY = 2
 DEFAULT_WAIT_SECS = 1.0
 DEFAULT_SHUTDOWN_SECS = 30.0
-APP_NAME = "kittiwake-spark-worker"
 SHUTDOWN_REASON = "SHUTDOWN"
-# the driver logs errors only, so Spark's warnings do not drown the worker's own lines
-LOG4J2_ERRORS_ONLY = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
-"""
-
-
-def start_session(master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, app_name: str = APP_NAME) -> Any:
-    """A SparkSession on `master` with the FAIR scheduler, no UI and error-level logging; its Python
-    workers run this interpreter. `conf` adds or overrides settings."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    log_config = Path(tempfile.gettempdir(), "kittiwake-spark-worker-log4j2.properties")
-    log_config.write_text(LOG4J2_ERRORS_ONLY)
-    builder = (
-        SparkSession.builder.master(master).appName(app_name)
-        .config("spark.scheduler.mode", "FAIR")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_config}")
-    )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
 
 
 class SparkWorker:
@@ -112,6 +81,7 @@ class SparkWorker:
         url: str | None = None,
         session: Any = None,
         master: str = DEFAULT_MASTER,
+        remote: str | None = None,
         conf: Mapping[str, str] | None = None,
         concurrency: int = DEFAULT_CONCURRENCY,
         lease_secs: float | None = None,
@@ -137,6 +107,7 @@ class SparkWorker:
         self.shutdown_secs = shutdown_secs
         self.concurrency = concurrency
         self.master = master
+        self.remote = remote
         self.conf = dict(conf or {})
         self._session = session
         self._own_session = session is None
@@ -159,7 +130,7 @@ class SparkWorker:
     @property
     def session(self) -> Any:
         if self._session is None:
-            self._session = start_session(self.master, self.conf)
+            self._session = start_session(self.master, self.conf, remote=self.remote)
         return self._session
 
     # ---------------------------------------------------------------- control
@@ -178,12 +149,12 @@ class SparkWorker:
                  for n in range(self.concurrency)]
         for thread in slots:
             thread.start()
+        spark = describe(session, self.remote)
         log.info("spark worker %s serving %s on %s (concurrency %d)", self.id, ", ".join(self.queues),
-                 session.sparkContext.master, self.concurrency)
+                 spark["spark_master"], self.concurrency)
         self.registry.start(
             {"host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-             "concurrency": self.concurrency, "started_at": time.time(), "spark_master": session.sparkContext.master,
-             "scheduler_mode": session.sparkContext.getConf().get("spark.scheduler.mode", "FIFO")},
+             "concurrency": self.concurrency, "started_at": time.time(), **spark},
             self.status,
         )
         self.started.set()
@@ -322,7 +293,7 @@ class SparkWorker:
             log.warning("cancelling %d Spark jobs still running after %.0f s", len(running), self.shutdown_secs)
             for _held, prepared in running:
                 try:
-                    self.session.sparkContext.cancelJobGroup(job_group(prepared))
+                    cancel_job(self.session, job_group(prepared))
                 except Exception as error:  # the session may be going down already
                     log.warning("cancelling %s: %s", job_group(prepared), error)
             for thread in slots:
