@@ -32,9 +32,12 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   would be enqueued twice;
 * **lease**: a lease of queues that live on one node goes there as is (long-polls included).
   Otherwise local first: the near node (`near`, else a node whose host is this machine's, else a
-  random one) without waiting; if it had nothing, `holders` (asked of the near node) names the
-  nodes holding available tasks of the spread queues and the lease goes to each in turn (and to
-  the owners of named groups' queues) until one gives tasks, asking for `max_tasks`. A broker that
+  random one) without waiting; if it had nothing, the node the last lease of these queues stole
+  from, while it gives tasks (Fabriq's "last known server": a steal costs one hop, not a `holders`
+  round trip more); then `holders` (asked of the near node) names the nodes holding available
+  tasks of the spread queues and the lease goes to each in turn (and to the owners of named
+  groups' queues) until one gives tasks, asking for `max_tasks`. Holders found empty in the last
+  `FOUND_EMPTY_SECS` are asked last: the announcements that they emptied may not have arrived. A broker that
   does not know `holders` (UNKNOWN_OP) is not asked again: the other nodes are tried in turn,
   from a rotating start. With `wait_secs > 0`, the near node is then long-polled for at most
   `LONG_POLL_SLICE_SECS` and the others swept again, until `wait_secs` pass: each long-poll is
@@ -77,6 +80,8 @@ LONG_POLL_SLICE_SECS = 1.0
 DOWN_SECS = 2.0
 MAX_SPLIT_ROUNDS = 8  # WRONG_SHARD refetches plus moves of FIFO tasks off unreachable nodes
 MAX_PAGE_ROUNDS = 10_000  # list_queues: each round covers `limit` more names of some node
+FOUND_EMPTY_SECS = 0.2  # a node a steal found empty is asked last this long (announcements: ≤ 50 ms)
+MAX_STEAL_MEMORY = 1024  # sets of queues whose last steal's node is remembered
 
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -131,6 +136,8 @@ class Router:
         self._near: str = ""
         self._holders_known = True  # until a node answers UNKNOWN_OP to `holders`
         self._sweep_start = 0
+        self._stole_from: dict[tuple[str, ...], str] = {}  # spread queues -> the node a lease last stole from
+        self._found_empty: dict[str, float] = {}  # node -> when a steal from it came back empty
         if cluster_map is not None:
             self.use_map(cluster_map)
 
@@ -574,15 +581,31 @@ class Router:
                 return []
             return _value(outcome)
 
+        def steal_from(node: str) -> Conversation[Any]:
+            tasks = yield from lease_from(node, 0.0)
+            self._stole(key, node, bool(tasks))
+            return tasks
+
+        key = tuple(spread)
         home = self._home(serving)
         tasks = yield from lease_from(home, 0.0)
         if tasks:
             return cast(T, tasks)
+        asked = {home}
+        last = self._stole_from.get(key) if key else None
+        if last is not None and last != home and last in serving and last in self._live():
+            tasks = yield from steal_from(last)
+            if tasks:
+                return cast(T, tasks)
+            asked.add(last)
         for _ in range(int(wait / LONG_POLL_SLICE_SECS) + 2):
             for node in (yield from self._candidates(serving, spread, home)):
-                tasks = yield from lease_from(node, 0.0)
+                if node in asked:
+                    continue  # asked a moment ago in this call: it had nothing
+                tasks = yield from steal_from(node)
                 if tasks:
                     return cast(T, tasks)
+            asked = set()
             live = self._live()
             if unreachable is not None and not any(node in live for node in serving):
                 raise unreachable  # every node that serves these queues is down
@@ -596,6 +619,24 @@ class Router:
             if deadline - self._clock() <= 0:
                 break
         return call.decode(_encode([]))
+
+    def _stole(self, queues: tuple[str, ...], node: str, got_tasks: bool) -> None:
+        """Remember the node a steal of `queues` got tasks from, or when one came back empty."""
+        with self._lock:
+            if got_tasks:
+                if len(self._stole_from) >= MAX_STEAL_MEMORY and queues not in self._stole_from:
+                    self._stole_from.clear()
+                if queues:
+                    self._stole_from[queues] = node
+                self._found_empty.pop(node, None)
+            else:
+                if self._stole_from.get(queues) == node:
+                    del self._stole_from[queues]
+                self._found_empty[node] = self._clock()
+
+    def _recently_empty(self, node: str) -> bool:
+        found = self._found_empty.get(node)
+        return found is not None and self._clock() - found < FOUND_EMPTY_SECS
 
     def _home(self, serving: dict[str, list[str]]) -> str:
         """The node a lease asks first: the near one if it serves the queues and is up."""
@@ -625,6 +666,8 @@ class Router:
             elif isinstance(outcome, HoldersResult):
                 for nodes in outcome.holders.values():
                     chosen += [node for node in nodes if node in others and node not in chosen]
+                with self._lock:
+                    chosen.sort(key=self._recently_empty)  # stable: the holders' order otherwise
                 groups = [node for node in others if any(q not in spread for q in serving[node])]
                 return chosen + [node for node in groups if node not in chosen]
         if others:
