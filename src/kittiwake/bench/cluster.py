@@ -65,7 +65,7 @@ class ClusterBenchSettings:
 
 
 QUICK_CLUSTER: dict[str, Any] = {
-    "drain_tasks": 4000, "user_tasks": 1000, "hop_nodes": (4,), "hop_tasks_per_node": 25, "hop_durability": None, "spread_nodes": 4,
+    "drain_tasks": 4000, "user_tasks": 1000, "worker_processes": 1, "hop_nodes": (4,), "hop_tasks_per_node": 25, "hop_durability": None, "spread_nodes": 4,
     "producers": 4, "producer_tasks": 50, "push_samples": 50, "push_warmup": 5,
 }
 CLUSTER = ClusterBenchSettings()
@@ -95,8 +95,9 @@ def _node_counts(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--user-tasks", type=click.IntRange(1), default=None,
               help=f"Null tasks of each user-path drain [default: {CLUSTER.user_tasks:,}; "
                    f"{QUICK_CLUSTER['user_tasks']:,} with --quick]")
-@click.option("--worker-processes", type=click.IntRange(1, 64), default=CLUSTER.worker_processes, show_default=True,
-              help="kittiwake worker --processes of the user path.")
+@click.option("--worker-processes", type=click.IntRange(1, 64), default=None,
+              help=f"kittiwake worker --processes of the user path [default: {CLUSTER.worker_processes}; "
+                   f"{QUICK_CLUSTER['worker_processes']} with --quick]")
 @click.option("--hop-nodes", callback=_node_counts, default=None, metavar="N,N",
               help="Node counts of the hop runs [default: 4,8; 4 with --quick]")
 @click.option("--hop-tasks-per-node", type=click.IntRange(1), default=None,
@@ -124,7 +125,7 @@ def _node_counts(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the report as JSON to FILE ('-' for stdout).")
 def cluster_command(quick: bool, drain_tasks: int | None, batch: int, consumers: int, user_tasks: int | None,
-                    worker_processes: int, hop_nodes: tuple[int, ...] | None, hop_tasks_per_node: int | None,
+                    worker_processes: int | None, hop_nodes: tuple[int, ...] | None, hop_tasks_per_node: int | None,
                     hop_durability: str | None, spread_nodes: int | None, producers: int | None,
                     producer_tasks: int | None, push_samples: int | None, durability: str, parent_dir: str | None,
                     plot: str | None, json_path: str | None) -> None:
@@ -140,7 +141,8 @@ def cluster_command(quick: bool, drain_tasks: int | None, batch: int, consumers:
     given: dict[str, Any] = {"hop_durability": hop_durability, "drain_tasks": drain_tasks, "user_tasks": user_tasks, "hop_nodes": hop_nodes,
              "hop_tasks_per_node": hop_tasks_per_node, "spread_nodes": spread_nodes, "producers": producers,
              "producer_tasks": producer_tasks, "push_samples": push_samples}
-    settings = replace(base, batch=batch, consumers=consumers, worker_processes=worker_processes, durability=durability,
+    given["worker_processes"] = worker_processes
+    settings = replace(base, batch=batch, consumers=consumers, durability=durability,
                        **{name: value for name, value in given.items() if value is not None})
     console = Console()
     if not console.is_terminal:  # a log file or a pipe: room for the whole table
