@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kittiwake.bench.cluster_run import load_deviation, model_hops
+from kittiwake.bench.cluster_run import load_deviation, model_hops, paired_median_extra_ms
 from kittiwake.cli.bench_command import bench
 
 SUMMARY_KEYS = {"drain_per_s", "ratio_2_vs_1", "user_path_drain_per_s", "user_path_ratio_2_vs_1",
@@ -30,6 +30,11 @@ def test_load_deviation_is_the_worst_node_against_the_mean() -> None:
     assert load_deviation([0, 0]) == 0.0
 
 
+def test_paired_extra_is_the_median_of_differences_in_turn() -> None:
+    assert paired_median_extra_ms([1_000_000, 5_000_000, 2_000_000], [1_100_000, 5_300_000, 2_050_000]) == 0.1
+    assert paired_median_extra_ms([], []) is None
+
+
 @pytest.mark.timeout(180)
 def test_quick_run_writes_every_figure(tmp_path: Path) -> None:
     report_path = tmp_path / "report.json"
@@ -47,6 +52,7 @@ def test_quick_run_writes_every_figure(tmp_path: Path) -> None:
         assert report["user_path_drain_per_s"][nodes] > 0
         assert report["push_p50_ms"][nodes] > 0
         assert report["broker_cpu_us_per_task"][nodes] > 0
+    assert report["cluster"]["push_2"]["paired_median_extra_ms"] is not None
     for name in ("drain_1", "drain_2"):
         record = report["cluster"][name]
         assert record["status"] == "ok" and record["errors"] == 0, record
@@ -62,7 +68,7 @@ def test_quick_run_writes_every_figure(tmp_path: Path) -> None:
     assert report["cluster"]["hops_4"]["pops"] == 100
 
     loads = report["node_loads"]
-    assert len(loads) == 4 and sum(loads.values()) == 4 * 50
+    assert len(loads) == 4 and sum(loads.values()) == 2 * 100
     assert report["load_deviation"] == pytest.approx(load_deviation(list(loads.values())), abs=1e-4)
     for record in report["cluster"].values():
         assert record["meets_target"] in (True, False, None)

@@ -66,7 +66,7 @@ class ClusterBenchSettings:
 
 QUICK_CLUSTER: dict[str, Any] = {
     "drain_tasks": 4000, "user_tasks": 1000, "worker_processes": 1, "hop_nodes": (4,), "hop_tasks_per_node": 25, "hop_durability": None, "spread_nodes": 4,
-    "producers": 4, "producer_tasks": 50, "push_samples": 50, "push_warmup": 5,
+    "producers": 2, "producer_tasks": 100, "push_samples": 50, "push_warmup": 5,
 }
 CLUSTER = ClusterBenchSettings()
 
