@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kittiwake.bench.cluster_run import load_deviation, model_hops, paired_median_extra_ms
+from kittiwake.bench.cluster_run import cpu_ratio_ceiling, load_deviation, model_hops, paired_median_extra_ms
 from kittiwake.cli.bench_command import bench
 
 SUMMARY_KEYS = {"drain_per_s", "ratio_2_vs_1", "user_path_drain_per_s", "user_path_ratio_2_vs_1",
@@ -33,6 +33,14 @@ def test_load_deviation_is_the_worst_node_against_the_mean() -> None:
 def test_paired_extra_is_the_median_of_differences_in_turn() -> None:
     assert paired_median_extra_ms([1_000_000, 5_000_000, 2_000_000], [1_100_000, 5_300_000, 2_050_000]) == 0.1
     assert paired_median_extra_ms([], []) is None
+
+
+def test_the_cpu_ceiling_counts_the_consumers_on_the_same_cores() -> None:
+    one = {"broker_cpu_us_per_task": 60.0, "consumer_cpu_us_per_task": 10.0}
+    # one broker: one core's worth; two nodes (60 us per task over both): the cores, shared with consumers
+    assert cpu_ratio_ceiling(one, one, cores=2) == pytest.approx((2e6 / 70) / (1e6 / 60), abs=1e-3)
+    assert cpu_ratio_ceiling(one, one, cores=8) == pytest.approx(2.0)
+    assert cpu_ratio_ceiling(one, {}, cores=2) is None
 
 
 @pytest.mark.timeout(180)

@@ -19,7 +19,9 @@ of `bench.report` (plus `status`, `reason` and each figure's own numbers), and b
 plain figures of issue 29: `drain_per_s` (by node count), `ratio_2_vs_1`, `user_path_drain_per_s`,
 `user_path_ratio_2_vs_1`, `broker_cpu_us_per_task`, `cpu_per_task_ratio`, `hops_per_pop` (by node
 count: `measured`, `model`), `extra_requests_per_task`, `load_deviation`, `push_p50_ms` (by node
-count), `node_loads`; a figure that did not run is null.
+count), `node_loads`; a figure that did not run is null. The 2-node drain's record also says
+`cpu_ratio_ceiling`: the best ratio its CPU costs per task allow on this machine's cores (brokers
+and consumers share them), and `push_2` the median of paired differences (`paired_median_extra_ms`).
 """
 
 from __future__ import annotations
@@ -107,6 +109,19 @@ def paired_median_extra_ms(first: Sequence[int], second: Sequence[int]) -> float
     adds with the disk's and the machine's drift between samples cancelled out."""
     differences = sorted(b - a for a, b in zip(first, second))
     return round(differences[len(differences) // 2] / 1e6, 4) if differences else None
+
+
+def cpu_ratio_ceiling(one: dict[str, Any], two: dict[str, Any], cores: int) -> float | None:
+    """The best 2 nodes ÷ 1 broker drain these CPU costs allow on `cores` cores, had nothing else run:
+    a broker serves one core at most, and brokers and consumers together at most `cores`."""
+    try:
+        broker_1, consumer_1 = float(one["broker_cpu_us_per_task"]), float(one["consumer_cpu_us_per_task"])
+        broker_2, consumer_2 = float(two["broker_cpu_us_per_task"]), float(two["consumer_cpu_us_per_task"])
+        best_1 = min(1e6 / broker_1, cores * 1e6 / (broker_1 + consumer_1))
+        best_2 = min(2e6 / broker_2, cores * 1e6 / (broker_2 + consumer_2))  # each node serves half the tasks
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return round(best_2 / best_1, 3)
 
 
 def load_deviation(loads: Sequence[int]) -> float:
@@ -442,6 +457,8 @@ def _derive(records: dict[str, dict[str, Any]], pushed: dict[str, list[int]]) ->
             ratio=user_ratio, reference={"source": "1 broker, same run", "tasks_per_s": _rate(records, "user_path_1"),
                                          "expected_ratio_max": USER_PATH_CEILING})
     ok = one.get("status") == "ok" and two.get("status") == "ok"
+    if ok and two:
+        two["cpu_ratio_ceiling"] = cpu_ratio_ceiling(one, two, os.cpu_count() or 1)
     cpu_ratio = _ratio(two.get("broker_cpu_us_per_task"), one.get("broker_cpu_us_per_task")) if ok else None
     records["cpu_per_task"] = _record(
         "cpu_per_task", "broker CPU per task, 2 nodes ÷ 1 broker", cpu_per_task_ratio=cpu_ratio,
