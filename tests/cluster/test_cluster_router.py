@@ -270,6 +270,17 @@ def test_a_holder_found_empty_a_moment_ago_is_asked_last() -> None:
     assert [t.pid for t in run(router, calls.lease("q"), stale)] == ["b2"]  # long ago: asked again
 
 
+def test_processes_of_one_host_spread_over_its_nodes_by_their_seed() -> None:
+    def near_of(seed: int) -> str:
+        router = Router(seeds=(), cluster_map=make_map(), rng=random.Random(7), clock=lambda: 0.0,
+                        is_local=lambda host: True, near_seed=seed)
+        return router.near
+
+    assert [near_of(seed) for seed in (30, 31, 32, 33)] == ["a", "b", "c", "a"]
+    far = Router(seeds=(), cluster_map=make_map(), rng=random.Random(7), clock=lambda: 0.0, near_seed=31)
+    assert far.near in "abc"  # no node on this host: any
+
+
 def test_without_holders_a_lease_sweeps_the_others_in_turn() -> None:
     router = make_router(make_map(), near="a")
     answer = lease_answer({"a": [], "b": [], "c": ["c1"]}, holders=False)

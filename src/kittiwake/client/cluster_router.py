@@ -31,8 +31,9 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   keyed tasks again harmlessly (they collapse on their pid); FIFO tasks of another node's group
   would be enqueued twice;
 * **lease**: a lease of queues that live on one node goes there as is (long-polls included).
-  Otherwise local first: the near node (`near`, else a node whose host is this machine's, else a
-  random one) without waiting; if it had nothing, the node the last lease of these queues stole
+  Otherwise local first: the near node (`near`, else a node whose host is this machine's — the
+  process's `near_seed`, its pid, picks among several, so a host's worker processes spread over
+  its nodes — else a random one) without waiting; if it had nothing, the node the last lease of these queues stole
   from, while it gives tasks (Fabriq's "last known server": a steal costs one hop, not a `holders`
   round trip more); then `holders` (asked of the near node) names the nodes holding available
   tasks of the spread queues and the lease goes to each in turn (and to the owners of named
@@ -122,11 +123,13 @@ class Router:
         is_local: Callable[[str], bool] = lambda host: False,
         rng: random.Random | None = None,
         clock: Callable[[], float],
+        near_seed: int | None = None,
     ) -> None:
         if cluster_map is None and not seeds:
             raise errors.BadRequest("a cluster client needs the map or the address of a node")
         self._seeds = tuple(seeds)
         self._near_wanted = near
+        self._near_seed = near_seed
         self._is_local = is_local
         self._rng = rng or random.Random()
         self._clock = clock
@@ -170,6 +173,8 @@ class Router:
 
     def _choose_near(self, cluster_map: ClusterMap) -> str:
         local = [node.name for node in cluster_map.nodes if self._is_local(node.address.host)]
+        if local and self._near_seed is not None:
+            return local[self._near_seed % len(local)]
         return self._rng.choice(local or list(cluster_map.node_names))
 
     def routing_stats(self) -> RoutingStats:
