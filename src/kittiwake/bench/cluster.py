@@ -10,7 +10,8 @@ One run, against one broker on the same machine:
 
 * **drain, broker-bound**: `drain_tasks` FIFO tasks pre-filled (spread evenly over the nodes by the
   cluster client), drained by `consumers` processes that lease and dequeue in batches of `batch`
-  (one near each node); 1 broker, then 2 nodes: `drain_per_s`, `ratio_2_vs_1` (≥ 1.6).
+  (consumer i near node i mod 2; four, so that one broker is busy, not waiting for its consumers'
+  round trips); 1 broker, then 2 nodes: `drain_per_s`, `ratio_2_vs_1` (≥ 1.6).
 * **user path**: `app.map` of `user_tasks` null tasks to `kittiwake worker --processes P`, 1 broker
   then 2 nodes: `user_path_ratio_2_vs_1` (no target: the workers share the cores with the brokers).
 * **broker CPU per task** over the drains, 2 nodes ÷ 1 broker: `cpu_per_task_ratio` (≤ 1.1).
@@ -48,7 +49,9 @@ TARGET_PUSH_P50_EXTRA_MS = 0.1
 class ClusterBenchSettings:
     drain_tasks: int = 100_000  # FIFO tasks of each broker-bound drain
     batch: int = 1000  # tasks per lease and per dequeue of the drains' consumers
-    consumers: int = 2  # consumer processes of each drain (one near each node of the cluster)
+    # consumer processes of each drain, consumer i near node i mod 2: with one request in flight each,
+    # two leave one broker idle between their round trips (~45% of a core here); four keep it busy
+    consumers: int = 4
     user_tasks: int = 20_000  # null tasks of each user-path drain (app.map)
     worker_processes: int = 2  # `kittiwake worker --processes` of the user path
     chunk: int = 1000  # app.map's chunk
@@ -66,7 +69,7 @@ class ClusterBenchSettings:
 
 QUICK_CLUSTER: dict[str, Any] = {
     "drain_tasks": 4000, "user_tasks": 1000, "worker_processes": 1, "hop_nodes": (4,), "hop_tasks_per_node": 25, "hop_durability": None, "spread_nodes": 4,
-    "producers": 2, "producer_tasks": 100, "push_samples": 50, "push_warmup": 5,
+    "consumers": 2, "producers": 2, "producer_tasks": 100, "push_samples": 50, "push_warmup": 5,
 }
 CLUSTER = ClusterBenchSettings()
 
@@ -90,8 +93,9 @@ def _node_counts(ctx: click.Context, param: click.Parameter, value: str | None) 
                    f"{QUICK_CLUSTER['drain_tasks']:,} with --quick]")
 @click.option("--batch", type=click.IntRange(1, 10_000), default=CLUSTER.batch, show_default=True,
               help="Tasks per lease and per dequeue of the drains' consumers.")
-@click.option("--consumers", type=click.IntRange(1, 64), default=CLUSTER.consumers, show_default=True,
-              help="Consumer processes of each drain (near node i mod 2 on the cluster).")
+@click.option("--consumers", type=click.IntRange(1, 64), default=None,
+              help=f"Consumer processes of each drain (consumer i near node i mod 2) [default: {CLUSTER.consumers}; "
+                   f"{QUICK_CLUSTER['consumers']} with --quick]")
 @click.option("--user-tasks", type=click.IntRange(1), default=None,
               help=f"Null tasks of each user-path drain [default: {CLUSTER.user_tasks:,}; "
                    f"{QUICK_CLUSTER['user_tasks']:,} with --quick]")
@@ -124,7 +128,7 @@ def _node_counts(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="Write a chart (PNG) here; needs matplotlib. Default: next to --json.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the report as JSON to FILE ('-' for stdout).")
-def cluster_command(quick: bool, drain_tasks: int | None, batch: int, consumers: int, user_tasks: int | None,
+def cluster_command(quick: bool, drain_tasks: int | None, batch: int, consumers: int | None, user_tasks: int | None,
                     worker_processes: int | None, hop_nodes: tuple[int, ...] | None, hop_tasks_per_node: int | None,
                     hop_durability: str | None, spread_nodes: int | None, producers: int | None,
                     producer_tasks: int | None, push_samples: int | None, durability: str, parent_dir: str | None,
@@ -141,8 +145,8 @@ def cluster_command(quick: bool, drain_tasks: int | None, batch: int, consumers:
     given: dict[str, Any] = {"hop_durability": hop_durability, "drain_tasks": drain_tasks, "user_tasks": user_tasks, "hop_nodes": hop_nodes,
              "hop_tasks_per_node": hop_tasks_per_node, "spread_nodes": spread_nodes, "producers": producers,
              "producer_tasks": producer_tasks, "push_samples": push_samples}
-    given["worker_processes"] = worker_processes
-    settings = replace(base, batch=batch, consumers=consumers, durability=durability,
+    given.update(worker_processes=worker_processes, consumers=consumers)
+    settings = replace(base, batch=batch, durability=durability,
                        **{name: value for name, value in given.items() if value is not None})
     console = Console()
     if not console.is_terminal:  # a log file or a pipe: room for the whole table
