@@ -231,6 +231,56 @@ def test_a_lease_is_served_locally_with_no_hop_then_from_a_holder_with_two() -> 
     assert router.routing_stats().hops["lease"] == 2
 
 
+def test_a_lease_steals_again_from_the_last_node_that_gave_tasks_then_asks_holders() -> None:
+    router = make_router(make_map(), near="a")
+    answer = lease_answer({"a": [], "b": ["b1"], "c": ["c1", "c2"]})
+    log: list[Send] = []
+    assert [t.pid for t in run(router, calls.lease("q"), answer, log)] == ["b1"]
+    log.clear()
+    # b gave tasks: asked right after the local node, without `holders` (Fabriq's last known server)
+    assert [t.pid for t in run(router, calls.lease("q"), answer, log)] == ["c1"]
+    assert [(send.node, send.call.op) for send in log] == [("a", "lease"), ("b", "lease"), ("a", "holders"),
+                                                            ("c", "lease")]
+    log.clear()
+    assert [t.pid for t in run(router, calls.lease("q"), answer, log)] == ["c2"]
+    assert [(send.node, send.call.op) for send in log] == [("a", "lease"), ("c", "lease")]
+
+
+def test_a_holder_found_empty_a_moment_ago_is_asked_last() -> None:
+    now = [0.0]
+    cluster = make_map("abcd")
+    router = Router(seeds=(), cluster_map=cluster, near="a", rng=random.Random(7), clock=lambda: now[0])
+    holding = {"a": [], "b": [], "c": ["c1"], "d": []}
+    base = lease_answer(holding)
+
+    def stale(send: Send) -> Any:  # the announcements that nodes emptied have not arrived
+        if isinstance(send.call.request, m.Holders):
+            return reply(send, HoldersResult(epoch=cluster.epoch, holders={"q": ["b", "c", "d"]}))
+        return base(send)
+
+    assert [t.pid for t in run(router, calls.lease("q"), stale)] == ["c1"]  # b was empty
+    now[0] = 0.1
+    holding.update(b=["b2"], d=["d1"])
+    log: list[Send] = []
+    assert [t.pid for t in run(router, calls.lease("q"), stale, log)] == ["d1"]  # c empty now; b a moment ago
+    assert [(send.node, send.call.op) for send in log] == [("a", "lease"), ("c", "lease"), ("a", "holders"),
+                                                            ("d", "lease")]
+    now[0] = 1.0
+    holding["d"] = []
+    assert [t.pid for t in run(router, calls.lease("q"), stale)] == ["b2"]  # long ago: asked again
+
+
+def test_processes_of_one_host_spread_over_its_nodes_by_their_seed() -> None:
+    def near_of(seed: int) -> str:
+        router = Router(seeds=(), cluster_map=make_map(), rng=random.Random(7), clock=lambda: 0.0,
+                        is_local=lambda host: True, near_seed=seed)
+        return router.near
+
+    assert [near_of(seed) for seed in (30, 31, 32, 33)] == ["a", "b", "c", "a"]
+    far = Router(seeds=(), cluster_map=make_map(), rng=random.Random(7), clock=lambda: 0.0, near_seed=31)
+    assert far.near in "abc"  # no node on this host: any
+
+
 def test_without_holders_a_lease_sweeps_the_others_in_turn() -> None:
     router = make_router(make_map(), near="a")
     answer = lease_answer({"a": [], "b": [], "c": ["c1"]}, holders=False)

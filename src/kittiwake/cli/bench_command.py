@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import click
 
+from kittiwake.bench.cluster import cluster_command
 from kittiwake.bench.settings import (
     CELERY_POOLS,
     CelerySettings,
@@ -108,7 +109,10 @@ def _quick_default(name: QuickTasksName) -> str:
 
 @click.group("bench")
 def bench() -> None:
-    """Measure the broker: ops, latency, scale, tasks, peers, celery, workers, flows, mapreduce, sqs, dashboard (each on a fresh broker)."""
+    """Measure the broker: ops, latency, scale, tasks, peers, celery, workers, flows, mapreduce, sqs, dashboard, cluster (each on fresh brokers)."""
+
+
+bench.add_command(cluster_command)
 
 
 @bench.command("ops")

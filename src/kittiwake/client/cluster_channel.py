@@ -111,6 +111,7 @@ def make_router(address: BrokerAddress, cluster_map: ClusterMap | None, near: st
         near=near,
         is_local=is_local_host,
         clock=time.monotonic,
+        near_seed=os.getpid(),  # processes on a host with several nodes spread over them
     )
 
 

@@ -31,10 +31,14 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   keyed tasks again harmlessly (they collapse on their pid); FIFO tasks of another node's group
   would be enqueued twice;
 * **lease**: a lease of queues that live on one node goes there as is (long-polls included).
-  Otherwise local first: the near node (`near`, else a node whose host is this machine's, else a
-  random one) without waiting; if it had nothing, `holders` (asked of the near node) names the
-  nodes holding available tasks of the spread queues and the lease goes to each in turn (and to
-  the owners of named groups' queues) until one gives tasks, asking for `max_tasks`. A broker that
+  Otherwise local first: the near node (`near`, else a node whose host is this machine's — the
+  process's `near_seed`, its pid, picks among several, so a host's worker processes spread over
+  its nodes — else a random one) without waiting; if it had nothing, the node the last lease of these queues stole
+  from, while it gives tasks (Fabriq's "last known server": a steal costs one hop, not a `holders`
+  round trip more); then `holders` (asked of the near node) names the nodes holding available
+  tasks of the spread queues and the lease goes to each in turn (and to the owners of named
+  groups' queues) until one gives tasks, asking for `max_tasks`. Holders found empty in the last
+  `FOUND_EMPTY_SECS` are asked last: the announcements that they emptied may not have arrived. A broker that
   does not know `holders` (UNKNOWN_OP) is not asked again: the other nodes are tried in turn,
   from a rotating start. With `wait_secs > 0`, the near node is then long-polled for at most
   `LONG_POLL_SLICE_SECS` and the others swept again, until `wait_secs` pass: each long-poll is
@@ -71,6 +75,7 @@ from kittiwake.cluster import merge
 from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
 from kittiwake.cluster.routing import FifoSpreader, Owned, Spread, lease_route, route
 from kittiwake.cluster.routing_stats import RoutingCounter, RoutingStats
+from kittiwake.constants import GROUP_SEPARATOR
 from kittiwake.model import ItemOutcome, LeaseRef, NewTask
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.replies import ClusterMapResult, HoldersResult, UpdateResult, result_decoder
@@ -82,6 +87,8 @@ LONG_POLL_SLICE_SECS = 1.0
 DOWN_SECS = 2.0
 MAX_SPLIT_ROUNDS = 8  # WRONG_SHARD refetches plus moves of FIFO tasks off unreachable nodes
 MAX_PAGE_ROUNDS = 10_000  # list_queues: each round covers `limit` more names of some node
+FOUND_EMPTY_SECS = 0.2  # a node a steal found empty is asked last this long (announcements: ≤ 50 ms)
+MAX_STEAL_MEMORY = 1024  # sets of queues whose last steal's node is remembered
 
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -127,11 +134,13 @@ class Router:
         is_local: Callable[[str], bool] = lambda host: False,
         rng: random.Random | None = None,
         clock: Callable[[], float],
+        near_seed: int | None = None,
     ) -> None:
         if cluster_map is None and not seeds:
             raise errors.BadRequest("a cluster client needs the map or the address of a node")
         self._seeds = tuple(seeds)
         self._near_wanted = near
+        self._near_seed = near_seed
         self._is_local = is_local
         self._rng = rng or random.Random()
         self._clock = clock
@@ -142,6 +151,8 @@ class Router:
         self._near: str = ""
         self._holders_known = True  # until a node answers UNKNOWN_OP to `holders`
         self._sweep_start = 0
+        self._stole_from: dict[tuple[str, ...], str] = {}  # spread queues -> the node a lease last stole from
+        self._found_empty: dict[str, float] = {}  # node -> when a steal from it came back empty
         if cluster_map is not None:
             self.use_map(cluster_map)
 
@@ -173,6 +184,8 @@ class Router:
 
     def _choose_near(self, cluster_map: ClusterMap) -> str:
         local = [node.name for node in cluster_map.nodes if self._is_local(node.address.host)]
+        if local and self._near_seed is not None:
+            return local[self._near_seed % len(local)]
         return self._rng.choice(local or list(cluster_map.node_names))
 
     def routing_stats(self) -> RoutingStats:
@@ -393,10 +406,15 @@ class Router:
         for _ in range(MAX_SPLIT_ROUNDS):
             parts: dict[str, list[int]] = {}
             movable: dict[str, bool] = {}
-            for index in pending:
+            for index in pending:  # per item: a dequeue of 1,000 leases runs this 1,000 times
                 node, anywhere = node_of(items[index])
-                parts.setdefault(node, []).append(index)
-                movable[node] = movable.get(node, True) and anywhere
+                indexes = parts.get(node)
+                if indexes is None:
+                    parts[node] = indexes = []
+                    movable[node] = anywhere
+                elif not anywhere:
+                    movable[node] = False
+                indexes.append(index)
             if not done and len(parts) == 1:
                 # the whole call to one node: sent as it is, read as it is
                 node = next(iter(parts))
@@ -450,7 +468,13 @@ class Router:
         return self._choose_fifo(), True
 
     def _lease_node(self, ref: LeaseRef) -> tuple[str, bool]:
-        return lease_route(self._known_map(), ref.queue, ref.pid, ref.lease_id).node, False
+        cluster = self._known_map()
+        if GROUP_SEPARATOR not in ref.queue:
+            # `lease_route`'s common case without its key: a spread queue's lease id names the node
+            node = cluster.node_of_id(ref.lease_id)
+            if node is not None:
+                return node, False
+        return lease_route(cluster, ref.queue, ref.pid, ref.lease_id).node, False
 
     def _cancel_node(self, key: tuple[str, str]) -> tuple[str, bool]:
         return _owner(route(self._known_map(), key[0], key[1])), False
@@ -590,15 +614,31 @@ class Router:
                 return []
             return _value(outcome)
 
+        def steal_from(node: str) -> Conversation[Any]:
+            tasks = yield from lease_from(node, 0.0)
+            self._stole(key, node, bool(tasks))
+            return tasks
+
+        key = tuple(spread)
         home = self._home(serving)
         tasks = yield from lease_from(home, 0.0)
         if tasks:
             return cast(T, tasks)
+        asked = {home}
+        last = self._stole_from.get(key) if key else None
+        if last is not None and last != home and last in serving and last in self._live():
+            tasks = yield from steal_from(last)
+            if tasks:
+                return cast(T, tasks)
+            asked.add(last)
         for _ in range(int(wait / LONG_POLL_SLICE_SECS) + 2):
             for node in (yield from self._candidates(serving, spread, home)):
-                tasks = yield from lease_from(node, 0.0)
+                if node in asked:
+                    continue  # asked a moment ago in this call: it had nothing
+                tasks = yield from steal_from(node)
                 if tasks:
                     return cast(T, tasks)
+            asked = set()
             live = self._live()
             if unreachable is not None and not any(node in live for node in serving):
                 raise unreachable  # every node that serves these queues is down
@@ -612,6 +652,24 @@ class Router:
             if deadline - self._clock() <= 0:
                 break
         return call.decode(_encode([]))
+
+    def _stole(self, queues: tuple[str, ...], node: str, got_tasks: bool) -> None:
+        """Remember the node a steal of `queues` got tasks from, or when one came back empty."""
+        with self._lock:
+            if got_tasks:
+                if len(self._stole_from) >= MAX_STEAL_MEMORY and queues not in self._stole_from:
+                    self._stole_from.clear()
+                if queues:
+                    self._stole_from[queues] = node
+                self._found_empty.pop(node, None)
+            else:
+                if self._stole_from.get(queues) == node:
+                    del self._stole_from[queues]
+                self._found_empty[node] = self._clock()
+
+    def _recently_empty(self, node: str) -> bool:
+        found = self._found_empty.get(node)
+        return found is not None and self._clock() - found < FOUND_EMPTY_SECS
 
     def _home(self, serving: dict[str, list[str]]) -> str:
         """The node a lease asks first: the near one if it serves the queues and is up."""
@@ -641,6 +699,8 @@ class Router:
             elif isinstance(outcome, HoldersResult):
                 for nodes in outcome.holders.values():
                     chosen += [node for node in nodes if node in others and node not in chosen]
+                with self._lock:
+                    chosen.sort(key=self._recently_empty)  # stable: the holders' order otherwise
                 groups = [node for node in others if any(q not in spread for q in serving[node])]
                 return chosen + [node for node in groups if node not in chosen]
         if others:

@@ -7,7 +7,7 @@
 A cluster map names each node's address, so the nodes cannot take port 0: `free_ports` picks ports
 the kernel just handed out and released (another process may take one meanwhile: a node that does
 not start says so in its log). Each node has its own data directory under `root`, and the map file is
-`root/cluster.toml`; `args` are passed to every node.
+`root/cluster.toml`; `args` are passed to every node. The nodes start together.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Self
@@ -78,8 +79,16 @@ class ClusterNodes:
         return "kw://" + ",".join(self.addresses.values())
 
     def start(self) -> Self:
-        for broker in self.brokers.values():
-            self._stack.enter_context(broker)
+        """Start every node at once (each waits for its own listening line); the first failure is raised
+        once all have tried, and leaving the `with` kills every node that started."""
+        brokers = list(self.brokers.values())
+        with ThreadPoolExecutor(max_workers=len(brokers)) as starting:
+            outcomes = [starting.submit(broker.start) for broker in brokers]
+        for broker in brokers:
+            if broker.alive():
+                self._stack.enter_context(broker)
+        for outcome in outcomes:
+            outcome.result()
         return self
 
     def __enter__(self) -> Self:
