@@ -106,8 +106,12 @@ class _Guard:
                 self.task(queue, pid, "enqueue a task unless")
 
     def leases(self, refs: Iterable[LeaseRef]) -> None:
+        cluster, node = self.cluster, self.node
         for ref in refs:
-            self.owned(lease_route(self.cluster, ref.queue, ref.pid, ref.lease_id), "the lease of", ref.queue, ref.pid)
+            # the hot path (a batch dequeue): a spread queue's lease id names its node, no key to build
+            if GROUP_SEPARATOR not in ref.queue and cluster.node_of_id(ref.lease_id) == node:
+                continue
+            self.owned(lease_route(cluster, ref.queue, ref.pid, ref.lease_id), "the lease of", ref.queue, ref.pid)
 
     def task(self, queue: str, pid: str | None, what: str) -> None:
         decision = route(self.cluster, queue, pid)
