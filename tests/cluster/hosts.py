@@ -17,11 +17,13 @@ on ports instead of hosts.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
 import subprocess
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from kittiwake.testing.broker_process import broker_command
 
 PORT = 7370
 _SUBNETS = range(200, 250)  # 10.<n>.0.0/24, one per test run alive at once
+_CALLS = itertools.count()  # names are new per call: a deleted namespace's veth goes away asynchronously
 
 
 @dataclass(frozen=True)
@@ -75,10 +78,11 @@ def test_hosts(count: int, names: Sequence[str] | None = None) -> Iterator[list[
     if not namespaces_allowed():
         yield [TestHost(name, "127.0.0.1", _free_port(), None) for name in names]
         return
-    tag = f"kw{os.getpid() % 100000}"
+    tag = f"kw{os.getpid() % 100000}{next(_CALLS) % 1000:03}"
     bridge = f"{tag}br"
     subnet = _SUBNETS[os.getpid() % len(_SUBNETS)]
     made: list[str] = []
+    veths: list[str] = []
     try:
         try:
             _run("ip", "link", "add", bridge, "type", "bridge")
@@ -93,6 +97,7 @@ def test_hosts(count: int, names: Sequence[str] | None = None) -> Iterator[list[
             _run("ip", "netns", "add", namespace)
             made.append(namespace)
             _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
+            veths.append(veth)
             _run("ip", "link", "set", veth, "master", bridge, "up")
             ip = f"10.{subnet}.0.{index + 2}"
             _run("ip", "-n", namespace, "addr", "add", f"{ip}/24", "dev", "eth0")
@@ -109,6 +114,9 @@ def test_hosts(count: int, names: Sequence[str] | None = None) -> Iterator[list[
                     os.kill(int(pid), 9)
                 except (ProcessLookupError, ValueError):
                     pass
+        for veth in veths:  # deleting one end deletes the pair now, not when the kernel gets to it
+            subprocess.run(["ip", "link", "del", veth], capture_output=True, timeout=10)
+        for namespace in made:
             subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=10)
         subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=10)
 
@@ -133,11 +141,16 @@ def node_process(root: Path, host: TestHost, map_path: Path, args: Sequence[str]
 
 @contextmanager
 def host_nodes(root: Path, hosts: Sequence[TestHost], args: Sequence[str] = ()) -> Iterator[dict[str, BrokerProcess]]:
-    """One started node per host, by name, under the map `root/cluster.toml`; killed on exit."""
+    """One node per host, by name, under the map `root/cluster.toml`, started at once; killed on exit."""
     map_path = root / "cluster.toml"
     map_path.write_text(map_text(hosts))
+    nodes = {host.name: node_process(root, host, map_path, args) for host in hosts}
     with ExitStack() as stack:
-        nodes = {host.name: node_process(root, host, map_path, args) for host in hosts}
+        with ThreadPoolExecutor(max_workers=len(nodes)) as starting:  # together: each waits for its own line
+            outcomes = [starting.submit(node.start) for node in nodes.values()]
         for node in nodes.values():
-            stack.enter_context(node)
+            if node.alive():
+                stack.enter_context(node)
+        for outcome in outcomes:
+            outcome.result()
         yield nodes
