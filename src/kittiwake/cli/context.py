@@ -1,4 +1,5 @@
-"""What every CLI command shares: the broker URL, the output mode, and a client made on demand."""
+"""What every CLI command shares: the broker URL (and on a cluster the near node), the output mode,
+and a client made on demand."""
 
 from __future__ import annotations
 
@@ -15,14 +16,15 @@ class CliContext:
     """Global options, parsed once by the group and read by commands."""
 
     url: str | None
+    near: str | None  # on a cluster: the node leases ask first (None: one on this host)
     json: bool
     connect_timeout_secs: float
     _client: Client | None = field(default=None, repr=False)
 
     def client(self) -> Client:
-        """A client of the broker at --url, opened on first use and closed when the command ends."""
+        """A client of the broker at --url (near --near), opened on first use and closed when the command ends."""
         if self._client is None:
-            self._client = Client(self.url, connect_timeout=self.connect_timeout_secs)
+            self._client = Client(self.url, connect_timeout=self.connect_timeout_secs, near=self.near)
             click.get_current_context().find_root().call_on_close(self._client.close)
         return self._client
 

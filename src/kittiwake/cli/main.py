@@ -40,17 +40,21 @@ LAZY_COMMANDS = {
 @click.option("--url", envvar=URL_ENV, show_envvar=True, metavar="kw[s]://[USER:TOKEN@]HOST:PORT",
               help="Broker to talk to. Default: kw://127.0.0.1:7370. Put credentials in $KITTIWAKE_URL rather "
               "than here: a command line is visible to other local users.")
+@click.option("--near", metavar="NODE",
+              help="On a cluster (--url kw://HOST:PORT,HOST:PORT,...): the node that leases ask first, before "
+              "the nodes known to hold tasks. Default: a node whose address is one of this host's. Ignored "
+              "for a single broker.")
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON for programs instead of tables.")
 @click.option("--connect-timeout", default=5.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds to keep retrying to reach the broker before giving up.")
 @click.version_option(__version__, prog_name="kittiwake")
 @click.pass_context
-def cli(ctx: click.Context, url: str | None, as_json: bool, connect_timeout: float) -> None:
+def cli(ctx: click.Context, url: str | None, near: str | None, as_json: bool, connect_timeout: float) -> None:
     """Kittiwake: a durable task queue. Talk to a broker, or run one.
 
     Errors print `error CODE: message` on stderr and exit non-zero.
     """
-    ctx.obj = CliContext(url=url, json=as_json, connect_timeout_secs=connect_timeout)
+    ctx.obj = CliContext(url=url, near=near, json=as_json, connect_timeout_secs=connect_timeout)
 
 
 for _command in (*task_commands.COMMANDS, *queue_commands.COMMANDS, *dead_commands.COMMANDS):

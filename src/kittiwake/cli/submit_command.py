@@ -49,7 +49,7 @@ def submit(
     from kittiwake.app import App
     from kittiwake.app.shell import SHELL_TASK
 
-    app = App(cli.url, connect_timeout=cli.connect_timeout_secs)
+    app = App(cli.url, connect_timeout=cli.connect_timeout_secs, near=cli.near)
     try:
         shell = app.tasks[SHELL_TASK].with_options(queue=queue, ignore_result=not wait)
         handle = shell.submit_call((list(command),), {"cwd": cwd, "env": env, "timeout_secs": timeout_secs},

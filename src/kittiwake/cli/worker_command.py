@@ -63,7 +63,7 @@ def split_queues(ctx: click.Context, param: click.Parameter, values: tuple[str, 
 @click.option("--node", help="This machine's node name: also serve the local queues <queue>@NODE of tasks "
               "submitted with node=NODE.")
 @click.option("--near", metavar="NODE", help="On a cluster (--url kw://a,b,c): the node this worker leases from "
-              "first, while it holds tasks (default: a node whose address is this host's).")
+              "first, while it holds tasks (default: the global --near, else a node whose address is this host's).")
 @click.option("--steal-after", "steal_after_secs", default=DEFAULT_STEAL_AFTER_SECS, show_default=True,
               type=click.FloatRange(min=0), help="With --node: seconds idle before stealing a task from "
               "another node's local queue.")
@@ -121,7 +121,7 @@ def worker(
         max_tasks_per_child=max_tasks_per_child, max_memory_mb=max_memory_mb, shutdown_secs=shutdown_secs,
         wait_secs=wait_secs, delayed_poll_secs=delayed_poll_secs, registry_every_secs=registry_secs, beat=beat,
         registry_queue=registry_queue,
-        name=name, node=node, near=near, steal_after_secs=steal_after_secs, autoscale=scale, scale_cmd=scale_cmd,
+        name=name, node=node, near=near if near is not None else cli.near, steal_after_secs=steal_after_secs, autoscale=scale, scale_cmd=scale_cmd,
         scale_window_secs=scale_window_secs, scale_idle_secs=scale_idle_secs, sys_path=[os.getcwd()],
     )
     try:
