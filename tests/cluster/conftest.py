@@ -1,5 +1,7 @@
-"""Fixtures for cluster client tests: `cluster` (three brokers and their map, `support.cluster_nodes`)
-and `make_client`, which opens blocking and asyncio cluster clients on it."""
+"""Fixtures for cluster client tests: `cluster` (three nodes, each on a host of its own where root
+allows, else on loopback ports: `hosts`; with their map, `support.cluster_nodes`), `plain_cluster`
+(three plain brokers on loopback ports) and `make_client`, which opens blocking and asyncio cluster
+clients on `cluster`."""
 
 from __future__ import annotations
 
@@ -10,16 +12,20 @@ from typing import Any
 import pytest
 
 from kittiwake import Client
-from kittiwake.testing.cluster_nodes import ClusterNodes
+from kittiwake.cluster.cluster_map import ClusterMap
 from support.broker_process import BrokerProcess
 from support.cluster_nodes import NODE_NAMES, AsyncDriver, Cluster
+
+from .hosts import host_nodes
+from .hosts import test_hosts as make_hosts
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """Three nodes of one cluster (`kittiwake broker --cluster FILE --node NAME`)."""
-    with ClusterNodes(tmp_path, NODE_NAMES, args=["--durability", "os"]) as nodes:
-        yield Cluster(nodes.brokers)
+    """Three nodes of one cluster (`kittiwake broker --cluster FILE --node NAME`), a host each; the map
+    is the one they serve (`tmp_path/cluster.toml`)."""
+    with make_hosts(len(NODE_NAMES), NODE_NAMES) as hosts, host_nodes(tmp_path, hosts, ["--durability", "os"]) as nodes:
+        yield Cluster(nodes, ClusterMap.from_toml((tmp_path / "cluster.toml").read_text()))
 
 
 @pytest.fixture

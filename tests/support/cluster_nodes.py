@@ -1,5 +1,5 @@
-"""Three brokers and their map, for the cluster client's tests: three nodes of a cluster
-(`kittiwake.testing.cluster_nodes`), or three plain brokers named by an explicit map
+"""Three brokers and their map, for the cluster client's tests: three nodes of a cluster (each on
+a host of its own where root allows: `cluster.hosts`), or three plain brokers named by an explicit map
 (`Client(cluster_map=...)`), against which what needs node-issued ids (a FIFO pid or a lease id
 naming its node) does not route."""
 
@@ -7,21 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from kittiwake import AsyncClient, Client
 from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
-from support.broker_process import BrokerProcess
+from kittiwake.testing import BrokerProcess
 
 NODE_NAMES = ("a", "b", "c")
 
 
 class Cluster:
-    """Three brokers and the map naming them."""
+    """Three brokers and the map naming them (by default the nodes at the brokers' addresses)."""
 
-    def __init__(self, brokers: dict[str, BrokerProcess]) -> None:
-        self.brokers = brokers
-        self.map = ClusterMap(tuple(Node(name, Address(b.host, b.port)) for name, b in brokers.items()))
+    def __init__(self, brokers: Mapping[str, BrokerProcess], cluster_map: ClusterMap | None = None) -> None:
+        self.brokers = dict(brokers)
+        self.map = cluster_map or ClusterMap(tuple(Node(name, Address(b.host, b.port)) for name, b in brokers.items()))
 
     def direct(self, node: str) -> Client:
         """A plain client of one node's broker."""
