@@ -1,9 +1,11 @@
 """Everything above the client on a cluster, unchanged for the user: three nodes (real brokers,
-loopback ports) with a `kittiwake worker` process beside each (`--near` its node), and over
+each on a host of its own where root allows, else on loopback ports: `hosts`) with a `kittiwake
+worker` process beside each (on its host, `--near` its node), and over
 `kw://a,b,c` an App's map, a DAG job, a gang task and their results, the batching producers,
 a flow run with a join and a merge, the Spark source reading a spread queue, and the CLI.
 Local-first: a worker's tasks come from its own node while that node holds some (counted from
-the lease ids, and the hops of its leases)."""
+the lease ids, and the hops of its leases). The test's own clients, the App, the flow's worker
+loops and Spark run in the root namespace and reach the nodes over the hosts' bridge."""
 
 from __future__ import annotations
 
@@ -21,18 +23,21 @@ import pytest
 from cluster import cluster_apps
 from kittiwake import AsyncClient, Client, errors
 from kittiwake.cluster.routing import Owned, route, tagged
-from kittiwake.testing.cluster_nodes import ClusterNodes
+from kittiwake.testing import BrokerProcess
 from kittiwake.worker.registry import live_workers
 from worker.harness import WorkerProcess
+
+from .hosts import cluster_url, host_nodes
+from .hosts import test_hosts as make_hosts
 
 NODES = ("a", "b", "c")
 
 
 class Cluster:
-    def __init__(self, nodes: ClusterNodes, workers: dict[str, WorkerProcess]) -> None:
+    def __init__(self, nodes: dict[str, BrokerProcess], url: str, workers: dict[str, WorkerProcess]) -> None:
         self.nodes = nodes
         self.workers = workers
-        self.url = nodes.url
+        self.url = url
 
     def direct(self, node: str) -> Client:
         return Client(self.nodes[node].url)
@@ -41,17 +46,18 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("on-a-cluster")
-    with ClusterNodes(root, NODES, args=["--durability", "os"]) as nodes:
+    with make_hosts(len(NODES), NODES) as hosts, host_nodes(root, hosts, ["--durability", "os"]) as nodes:
+        url = cluster_url(hosts)
         workers: dict[str, WorkerProcess] = {}
         try:
-            for name in NODES:
-                workers[name] = WorkerProcess(
-                    nodes.url, root / f"worker-{name}.log", "--near", name, "--concurrency", "2",
-                    "--prefetch", "0", app="cluster.cluster_apps:app", wait=False,
+            for host in hosts:  # each worker on its node's host
+                workers[host.name] = WorkerProcess(
+                    url, root / f"worker-{host.name}.log", "--near", host.name, "--concurrency", "2",
+                    "--prefetch", "0", app="cluster.cluster_apps:app", wait=False, prefix=host.command([]),
                 )
             for worker in workers.values():
                 worker.wait_ready(1)
-            yield Cluster(nodes, workers)
+            yield Cluster(nodes, url, workers)
         finally:
             for worker in workers.values():
                 if worker.alive():
@@ -216,6 +222,14 @@ def test_the_cli_over_a_cluster_url(cluster: Cluster) -> None:
     assert requeued.returncode == 0, requeued.stderr
     with Client(cluster.url) as client:
         assert client.get("capp.cli", "cli-4").state == "available"
+    on_node = {}  # FIFO tasks put on each node directly
+    for name in NODES:
+        with cluster.direct(name) as direct:
+            on_node[name] = {direct.enqueue("capp.near", f"on {name}").pid for _ in range(3)}
+    near = _cli(cluster, "--near", "b", "--json", "lease", "capp.near", "--max-tasks", "3")  # b asked first
+    assert near.returncode == 0, near.stderr
+    assert {task["pid"] for task in json.loads(near.stdout)} == on_node["b"]
+    assert _cli(cluster, "delete-queue", "capp.near", "--yes").returncode == 0
     workers = _cli(cluster, "--json", "workers")
     assert workers.returncode == 0, workers.stderr
     assert {record["routing"]["near"] for record in json.loads(workers.stdout) if "routing" in record} >= set(NODES)

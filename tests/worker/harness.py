@@ -3,7 +3,8 @@
 `WorkerProcess` starts ``python -m kittiwake --url URL worker worker.apps:app
 ...`` in its own process group (so a test can SIGKILL the whole worker, the
 supervisor and its processes, like a machine dying), with its output in a log
-file beside the broker's; `wait_ready` waits for every worker process's
+file beside the broker's (`prefix=` runs it under a command such as `ip netns exec NS`, on a
+host of its own); `wait_ready` waits for every worker process's
 ready line, `worker_pids` reads their process ids from it.
 
 `WorkerFleet` runs several such commands and SIGKILLs them at random for the
@@ -45,6 +46,7 @@ class WorkerProcess:
         env: dict[str, str] | None = None,
         processes: int = 1,
         wait: bool = True,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.log_path = log_path
         self.processes = processes
@@ -52,7 +54,7 @@ class WorkerProcess:
         environment["PYTHONPATH"] = os.pathsep.join([str(TESTS_DIR), environment.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         environment.setdefault("KITTIWAKE_LOG_LEVEL", "INFO")
         environment.update(env or {})
-        command = [sys.executable, "-m", "kittiwake", "--url", url, "worker"]
+        command = [*prefix, sys.executable, "-m", "kittiwake", "--url", url, "worker"]
         if app is not None:
             command.append(app)
         command += ["--processes", str(processes), "--wait-secs", "0.5", "--delayed-poll-secs", "0.2",
