@@ -157,7 +157,8 @@ class Broker:
         store = self._given_store
         if store is None:
             store = open_store(
-                config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb, broker=True
+                config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb, broker=True,
+                commit_log=config.commit_log == "on",
             )
         self.store = store
 

@@ -127,6 +127,10 @@ def build_extensions(
 @click.option("--durability", default="fsync", show_default=True, type=click.Choice(["fsync", "os"]),
               help="fsync: an ok reply survives power loss. os: it survives a broker crash, not a power loss. "
               "On PostgreSQL: synchronous_commit on (or the server's stricter setting) / off.")
+@click.option("--commit-log", default="off", show_default=True, type=click.Choice(["on", "off"]),
+              help="on: each pass is one record appended to DIR/commit.log and synced (the reply waits for that "
+              "only); the SQLite database follows in batches where what cancelled out is never written. "
+              "SQLite store only.")
 @click.option("--max-frame", default=DEFAULT_MAX_FRAME, show_default=True, type=click.IntRange(64 * 1024, (1 << 32) - 1),
               help="Largest frame accepted, in bytes; a bigger length prefix closes the connection.")
 @click.option("--max-connections", default=10_000, show_default=True, type=click.IntRange(1, 1_000_000),
@@ -197,6 +201,7 @@ def broker(
     host: str,
     port: int,
     durability: str,
+    commit_log: str,
     max_frame: int,
     max_connections: int,
     cache_mb: int,
@@ -235,6 +240,7 @@ def broker(
             host=host,
             port=port,
             durability=durability,
+            commit_log=commit_log,
             max_frame=max_frame,
             max_connections=max_connections,
             cache_mb=cache_mb,
