@@ -128,9 +128,10 @@ def build_extensions(
               help="fsync: an ok reply survives power loss. os: it survives a broker crash, not a power loss. "
               "On PostgreSQL: synchronous_commit on (or the server's stricter setting) / off.")
 @click.option("--commit-log", default="off", show_default=True, type=click.Choice(["on", "off"]),
+              envvar="KITTIWAKE_COMMIT_LOG",
               help="on: each pass is one record appended to DIR/commit.log and synced (the reply waits for that "
               "only); the SQLite database follows in batches where what cancelled out is never written. "
-              "SQLite store only.")
+              "SQLite store only. Also $KITTIWAKE_COMMIT_LOG.")
 @click.option("--max-frame", default=DEFAULT_MAX_FRAME, show_default=True, type=click.IntRange(64 * 1024, (1 << 32) - 1),
               help="Largest frame accepted, in bytes; a bigger length prefix closes the connection.")
 @click.option("--max-connections", default=10_000, show_default=True, type=click.IntRange(1, 1_000_000),

@@ -19,8 +19,8 @@ per store, in its directory, named `commit.log`.
 * `read(directory)` returns the `commit_log.Scan` of the log there, or None
   when there is none.
 
-Faults: `fault(stage)` is called before each step ("write", "sync", "start",
-"dir_sync") and may raise `OSError`; the broker passes nothing, tests inject
+Faults: `fault(stage)` is called before each step ("write", "sync", "cut",
+"start", "dir_sync"; the store adds "checkpoint") and may raise `OSError`; the broker passes nothing, tests inject
 disk failures through it.
 """
 
@@ -152,6 +152,7 @@ class LogFile:
     def _cut_back(self, fd: int) -> None:
         """Drop whatever follows the last acknowledged record, durably."""
         self.damaged = True
+        self.fault("cut")
         os.ftruncate(fd, self.end)
         if self.sync:
             os.fdatasync(fd)

@@ -568,6 +568,7 @@ class SqliteStore:
         the log starts afresh. Everything pending and in the open transaction must be logged."""
         ticket = log_.next_ticket - 1
         try:
+            log_.fault("checkpoint")
             self._store_ticket(ticket)
         except BaseException:
             self._rewind()
