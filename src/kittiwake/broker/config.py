@@ -28,6 +28,7 @@ DEFAULT_FRAME_TIMEOUT_SECS = 30.0
 DEFAULT_IDLE_TIMEOUT_SECS = 600.0  # as Kafka's connections.max.idle.ms
 DEFAULT_MAX_BUFFERED_MB = 256
 COMMIT_LOG_MODES = ("on", "off")
+MAX_CHECKPOINT_SECS = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,7 @@ class BrokerConfig:
     port: int = DEFAULT_PORT
     durability: str = "fsync"  # "fsync": ok survives power loss; "os": survives a process crash
     commit_log: str = "off"  # "on": SQLite writes through a commit log (`store.commit_log`); "off": not
+    checkpoint_secs: float = 1.0  # with the commit log: the database catches up at least this often
     max_frame: int = DEFAULT_MAX_FRAME
     max_connections: int = 10_000  # all ports together (binary, TLS, every face's)
     cache_mb: int = 256  # engine head cache
@@ -66,6 +68,7 @@ class BrokerConfig:
         if self.commit_log == "on" and self.store_location.kind != "sqlite":
             raise ValueError("the commit log is the SQLite store's: a PostgreSQL commit is one round trip to a "
                              "server that is durable on its own (see kittiwake.store.postgres)")
+        _check_secs("checkpoint_secs", self.checkpoint_secs, MAX_CHECKPOINT_SECS, zero_allowed=True)
         _check_int("max_frame", self.max_frame, MIN_FRAME_BYTES, MAX_FRAME_BYTES)
         _check_int("max_connections", self.max_connections, 1, 1_000_000)
         _check_int("cache_mb", self.cache_mb, 1, 1 << 20)

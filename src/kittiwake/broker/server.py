@@ -158,7 +158,7 @@ class Broker:
         if store is None:
             store = open_store(
                 config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb, broker=True,
-                commit_log=config.commit_log == "on",
+                commit_log=config.commit_log == "on", checkpoint_secs=config.checkpoint_secs,
             )
         self.store = store
 
