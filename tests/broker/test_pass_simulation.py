@@ -9,7 +9,7 @@ back) and the monotonic clock, pauses and resumes connections' output, half-clos
 them, asks for sweeps and maintenance, and arms faults in the store (`support.faulty_store`): a
 write, a read, a commit before or after it reached the disk, a rollback or a recovery failing, once
 or for a while; behind the commit log (`sqlite+log`), also at the log's own stages: an append's write
-or sync (and the cut back after it), a checkpoint, the new log and its directory sync. After every pass:
+or sync (and the cut after it), a checkpoint, the log's new round. After every pass:
 
 * no ok reply leaves a pass that failed, but for what changes nothing (a withdrawn or expired
   long-poll's empty list, a `cancel_wait`'s answer);
@@ -145,6 +145,7 @@ class PassSimulation:
         if store_kind == "sqlite+log":
             # behind the commit log, synced (so every stage of an append is met), checkpointing often
             inner = SqliteStore(self.directory, durability="fsync", commit_log=True, log_fault=self.log_faults,
+                                log_preallocate=64 * 1024,
                                 checkpoint_mutations=rng.choice([1, 5, 40]), checkpoint_secs=rng.choice([0.5, 1e9]),
                                 monotonic_clock=lambda: self.monotonic)
         elif store_kind == "sqlite":
@@ -239,9 +240,9 @@ class PassSimulation:
     def arm_faults(self) -> None:
         rng = self.rng
         if isinstance(self.inner, SqliteStore) and self.inner._log is not None and rng.random() < 0.12:
-            # the commit log's own stages: an append's write or sync (then perhaps its cut back), the
-            # checkpoint into the database, the new log and its directory sync
-            stage = rng.choice(["write", "sync", "sync", "checkpoint", "start", "dir_sync"])
+            # the commit log's own stages: an append's write or sync (then perhaps its cut), the
+            # checkpoint into the database, the log's new round
+            stage = rng.choice(["write", "sync", "sync", "checkpoint", "start"])
             self.log_faults.arm(stage, rng.choice([errno.EIO, errno.ENOSPC]))
             if stage in ("write", "sync") and rng.random() < 0.3:
                 self.log_faults.arm("cut", errno.EIO)  # the failed record cannot be cut back at once

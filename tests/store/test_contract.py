@@ -49,7 +49,8 @@ class Harness:
             dsn, schema = self.postgres
             return PostgresStore(dsn, schema=schema, durability="os")
         if self.kind == "sqlite+log":  # behind the commit log, checkpointing after every few mutations
-            return SqliteStore(self.directory, durability="os", commit_log=True, checkpoint_mutations=3)
+            return SqliteStore(self.directory, durability="os", commit_log=True, checkpoint_mutations=3,
+                               log_preallocate=64 * 1024)
         return SqliteStore(self.directory, durability="os")
 
     def reopen(self):

@@ -103,7 +103,7 @@ class SqliteStore:
         self, directory: str | os.PathLike[str], *, durability: str = "fsync", cache_mb: int = 64,
         holder: str | None = None, commit_log: bool = False, log_fault: log_file.FaultHook | None = None,
         checkpoint_mutations: int = CHECKPOINT_MUTATIONS, checkpoint_secs: float = CHECKPOINT_SECS,
-        monotonic_clock: Callable[[], float] = time.monotonic,
+        monotonic_clock: Callable[[], float] = time.monotonic, log_preallocate: int = log_file.PREALLOCATE_BYTES,
     ) -> None:
         """Open (creating or upgrading) the store in `directory`. With `holder` ("broker", "kittiwake
         copy" ...) the directory is locked in its name while the store is open (`directory_lock`), and a
@@ -144,7 +144,7 @@ class SqliteStore:
             self._checkpoint_retry_at = 0.0
             self.checkpoints = 0
             self.replayed = 0  # records applied from a log found at open
-            self._open_log(commit_log, log_fault)
+            self._open_log(commit_log, log_fault, log_preallocate)
         except BaseException as exc:
             if self._log is not None:
                 self._log.close()
@@ -480,7 +480,7 @@ class SqliteStore:
 
     # ------------------------------------------------------------ commit log
 
-    def _open_log(self, enabled: bool, fault: log_file.FaultHook | None) -> None:
+    def _open_log(self, enabled: bool, fault: log_file.FaultHook | None, preallocate: int) -> None:
         """Bring the database up to date from a log left in the directory (a crash, or a broker that wrote
         through one), whether or not this store writes through one; then start a fresh log, or remove it."""
         sync = self.durability == "fsync"
@@ -492,8 +492,9 @@ class SqliteStore:
                 log.warning("the commit log starts at ticket %d but the store has applied up to %d only",
                             found.first_ticket, applied)
             if found.torn_bytes:
-                log.warning("dropped a torn tail of %d bytes from the commit log (an append that was never "
-                            "acknowledged)", found.torn_bytes)
+                log.info("read %d records of the commit log; past byte %d the rest is preallocated space, "
+                         "records of earlier rounds, or an append never acknowledged, and is not applied",
+                         len(found.records), found.end)
             for ticket, payload in found.records:
                 if ticket > applied:  # the replay-safe ticket: what the database holds is not applied twice
                     self.write(commit_log.decode_mutations(payload))
@@ -503,8 +504,8 @@ class SqliteStore:
             if self.replayed:
                 log.info("replayed %d commit log records", self.replayed)
         if enabled:
-            self._log = log_file.LogFile(self.directory, sync=sync, fault=fault)
-            self._log.start(next_ticket)
+            self._log = log_file.LogFile(self.directory, sync=sync, fault=fault, preallocate=preallocate)
+            self._log.create(next_ticket)
         elif found is not None:
             log_file.remove(self.directory, sync=sync)
 
@@ -576,8 +577,8 @@ class SqliteStore:
         self._logged = []
         self.checkpoints += 1
         self._last_checkpoint = self._clock()
-        # a crash from here until the new log's name is durable leaves the old one: its records are
-        # all at or below the ticket just stored, and are skipped
+        # a crash before the next record is synced may leave the old header: every record under it is
+        # at or below the ticket just stored, and skipped
         log_.start(ticket + 1)
 
     def _checkpoint_quietly(self) -> None:
