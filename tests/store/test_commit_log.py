@@ -490,3 +490,22 @@ def test_the_log_file_is_made_once_and_reused_in_place(tmp_path: Path) -> None:
         assert reopened.recover(NOW).counters == {"x": 8}
     finally:
         reopened.close()
+
+
+def test_a_clean_close_checkpoints_everything_and_leaves_an_empty_log(tmp_path: Path) -> None:
+    store = open_logged(tmp_path)
+    store.write([put("p1")])
+    store.commit()
+    store.write([put("p2"), SetCounter("x", 3)])
+    store.commit()
+    store.write([put("p3")])  # never committed: forgotten, as in a crash
+    store.close()
+    assert store.checkpoints == 1
+    scan = log_file.read(tmp_path)
+    assert scan is not None and scan.records == []
+    reopened = SqliteStore(tmp_path)
+    try:
+        assert reopened.replayed == 0
+        assert [t.pid for t in reopened.scan("a", None, 10)] == ["p1", "p2"]
+    finally:
+        reopened.close()

@@ -459,13 +459,14 @@ class SqliteStore:
         as in a crash: only commit() makes a write durable, whether or not a read has already
         flushed it into the open transaction."""
         try:
-            self._pending = []
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
             if self._log is not None:
-                self._pending = list(self._logged)  # in the log: into the database now, or at the next open
+                self._rewind()  # what is logged goes into the database now, or at the next open
                 if self._logged:
                     self._checkpoint_quietly()
+            else:
+                self._pending = []
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
         except _DISK_ERRORS as exc:
             raise storage_failure(exc) from exc
         finally:
