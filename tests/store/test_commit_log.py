@@ -509,3 +509,33 @@ def test_a_clean_close_checkpoints_everything_and_leaves_an_empty_log(tmp_path: 
         assert [t.pid for t in reopened.scan("a", None, 10)] == ["p1", "p2"]
     finally:
         reopened.close()
+
+
+def test_too_much_logged_and_not_checkpointed_holds_the_next_pass_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kittiwake.store import sqlite
+
+    monkeypatch.setattr(sqlite, "MAX_UNCHECKPOINTED", 3)
+    faults = Faults()
+    store = open_logged(tmp_path, every=2, fault=faults)
+    faults.armed["checkpoint"] = 3  # the checkpoints after these commits fail, and the one before the next pass
+    store.write([put("p1"), put("p2")])
+    store.commit()
+    store.write([put("p3")])
+    store.commit()
+    assert store.checkpoints == 0
+    store.write([put("p4")])
+    with pytest.raises(errors.StorageFailure) as refused:
+        store.commit()  # 3 logged, none in the database: the pass waits for a checkpoint, which fails
+    assert refused.value.outcome_known
+    store.rollback()
+    store.write([put("p5")])
+    store.commit()  # the checkpoint first (p1-p3), then the pass into the log
+    assert store.checkpoints >= 1
+    crash(store)
+    reopened = SqliteStore(tmp_path)
+    try:
+        assert [t.pid for t in reopened.scan("a", None, 10)] == ["p1", "p2", "p3", "p5"]
+    finally:
+        reopened.close()

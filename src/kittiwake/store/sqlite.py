@@ -17,6 +17,28 @@ same statement; every read flushes first, so reads see all writes (the
 the engine's own head cache is bounded separately, so neither grows with the
 number of tasks.
 
+Commit log (`commit_log=True`, the broker's `--commit-log on`; TaskMaster §5.3).
+The pass's commit is one record of its mutations, with the next ticket,
+appended to `commit.log` in the directory and synced (`log_file`; format in
+`commit_log`): an ok reply means the change is on disk, in the log. The
+mutations stay pending in memory and are flushed into the open SQLite
+transaction only when a read needs them (`load_task` of a row nothing pending
+touches needs none). A checkpoint (after `checkpoint_mutations` logged
+mutations, 64 MiB of log, or `checkpoint_secs`) flushes what is logged,
+coalesced (`coalesce`: a task put and deleted since the last flush never
+reaches the B-tree), writes the last ticket in the same transaction
+(`commit_log_state`: the replay-safe ticket) and commits with the store's
+durability; only then does the log begin a new round. Opening the directory,
+with the log or without, replays the records a log there holds past the
+stored ticket and checkpoints them, so recovery is the database plus at most
+one checkpoint's worth of log, and a tool that opens the directory sees every
+acknowledged change. `rollback()` drops the open transaction and queues the
+logged mutations again; a failed append is cut from the log (its outcome
+then known: not applied); a failed checkpoint fails no pass (the log holds
+it) and is tried again a second later; past `MAX_UNCHECKPOINTED` logged
+mutations a pass waits for a checkpoint or is refused. `durability="fsync"`
+syncs each record (and the checkpoint's commit); `"os"` only writes them.
+
 Generations: `delete_queue` writes one row (queue → gen + 1); reads filter on
 the current generation; `reap()` deletes old-generation rows in chunks from
 the broker's housekeeping tick (TaskMaster §5.2).
