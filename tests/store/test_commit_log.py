@@ -542,3 +542,38 @@ def test_too_much_logged_and_not_checkpointed_holds_the_next_pass_back(
         assert [t.pid for t in reopened.scan("a", None, 10)] == ["p1", "p2", "p3", "p5"]
     finally:
         reopened.close()
+
+
+# ------------------------------------------------------------------ broker
+
+
+def test_the_broker_setting_is_for_sqlite_only() -> None:
+    from kittiwake.broker.config import BrokerConfig
+
+    assert BrokerConfig(commit_log="on").commit_log == "on"
+    with pytest.raises(ValueError, match="commit log"):
+        BrokerConfig(commit_log="on", store_url="postgresql://localhost/db")
+    with pytest.raises(ValueError, match="commit_log"):
+        BrokerConfig(commit_log="yes")
+    with pytest.raises(ValueError, match="checkpoint_secs"):
+        BrokerConfig(checkpoint_secs=-1.0)
+
+
+def test_a_broker_behind_the_log_keeps_what_it_acknowledged_across_a_kill(tmp_path: Path) -> None:
+    from support.broker_process import BrokerProcess
+
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--commit-log", "on", "--checkpoint-secs", "3600"])
+    try:
+        with broker.connect() as conn:
+            conn.call("enqueue", tasks=[{"queue": "q", "pid": f"p{n}", "data": b"x"} for n in range(5)])
+            [leased] = conn.lease("q")
+            [outcome] = conn.call("dequeue", leases=[{"queue": "q", "pid": leased["pid"], "lease_id": leased["lease_id"]}])
+            assert outcome["ok"]
+        broker.kill()  # nothing checkpointed: everything is in the log
+        scan = log_file.read(tmp_path / "data")
+        assert scan is not None and len(scan.records) >= 2
+        broker.restart()
+        with broker.connect() as conn:
+            assert [task["pid"] for task in conn.call("peek", queue="q", n=10)] == ["p1", "p2", "p3", "p4"]
+    finally:
+        broker.kill()
