@@ -26,6 +26,10 @@ first, and the report says how long restarts took.
 The second test kills the broker while one enqueue of 5,000 tasks is in
 flight: one request is one engine call and one commit, so after the restart
 either none or all 5,000 are there.
+
+Both run again with the broker writing through the commit log
+(`store.commit_log`), checkpointing every 50 ms: kills then land in appends,
+checkpoints and log truncations, and every restart replays a log.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -53,6 +59,7 @@ QUEUE_C = f"{GROUP}#c"  # derived values, enqueued by consumers' updates
 QUEUES = [QUEUE_A, QUEUE_B, QUEUE_C]
 DERIVED_SUFFIX = ".u"
 
+COMMIT_LOG_ARGS = ["--commit-log", "on", "--checkpoint-secs", "0.05"]
 PRODUCERS = 3
 CONSUMERS = 3
 CRASHES = 20
@@ -413,15 +420,37 @@ def run_crash_loop(broker: BrokerProcess, kills: int, *, backlog_limit: int | No
     assert result.acknowledged >= MIN_ACKNOWLEDGED, f"too few acknowledged enqueues to mean anything\n{report}"
 
 
+@pytest.fixture
+def logged_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker writing through the commit log, checkpointing every 50 ms so that kills land in
+    checkpoints and log truncations too."""
+    process = BrokerProcess(tmp_path / "data", extra_args=COMMIT_LOG_ARGS)
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
 @pytest.mark.timeout(180)
 def test_crash_loop_loses_nothing_acknowledged(broker: BrokerProcess) -> None:
     run_crash_loop(broker, CRASHES)
+
+
+@pytest.mark.timeout(180)
+def test_crash_loop_behind_the_commit_log_loses_nothing_acknowledged(logged_broker: BrokerProcess) -> None:
+    run_crash_loop(logged_broker, CRASHES)
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(4 * 3600)
 def test_crash_soak_of_a_thousand_kills_loses_nothing_acknowledged(broker: BrokerProcess) -> None:
     run_crash_loop(broker, soak_kills(), backlog_limit=SOAK_BACKLOG, progress=True)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(4 * 3600)
+def test_crash_soak_behind_the_commit_log(logged_broker: BrokerProcess) -> None:
+    run_crash_loop(logged_broker, soak_kills(), backlog_limit=SOAK_BACKLOG, progress=True)
 
 
 BIG_BATCH = 5000
@@ -431,6 +460,15 @@ KILL_WINDOW = (0.0, 1.5)  # when to kill, as a share of an undisturbed request's
 
 @pytest.mark.timeout(180)
 def test_kill_during_a_big_batch_enqueue_keeps_all_or_nothing(broker: BrokerProcess) -> None:
+    kill_during_big_batches(broker)
+
+
+@pytest.mark.timeout(180)
+def test_kill_during_a_big_batch_enqueue_behind_the_commit_log(logged_broker: BrokerProcess) -> None:
+    kill_during_big_batches(logged_broker)
+
+
+def kill_during_big_batches(broker: BrokerProcess) -> None:
     seed = crash_seed()
     print(f"\nbig batch seed={seed} (replay with KITTIWAKE_CRASH_SEED={seed})")
     rng = random.Random(seed)

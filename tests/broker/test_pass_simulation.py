@@ -8,7 +8,8 @@ the frames a pass returns. Between passes the seed moves the wall clock (ticks, 
 back) and the monotonic clock, pauses and resumes connections' output, half-closes and closes
 them, asks for sweeps and maintenance, and arms faults in the store (`support.faulty_store`): a
 write, a read, a commit before or after it reached the disk, a rollback or a recovery failing, once
-or for a while. After every pass:
+or for a while; behind the commit log (`sqlite+log`), also at the log's own stages: an append's write
+or sync (and the cut after it), a checkpoint, the log's new round. After every pass:
 
 * no ok reply leaves a pass that failed, but for what changes nothing (a withdrawn or expired
   long-poll's empty list, a `cancel_wait`'s answer);
@@ -18,6 +19,8 @@ or for a while. After every pass:
   when tasks come: that is what request ids are for);
 * nothing written is left uncommitted; an enqueue answered ok is in the store, one answered "not
   applied" (or hit by a bug) never is;
+* behind the commit log, now and then: the files as a crash would leave them, opened afresh, hold
+  what the live store holds (the log replayed once past the database's ticket);
 * the engine equals a fresh engine recovered from the store: both are held to one model read back
   from the store (`engine.reference_queues.check_engine`);
 * the task moves the passes handed over (`engine.tally`, only from passes that committed) account
@@ -35,6 +38,7 @@ Replay one seed with
 from __future__ import annotations
 
 import collections
+import errno
 import os
 import random
 import shutil
@@ -61,6 +65,7 @@ from support.pass_requests import DECODE_ERROR, MAX_TASKS, POISON, PassRequests
 SEEDS = 12
 PASSES = 150
 SQLITE_SEEDS = 2
+LOG_SEEDS = 3
 SOAK_SEEDS = 200
 SOAK_PASSES = 1_000
 CONNECTIONS = 4
@@ -68,6 +73,21 @@ HEAD_TASKS = 3
 CACHE_BYTES = 4_000
 MAX_FRAME = 16 * 1024 * 1024
 TRACE_LINES = 60
+
+
+class LogFaults:
+    """Disk errors at the commit log's stages (`store.log_file`), each armed to fire once."""
+
+    def __init__(self) -> None:
+        self.armed: dict[str, int] = {}  # stage → errno
+
+    def arm(self, stage: str, code: int) -> None:
+        self.armed[stage] = code
+
+    def __call__(self, stage: str) -> None:
+        code = self.armed.pop(stage, None)
+        if code is not None:
+            raise OSError(code, f"injected at the commit log's {stage}")
 
 
 class PlantedBug(RuntimeError):
@@ -117,11 +137,23 @@ class PassSimulation:
     def __init__(self, seed: int, store_kind: str) -> None:
         self.seed = seed
         self.rng = rng = random.Random(seed)
-        self.directory = tempfile.mkdtemp(prefix="kittiwake-passes-") if store_kind == "sqlite" else None
-        inner = SqliteStore(self.directory, durability="os") if self.directory else MemoryStore()
-        self.store = FaultyStore(inner)
+        self.directory = tempfile.mkdtemp(prefix="kittiwake-passes-") if store_kind != "memory" else None
         self.wall = 1_700_000_000.0 + rng.random() * 1_000
         self.monotonic = 1_000.0
+        self.log_faults = LogFaults()
+        inner: SqliteStore | MemoryStore
+        if store_kind == "sqlite+log":
+            # behind the commit log, synced (so every stage of an append is met), checkpointing often
+            inner = SqliteStore(self.directory, durability="fsync", commit_log=True, log_fault=self.log_faults,
+                                log_preallocate=64 * 1024,
+                                checkpoint_mutations=rng.choice([1, 5, 40]), checkpoint_secs=rng.choice([0.5, 1e9]),
+                                monotonic_clock=lambda: self.monotonic)
+        elif store_kind == "sqlite":
+            inner = SqliteStore(self.directory, durability="os")
+        else:
+            inner = MemoryStore()
+        self.inner = inner
+        self.store = FaultyStore(inner)
         limits = PassLimits(
             max_frame=MAX_FRAME,
             max_held_bytes=rng.choice([300, 2_000, 1 << 20]),
@@ -207,6 +239,14 @@ class PassSimulation:
 
     def arm_faults(self) -> None:
         rng = self.rng
+        if isinstance(self.inner, SqliteStore) and self.inner._log is not None and rng.random() < 0.12:
+            # the commit log's own stages: an append's write or sync (then perhaps its cut), the
+            # checkpoint into the database, the log's new round
+            stage = rng.choice(["write", "sync", "sync", "checkpoint", "start"])
+            self.log_faults.arm(stage, rng.choice([errno.EIO, errno.ENOSPC]))
+            if stage in ("write", "sync") and rng.random() < 0.3:
+                self.log_faults.arm("cut", errno.EIO)  # the failed record cannot be cut back at once
+            self.log(f"armed log {stage}")
         if self.outage_passes:
             self.outage_passes -= 1
             if not self.outage_passes:
@@ -330,6 +370,7 @@ class PassSimulation:
         assert not self.store.uncommitted, "a pass left writes that no commit made durable"
         with self.store.held_off():
             model = model_of(self.store, self.wall)
+            self.check_crash_image(model)
             stored = {(queue, pid) for queue, tasks in model.queues.items() for pid in tasks}
             missing = self.present - stored
             assert not missing, f"enqueues answered ok are not in the store: {sorted(missing)[:5]}"
@@ -342,6 +383,28 @@ class PassSimulation:
             fresh.recover(self.wall)
             check_engine(fresh, model, max_tasks=MAX_TASKS)
             assert engine.list_queues(None, 0, 1_000_000) == fresh.list_queues(None, 0, 1_000_000)
+
+    def check_crash_image(self, model: ModelQueues) -> None:
+        """Behind the commit log, now and then: the files as a crash would leave them, opened afresh (the
+        log replayed past the database's ticket), hold what the live store holds. Not while the log is
+        damaged: a record of unknown fate may be in the file until it is cut back."""
+        inner = self.inner
+        if not isinstance(inner, SqliteStore) or inner._log is None or inner._log.damaged or self.rng.random() > 0.2:
+            return
+        assert self.directory is not None
+        image = self.directory + "-image"
+        shutil.rmtree(image, ignore_errors=True)
+        os.mkdir(image)
+        for name in ("kittiwake.db", "kittiwake.db-wal", "commit.log"):
+            if os.path.exists(os.path.join(self.directory, name)):
+                shutil.copyfile(os.path.join(self.directory, name), os.path.join(image, name))
+        reopened = FaultyStore(SqliteStore(image, durability="os"))
+        try:
+            assert model_of(reopened, self.wall).queues == model.queues, "the log and database on disk differ"
+        finally:
+            reopened.close()
+            shutil.rmtree(image, ignore_errors=True)
+        self.counts["crash images"] += 1
 
     def check_moves(self, model: ModelQueues) -> None:
         """Each queue's size, from the moves counted: enqueued - dequeued - dead-lettered (+ the dead
@@ -479,6 +542,12 @@ def test_pass_simulation_sqlite(seed: int) -> None:
     assert counts["committed"] and counts["lease"]
 
 
+@pytest.mark.parametrize("seed", seeds(LOG_SEEDS, offset=200))
+def test_pass_simulation_sqlite_behind_the_commit_log(seed: int) -> None:
+    counts = run(seed, steps(PASSES), "sqlite+log")
+    assert counts["committed"] and counts["lease"] and counts["crash images"]
+
+
 def test_the_simulation_meets_every_kind_of_pass() -> None:
     """Over the normal suite's seeds, passes fail and recover, long-polls park, outputs back up."""
     totals: collections.Counter[str] = collections.Counter()
@@ -499,7 +568,7 @@ def test_the_simulation_meets_every_kind_of_pass() -> None:
 
 @pytest.mark.soak
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("store_kind", ["memory", "sqlite", "sqlite+log"])
 def test_pass_simulation_soak(store_kind: str) -> None:
     for seed in seeds(SOAK_SEEDS, offset=1_000_000):
         run(seed, steps(SOAK_PASSES), store_kind)

@@ -21,6 +21,10 @@ queue checker judges the run after a final drain.
   sees what a SIGKILL cannot. It is not a defect of that mode, which promises
   only to survive a process crash.
 
+Both run again with the broker writing through the commit log
+(`store.commit_log`) and checkpointing every 50 ms, so that cuts also land in
+checkpoints and in the replacement of the log by an empty one.
+
 `--soak` runs the fsync loop with many more cuts. The seed is printed; set
 KITTIWAKE_CRASH_SEED to replay the schedule of cuts.
 """
@@ -31,6 +35,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -40,7 +45,7 @@ from support.checker import History, Result, check
 from support.lazy_mount import LazyMount, require_fuse
 
 # The crash loop's load and drain are reused as they are: this test differs only in what a crash is.
-from test_crash import Load, crash_seed, drain, error_counts, start_load
+from test_crash import COMMIT_LOG_ARGS, Load, crash_seed, drain, error_counts, start_load
 
 LOAD_SECS = (0.3, 1.0)  # load between a restart and the next cut
 TORN_SHARE = 0.5  # at a torn cut, the chance that an unsynced block reaches the disk
@@ -64,12 +69,14 @@ class PowerLossRun:
         return "\n".join(self.lines)
 
 
-def run_power_loss_loop(tmp_path: Path, durability: str, cuts: int, seed: int) -> PowerLossRun:
+def run_power_loss_loop(
+    tmp_path: Path, durability: str, cuts: int, seed: int, extra_args: Sequence[str] = ()
+) -> PowerLossRun:
     rng = random.Random(seed)
     started = time.monotonic()
     history = History()
     with LazyMount(tmp_path / "disk", tmp_path / "data") as mount:
-        broker = BrokerProcess(mount.path, extra_args=["--durability", durability])
+        broker = BrokerProcess(mount.path, extra_args=["--durability", durability, *extra_args])
         try:
             load = Load(history, broker)
             threads = start_load(load, rng)
@@ -108,7 +115,7 @@ def run_power_loss_loop(tmp_path: Path, durability: str, cuts: int, seed: int) -
     directory_fsyncs = sum(cut["directory_fsyncs"] for cut in mount.cuts)
     run = PowerLossRun(result, mount.cuts)
     run.lines = [
-        f"power loss, --durability {durability}: {len(mount.cuts)} cuts, seed={seed} "
+        f"power loss, --durability {durability} {' '.join(extra_args)}: {len(mount.cuts)} cuts, seed={seed} "
         f"(replay with KITTIWAKE_CRASH_SEED={seed})",
         result.format(),
         f"  client errors: {error_counts(history)}",
@@ -148,6 +155,24 @@ def test_power_cuts_lose_acknowledged_tasks_with_os_durability(tmp_path: Path) -
     assert run.result.lost, f"nothing acknowledged was lost without fsync: the test cannot see a cut\n{run.report}"
 
 
+@pytest.mark.timeout(120)
+def test_power_cuts_behind_the_commit_log_lose_nothing_acknowledged(tmp_path: Path) -> None:
+    """Checkpoints every 50 ms: cuts land while the database takes the log and while the log is
+    replaced by an empty one (its temporary name, rename and directory sync), as well as in appends."""
+    require_fuse()
+    run = run_power_loss_loop(tmp_path, "fsync", SUITE_CUTS_FSYNC, crash_seed(), COMMIT_LOG_ARGS)
+    assert_nothing_acknowledged_lost(run, SUITE_CUTS_FSYNC)
+
+
+@pytest.mark.timeout(120)
+def test_power_cuts_behind_an_unsynced_commit_log_lose_acknowledged_tasks(tmp_path: Path) -> None:
+    """The log unsynced (`--durability os`) must show losses, or the test above proves nothing."""
+    require_fuse()
+    run = run_power_loss_loop(tmp_path, "os", SUITE_CUTS_OS, crash_seed(), COMMIT_LOG_ARGS)
+    assert run.result.acknowledged > 0, run.report
+    assert run.result.lost, f"nothing acknowledged was lost without fsync: the test cannot see a cut\n{run.report}"
+
+
 @pytest.mark.timeout(60)
 def test_a_data_directory_the_broker_creates_survives_a_power_cut(tmp_path: Path) -> None:
     """The broker makes its data directory itself; the new name must be synced in its parent, or a cut
@@ -175,4 +200,12 @@ def test_a_data_directory_the_broker_creates_survives_a_power_cut(tmp_path: Path
 def test_power_cut_soak_with_fsync(tmp_path: Path) -> None:
     require_fuse()
     run = run_power_loss_loop(tmp_path, "fsync", SOAK_CUTS_FSYNC, crash_seed())
+    assert_nothing_acknowledged_lost(run, SOAK_CUTS_FSYNC)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(3600)
+def test_power_cut_soak_behind_the_commit_log(tmp_path: Path) -> None:
+    require_fuse()
+    run = run_power_loss_loop(tmp_path, "fsync", SOAK_CUTS_FSYNC, crash_seed(), COMMIT_LOG_ARGS)
     assert_nothing_acknowledged_lost(run, SOAK_CUTS_FSYNC)

@@ -4,7 +4,9 @@ What the engine relies on (kittiwake.engine.storage): writes are visible to read
 durable at commit; rollback forgets what was not committed; a dropped queue's rows vanish at once
 (generations, TaskMaster §5.2) and are reaped later; `load_available` skips running leases;
 `recover` summarises what is on disk. Reopening a store is a restart: committed rows are there,
-uncommitted ones are not, whatever happened in between.
+uncommitted ones are not, whatever happened in between. SQLite runs twice: as it is, and behind the
+commit log (`store.commit_log`) checkpointing every few mutations, so reopening finds some commits in
+the database and the rest replayed from the log.
 
 The PostgreSQL cases run on the server of `support.postgres` (a fresh schema per test, dropped
 after it); they skip when it is unreachable, and fail instead under CI=true.
@@ -46,6 +48,9 @@ class Harness:
             assert self.postgres is not None
             dsn, schema = self.postgres
             return PostgresStore(dsn, schema=schema, durability="os")
+        if self.kind == "sqlite+log":  # behind the commit log, checkpointing after every few mutations
+            return SqliteStore(self.directory, durability="os", commit_log=True, checkpoint_mutations=3,
+                               log_preallocate=64 * 1024)
         return SqliteStore(self.directory, durability="os")
 
     def reopen(self):
@@ -57,7 +62,7 @@ class Harness:
         return self.store
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite+log", "postgresql"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     if request.param != "postgresql":
         harness = Harness(request.param, tmp_path / "data")

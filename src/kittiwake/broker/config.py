@@ -27,6 +27,8 @@ MAX_TIMEOUT_SECS = 7 * 24 * 3600.0
 DEFAULT_FRAME_TIMEOUT_SECS = 30.0
 DEFAULT_IDLE_TIMEOUT_SECS = 600.0  # as Kafka's connections.max.idle.ms
 DEFAULT_MAX_BUFFERED_MB = 256
+COMMIT_LOG_MODES = ("on", "off")
+MAX_CHECKPOINT_SECS = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,8 @@ class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     durability: str = "fsync"  # "fsync": ok survives power loss; "os": survives a process crash
+    commit_log: str = "off"  # "on": SQLite writes through a commit log (`store.commit_log`); "off": not
+    checkpoint_secs: float = 1.0  # with the commit log: the database catches up at least this often
     max_frame: int = DEFAULT_MAX_FRAME
     max_connections: int = 10_000  # all ports together (binary, TLS, every face's)
     cache_mb: int = 256  # engine head cache
@@ -59,6 +63,12 @@ class BrokerConfig:
         _check_int("port", self.port, 0, 65535)
         if self.durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {', '.join(DURABILITY_LEVELS)}, got {self.durability!r}")
+        if self.commit_log not in COMMIT_LOG_MODES:
+            raise ValueError(f"commit_log must be one of {', '.join(COMMIT_LOG_MODES)}, got {self.commit_log!r}")
+        if self.commit_log == "on" and self.store_location.kind != "sqlite":
+            raise ValueError("the commit log is the SQLite store's: a PostgreSQL commit is one round trip to a "
+                             "server that is durable on its own (see kittiwake.store.postgres)")
+        _check_secs("checkpoint_secs", self.checkpoint_secs, MAX_CHECKPOINT_SECS, zero_allowed=True)
         _check_int("max_frame", self.max_frame, MIN_FRAME_BYTES, MAX_FRAME_BYTES)
         _check_int("max_connections", self.max_connections, 1, 1_000_000)
         _check_int("cache_mb", self.cache_mb, 1, 1 << 20)

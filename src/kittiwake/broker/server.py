@@ -162,7 +162,8 @@ class Broker:
         store = self._given_store
         if store is None:
             store = open_store(
-                config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb, broker=True
+                config.store_location, durability=config.durability, cache_mb=config.sqlite_cache_mb, broker=True,
+                commit_log=config.commit_log == "on", checkpoint_secs=config.checkpoint_secs,
             )
         self.store = store
 

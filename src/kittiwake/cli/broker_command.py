@@ -149,6 +149,14 @@ def build_extensions(
 @click.option("--durability", default="fsync", show_default=True, type=click.Choice(["fsync", "os"]),
               help="fsync: an ok reply survives power loss. os: it survives a broker crash, not a power loss. "
               "On PostgreSQL: synchronous_commit on (or the server's stricter setting) / off.")
+@click.option("--commit-log", default="off", show_default=True, type=click.Choice(["on", "off"]),
+              envvar="KITTIWAKE_COMMIT_LOG",
+              help="on: each pass is one record appended to DIR/commit.log and synced (the reply waits for that "
+              "only); the SQLite database follows in batches where what cancelled out is never written. "
+              "SQLite store only. Also $KITTIWAKE_COMMIT_LOG.")
+@click.option("--checkpoint-secs", default=1.0, show_default=True, type=click.FloatRange(0.0, 3600.0),
+              help="With --commit-log on: the database catches up with the log (and the log is emptied) at "
+              "least this often, or sooner after 50,000 mutations or 64 MiB of log.")
 @click.option("--max-frame", default=DEFAULT_MAX_FRAME, show_default=True, type=click.IntRange(64 * 1024, (1 << 32) - 1),
               help="Largest frame accepted, in bytes; a bigger length prefix closes the connection.")
 @click.option("--max-connections", default=10_000, show_default=True, type=click.IntRange(1, 1_000_000),
@@ -219,6 +227,8 @@ def broker(
     host: str,
     port: int,
     durability: str,
+    commit_log: str,
+    checkpoint_secs: float,
     max_frame: int,
     max_connections: int,
     cache_mb: int,
@@ -257,6 +267,8 @@ def broker(
             host=host,
             port=port,
             durability=durability,
+            commit_log=commit_log,
+            checkpoint_secs=checkpoint_secs,
             max_frame=max_frame,
             max_connections=max_connections,
             cache_mb=cache_mb,

@@ -76,7 +76,7 @@ def _one_param(query: list[tuple[str, str]], name: str, default: str) -> str:
 
 def open_store(
     location: StoreLocation, *, durability: str = "fsync", cache_mb: int = 64, broker: bool = False,
-    holder: str | None = None,
+    holder: str | None = None, commit_log: bool = False, checkpoint_secs: float | None = None,
 ):
     """Open (creating or upgrading its schema) the store at `location`; `cache_mb`: SQLite's page cache;
     `broker`: for a broker to serve (PostgreSQL then takes the broker's presence), not for a tool.
@@ -84,13 +84,19 @@ def open_store(
     An SQLite directory is locked until the store is closed, for a broker and a tool alike
     (`directory_lock`): a directory another opener holds raises `DirectoryInUse` (a ValueError, code
     STORE_IN_USE) naming its pid and `holder` — what this opener is, "broker" for a broker and
-    TOOL_HOLDER unless a tool says ("kittiwake copy")."""
+    TOOL_HOLDER unless a tool says ("kittiwake copy"). `commit_log`: SQLite writes through its commit log
+    (`store.commit_log`), its database catching up at least every `checkpoint_secs`; whatever it says,
+    opening an SQLite directory replays a log left in it."""
     if location.kind == "sqlite":
         from kittiwake.store.directory_lock import BROKER
         from kittiwake.store.sqlite import SqliteStore
 
         holder = BROKER if broker else holder or TOOL_HOLDER
-        return SqliteStore(location.target, durability=durability, cache_mb=cache_mb, holder=holder)
+        from kittiwake.store.sqlite import CHECKPOINT_SECS
+
+        return SqliteStore(location.target, durability=durability, cache_mb=cache_mb, holder=holder,
+                           commit_log=commit_log,
+                           checkpoint_secs=CHECKPOINT_SECS if checkpoint_secs is None else checkpoint_secs)
     from kittiwake.store.postgres import PostgresStore
 
     return PostgresStore(

@@ -26,6 +26,19 @@ Durability and isolation. A commit returns once PostgreSQL reports it:
 
 Transactions run at READ COMMITTED, PostgreSQL's default.
 
+No commit log in front (`store.commit_log` is SQLite's, `--commit-log on` is
+refused here). A pass's commit is already one pipelined round trip, and the
+server's own WAL is the log: it syncs one compact record per commit and
+brings its tables up to date behind it. A broker-local log in front of a
+remote database would change what an ok reply means: the change would be on
+the broker's disk, not in the database, so a broker host lost for good would
+take acknowledged tasks with it while the database looks whole, other brokers
+of a `brokers=many` schema would not see a change another one acknowledged
+until its checkpoint, and `kittiwake copy` or a tool reading the schema would
+see a past state. What the log saves SQLite (B-tree writes of tasks that
+are gone by the checkpoint) PostgreSQL pays on the server, not on the
+broker's event loop.
+
 Brokers. `brokers=None` is a tool (copy, migrate, tests): no presence.
 `brokers="one"` is a broker that serves the schema alone, as the SQLite
 store's broker does: its engine's memory is the truth. `brokers="many"` is

@@ -17,6 +17,28 @@ same statement; every read flushes first, so reads see all writes (the
 the engine's own head cache is bounded separately, so neither grows with the
 number of tasks.
 
+Commit log (`commit_log=True`, the broker's `--commit-log on`; TaskMaster §5.3).
+The pass's commit is one record of its mutations, with the next ticket,
+appended to `commit.log` in the directory and synced (`log_file`; format in
+`commit_log`): an ok reply means the change is on disk, in the log. The
+mutations stay pending in memory and are flushed into the open SQLite
+transaction only when a read needs them (`load_task` of a row nothing pending
+touches needs none). A checkpoint (after `checkpoint_mutations` logged
+mutations, 64 MiB of log, or `checkpoint_secs`) flushes what is logged,
+coalesced (`coalesce`: a task put and deleted since the last flush never
+reaches the B-tree), writes the last ticket in the same transaction
+(`commit_log_state`: the replay-safe ticket) and commits with the store's
+durability; only then does the log begin a new round. Opening the directory,
+with the log or without, replays the records a log there holds past the
+stored ticket and checkpoints them, so recovery is the database plus at most
+one checkpoint's worth of log, and a tool that opens the directory sees every
+acknowledged change. `rollback()` drops the open transaction and queues the
+logged mutations again; a failed append is cut from the log (its outcome
+then known: not applied); a failed checkpoint fails no pass (the log holds
+it) and is tried again a second later; past `MAX_UNCHECKPOINTED` logged
+mutations a pass waits for a checkpoint or is refused. `durability="fsync"`
+syncs each record (and the checkpoint's commit); `"os"` only writes them.
+
 Generations: `delete_queue` writes one row (queue → gen + 1); reads filter on
 the current generation; `reap()` deletes old-generation rows in chunks from
 the broker's housekeeping tick (TaskMaster §5.2).
@@ -33,10 +55,12 @@ it for a broker, a copy or a migrate) locks its directory until `close()`
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from kittiwake.engine.mutations import (
     DeleteEdges,
@@ -51,9 +75,12 @@ from kittiwake.engine.mutations import (
 )
 from kittiwake.engine.storage import QueueSummary, Recovery
 from kittiwake.model import Task
+from kittiwake.store import commit_log, log_file
 from kittiwake.store import statements as sql
+from kittiwake.store.coalesce import coalesce
 from kittiwake.store.directory_lock import DirectoryLock, lock_directory
 from kittiwake.store.durable_directory import make_durable_directory
+from kittiwake.errors import StorageFailure
 from kittiwake.store.faults import storage_failure
 from kittiwake.store.rows import encode_headers as _encode_headers
 from kittiwake.store.rows import is_fifo as _is_fifo
@@ -71,6 +98,13 @@ _STATEMENTS = {
 }
 
 DURABILITY_LEVELS = ("fsync", "os")
+CHECKPOINT_MUTATIONS = 50_000  # logged mutations that start a checkpoint
+CHECKPOINT_LOG_BYTES = 64 * 1024 * 1024  # or log bytes
+CHECKPOINT_SECS = 1.0  # or seconds since the last one (TaskMaster §5.3 writes its minimum ticket every 500 ms)
+MAX_UNCHECKPOINTED = 8 * CHECKPOINT_MUTATIONS  # checkpoints failing: past this, a pass waits for one
+CHECKPOINT_RETRY_SECS = 1.0  # after a failed checkpoint
+
+log = logging.getLogger("kittiwake.store")
 _DISK_ERRORS = (sqlite3.Error, OSError)  # what a failing disk raises; wrapped as StorageFailure
 
 
@@ -89,7 +123,9 @@ def _statements(script: str) -> list[str]:
 class SqliteStore:
     def __init__(
         self, directory: str | os.PathLike[str], *, durability: str = "fsync", cache_mb: int = 64,
-        holder: str | None = None,
+        holder: str | None = None, commit_log: bool = False, log_fault: log_file.FaultHook | None = None,
+        checkpoint_mutations: int = CHECKPOINT_MUTATIONS, checkpoint_secs: float = CHECKPOINT_SECS,
+        monotonic_clock: Callable[[], float] = time.monotonic, log_preallocate: int = log_file.PREALLOCATE_BYTES,
     ) -> None:
         """Open (creating or upgrading) the store in `directory`. With `holder` ("broker", "kittiwake
         copy" ...) the directory is locked in its name while the store is open (`directory_lock`), and a
@@ -101,6 +137,7 @@ class SqliteStore:
         self.path = self.directory / "kittiwake.db"
         self.durability = durability
         self._lock: DirectoryLock | None = None
+        self._log: log_file.LogFile | None = None
         db: sqlite3.Connection | None = None
         try:
             make_durable_directory(self.directory)  # acknowledged tasks must not vanish with their directory's name
@@ -114,7 +151,25 @@ class SqliteStore:
             db.execute("PRAGMA wal_autocheckpoint=4000")
             self._migrate()
             self._gens: dict[str, int] = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())
+            self._pending: list[Mutation] = []
+            self._in_transaction = False
+            self.commits = 0
+            # the commit log (`commit_log`, `log_file`): `_log` is None unless this store writes through one
+            self._pass: list[Mutation] = []  # written since the last commit: the next record
+            self._logged: list[Mutation] = []  # in the log, not yet in the database (checkpoint)
+            self._touched: set[tuple[str, str]] = set()  # (queue, pid) with mutations not yet flushed
+            self._dropping: set[str] = set()  # queues with a drop not yet flushed
+            self.checkpoint_mutations = checkpoint_mutations
+            self.checkpoint_secs = checkpoint_secs
+            self._clock = monotonic_clock
+            self._last_checkpoint = monotonic_clock()
+            self._checkpoint_retry_at = 0.0
+            self.checkpoints = 0
+            self.replayed = 0  # records applied from a log found at open
+            self._open_log(commit_log, log_fault, log_preallocate)
         except BaseException as exc:
+            if self._log is not None:
+                self._log.close()
             if db is not None:
                 db.close()
             if self._lock is not None:
@@ -122,9 +177,6 @@ class SqliteStore:
             if isinstance(exc, _DISK_ERRORS):
                 raise storage_failure(exc) from exc
             raise
-        self._pending: list[Mutation] = []
-        self._in_transaction = False
-        self.commits = 0
 
     def _migrate(self) -> None:
         """Create or upgrade the schema to `SCHEMA_VERSION` in one transaction."""
@@ -152,7 +204,24 @@ class SqliteStore:
     def write(self, mutations: Sequence[Mutation]) -> None:
         # a PutTask holds the caller's Task, which it may change before the flush:
         # keep the row as it was written (the memory store copies it too)
-        self._pending.extend(PutTask(_snapshot(m.task)) if type(m) is PutTask else m for m in mutations)
+        if self._log is None:
+            self._pending.extend(PutTask(_snapshot(m.task)) if type(m) is PutTask else m for m in mutations)
+            return
+        written = [PutTask(_snapshot(m.task)) if type(m) is PutTask else m for m in mutations]
+        self._pending.extend(written)
+        self._pass.extend(written)
+        self._track(written)
+
+    def _track(self, mutations: Sequence[Mutation]) -> None:
+        """Note the rows and queues unflushed mutations change: `load_task` of any other row needs no flush."""
+        touched = self._touched
+        for m in mutations:
+            if isinstance(m, (SetLease, DeleteTask, SetWaiting)):
+                touched.add((m.queue, m.pid))
+            elif isinstance(m, PutTask):
+                touched.add((m.task.queue, m.task.pid))
+            elif isinstance(m, DropQueue):
+                self._dropping.add(m.queue)
 
     def _begin(self) -> None:
         if not self._in_transaction:
@@ -164,6 +233,10 @@ class SqliteStore:
         if not pending:
             return
         self._pending = []
+        if self._log is not None:
+            pending = coalesce(pending)  # what cancelled out since the last flush never reaches the B-tree
+            self._touched.clear()
+            self._dropping.clear()
         self._begin()
         db = self._db
         gens = self._gens
@@ -253,6 +326,9 @@ class SqliteStore:
             db.executemany(sql.FORGET_EMPTY_QUEUE_SIZE, shrunk)
 
     def commit(self) -> None:
+        if self._log is not None:
+            self._commit_to_log(self._log)
+            return
         try:
             self._flush()
             if self._in_transaction:
@@ -264,6 +340,12 @@ class SqliteStore:
             self._in_transaction = self._db.in_transaction
 
     def rollback(self) -> None:
+        if self._log is not None:
+            try:
+                self._rewind()
+            except _DISK_ERRORS as exc:
+                raise storage_failure(exc) from exc
+            return
         self._pending = []
         try:
             if self._db.in_transaction:
@@ -299,7 +381,8 @@ class SqliteStore:
 
     def load_task(self, queue: str, pid: str) -> Task | None:
         try:
-            self._flush()
+            if self._log is None or (queue, pid) in self._touched or queue in self._dropping:
+                self._flush()  # else nothing unflushed changes this row: keep what may cancel out
             row = self._db.execute(sql.LOAD_TASK, (queue, self._gens.get(queue, 0), pid)).fetchone()
         except _DISK_ERRORS as exc:
             raise storage_failure(exc) from exc
@@ -398,15 +481,165 @@ class SqliteStore:
         as in a crash: only commit() makes a write durable, whether or not a read has already
         flushed it into the open transaction."""
         try:
-            self._pending = []
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
+            if self._log is not None:
+                self._rewind()  # what is logged goes into the database now, or at the next open
+                if self._logged:
+                    self._checkpoint_quietly()
+            else:
+                self._pending = []
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
         except _DISK_ERRORS as exc:
             raise storage_failure(exc) from exc
         finally:
             self._in_transaction = False
             try:
+                if self._log is not None:
+                    self._log.close()
                 self._db.close()
             finally:
                 if self._lock is not None:
                     self._lock.release()  # after the database: the next opener finds it closed
+
+    # ------------------------------------------------------------ commit log
+
+    def _open_log(self, enabled: bool, fault: log_file.FaultHook | None, preallocate: int) -> None:
+        """Bring the database up to date from a log left in the directory (a crash, or a broker that wrote
+        through one), whether or not this store writes through one; then start a fresh log, or remove it."""
+        sync = self.durability == "fsync"
+        found = log_file.read(self.directory)
+        applied = self._applied_ticket()
+        next_ticket = applied + 1
+        if found is not None:
+            if found.first_ticket > next_ticket:
+                log.warning("the commit log starts at ticket %d but the store has applied up to %d only",
+                            found.first_ticket, applied)
+            if found.torn_bytes:
+                log.info("read %d records of the commit log; past byte %d the rest is preallocated space, "
+                         "records of earlier rounds, or an append never acknowledged, and is not applied",
+                         len(found.records), found.end)
+            for ticket, payload in found.records:
+                if ticket > applied:  # the replay-safe ticket: what the database holds is not applied twice
+                    self.write(commit_log.decode_mutations(payload))
+                    self.replayed += 1
+            next_ticket = max(next_ticket, found.next_ticket)
+            self._store_ticket(next_ticket - 1)
+            if self.replayed:
+                log.info("replayed %d commit log records", self.replayed)
+        if enabled:
+            self._log = log_file.LogFile(self.directory, sync=sync, fault=fault, preallocate=preallocate)
+            self._log.create(next_ticket)
+        elif found is not None:
+            log_file.remove(self.directory, sync=sync)
+
+    def _applied_ticket(self) -> int:
+        if self._db.execute(sql.HAS_LOG_STATE).fetchone() is None:
+            return 0
+        row = self._db.execute(sql.LOAD_LOG_TICKET).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def _store_ticket(self, ticket: int) -> None:
+        """Everything pending into the database with `ticket`, the last record it holds, in one transaction."""
+        db = self._db
+        try:
+            self._flush()
+            self._begin()
+            db.execute(sql.CREATE_LOG_STATE)
+            db.execute(sql.SET_LOG_TICKET, (ticket,))
+            db.execute("COMMIT")
+        finally:
+            self._in_transaction = db.in_transaction
+
+    def _commit_to_log(self, log_: log_file.LogFile) -> None:
+        """The pass's mutations as one record, synced: that is the commit. The database follows at checkpoints."""
+        if self._pass:
+            if len(self._logged) >= MAX_UNCHECKPOINTED:
+                self._checkpoint_before_pass()
+            payload = commit_log.encode_mutations(self._pass)
+            try:
+                log_.append(payload)
+            except OSError as exc:
+                # cut back: the record can never be replayed, so it was not applied; damaged: it may be
+                raise storage_failure(exc, committing=log_.damaged) from exc
+            self._logged.extend(self._pass)
+            self._pass = []
+            self.commits += 1
+        if self._logged and self._checkpoint_due(log_):
+            self._checkpoint_quietly()
+
+    def _checkpoint_due(self, log_: log_file.LogFile) -> bool:
+        now = self._clock()
+        if now < self._checkpoint_retry_at:
+            return False
+        return (
+            len(self._logged) >= self.checkpoint_mutations
+            or log_.end >= CHECKPOINT_LOG_BYTES
+            or now - self._last_checkpoint >= self.checkpoint_secs
+        )
+
+    def checkpoint(self) -> None:
+        """Apply everything logged to the database and empty the log; raises StorageFailure. Only between
+        passes (nothing written since the last commit), as the store does itself after a commit."""
+        if self._log is None or self._pass:
+            return
+        try:
+            self._checkpoint(self._log)
+        except (*_DISK_ERRORS, commit_log.LogFormatError) as exc:
+            raise storage_failure(exc) from exc
+
+    def _checkpoint(self, log_: log_file.LogFile) -> None:
+        """The database takes every logged mutation (coalesced) and the last ticket, in one transaction; then
+        the log starts afresh. Everything pending and in the open transaction must be logged."""
+        ticket = log_.next_ticket - 1
+        try:
+            log_.fault("checkpoint")
+            self._store_ticket(ticket)
+        except BaseException:
+            self._rewind()
+            raise
+        self._logged = []
+        self.checkpoints += 1
+        self._last_checkpoint = self._clock()
+        # a crash before the next record is synced may leave the old header: every record under it is
+        # at or below the ticket just stored, and skipped
+        log_.start(ticket + 1)
+
+    def _checkpoint_quietly(self) -> None:
+        """A checkpoint after a commit: its failure fails nothing (the log holds it all); tried again later."""
+        assert self._log is not None
+        try:
+            self._checkpoint(self._log)
+        except (*_DISK_ERRORS, StorageFailure) as exc:
+            self._checkpoint_retry_at = self._clock() + CHECKPOINT_RETRY_SECS
+            log.warning("checkpoint of the commit log into the database failed (tried again later): %s", exc)
+
+    def _checkpoint_before_pass(self) -> None:
+        """Too much logged and not yet in the database: checkpoint it now, without the pass being committed
+        (set aside meanwhile), or refuse the pass."""
+        assert self._log is not None
+        written = self._pass
+        try:
+            self._rewind()
+            self._checkpoint(self._log)
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc) from exc  # known: the pass was logged nowhere
+        finally:
+            self._pass = written
+            self._pending.extend(written)
+            self._track(written)
+
+    def _rewind(self) -> None:
+        """Back to what the log holds: forget the pass, drop the open transaction, queue the logged
+        mutations to flush again."""
+        self._pass = []
+        self._pending = list(self._logged)
+        self._touched.clear()
+        self._dropping.clear()
+        self._track(self._pending)
+        db = self._db
+        try:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+        finally:
+            self._in_transaction = db.in_transaction
+        self._gens = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())

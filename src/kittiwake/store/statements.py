@@ -174,3 +174,15 @@ EMPTY_GENERATIONS = (
 )
 
 DELETE_GENERATION = "DELETE FROM generations WHERE queue = ?"
+
+# The commit log's replay-safe ticket (`store.commit_log`): the last record the database holds, written in
+# the transaction that applies it. Made when a log is first checkpointed, not by the schema's migrations.
+HAS_LOG_STATE = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'commit_log_state'"
+CREATE_LOG_STATE = (
+    "CREATE TABLE IF NOT EXISTS commit_log_state (id INTEGER PRIMARY KEY CHECK (id = 1), ticket INTEGER NOT NULL)"
+)
+LOAD_LOG_TICKET = "SELECT ticket FROM commit_log_state WHERE id = 1"
+SET_LOG_TICKET = (
+    "INSERT INTO commit_log_state (id, ticket) VALUES (1, ?) "
+    "ON CONFLICT (id) DO UPDATE SET ticket = max(ticket, excluded.ticket)"
+)
