@@ -43,7 +43,7 @@ from typing import Any
 from rich.console import Console
 
 from kittiwake.bench import cluster_jobs as jobs
-from kittiwake.bench.cluster import (
+from kittiwake.bench.cluster_settings import (
     FABRIQ_LOAD_DEVIATION,
     TARGET_CPU_PER_TASK_RATIO_MAX,
     TARGET_EXTRA_REQUESTS_PER_TASK_MAX,
