@@ -72,9 +72,9 @@ def spark_workers(broker: BrokerProcess, spark_session: Any) -> Iterator[Callabl
 
     stoppers: list[Callable[[], None]] = []
 
-    def start(*flows: Any, concurrency: int = 2, lease_secs: float | None = None) -> Any:
+    def start(*flows: Any, concurrency: int = 2, lease_secs: float | None = None, fuse: bool = True) -> Any:
         worker = SparkWorker(list(flows), url=broker.url, session=spark_session, concurrency=concurrency,
-                             wait_secs=0.2, lease_secs=lease_secs, shutdown_secs=10)
+                             wait_secs=0.2, lease_secs=lease_secs, shutdown_secs=10, fuse=fuse)
         stoppers.append(_in_thread(worker.run, worker.stop, "spark-steps"))
         assert worker.started.wait(30)
         return worker

@@ -8,6 +8,8 @@ id in whichever flow has it, or in `--flow NAME`.
 Inputs of `run` are `NAME=URI`, the kind of dataset said by a prefix
 (`parquet:`, `csv:`, `text:`, `path:`, `inline:` followed by JSON) or, without
 one, by the extension (`.parquet`, `.csv`, `.txt`; anything else is a path).
+`run --fresh` runs every job (no reuse of an earlier run's outputs); `status`
+shows, per step, how many of its done jobs reused one.
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ def flow() -> None:
               show_default=True, help="Where Spark steps write outputs (<data-dir>/<run>/<step>/<port>/...); "
               "every worker must reach it.")
 @click.option("--run-id", help="The run's id (starting it again returns the same run). Default: a new one.")
+@click.option("--fresh", is_flag=True, help="Run every job: none reuses an earlier run's outputs (steps declared "
+              "with reuse=True still record theirs for the next run).")
 @click.option("--wait", is_flag=True, help="Wait for the run to end; exit 1 unless it is done.")
 @click.option("--timeout", type=click.FloatRange(min=0), help="With --wait: give up after this many seconds (exit 1).")
 @pass_cli
 def run(cli: CliContext, reference: str, inputs: tuple[str, ...], data_dir: str, run_id: str | None,
-        wait: bool, timeout: float | None) -> None:
+        fresh: bool, wait: bool, timeout: float | None) -> None:
     """Start a run of MODULE:FLOW (the attribute defaults to `flow`); prints its id."""
     from kittiwake.flow.loading import load_flow
 
@@ -79,7 +83,7 @@ def run(cli: CliContext, reference: str, inputs: tuple[str, ...], data_dir: str,
     except (ImportError, AttributeError) as error:
         raise click.UsageError(f"cannot load {reference}: {type(error).__name__}: {error}") from error
     given = dict(parse_input(value) for value in inputs)
-    handle = target.run(cli.client(), given, data_dir=data_dir, run_id=run_id)
+    handle = target.run(cli.client(), given, data_dir=data_dir, run_id=run_id, fresh=fresh)
     if not wait:
         if cli.json:
             print_json({"run": handle.id, "flow": target.name})
@@ -174,8 +178,8 @@ def _show_status(cli: CliContext, status: Any) -> None:
             where = dataset.get("uri") or json.dumps(dataset.get("value"))[:80]
             fields.append((f"output {name}" + "".join(f"/{i}" for i in indices), f"{dataset['kind']} {where}"))
     print_table(f"run {status.run}", ("field", "value"), fields)
-    print_table(None, ("step", "engine", "tokens waiting", "queued", "running", "done", "dead"), [
-        (p.step, p.engine, p.waiting, p.queued, p.running, p.done, p.dead) for p in status.steps
+    print_table(None, ("step", "engine", "tokens waiting", "queued", "running", "done", "reused", "dead"), [
+        (p.step, p.engine, p.waiting, p.queued, p.running, p.done, p.reused, p.dead) for p in status.steps
     ])
     if status.dead:
         print_table("dead jobs", ("step", "key", "reason"), [(d.step, d.key, d.reason) for d in status.dead])

@@ -47,6 +47,8 @@ def _conf(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -
 @click.option("--conf", "conf", multiple=True, callback=_conf, metavar="KEY=VALUE",
               help="A Spark setting of the session (repeatable), e.g. --conf spark.executor.memory=2g.")
 @click.option("--name", help="Prefix of the worker's id. Default: spark.")
+@click.option("--no-fuse", is_flag=True, help="Never keep a step's output DataFrame cached for the next step on this "
+              "worker: every step reads its inputs' Parquet (see kittiwake.flow.fusion).")
 @pass_cli
 def spark_worker(
     cli: CliContext,
@@ -59,6 +61,7 @@ def spark_worker(
     shutdown_secs: float,
     conf: dict[str, str],
     name: str | None,
+    no_fuse: bool,
 ) -> None:
     """Run the Spark steps of MODULE:FLOW (e.g. `pipelines:sales`; the attribute defaults to `flow`).
 
@@ -91,7 +94,7 @@ def spark_worker(
         raise click.UsageError(f"cannot load {' '.join(flows)}: {type(error).__name__}: {error}") from error
     worker = SparkWorker(loaded, url=cli.url, master=master, remote=remote, conf=conf, concurrency=concurrency,
                          lease_secs=lease_secs, wait_secs=wait_secs, shutdown_secs=shutdown_secs,
-                         worker_id=default_worker_id(name or "spark"))
+                         worker_id=default_worker_id(name or "spark"), fuse=not no_fuse)
     signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop())
     signal.signal(signal.SIGINT, lambda signum, frame: worker.stop())
     worker.on_ready = lambda: print(f"kittiwake spark-worker {worker.id} pid {os.getpid()} ready", flush=True)

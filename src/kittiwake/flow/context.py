@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from kittiwake.flow.tokens import output_path
 
@@ -24,6 +24,19 @@ class StepContext:
     data_dir: str
     attempt: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    written_callbacks: list[Callable[[], None]] = field(default_factory=list)
+
+    def when_written(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once this job's outputs are written: a Spark step returns lazy
+        DataFrames that the worker writes after the function returns; a python step's outputs
+        are written when it returns. (A step's own timing, for one, ends there.)"""
+        self.written_callbacks.append(callback)
+
+    def outputs_written(self) -> None:
+        """The worker wrote the job's outputs: run the `when_written` callbacks, once."""
+        callbacks, self.written_callbacks = self.written_callbacks, []
+        for callback in callbacks:
+            callback()
 
     @property
     def index(self) -> int | None:

@@ -125,6 +125,9 @@ class Step:
     max_attempts: int
     retry_backoff_secs: float
     depth: int = 0
+    reuse: bool = False
+    version: str | None = None
+    fuse: bool = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)
@@ -176,8 +179,12 @@ class FlowDefinition:
         *,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_secs: float = DEFAULT_LEASE_SECS,
+        reuse: bool = False,
+        fuse: bool = True,
     ) -> None:
         self.names = FlowNames(name)
+        self.reuse = bool(reuse)
+        self.fuse = bool(fuse)
         self.name = name
         self.max_attempts = _positive_int(max_attempts, "max_attempts")
         if not isinstance(lease_secs, (int, float)) or not 1 <= lease_secs <= 43_200:
@@ -208,6 +215,9 @@ class FlowDefinition:
         name: str | None = None,
         max_attempts: int | None = None,
         retry_backoff: float = DEFAULT_RETRY_BACKOFF_SECS,
+        reuse: bool | None = None,
+        version: str | None = None,
+        fuse: bool | None = None,
     ) -> Any:
         """Declare a step: ``@flow.step(engine="spark", inputs={"port": source, ...})``.
 
@@ -228,10 +238,26 @@ class FlowDefinition:
         * `name`: the step's name (default: the function's); `max_attempts`: runs allowed in
           all before its job is dead-lettered and the run fails (default: the flow's);
           `retry_backoff`: seconds before retry n, doubled each time.
+        * `reuse`: the step is deterministic — the same inputs give the same outputs — so a job
+          whose inputs have the fingerprint of a job a previous run finished with the same step
+          version takes that job's outputs instead of running (`kittiwake.flow.reuse`; default:
+          the flow's `reuse`). `version`: the step's version for reuse (default: a hash of the
+          function's source code); declare one when the function's result depends on code
+          outside it that changes.
+        * `fuse` (Spark steps): a DataFrame this step returns stays cached in the worker's
+          session for a consumer that runs there next (`kittiwake.flow.fusion`; default: the
+          flow's `fuse`, True). False: every consumer reads the Parquet.
         """
 
+        if version is not None and (not isinstance(version, str) or not version or len(version) > 200):
+            raise errors.BadRequest(f"version must be a non-empty string of at most 200 characters, not {version!r}")
+
         def register(function: Callable[..., Any]) -> Step:
-            return self._add_step(function, engine, inputs, outputs, split, name, max_attempts, retry_backoff)
+            step = self._add_step(function, engine, inputs, outputs, split, name, max_attempts, retry_backoff)
+            step.reuse = self.reuse if reuse is None else bool(reuse)
+            step.fuse = self.fuse if fuse is None else bool(fuse)
+            step.version = version
+            return step
 
         return register(function) if function is not None else register
 

@@ -8,6 +8,12 @@ against the step's outputs (one item, or many for a split); `finish` builds
 the update's enqueues (`tokens.job_outputs`), which the caller sends in the
 same atomic update that dequeues the job.
 
+`FlowJobs.complete` runs a prepared job through the reuse index
+(`kittiwake.flow.reuse`): a job of a step that declares ``reuse`` looks its
+fingerprint up first and, on a hit, is finished with the recorded outputs
+without running (its ``done`` marker says which run it reused); one that
+runs adds its record to the update that finishes it.
+
 `Finisher`: after a job's update, a background thread asks whether the run
 still holds a job; the one that finds it holds none ends the run
 (`runs.finish_run`). Requests for one run coalesce, so a burst of jobs costs
@@ -27,9 +33,11 @@ from kittiwake import errors
 from kittiwake.client import LeasedTask
 from kittiwake.client.interfaces import QueueClient
 from kittiwake.flow import context as step_context
+from kittiwake.flow import reuse
 from kittiwake.flow.context import StepContext
 from kittiwake.flow.dataset import Dataset
 from kittiwake.flow.definition import OPTIONAL, SEQUENCE, FlowDefinition, Step
+from kittiwake.flow.fingerprints import job_fingerprint, step_version
 from kittiwake.flow.records import RunRecord
 from kittiwake.flow.runs import ended_of, finish_run, load_record
 from kittiwake.flow.tokens import JobInput, decode_job, job_outputs
@@ -53,6 +61,7 @@ class PreparedJob:
     context: StepContext | None
     skip: str | None = None
     started_at: float = field(default_factory=time.monotonic)
+    reused_from: str | None = None  # the run whose outputs this job took (reuse hit)
 
     def arguments(self, convert: Callable[[Dataset], Any], merge: Callable[[list[Any]], Any]) -> dict[str, Any]:
         """Keyword arguments by input port: `convert` of each token's dataset; a merge port's
@@ -125,6 +134,7 @@ class FlowJobs:
         self.client = client
         self._records: OrderedDict[tuple[str, str], RunRecord] = OrderedDict()
         self._ended: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._versions: dict[tuple[Callable[..., Any], str | None], str] = {}
         self._lock = threading.Lock()
 
     def job_queues(self, engine: str) -> list[str]:
@@ -147,10 +157,53 @@ class FlowJobs:
         return PreparedJob(task, flow, step, job, record, context)
 
     def finish(self, prepared: PreparedJob, items: Sequence[Mapping[str, Dataset]], worker: str | None = None) -> list[dict[str, Any]]:
-        """The enqueues of the update that finishes a job that ran."""
-        done = {"secs": round(time.monotonic() - prepared.started_at, 3), "worker": worker,
-                "attempt": prepared.task.attempts + 1}
+        """The enqueues of the update that finishes a job that ran (or reused outputs)."""
+        done: dict[str, Any] = {"secs": round(time.monotonic() - prepared.started_at, 3), "worker": worker,
+                                "attempt": prepared.task.attempts + 1}
+        if prepared.reused_from is not None:
+            done["reused"] = prepared.reused_from
         return job_outputs(prepared.flow, prepared.step, prepared.job, items, done=done)
+
+    def complete(self, prepared: PreparedJob, compute: Callable[[], Sequence[Mapping[str, Dataset]]],
+                 worker: str | None = None) -> list[dict[str, Any]]:
+        """Run a prepared job through the reuse index (see the module docstring): the enqueues of
+        the update that finishes it; `compute` runs the step and returns its output items."""
+        step = prepared.step
+        fingerprint = version = None
+        if step.reuse:
+            version = self.version_of(step)
+            fingerprint = self.fingerprint(prepared, version)
+            fresh = prepared.record is not None and prepared.record.fresh
+            if fingerprint is not None and not fresh:
+                hit = reuse.lookup(self.client, prepared.flow, step, fingerprint)
+                if hit is not None:
+                    prepared.reused_from = hit.run
+                    return self.finish(prepared, hit.datasets(), worker)
+        items = list(compute())
+        if prepared.context is not None:
+            prepared.context.outputs_written()
+        enqueue = self.finish(prepared, items, worker)
+        if fingerprint is not None and version is not None:
+            enqueue.append(reuse.record_task(prepared.flow, step, fingerprint, version, prepared.job.run,
+                                             prepared.job.key, [dict(item) for item in items]))
+        return enqueue
+
+    def version_of(self, step: Step) -> str:
+        """The step's version for reuse (computed once per step)."""
+        key = (step.function, step.version)
+        with self._lock:
+            version = self._versions.get(key)
+        if version is None:
+            version = step_version(step.function, step.version)
+            with self._lock:
+                self._versions[key] = version
+        return version
+
+    def fingerprint(self, prepared: PreparedJob, version: str) -> str | None:
+        """The job's fingerprint (`fingerprints.job_fingerprint`), None when an input has none."""
+        ports = {port: (spec.mode, [token.dataset for token in prepared.job.tokens.get(port) or []])
+                 for port, spec in prepared.step.inputs.items()}
+        return job_fingerprint(version, prepared.job.indices, ports)
 
     def record_of(self, task: LeasedTask) -> RunRecord | None:
         """The record of a job's run (cached), None when it cannot be read."""

@@ -30,15 +30,16 @@ class Flow(FlowDefinition):
 
     def run(
         self, client: QueueClient | str | None, inputs: Mapping[str, object], *, data_dir: str | os.PathLike[str],
-        run_id: str | None = None,
+        run_id: str | None = None, fresh: bool = False,
     ) -> RunHandle:
         """Start a run: `client` is a `kittiwake.Client` or a broker URL; `inputs` gives a Dataset
         (or an inline value) for each flow input; `data_dir` is where Spark steps write their
         outputs (``<data_dir>/<run id>/<step>/<port>/<sequence indices>``, a path every worker
         can reach). `run_id` makes the start idempotent: a run with that id that exists already
         is returned as it is. Returns a `RunHandle` (id, status(), wait(), outputs(), cancel(),
-        retry())."""
-        return start_run(self, client, inputs, data_dir=data_dir, run_id=run_id)
+        retry()). `fresh`: every job runs, none reuses an earlier run's outputs (steps declared
+        with ``reuse`` still record theirs: `kittiwake.flow.reuse`)."""
+        return start_run(self, client, inputs, data_dir=data_dir, run_id=run_id, fresh=fresh)
 
     def attach(self, client: QueueClient | str | None, run_id: str) -> RunHandle:
         """A `RunHandle` of an existing run (TaskNotFound when there is none)."""

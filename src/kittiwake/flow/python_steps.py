@@ -8,7 +8,8 @@ one Dataset per input port (a list for a merge, None for a missing optional
 one). What it returns becomes the job's output tokens, which the worker
 enqueues in the same atomic update that dequeues the job
 (`kittiwake.app.join_handlers`). A job of a cancelled run is dequeued
-unrun. After a job, the flow's `Finisher` ends the run if it holds no job
+unrun. A step declared with ``reuse`` takes an earlier run's outputs when
+its inputs' fingerprint is in the reuse index (`FlowJobs.complete`). After a job, the flow's `Finisher` ends the run if it holds no job
 any more.
 
 Everything else a worker does applies: ``--processes``, ``--concurrency``,
@@ -25,7 +26,7 @@ from kittiwake.app.join_handlers import ProgressReporter
 from kittiwake.app.shell import SHELL_TASK
 from kittiwake.client import LeasedTask
 from kittiwake.client.interfaces import QueueClient
-from kittiwake.flow.dataset import as_dataset
+from kittiwake.flow.dataset import Dataset, as_dataset
 from kittiwake.flow.definition import FlowDefinition
 from kittiwake.flow.jobs import Finisher, FlowJobs, failure_reason, items_of
 
@@ -56,9 +57,13 @@ class PythonSteps:
             return []
         assert prepared.context is not None
         prepared.context.extra["report"] = report
-        value = prepared.call(prepared.context, prepared.arguments(lambda dataset: dataset, list))
-        items = [{port: as_dataset(data) for port, data in item.items()} for item in items_of(prepared.step, value)]
-        return jobs.finish(prepared, items, worker=client.worker)
+        context = prepared.context
+
+        def compute() -> list[dict[str, Dataset]]:
+            value = prepared.call(context, prepared.arguments(lambda dataset: dataset, list))
+            return [{port: as_dataset(data) for port, data in item.items()} for item in items_of(prepared.step, value)]
+
+        return jobs.complete(prepared, compute, worker=client.worker)
 
     def backoff_secs(self, task: LeasedTask) -> float:
         step = self._step_of(task)

@@ -39,6 +39,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     inputs: dict[str, Any]
     steps: list[StepShape]
     sinks: list[str]  # "step.port" of outputs nobody consumes
+    fresh: bool = False  # every job runs: the reuse index is not looked up (it is still written)
 
     def engines(self) -> list[str]:
         return sorted({step.engine for step in self.steps})
@@ -59,6 +60,7 @@ class Ended(msgspec.Struct, kw_only=True):
     state: str
     ended_at: float
     done_jobs: dict[str, int] = {}  # step -> jobs finished
+    reused_jobs: dict[str, int] = {}  # step -> of those, jobs that reused an earlier run's outputs
     outputs: dict[str, list[Any]] = {}  # "step.port" -> [[indices, dataset wire], ...]
     tokens_left: dict[str, int] = {}  # step -> tokens that waited at its ports when the run ended
     reason: str | None = None
@@ -74,6 +76,7 @@ class StepProgress(msgspec.Struct, kw_only=True):
     running: int = 0
     done: int = 0
     dead: int = 0
+    reused: int = 0  # of `done`: jobs that took an earlier run's outputs (`kittiwake.flow.reuse`)
 
 
 class DeadJob(msgspec.Struct, kw_only=True):
@@ -105,7 +108,8 @@ class RunStatus(msgspec.Struct, kw_only=True):
         return msgspec.to_builtins(self)
 
 
-def record_of(flow: FlowDefinition, run: str, created_at: float, data_dir: str, inputs: dict[str, Any]) -> RunRecord:
+def record_of(flow: FlowDefinition, run: str, created_at: float, data_dir: str, inputs: dict[str, Any],
+              fresh: bool = False) -> RunRecord:
     steps = [
         StepShape(
             name=step.name, engine=step.engine, join=step.join, job_queue=step.job_queue,
@@ -116,7 +120,7 @@ def record_of(flow: FlowDefinition, run: str, created_at: float, data_dir: str, 
     ]
     sinks = [f"{output.step.name}.{output.port}" for output in flow.sinks()]
     return RunRecord(run=run, flow=flow.name, group=flow.names.group, created_at=created_at, data_dir=data_dir,
-                     inputs=inputs, steps=steps, sinks=sinks)
+                     inputs=inputs, steps=steps, sinks=sinks, fresh=fresh)
 
 
 _encoder = msgspec.msgpack.Encoder()

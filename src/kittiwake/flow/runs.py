@@ -86,7 +86,7 @@ def declare_joins(flow: FlowDefinition, client: QueueClient) -> dict[str, str]:
 
 def start_run(
     flow: FlowDefinition, client: QueueClient | str | None, inputs: Mapping[str, object], *,
-    data_dir: str | os.PathLike[str], run_id: str | None = None,
+    data_dir: str | os.PathLike[str], run_id: str | None = None, fresh: bool = False,
 ) -> RunHandle:
     broker, owned = client_of(client)
     if not isinstance(inputs, Mapping):
@@ -104,7 +104,7 @@ def start_run(
     declare_joins(flow, broker)
     names = flow.names
     record = records.record_of(flow, run, time.time(), directory,
-                               {name: dataset.to_wire() for name, dataset in datasets.items()})
+                               {name: dataset.to_wire() for name, dataset in datasets.items()}, fresh=fresh)
     tokens = input_tokens(flow, run, datasets)
     for token in tokens:
         token["unless"] = [(names.runs_queue, run)]
@@ -211,6 +211,9 @@ def run_status(client: QueueReads, record: RunRecord, *, finish: bool = True) ->
         for name, count in ended.done_jobs.items():
             if name in progress:
                 progress[name].done = count
+        for name, count in ended.reused_jobs.items():
+            if name in progress:
+                progress[name].reused = count
         for name, count in ended.tokens_left.items():
             if name in progress:
                 progress[name].waiting = count
@@ -234,9 +237,11 @@ def run_status(client: QueueReads, record: RunRecord, *, finish: bool = True) ->
                                            reason=headers.get(DEAD_REASON_HEADER)))
     for name, count in waiting_tokens(client, record).items():
         progress[name].waiting = count
-    for name, count in _done_counts(client, record).items():
+    done, reused = _done_counts(client, record)
+    for name, count in done.items():
         if name in progress:
             progress[name].done = count
+            progress[name].reused = reused.get(name, 0)
     if status.dead:
         status.state = FAILED
         status.reason = f"{len(status.dead)} job(s) dead-lettered"
@@ -249,12 +254,24 @@ def run_status(client: QueueReads, record: RunRecord, *, finish: bool = True) ->
     return status
 
 
-def _done_counts(client: QueueReads, record: RunRecord) -> dict[str, int]:
+def _done_counts(client: QueueReads, record: RunRecord) -> tuple[dict[str, int], dict[str, int]]:
+    """(step -> jobs done, step -> of those, jobs that reused an earlier run's outputs)."""
     counts: dict[str, int] = {}
+    reused: dict[str, int] = {}
     for view in scan_prefix(client, f"{record.group}#done.{record.run}"):
         name = view.pid.split("/", 1)[0]
         counts[name] = counts.get(name, 0) + 1
-    return counts
+        if _reused(view.data):
+            reused[name] = reused.get(name, 0) + 1
+    return counts, reused
+
+
+def _reused(data: bytes) -> bool:
+    try:
+        marker = decode(data)
+    except Exception:  # a marker is msgpack; anything else counts as a job that ran
+        return False
+    return isinstance(marker, dict) and bool(marker.get("reused"))
 
 
 def outputs_of(client: QueueReads, record: RunRecord) -> dict[str, list[Any]]:
@@ -276,7 +293,8 @@ def finish_run(client: QueueClient, record: RunRecord) -> RunRecord | None:
     if ended_of(client, record) is not None or has_live_job(client, record) or dead_jobs(client, record):
         return None
     left = waiting_tokens(client, record)
-    ended = Ended(state=DONE, ended_at=time.time(), done_jobs=_done_counts(client, record),
+    done, reused = _done_counts(client, record)
+    ended = Ended(state=DONE, ended_at=time.time(), done_jobs=done, reused_jobs=reused,
                   outputs=outputs_of(client, record), tokens_left=left,
                   reason=f"{sum(left.values())} token(s) never met the rest of their job's inputs "
                   f"({', '.join(f'{step}: {count}' for step, count in left.items())})" if left else None)
@@ -310,7 +328,8 @@ def collect_garbage(client: QueueClient, record: RunRecord) -> int:
 
 def cancel_run(client: QueueClient, record: RunRecord, reason: str | None = None) -> RunStatus:
     """Cancel a run (see the module docstring); an ended run is left as it is (its garbage is collected again)."""
-    ended = Ended(state=CANCELLED, ended_at=time.time(), done_jobs=_done_counts(client, record),
+    done, reused = _done_counts(client, record)
+    ended = Ended(state=CANCELLED, ended_at=time.time(), done_jobs=done, reused_jobs=reused,
                   outputs=outputs_of(client, record), reason=reason or "cancelled")
     client.enqueue(f"{record.group}#runs.ended", records.encode(ended), pid=record.run)  # collapses if ended
     if (current := ended_of(client, record)) is not None and current.state == CANCELLED:

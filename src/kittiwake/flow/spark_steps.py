@@ -19,6 +19,11 @@
   same path on every attempt, so a rerun after a lost worker replaces a
   half-written one — and its token references it, schema included; a
   Dataset is passed on as it is; None and other values travel inline.
+
+Fusion (`kittiwake.flow.fusion`): given the worker's `FusedOutputs`, an
+output DataFrame that a Spark consumer step reads is persisted and written
+from its cache, and kept; an input this worker kept is read from memory
+rather than from its Parquet.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from kittiwake import errors
 from kittiwake.flow.dataset import SCHEMA_OPTION, Dataset, as_dataset
+from kittiwake.flow.fusion import FusedOutputs, fused_readers
 from kittiwake.flow.jobs import PreparedJob, items_of
 from kittiwake.flow.spark_sessions import enter_job, leave_job
 from kittiwake.flow.tokens import item_keys, output_path
@@ -80,30 +86,65 @@ def _is_dataframe(value: Any) -> bool:
     return hasattr(value, "schema") and hasattr(value, "write")
 
 
-def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None) -> list[dict[str, Dataset]]:
-    """Run a prepared Spark job in this thread; returns its output items as datasets."""
+def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None,
+                  fused: FusedOutputs | None = None) -> list[dict[str, Dataset]]:
+    """Run a prepared Spark job in this thread; returns its output items as datasets. With
+    `fused`, inputs kept there are read from memory and outputs that fuse are kept there
+    (`kittiwake.flow.fusion`)."""
     group = job_group(prepared)
     enter_job(spark, group, f"{prepared.step.name} {prepared.job.key}", pool)
+    step = prepared.step
+    taken: list[str] = []
+
+    def convert(dataset: Dataset) -> Any:
+        if fused is not None and step.fuse:
+            frame = fused.take(dataset, step.name)
+            if frame is not None:
+                taken.append(str(dataset.uri))
+                return frame
+        return read_dataset(spark, dataset)
+
     try:
-        arguments = prepared.arguments(lambda dataset: read_dataset(spark, dataset), union)
+        arguments = prepared.arguments(convert, union)
         value = prepared.call(spark, arguments)
-        items = items_of(prepared.step, value)
+        items = items_of(step, value)
         assert prepared.context is not None
         written: list[dict[str, Dataset]] = []
-        keys = [indices for indices, _stack in item_keys(prepared.step, prepared.job, len(items))]
+        keys = [indices for indices, _stack in item_keys(step, prepared.job, len(items))]
         for indices, item in zip(keys, items):
             out: dict[str, Dataset] = {}
             for port, data in item.items():
                 if _is_dataframe(data):
-                    path = output_path(prepared.context.data_dir, prepared.job.run, prepared.step.name, port, indices)
-                    data.write.mode("overwrite").parquet(path)
-                    out[port] = Dataset.parquet(path, schema=data.schema)
+                    path = output_path(prepared.context.data_dir, prepared.job.run, step.name, port, indices)
+                    out[port] = write_output(data, path, fused, fused_readers(prepared.flow, step, port))
                 else:
                     out[port] = as_dataset(data)
             written.append(out)
+        if fused is not None and taken:
+            fused.finished(taken, step.name)
         return written
     finally:
         leave_job(spark, group, pool)
+
+
+def write_output(frame: Any, path: str, fused: FusedOutputs | None = None, readers: int = 0) -> Dataset:
+    """Write `frame` as Parquet at `path` (mode overwrite) and return its dataset; with `fused`
+    and readers, the frame is kept there for them (persisted, written from the cache)."""
+    keep = fused is not None and readers > 0
+    if keep:
+        assert fused is not None
+        frame = fused.keep(path, frame, readers)
+    try:
+        frame.write.mode("overwrite").parquet(path)
+    except BaseException:
+        if keep:
+            assert fused is not None
+            fused.drop(path)
+        raise
+    if keep:
+        assert fused is not None
+        fused.written(path)
+    return Dataset.parquet(path, schema=frame.schema)
 
 
 def job_group(prepared: PreparedJob) -> str:

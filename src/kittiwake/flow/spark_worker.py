@@ -27,6 +27,11 @@ running jobs get `shutdown_secs` to finish; then their Spark job groups are
 cancelled and they are rejected too. A worker killed outright loses nothing:
 its jobs come back when their leases run out (an attempt counted).
 
+Fusion (`kittiwake.flow.fusion`): an output DataFrame a Spark step of this
+worker reads next stays cached in the session, so that step reads it from
+memory rather than from its Parquet (which is written all the same);
+``fuse=False`` (``--no-fuse``) turns it off for the whole worker.
+
 `session=` runs on an existing SparkSession (left running at the end), e.g.
 a test's; its scheduler mode is then whatever it was made with. `remote=`
 (``--remote sc://HOST:PORT``) makes the session a Spark Connect client
@@ -49,6 +54,7 @@ from kittiwake.client import Client, LeasedTask
 from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import WORKERS_QUEUE
 from kittiwake.flow.definition import FlowDefinition
+from kittiwake.flow.fusion import FusedOutputs
 from kittiwake.flow.jobs import Finisher, FlowJobs, PreparedJob, failure_reason
 from kittiwake.flow.runs import declare_joins
 from kittiwake.flow.spark_sessions import APP_NAME, LOG4J2_ERRORS_ONLY, cancel_job, describe, start_session
@@ -89,6 +95,7 @@ class SparkWorker:
         shutdown_secs: float = DEFAULT_SHUTDOWN_SECS,
         worker_id: str | None = None,
         registry_queue: str = WORKERS_QUEUE,
+        fuse: bool = True,
     ) -> None:
         if not flows or not all(isinstance(flow, FlowDefinition) for flow in flows):
             raise errors.BadRequest("a Spark worker needs one or more kittiwake.flow.Flow")
@@ -111,6 +118,7 @@ class SparkWorker:
         self.conf = dict(conf or {})
         self._session = session
         self._own_session = session is None
+        self.fused = FusedOutputs() if fuse else None  # outputs kept for the next step here (fusion)
         self.keeper = LeaseKeeper(self.client)
         self.settler = Settler(self.client)
         self.finisher = Finisher(self.client)
@@ -168,6 +176,8 @@ class SparkWorker:
         self.registry.stop()
         self.keeper.stop()
         self.finisher.close()
+        if self.fused is not None:
+            self.fused.clear()
         if self._own_session and self._session is not None:
             self._session.stop()
         if self._own_client:
@@ -251,8 +261,9 @@ class SparkWorker:
         with self._lock:
             self._running[slot] = (held, prepared)
         try:
-            items = run_spark_job(self.session, prepared, pool=f"kittiwake-slot-{slot}")
-            enqueue = self.jobs.finish(prepared, items, worker=self.id)
+            enqueue = self.jobs.complete(
+                prepared, lambda: run_spark_job(self.session, prepared, pool=f"kittiwake-slot-{slot}", fused=self.fused),
+                worker=self.id)
         except Exception as error:
             if self._aborting.is_set():
                 return None

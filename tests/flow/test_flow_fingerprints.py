@@ -1,0 +1,56 @@
+"""Fingerprints of datasets, steps and jobs (pure functions over files in a temporary folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kittiwake.flow import Dataset, Flow
+from kittiwake.flow.fingerprints import dataset_fingerprint, job_fingerprint, step_version
+
+
+def test_a_folder_fingerprint_changes_with_any_file_under_it(tmp_path: Path) -> None:
+    folder = tmp_path / "parts"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.csv").write_text("x\n1\n")
+    (folder / "sub" / "b.csv").write_text("x\n2\n")
+    dataset = Dataset.path(folder)
+    first = dataset_fingerprint(dataset)
+    assert first == dataset_fingerprint(Dataset.path(folder))
+    (folder / "sub" / "b.csv").write_text("x\n3\n")  # same size: the modification time tells
+    os.utime(folder / "sub" / "b.csv", ns=(1, 1))
+    assert dataset_fingerprint(dataset) != first
+    assert dataset_fingerprint(Dataset.csv(folder)) != dataset_fingerprint(dataset)  # kind and options count
+
+
+def test_inline_values_are_their_own_fingerprint_and_remote_uris_have_none() -> None:
+    assert dataset_fingerprint(Dataset.inline({"a": 1})) == dataset_fingerprint(Dataset.inline({"a": 1}))
+    assert dataset_fingerprint(Dataset.inline({"a": 1})) != dataset_fingerprint(Dataset.inline({"a": 2}))
+    assert dataset_fingerprint(Dataset.parquet("s3a://bucket/table")) is None
+    assert job_fingerprint("v", [], {"in": ("required", [Dataset.parquet("s3a://bucket/table")])}) is None
+
+
+def test_a_job_fingerprint_covers_version_indices_ports_and_order() -> None:
+    one, two = Dataset.inline(1), Dataset.inline(2)
+    base = job_fingerprint("v1", [0], {"parts": ("sequence", [one, two])})
+    assert base == job_fingerprint("v1", [0], {"parts": ("sequence", [one, two])})
+    assert base != job_fingerprint("v2", [0], {"parts": ("sequence", [one, two])})
+    assert base != job_fingerprint("v1", [1], {"parts": ("sequence", [one, two])})
+    assert base != job_fingerprint("v1", [0], {"parts": ("sequence", [two, one])})
+    assert base != job_fingerprint("v1", [0], {"other": ("sequence", [one, two])})
+
+
+def test_a_step_version_is_its_code_unless_declared() -> None:
+    flow = Flow("versions")
+
+    @flow.step(inputs={"x": flow.input("x")})
+    def first(ctx, x):
+        return x
+
+    @flow.step(inputs={"x": flow.input("x")})
+    def second(ctx, x):
+        return [x]
+
+    assert step_version(first.function) == step_version(first.function)
+    assert step_version(first.function) != step_version(second.function)
+    assert step_version(first.function, "2025-01") == "declared:2025-01"

@@ -1,0 +1,85 @@
+"""Fusion on Spark: a step's output DataFrame read by the next step on the same worker from memory
+gives what the Parquet gives; the Parquet is written all the same, so a worker SIGKILLed between
+the two halves of a fused pair (and a broker SIGKILLed mid-run) still ends with the right report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flow import pipelines
+from flow.spark_process import SparkWorkerProcess
+from flow.test_flow_kills import wait_for
+from flow.test_flow_reuse import SHAPE, expected_report, read_report
+from flow.test_flow_spark import write_parts
+from kittiwake import Client
+from kittiwake.flow import Dataset
+from support.broker_process import BrokerProcess
+
+FLOW = pipelines.chain
+
+
+def read_parts(spark: Any, data: Path, run: str, step: str) -> list[list[tuple[Any, ...]]]:
+    """Each part's rows of `step`'s output, sorted: what the Parquet of the run holds."""
+    folder = data / run / step / "out"
+    return [sorted(tuple(row) for row in spark.read.parquet(str(part)).collect()) for part in sorted(folder.iterdir())]
+
+
+def test_fused_steps_give_what_unfused_ones_give(
+    client: Client, python_workers, spark_workers, spark_session, tmp_path: Path
+) -> None:
+    folder, data = tmp_path / "in", tmp_path / "runs"
+    totals = write_parts(folder, 3)
+    python_workers(FLOW)
+    results = {}
+    for fuse in (True, False):
+        worker = spark_workers(FLOW, fuse=fuse)
+        run = FLOW.run(client, {"raw": Dataset.path(folder)}, data_dir=data, fresh=True)
+        status = run.wait(timeout=120)
+        assert status.state == "done", status
+        assert {p.step: p.done for p in status.steps} == SHAPE
+        results[fuse] = (read_report(spark_session, run.outputs()["report.out"]),
+                         read_parts(spark_session, data, run.id, "tidy"), read_parts(spark_session, data, run.id, "sums"))
+        if fuse:
+            assert worker.fused is not None and worker.fused.hits >= 3  # sums read tidy (and report sums) from memory
+            assert len(worker.fused) == 0  # every kept output was dropped once its readers finished
+        else:
+            assert worker.fused is None
+        worker.stop()
+    assert results[True] == results[False]
+    assert results[True][0] == expected_report(totals, 3)
+
+
+def test_a_spark_worker_killed_between_fused_halves_and_a_broker_killed_mid_run_end_right(
+    broker: BrokerProcess, client: Client, python_workers, spark_workers, spark_session, fail_dir: Path, tmp_path: Path
+) -> None:
+    folder, data = tmp_path / "in", tmp_path / "runs"
+    totals = write_parts(folder, 3)
+    (fail_dir / "sums.slow").write_text("30")  # sums, on the worker we kill, waits with tidy's output cached
+    doomed = SparkWorkerProcess(broker.url, tmp_path / "spark-worker.log", ["flow.pipelines:chain"],
+                                "--lease-secs", "3", "--concurrency", "2",
+                                env={"KITTIWAKE_TEST_FAIL_DIR": str(fail_dir)})
+    try:
+        doomed.wait_ready()
+        python_workers(FLOW)
+        run = FLOW.run(client, {"raw": Dataset.path(folder)}, data_dir=data, fresh=True)
+
+        def progress(step: str, field: str) -> int:
+            return next(getattr(p, field) for p in run.status().steps if p.step == step)
+
+        wait_for(lambda: progress("sums", "running") == 2, 90, "two sums jobs running after their tidy")
+        broker.kill()
+        broker.restart()
+        assert broker.url == client.url
+        wait_for(lambda: progress("sums", "running") == 2, 10, "the leases to be there after the restart")
+        tidied = progress("tidy", "done")
+        doomed.kill()  # the cached tidy outputs die with it; their Parquet stays
+    finally:
+        doomed.kill()
+    (fail_dir / "sums.slow").unlink()
+    worker = spark_workers(FLOW)
+    status = run.wait(timeout=120)
+    assert status.state == "done", status
+    assert {p.step: p.done for p in status.steps} == SHAPE
+    assert read_report(spark_session, run.outputs()["report.out"]) == expected_report(totals, 3)
+    assert worker.done == (3 - tidied) + 3 + 1  # tidy jobs not done before the kill, every sums, the report
