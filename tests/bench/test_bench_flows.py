@@ -47,6 +47,13 @@ def test_quick_run_measures_joins_step_start_and_overhead(tmp_path: Path, spark_
     assert overhead["flow_s"] > 0 and overhead["plain_s"] > 0
     assert {step["step"]: step["jobs"] for step in overhead["flow_times"]["steps"]} == {
         "shards": 1, "clean": 2, "users": 2, "enrich": 2, "report": 1}
+    # the incremental re-runs: nothing changed reuses every job; one shard changed runs its chain and the report
+    assert isinstance(overhead["rerun_unchanged_ratio"], float) and isinstance(overhead["rerun_one_changed_ratio"], float)
+    reruns = overhead["reruns"]
+    assert {step: jobs["ran"] for step, jobs in reruns["unchanged"]["jobs"].items()} == {
+        "shards": 0, "clean": 0, "users": 0, "enrich": 0, "report": 0}
+    assert {step: (jobs["ran"], jobs["reused"]) for step, jobs in reruns["one_changed"]["jobs"].items()} == {
+        "shards": (1, 0), "clean": (1, 1), "users": (1, 1), "enrich": (1, 1), "report": (1, 0)}
 
 
 def test_producers_share_every_token_once_in_a_shuffled_order() -> None:

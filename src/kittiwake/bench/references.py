@@ -80,7 +80,9 @@ TARGET_RATIO_VS_SPARK = 100.0
 # Flows (`bench flows`): joins, step start, the pipeline against one plain PySpark script.
 TARGET_JOIN_TOKENS_PER_SEC = 10_000.0  # a three-input join, four producers, durable
 TARGET_STEP_START_MS = {"p50": 20.0, "p99": 100.0}  # last token committed -> Spark step entered
-TARGET_FLOW_OVERHEAD_PERCENT = 10.0  # the demo pipeline vs the same work as one PySpark script
+TARGET_FLOW_OVERHEAD_PERCENT = 5.0  # the demo pipeline vs the same work as one PySpark script
+TARGET_RERUN_ONE_CHANGED_RATIO = 0.3  # a re-run after one of six shards changed ÷ the first run
+TARGET_RERUN_UNCHANGED_RATIO = 0.1  # a re-run with nothing changed ÷ the first run
 
 # Workers (`bench workers`): the App and `kittiwake worker` with its default flags, durable broker.
 TARGET_WORKERS_MAP_TASKS_PER_SEC = 15_000.0  # app.map drain, two processes of one slot, ignore_result

@@ -43,9 +43,12 @@ def _size(ctx: click.Context, param: click.Parameter, value: str) -> int:
               help="With --classic: worker processes per stage.")
 @click.option("--spark-master", default="local[2]", show_default=True, metavar="MASTER",
               help="The spark-worker's master, e.g. spark://HOST:7077 (its executors must see the demo's folder).")
+@click.option("--rerun", is_flag=True,
+              help="Then change one shard and run the flow again: only that shard's jobs and the report run, "
+              "every other job reuses the first run's outputs; the second report is checked too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (no live tables).")
 def demo(size: int, shards: int | None, check_shards: int, keep: Path | None, seed: int, classic: bool,
-         documents: int, workers_per_stage: int, spark_master: str, as_json: bool) -> None:
+         documents: int, workers_per_stage: int, spark_master: str, rerun: bool, as_json: bool) -> None:
     """Run the main job: event logs cleaned, joined and reported on Spark, step by step through a broker.
 
     Starts a broker on a throwaway data directory (unless the global --url is given on the
@@ -67,5 +70,5 @@ def demo(size: int, shards: int | None, check_shards: int, keep: Path | None, se
     from kittiwake.demo.main_job import DemoSettings, main
 
     settings = DemoSettings(size_bytes=size, shards=shards, check_shards=check_shards, url=demo_url, keep=keep,
-                            seed=seed, spark_master=spark_master)
+                            seed=seed, spark_master=spark_master, rerun=rerun)
     sys.exit(main(settings, as_json))

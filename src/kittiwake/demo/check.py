@@ -124,11 +124,14 @@ def sample_shards(manifest: Manifest, summary: dict[str, Any], count: int, seed:
 
 
 def check_run(manifest: Manifest, summary: dict[str, Any], shard_figure_paths: dict[int, str],
-              report_figures_path: str, sample: int) -> CheckResult:
+              report_figures_path: str, sample: int, also: list[int] = []) -> CheckResult:
     """Check a run's report (see the module docstring); `shard_figure_paths` maps shard index to
-    the Parquet of its figures, `sample` is how many shards to recompute in plain Python."""
+    the Parquet of its figures, `sample` is how many shards to recompute in plain Python (`also`:
+    these shards besides)."""
     result = CheckResult()
-    for shard in sample_shards(manifest, summary, sample):
+    chosen = sample_shards(manifest, summary, sample)
+    chosen += [shard for shard in manifest.shards if shard.index in also and shard not in chosen]
+    for shard in chosen:
         expected, rows = shard_figures(shard, manifest.users_path)
         result.rows_read += rows
         result.shards_checked.append(shard.index)

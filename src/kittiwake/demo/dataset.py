@@ -158,19 +158,44 @@ def generate(root: str | Path, size_bytes: int, shards: int | None = None, seed:
         rows = rows_total // shards + (1 if index < rows_total % shards else 0)
         shard = Shard(index=index, path=str(root / "events" / f"shard-{index:08d}.csv"),
                       user_start=int(bounds[index]), user_end=int(bounds[index + 1]))
-        rng = np.random.default_rng([seed, index])
-        with open(shard.path, "wb") as out:
-            out.write((",".join(EVENT_COLUMNS) + "\n").encode())
-            for block_start in range(0, rows, BLOCK_ROWS):
-                block = min(BLOCK_ROWS, rows - block_start)
-                written_now = _write_block(out, rng, shard, next_event_id, block)
-                next_event_id += block
-                written += written_now
-                progress(written)
-        shard.bytes = Path(shard.path).stat().st_size
+        before = written
+
+        def shard_progress(now: int, before: int = before) -> None:
+            progress(before + now)
+
+        written += _write_shard(shard, rows, next_event_id, np.random.default_rng([seed, index]), shard_progress)
+        next_event_id += rows
         manifest.shards.append(shard)
     manifest.save()
     return manifest
+
+
+def change_shard(manifest: Manifest, index: int, variant: int = 1) -> Shard:
+    """Draw shard `index` again with other random numbers (same users, event ids and row count)
+    and save the manifest: a dataset where one input file changed, as a new day's log would."""
+    import numpy as np
+
+    old = manifest.shards[index]
+    shard = Shard(index=old.index, path=old.path, user_start=old.user_start, user_end=old.user_end)
+    first_event_id = 1 + sum(other.rows for other in manifest.shards[:index])
+    _write_shard(shard, old.rows, first_event_id, np.random.default_rng([manifest.seed, index, variant]))
+    manifest.shards[index] = shard
+    manifest.save()
+    return shard
+
+
+def _write_shard(shard: Shard, rows: int, first_event_id: int, rng: np.random.Generator,
+                 progress: Callable[[int], None] = lambda written: None) -> int:
+    """Write `shard`'s file: a header, then `rows` events in blocks; returns the bytes written."""
+    written = 0
+    with open(shard.path, "wb") as out:
+        out.write((",".join(EVENT_COLUMNS) + "\n").encode())
+        for block_start in range(0, rows, BLOCK_ROWS):
+            block = min(BLOCK_ROWS, rows - block_start)
+            written += _write_block(out, rng, shard, first_event_id + block_start, block)
+            progress(written)
+    shard.bytes = Path(shard.path).stat().st_size
+    return written
 
 
 def _write_users(path: str, users: int, seed: int) -> None:

@@ -39,11 +39,12 @@ def progress_table(status: Any, totals: Mapping[str, int], elapsed_secs: float) 
 
 def follow(handle: Any, totals: Mapping[str, int], console: Console, *, started: float,
            show: bool = True, timeout_secs: float | None = None,
-           check: Callable[[], None] = lambda: None) -> Any:
+           check: Callable[[], None] = lambda: None, poll_secs: float = POLL_SECS) -> Any:
     """Poll `handle` until its run is done, failed or cancelled, drawing the table; the last status.
 
     `check` is called at every poll and may raise (a worker the run needs has exited);
-    TimeoutError after `timeout_secs`."""
+    TimeoutError after `timeout_secs`. Each poll reads the run's queues (a few dozen requests): a
+    measurement polls seldom (`poll_secs`), so as not to load the machine it measures."""
     deadline = None if timeout_secs is None else time.monotonic() + timeout_secs
     status = handle.status()
     live = Live(Group(), console=console, refresh_per_second=8, transient=False) if show else None
@@ -58,7 +59,7 @@ def follow(handle: Any, totals: Mapping[str, int], console: Console, *, started:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {handle.id} is still {status.state} after {timeout_secs:.0f} s")
             check()
-            time.sleep(POLL_SECS)
+            time.sleep(poll_secs)
             status = handle.status()
     finally:
         if live is not None:

@@ -16,10 +16,21 @@
    check (`check`): the figures of sampled shards recomputed in plain Python
    from the generated files, the merge re-added, compared exactly —
    "report checked: OK", or the differences and exit code 1.
+5. with `--rerun`: one of the shards changes (`dataset.change_shard`: drawn
+   again) and the flow runs again on the same broker. Every step of the flow
+   declares itself deterministic, so each job whose inputs kept their
+   fingerprint reuses the first run's outputs (`kittiwake.flow.reuse`): only
+   the changed shard's clean, users and enrich and the report run. The second
+   report is checked the same way, and the jobs run and reused per step and
+   the time against the first run's are printed.
+
+The first run is started fresh (`flow.run(fresh=True)`): it computes
+everything even on a broker that ran the demo before.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import tempfile
@@ -61,6 +72,7 @@ class DemoSettings:
     spark_concurrency: int = 2
     python_processes: int = 1
     python_concurrency: int = 2
+    rerun: bool = False  # change one shard and run again: the second run reuses the rest
 
 
 @dataclass
@@ -78,10 +90,11 @@ class DemoResult:
     broker_cpu_secs: float | None
     folder: str | None = None
     notes: list[str] = field(default_factory=list)
+    rerun: dict[str, Any] | None = None  # --rerun: the second run's figures and its check
 
     @property
     def ok(self) -> bool:
-        return self.state == "done" and self.check.ok
+        return self.state == "done" and self.check.ok and (self.rerun is None or bool(self.rerun.get("ok")))
 
     def as_dict(self) -> dict[str, Any]:
         manifest = self.manifest
@@ -98,7 +111,7 @@ class DemoResult:
                       "rows_read": self.check.rows_read, "figures_compared": self.check.figures_compared,
                       "differences": self.check.differences},
             "times": self.times.as_dict(), "steps": self.steps, "joins": self.joins,
-            "broker_cpu_secs": self.broker_cpu_secs, "folder": self.folder,
+            "broker_cpu_secs": self.broker_cpu_secs, "folder": self.folder, "rerun": self.rerun,
         }
 
 
@@ -131,7 +144,8 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
         with Client(url) as client:
             cpu_before = services.broker_cpu_secs()
             started = time.time()
-            handle = flow.run(client, {"dataset": Dataset.path(str(root / "dataset"))}, data_dir=str(root / "runs"))
+            handle = flow.run(client, {"dataset": Dataset.path(str(root / "dataset"))}, data_dir=str(root / "runs"),
+                              fresh=True)
             status = live.follow(handle, jobs_per_step(len(manifest.shards)), console, started=started, show=show,
                                  timeout_secs=RUN_TIMEOUT_SECS, check=services.check_alive)
             ended = time.time()
@@ -162,9 +176,12 @@ def run_demo(settings: DemoSettings, console: Console, *, show: bool = True) -> 
         began = time.perf_counter()
         with console.status("checking the report in plain Python", spinner="dots") if show else nullcontext():
             result.check = report_check.check_run(
-                manifest, summary, _shard_figure_paths(root / "runs", handle.id, manifest),
+                manifest, summary, _shard_figure_paths(root / "runs", [handle.id], manifest),
                 figures.uri or "", settings.check_shards)
         seconds["check"] = time.perf_counter() - began
+        if settings.rerun:
+            result.rerun = rerun(url, root, manifest, handle.id, seconds["run"], settings, console, show,
+                                 services.check_alive)
         return result
     finally:
         services.stop()
@@ -185,10 +202,51 @@ def _generate(folder: Path, settings: DemoSettings, console: Console, show: bool
     return manifest
 
 
-def _shard_figure_paths(runs: Path, run: str, manifest: Manifest) -> dict[int, str]:
+def rerun(url: str, root: Path, manifest: Manifest, first_run: str, first_secs: float, settings: DemoSettings,
+          console: Console, show: bool, check_alive: Any) -> dict[str, Any]:
+    """Change one shard, run the flow again (reusing what did not change) and check its report."""
+    from kittiwake.client import Client
+    from kittiwake.demo.dataset import change_shard
+    from kittiwake.demo.shop_flow import flow, jobs_per_step
+    from kittiwake.flow import Dataset
+
+    manifest = copy.deepcopy(manifest)  # the first run's result keeps the dataset it ran on
+    changed = change_shard(manifest, len(manifest.shards) // 2).index
+    with Client(url) as client:
+        started = time.time()
+        handle = flow.run(client, {"dataset": Dataset.path(str(root / "dataset"))}, data_dir=str(root / "runs"))
+        status = live.follow(handle, jobs_per_step(len(manifest.shards)), console, started=started, show=show,
+                             timeout_secs=RUN_TIMEOUT_SECS, check=check_alive)
+        outputs = handle.outputs() if status.state == "done" else {}
+    seconds = (status.ended_at or time.time()) - started
+    record: dict[str, Any] = {
+        "run": handle.id, "state": status.state, "changed_shard": changed, "seconds": round(seconds, 3),
+        "ratio": round(seconds / first_secs, 3) if first_secs else None,
+        "steps": [{"step": step.step, "done": step.done, "reused": step.reused} for step in status.steps],
+    }
+    if status.state != "done":
+        record.update(ok=False, differences=[f"the re-run ended {status.state}: {status.reason}"])
+        return record
+    summary, figures = outputs["report.summary"], outputs["report.figures"]
+    assert not isinstance(summary, list) and not isinstance(figures, list)
+    with console.status("checking the re-run's report in plain Python", spinner="dots") if show else nullcontext():
+        check = report_check.check_run(manifest, summary.value, _shard_figure_paths(root / "runs", [handle.id, first_run],
+                                                                                    manifest),
+                                       figures.uri or "", max(settings.check_shards, 1), also=[changed])
+    record.update(ok=check.ok, differences=check.differences, shards_checked=check.shards_checked)
+    return record
+
+
+def _shard_figure_paths(runs: Path, run_ids: list[str], manifest: Manifest) -> dict[int, str]:
+    """Shard -> its figures' Parquet: in the first of `run_ids` whose folder has it (a re-run's
+    reused jobs left theirs in the run they reused)."""
     from kittiwake.flow.tokens import output_path
 
-    return {shard.index: output_path(str(runs), run, "enrich", "out", [shard.index]) for shard in manifest.shards}
+    found: dict[int, str] = {}
+    for shard in manifest.shards:
+        paths = [output_path(str(runs), run, "enrich", "out", [shard.index]) for run in run_ids]
+        found[shard.index] = next((path for path in paths if Path(path).exists()), paths[0])
+    return found
 
 
 def _step_stats(client: Any, flow: Any) -> list[dict[str, Any]]:
@@ -241,6 +299,26 @@ def show_result(console: Console, result: DemoResult) -> None:
     else:
         console.print("[bold red]report checked: FAILED")
         for difference in check.differences:
+            console.print(f"[red]  {difference}")
+    if result.rerun is not None:
+        _show_rerun(console, result.rerun)
+
+
+def _show_rerun(console: Console, rerun: dict[str, Any]) -> None:
+    table = Table(title=f"re-run {rerun['run']} after shard {rerun['changed_shard']} changed: {rerun['state']} in "
+                        f"{rerun['seconds']:.1f} s ({rerun['ratio']:.2f}× the first run)" if rerun.get("ratio") else
+                        f"re-run {rerun['run']}: {rerun['state']}", title_justify="left")
+    for column in ("step", "jobs run", "jobs reused"):
+        table.add_column(column, justify="left" if column == "step" else "right")
+    for step in rerun["steps"]:
+        table.add_row(step["step"], str(step["done"] - step["reused"]), str(step["reused"]))
+    console.print(table)
+    if rerun.get("ok"):
+        console.print(f"[bold green]re-run's report checked: OK[/] — shards "
+                      f"{', '.join(map(str, rerun.get('shards_checked', [])))} recomputed in plain Python")
+    else:
+        console.print("[bold red]re-run's report checked: FAILED")
+        for difference in rerun.get("differences", []):
             console.print(f"[red]  {difference}")
 
 

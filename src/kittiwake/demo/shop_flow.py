@@ -5,23 +5,33 @@
             └───────────────► users (python) ──────┘
 
 * `shards` reads the dataset's manifest and emits one token per shard (a
-  split: keys ``<run>/00000000``, ``<run>/00000001``, …);
+  split: keys ``<run>/00000000``, ``<run>/00000001``, …), inline: the shard's
+  paths, its user range and each file's size and modification time (so a
+  changed file changes the token, and with it the fingerprint of the jobs
+  that read it);
 * `clean` reads a shard's raw CSV, keeps the well-formed rows, normalises
-  them and drops replays (`transforms.clean`), and writes them as Parquet;
+  them and drops replays (`transforms.clean`), and returns them: the Spark
+  worker writes them as Parquet and, fusion, keeps them cached for `enrich`
+  when that runs on the same worker;
 * `users`, on a python worker, cuts the user table down to the shard's users
   (the log is sharded by user) with pyarrow;
 * `enrich` is where two inputs meet: the broker's join starts it once the
   clean events AND the users of the same shard (same key) are there. It joins
-  them and writes the shard's figures (`transforms.figures`);
+  them and returns the shard's figures (`transforms.figures`), written (and
+  kept for `report`) by the worker;
 * `report` merges the whole sequence — the broker starts it when every
   shard's figures arrived, the last one flagged final — sums the figures
   (`transforms.combine`), writes them as Parquet and returns the printed
   report's rows inline (`summary`).
 
-Spark steps write their own Parquet at the job's output path and return the
-Dataset with its schema (so the next step reads it without a schema-inference
-job), so each step's whole Spark time is inside its function; each step
-notes when it was entered and left (`StepClock`) in
+Every step is deterministic and says so (``reuse=True`` for the flow): a
+second run reuses every job whose inputs did not change
+(`kittiwake.flow.reuse`) — change one shard and only that shard's chain and
+the report run again (`kittiwake demo --rerun`).
+
+Each step notes when it was entered and when its outputs were written
+(`StepClock`; a Spark step's DataFrames are written by the worker after the
+function returns: `StepContext.when_written`) in
 ``<data_dir>/<run>/_timings/``, which `kittiwake bench flows` reads to say
 where the time goes. `kittiwake spark-worker kittiwake.demo.shop_flow` and
 `kittiwake worker kittiwake.demo.shop_flow` run it.
@@ -43,15 +53,18 @@ LEASE_SECS = 120.0  # a Spark job of a big shard runs for a while; the lease is 
 
 USERS_SCHEMA = "user_id BIGINT, country STRING, plan STRING"  # what `users` writes, as DDL
 
-flow = Flow(FLOW_NAME, lease_secs=LEASE_SECS, max_attempts=3)
+flow = Flow(FLOW_NAME, lease_secs=LEASE_SECS, max_attempts=3, reuse=True)
 
 
 class StepClock:
-    """Notes when a step's function was entered and left, in the run's `_timings` folder."""
+    """Notes when a step's function was entered and when its outputs were written (the function
+    left, for one that writes them itself; `lazy`: once the worker wrote the DataFrames it returned),
+    in the run's `_timings` folder."""
 
-    def __init__(self, context: StepContext) -> None:
+    def __init__(self, context: StepContext, *, lazy: bool = False) -> None:
         self.context = context
         self.entered = time.time()
+        self.lazy = lazy
 
     def __enter__(self) -> StepClock:
         return self
@@ -59,6 +72,12 @@ class StepClock:
     def __exit__(self, *exc: object) -> None:
         if exc[0] is not None:
             return
+        if self.lazy:
+            self.context.when_written(self.note)
+        else:
+            self.note()
+
+    def note(self) -> None:
         context = self.context
         folder = Path(context.data_dir, context.run, TIMINGS_DIR)
         folder.mkdir(parents=True, exist_ok=True)
@@ -89,21 +108,24 @@ def shards(ctx: StepContext, dataset: Dataset) -> list[Dataset]:
     with StepClock(ctx):
         manifest = Manifest.load(dataset.local_path)
         return [Dataset.inline({"index": shard.index, "path": shard.path, "user_start": shard.user_start,
-                                 "user_end": shard.user_end, "users_path": manifest.users_path})
+                                 "user_end": shard.user_end, "users_path": manifest.users_path,
+                                 "version": _file_version(shard.path), "users_version": _file_version(manifest.users_path)})
                 for shard in manifest.shards]
 
 
+def _file_version(path: str) -> list[int]:
+    """[size, modification time ns] of a file the token names, so that the token changes with it."""
+    info = os.stat(path)
+    return [info.st_size, info.st_mtime_ns]
+
+
 @flow.step(engine="spark", inputs={"shard": shards})
-def clean(spark: Any, shard: dict[str, Any]) -> Dataset:
-    """The shard's well-formed rows, normalised and without replays, as Parquet."""
+def clean(spark: Any, shard: dict[str, Any]) -> Any:
+    """The shard's well-formed rows, normalised and without replays (the worker writes the Parquet)."""
     from kittiwake.demo import transforms
 
-    context = current_step()
-    with StepClock(context):
-        path = context.output_path()
-        cleaned = transforms.clean(transforms.read_events(spark, shard["path"]))
-        cleaned.write.mode("overwrite").parquet(path)
-    return Dataset.parquet(path, schema=cleaned.schema)
+    with StepClock(current_step(), lazy=True):
+        return transforms.clean(transforms.read_events(spark, shard["path"]))
 
 
 @flow.step(inputs={"shard": shards})
@@ -122,16 +144,12 @@ def users(ctx: StepContext, shard: Dataset) -> Dataset:
 
 
 @flow.step(engine="spark", inputs={"events": clean, "users": users})
-def enrich(spark: Any, events: Any, users: Any) -> Dataset:
+def enrich(spark: Any, events: Any, users: Any) -> Any:
     """The shard's clean events joined with its users, summed into the shard's figures."""
     from kittiwake.demo import transforms
 
-    context = current_step()
-    with StepClock(context):
-        path = context.output_path()
-        figures = transforms.figures(transforms.enrich(events, users))
-        figures.write.mode("overwrite").parquet(path)
-    return Dataset.parquet(path, schema=figures.schema)
+    with StepClock(current_step(), lazy=True):
+        return transforms.figures(transforms.enrich(events, users))
 
 
 @flow.step(engine="spark", inputs={"parts": merge(enrich)}, outputs=("figures", "summary"))
