@@ -29,8 +29,11 @@ formats, a job's outputs), `records` (run record and status), `runs` (start,
 status, finish, cancel, retry, garbage collection; RunHandle), `context`
 (StepContext), `jobs` (running one job, engine-neutral; ending runs),
 `python_steps` (python steps on `kittiwake worker`), `spark_steps`
-(DataFrames in and out), `spark_worker` (the Spark worker), `loading`
-(MODULE:FLOW references).
+(DataFrames in and out), `spark_worker` (the Spark worker), `fusion` (a
+Spark step's output kept in the worker's session for the next step there),
+`reuse` and `fingerprints` (incremental re-runs: outputs of deterministic
+steps reused by the fingerprint of their inputs), `loading` (MODULE:FLOW
+references).
 """
 
 from kittiwake.flow.context import StepContext, current_step
