@@ -7,8 +7,9 @@
 * `hints`: a three-input step with one optional input fed by a step that
   emits on that port for some items only.
 * `chain`: CSV files split per file (python), each tidied and summed on Spark
-  (two Spark steps at one key: they fuse), the sums merged into a report;
-  every step declares itself deterministic (``reuse=True`` for the flow).
+  (two Spark steps at one key), the sums merged into a report; every step
+  declares itself deterministic (``reuse=True`` for the flow). `fused`: the
+  same steps in a flow that fuses (``fuse=True``).
 
 Steps fail, sleep or stall on purpose while files in `$KITTIWAKE_TEST_FAIL_DIR` say so
 (`maybe_fail`, `maybe_stall`).
@@ -124,37 +125,42 @@ def page(ctx: StepContext, lines: list[Dataset]):
     return [item.value for item in lines]
 
 
-# ------------------------------------------------------- chain (Spark, fused and reused)
-
-chain = Flow("chain", lease_secs=4, max_attempts=3, reuse=True)
+# ------------------------------------------------------- chain (Spark, reused) and fused (the same, fused)
 
 
-@chain.step(inputs={"folder": chain.input("raw")}, split=True)
-def listing(ctx: StepContext, folder: Dataset):
-    return [Dataset.csv(str(path)) for path in sorted(folder.local_path.glob("*.csv"))]
+def chain_flow(name: str, **options) -> Flow:
+    """CSV files split per file, each tidied and summed on Spark, the sums merged into a report."""
+    flow = Flow(name, lease_secs=4, max_attempts=3, **options)
+
+    @flow.step(inputs={"folder": flow.input("raw")}, split=True)
+    def listing(ctx: StepContext, folder: Dataset):
+        return [Dataset.csv(str(path)) for path in sorted(folder.local_path.glob("*.csv"))]
+
+    @flow.step(engine="spark", inputs={"part": listing}, retry_backoff=0.2)
+    def tidy(spark, part):
+        """Rows with an amount, as longs (fuses into `sums` on the same worker, where the flow fuses)."""
+        from pyspark.sql import functions as F
+
+        maybe_fail("tidy")
+        return part.where(F.col("amount").isNotNull()).select("region", F.col("amount").cast("long").alias("amount"))
+
+    @flow.step(engine="spark", inputs={"rows": tidy}, retry_backoff=0.2)
+    def sums(spark, rows):
+        """One part's total per region (fuses into `report`, where the flow fuses)."""
+        from pyspark.sql import functions as F
+
+        maybe_fail("sums")
+        return rows.groupBy("region").agg(F.sum("amount").alias("amount"), F.count(F.lit(1)).alias("rows"))
+
+    @flow.step(engine="spark", inputs={"parts": merge(sums)})
+    def report(spark, parts):
+        from pyspark.sql import functions as F
+
+        return parts.groupBy("region").agg(F.sum("amount").alias("amount"), F.sum("rows").alias("rows"),
+                                           F.count(F.lit(1)).alias("parts"))
+
+    return flow
 
 
-@chain.step(engine="spark", inputs={"part": listing}, retry_backoff=0.2)
-def tidy(spark, part):
-    """Rows with an amount, as longs (fuses into `sums` on the same worker)."""
-    from pyspark.sql import functions as F
-
-    maybe_fail("tidy")
-    return part.where(F.col("amount").isNotNull()).select("region", F.col("amount").cast("long").alias("amount"))
-
-
-@chain.step(engine="spark", inputs={"rows": tidy}, retry_backoff=0.2)
-def sums(spark, rows):
-    """One part's total per region (fuses into `report`)."""
-    from pyspark.sql import functions as F
-
-    maybe_fail("sums")
-    return rows.groupBy("region").agg(F.sum("amount").alias("amount"), F.count(F.lit(1)).alias("rows"))
-
-
-@chain.step(engine="spark", inputs={"parts": merge(sums)})
-def report(spark, parts):
-    from pyspark.sql import functions as F
-
-    return parts.groupBy("region").agg(F.sum("amount").alias("amount"), F.sum("rows").alias("rows"),
-                                       F.count(F.lit(1)).alias("parts"))
+chain = chain_flow("chain", reuse=True)
+fused = chain_flow("fused", fuse=True)

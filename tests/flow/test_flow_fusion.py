@@ -16,7 +16,7 @@ from kittiwake import Client
 from kittiwake.flow import Dataset
 from support.broker_process import BrokerProcess
 
-FLOW = pipelines.chain
+FLOW = pipelines.fused
 
 
 def read_parts(spark: Any, data: Path, run: str, step: str) -> list[list[tuple[Any, ...]]]:
@@ -56,7 +56,7 @@ def test_a_spark_worker_killed_between_fused_halves_and_a_broker_killed_mid_run_
     folder, data = tmp_path / "in", tmp_path / "runs"
     totals = write_parts(folder, 3)
     (fail_dir / "sums.slow").write_text("30")  # sums, on the worker we kill, waits with tidy's output cached
-    doomed = SparkWorkerProcess(broker.url, tmp_path / "spark-worker.log", ["flow.pipelines:chain"],
+    doomed = SparkWorkerProcess(broker.url, tmp_path / "spark-worker.log", ["flow.pipelines:fused"],
                                 "--lease-secs", "3", "--concurrency", "2",
                                 env={"KITTIWAKE_TEST_FAIL_DIR": str(fail_dir)})
     try:

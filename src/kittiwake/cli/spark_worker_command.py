@@ -48,7 +48,8 @@ def _conf(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -
               help="A Spark setting of the session (repeatable), e.g. --conf spark.executor.memory=2g.")
 @click.option("--name", help="Prefix of the worker's id. Default: spark.")
 @click.option("--no-fuse", is_flag=True, help="Never keep a step's output DataFrame cached for the next step on this "
-              "worker: every step reads its inputs' Parquet (see kittiwake.flow.fusion).")
+              "worker, even for steps declared with fuse=True: every step reads its inputs' Parquet "
+              "(see kittiwake.flow.fusion).")
 @pass_cli
 def spark_worker(
     cli: CliContext,

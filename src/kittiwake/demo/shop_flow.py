@@ -11,14 +11,14 @@
   that read it);
 * `clean` reads a shard's raw CSV, keeps the well-formed rows, normalises
   them and drops replays (`transforms.clean`), and returns them: the Spark
-  worker writes them as Parquet and, fusion, keeps them cached for `enrich`
-  when that runs on the same worker;
+  worker writes them as Parquet (the flow does not fuse: caching them for
+  `enrich` costs more than `enrich` reading the Parquet back, measured);
 * `users`, on a python worker, cuts the user table down to the shard's users
   (the log is sharded by user) with pyarrow;
 * `enrich` is where two inputs meet: the broker's join starts it once the
   clean events AND the users of the same shard (same key) are there. It joins
-  them and returns the shard's figures (`transforms.figures`), written (and
-  kept for `report`) by the worker;
+  them and returns the shard's figures (`transforms.figures`), written by the
+  worker;
 * `report` merges the whole sequence — the broker starts it when every
   shard's figures arrived, the last one flagged final — sums the figures
   (`transforms.combine`), writes them as Parquet and returns the printed

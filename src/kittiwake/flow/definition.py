@@ -127,7 +127,7 @@ class Step:
     depth: int = 0
     reuse: bool = False
     version: str | None = None
-    fuse: bool = True
+    fuse: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)
@@ -180,7 +180,7 @@ class FlowDefinition:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_secs: float = DEFAULT_LEASE_SECS,
         reuse: bool = False,
-        fuse: bool = True,
+        fuse: bool = False,
     ) -> None:
         self.names = FlowNames(name)
         self.reuse = bool(reuse)
@@ -245,8 +245,10 @@ class FlowDefinition:
           function's source code); declare one when the function's result depends on code
           outside it that changes.
         * `fuse` (Spark steps): a DataFrame this step returns stays cached in the worker's
-          session for a consumer that runs there next (`kittiwake.flow.fusion`; default: the
-          flow's `fuse`, True). False: every consumer reads the Parquet.
+          session for a Spark consumer that also fuses and runs there next, which reads it from
+          memory rather than from its Parquet (written all the same: `kittiwake.flow.fusion`;
+          default: the flow's `fuse`, False — caching costs CPU that reading Parquet back may
+          not).
         """
 
         if version is not None and (not isinstance(version, str) or not version or len(version) > 200):

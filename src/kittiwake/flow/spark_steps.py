@@ -20,9 +20,9 @@
   half-written one — and its token references it, schema included; a
   Dataset is passed on as it is; None and other values travel inline.
 
-Fusion (`kittiwake.flow.fusion`): given the worker's `FusedOutputs`, an
-output DataFrame that a Spark consumer step reads is persisted and written
-from its cache, and kept; an input this worker kept is read from memory
+Fusion (`kittiwake.flow.fusion`, for steps declared with ``fuse=True``):
+given the worker's `FusedOutputs`, an output DataFrame that a fusing Spark
+consumer step reads is persisted and written from its cache, and kept; an input this worker kept is read from memory
 rather than from its Parquet.
 """
 

@@ -27,10 +27,11 @@ running jobs get `shutdown_secs` to finish; then their Spark job groups are
 cancelled and they are rejected too. A worker killed outright loses nothing:
 its jobs come back when their leases run out (an attempt counted).
 
-Fusion (`kittiwake.flow.fusion`): an output DataFrame a Spark step of this
-worker reads next stays cached in the session, so that step reads it from
-memory rather than from its Parquet (which is written all the same);
-``fuse=False`` (``--no-fuse``) turns it off for the whole worker.
+Fusion (`kittiwake.flow.fusion`): for steps that opt in (``fuse=True``), an
+output DataFrame a Spark step of this worker reads next stays cached in the
+session, so that step reads it from memory rather than from its Parquet
+(which is written all the same); ``fuse=False`` (``--no-fuse``) turns it off
+for the whole worker.
 
 `session=` runs on an existing SparkSession (left running at the end), e.g.
 a test's; its scheduler mode is then whatever it was made with. `remote=`
