@@ -55,7 +55,7 @@ demo: $(STAMP)
 	$(PY) -m kittiwake demo
 
 test: fuse-deps browser-deps $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 fuzz: $(STAMP)
 	$(PY) tests/fuzz/campaign.py --secs $(FUZZ_SECS) --targets $(FUZZ_TARGETS)
