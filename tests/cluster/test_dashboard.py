@@ -21,7 +21,7 @@ from kittiwake import Client
 from kittiwake.cluster.cluster_map import ClusterMap
 from kittiwake.cluster.dashboard import NodeDashboard
 from kittiwake.cluster.node import ClusterNode
-from kittiwake.observe.cluster_view import load_deviation
+from kittiwake.balance import load_deviation
 from kittiwake.testing import BrokerProcess
 from kittiwake.testing.cluster_nodes import ClusterNodes, cluster_file_text, free_ports
 from support.auth_users import ALICE, ROOT, standard_auth_file

@@ -13,7 +13,8 @@ from kittiwake import errors
 from kittiwake.cluster.cluster_map import ID_STRIDE, Address, ClusterMap, Node
 from kittiwake.cluster.growth import check_growth, destination, drop_lease, keeps_lease, moved_slots, moved_task, range_of
 from kittiwake.cluster.routing import Owned, route, tagged
-from kittiwake.cluster.status import NodeStatus, load_deviation, node_urls, summarize, url_of
+from kittiwake.balance import load_deviation
+from kittiwake.cluster.status import NodeStatus, node_urls, summarize, url_of
 from kittiwake.constants import JOINS_QUEUE
 from kittiwake.join_spec import JoinPort, JoinSpec
 from kittiwake.model import Task

@@ -42,6 +42,7 @@ from typing import Any
 
 from rich.console import Console
 
+from kittiwake import balance
 from kittiwake.bench import cluster_jobs as jobs
 from kittiwake.bench.cluster_settings import (
     FABRIQ_LOAD_DEVIATION,
@@ -125,9 +126,8 @@ def cpu_ratio_ceiling(one: dict[str, Any], two: dict[str, Any], cores: int) -> f
 
 
 def load_deviation(loads: Sequence[int]) -> float:
-    """The worst node's distance from the mean, as a fraction of the mean."""
-    mean = sum(loads) / len(loads)
-    return max(abs(load - mean) for load in loads) / mean if mean else 0.0
+    """The worst node's distance from the mean, as a fraction of the mean (`balance.load_deviation`)."""
+    return balance.load_deviation(loads) / 100.0
 
 
 # ------------------------------------------------------------------ jobs

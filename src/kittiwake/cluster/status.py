@@ -20,6 +20,7 @@ from typing import Any
 
 from kittiwake import errors
 from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
+from kittiwake.balance import load_deviation
 
 
 @dataclass
@@ -58,16 +59,6 @@ class ClusterStatus:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def load_deviation(tasks: Sequence[int]) -> float:
-    """Percent by which the count furthest from the mean lies from it; 0 for none or a zero mean."""
-    if not tasks:
-        return 0.0
-    mean = sum(tasks) / len(tasks)
-    if mean == 0:
-        return 0.0
-    return max(abs(count - mean) for count in tasks) / mean * 100.0
 
 
 def summarize(nodes: list[NodeStatus], epoch: str | None) -> ClusterStatus:

@@ -35,21 +35,12 @@ from kittiwake.broker.access import Principal
 from kittiwake.broker.http_server import HttpRequest
 from kittiwake.observe.cluster_source import ClusterSnapshot, ClusterSource, NodeSnapshot
 from kittiwake.observe.reads import Visible, visibility
+from kittiwake.balance import load_deviation
 
 if TYPE_CHECKING:
     from kittiwake.observe.registrar import Registrar
 
 MAX_HOLDER_QUEUES = 200
-
-
-def load_deviation(tasks: Sequence[int]) -> float:
-    """Percent by which the count furthest from the mean lies from it; 0 for none or a zero mean."""
-    if not tasks:
-        return 0.0
-    mean = sum(tasks) / len(tasks)
-    if mean == 0:
-        return 0.0
-    return max(abs(count - mean) for count in tasks) / mean * 100.0
 
 
 def _node_json(node: NodeSnapshot, visible: Visible | None, holding: int) -> dict[str, Any]:
