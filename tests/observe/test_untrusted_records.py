@@ -106,7 +106,7 @@ def test_records_naming_another_users_queues_show_nothing_of_them(broker: Broker
     [run] = view(broker, ALICE, "/api/flows")["runs"]
     assert (run["run"], run["state"], run["dead"]) == ("r1", "hidden", [])
     assert run["steps"] == [{"step": "s", "engine": "python", "waiting": 0, "queued": 0, "running": 0, "done": 0,
-                             "dead": 0}]
+                             "dead": 0, "reused": 0}]
     for path in ("/api/jobs?registry=alice.jobs", "/api/flows"):
         assert "secret" not in json.dumps(view(broker, ALICE, path))
     assert call(broker, "GET", "/api/jobs?registry=alice.jobs", headers=basic(*PRODUCER))[0] == 403
