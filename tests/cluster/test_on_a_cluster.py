@@ -244,7 +244,9 @@ def _routing(client: Client) -> dict[str, dict[str, Any]]:
 def test_a_workers_pops_come_from_its_own_node_while_it_holds_tasks(cluster: Cluster, app: Any) -> None:
     with Client(cluster.url) as client:
         before = _routing(client)
-        app.map(cluster_apps.hold, [0.05] * 36, chunk=36)  # FIFO tasks: 12 on each node
+        # FIFO tasks: 12 on each node, each long enough (six rounds of two slots: 1.5 s a node)
+        # that a worker started late by a busy machine still finds most of its own node's left
+        app.map(cluster_apps.hold, [0.25] * 36, chunk=36)
         deadline = time.monotonic() + 30
         while client.stats(["capp.hold"])[0].size and time.monotonic() < deadline:
             time.sleep(0.1)
