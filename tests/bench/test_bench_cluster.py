@@ -1,4 +1,4 @@
-"""`kittiwake bench cluster`: a --quick run through the CLI writes every figure of issue 29 under its
+"""`kittiwake bench cluster`: a --quick run through the CLI writes every figure under its
 JSON key, and the pure parts (Fabriq's hop model, the load deviation) say what the seed says.
 Timings are never asserted."""
 

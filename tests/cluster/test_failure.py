@@ -2,7 +2,7 @@
 own (a network namespace where root allows, else a loopback port: `hosts`), three producers and
 three consumers with their own clients over `kw://a,b,c` (`cluster_load`).
 
-What must hold (issue 29, Failure): the queue checker finds lost 0 and unexpected 0 across the
+What must hold: the queue checker finds lost 0 and unexpected 0 across the
 cluster; the only repeated deliveries are the at-least-once redeliveries the docs allow (the
 node died while the task was leased, or a lease ran out) plus, for a keyed push tried again after
 an outcome it could not know, its task made again once the first had been dequeued (a pid

@@ -1,4 +1,4 @@
-"""`kittiwake bench cluster`: its settings, its targets and its click command (issue 29, "Measured").
+"""`kittiwake bench cluster`: its settings, its targets and its click command.
 
 This module declares the benchmark and nothing heavier: the `cluster` command that
 `kittiwake.cli.bench_command` adds to the `bench` group, over `cluster_settings` (the settings — the
@@ -23,7 +23,8 @@ One run, against one broker on the same machine:
 * **extra requests per task** of the batched consumers on 2 nodes beyond one broker's (≤ 0.01).
 * **load deviation**: `producers` processes each push `producer_tasks` FIFO tasks one by one to
   `spread_nodes` nodes; the worst node's distance from the mean (≤ 2%; Fabriq measured 9.5%).
-* **push p50**: single enqueues, alternating between one broker and 2 nodes (≤ one broker's + 0.1 ms).
+* **push p50**: single enqueues on one broker and on 2 nodes, in alternating blocks of 50 (≤ one
+  broker's + 0.1 ms).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def cluster_command(quick: bool, drain_tasks: int | None, batch: int, consumers:
                     hop_durability: str | None, spread_nodes: int | None, producers: int | None,
                     producer_tasks: int | None, push_samples: int | None, durability: str, parent_dir: str | None,
                     plot: str | None, json_path: str | None) -> None:
-    """Clusters (issue 29): drains on 1 broker and 2 nodes, broker CPU per task, hops per pop vs Fabriq's
+    """Clusters: drains on 1 broker and 2 nodes, broker CPU per task, hops per pop vs Fabriq's
     model, extra requests, load deviation over 8 nodes, push p50."""
     from rich.console import Console
 

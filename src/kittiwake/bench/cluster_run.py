@@ -10,13 +10,13 @@ Phases, each failing on its own (its records say `status: failed` and why; the o
 1. one broker and a 2-node cluster, both up: the broker-bound drain on each in turn (fill, then
    every consumer starts at one instant);
 2. on the same two, in turn: the user path, `app.map` to `kittiwake worker` (a worker process picks
-   its near node among those of this host: here, any); then single enqueues alternating between them;
+   its near node among those of this host: here, any); then single enqueues on each in alternating blocks;
 3. the hop runs, a fresh cluster per node count;
 4. the load deviation on a fresh cluster of `spread_nodes` nodes.
 
 The report: `{"machine", "settings", "load_average", "cluster": {figure: record}}` with the records
 of `bench.report` (plus `status`, `reason` and each figure's own numbers), and beside them the
-plain figures of issue 29: `drain_per_s` (by node count), `ratio_2_vs_1`, `user_path_drain_per_s`,
+plain figures: `drain_per_s` (by node count), `ratio_2_vs_1`, `user_path_drain_per_s`,
 `user_path_ratio_2_vs_1`, `broker_cpu_us_per_task`, `cpu_per_task_ratio`, `hops_per_pop` (by node
 count: `measured`, `model`), `extra_requests_per_task`, `load_deviation`, `push_p50_ms` (by node
 count), `node_loads`; a figure that did not run is null. The 2-node drain's record also says

@@ -8,7 +8,7 @@ from typing import Any
 from kittiwake.bench.settings import DATA_BYTES, DURABILITIES, DURABILITY
 
 TARGET_RATIO_2_VS_1_MIN = 1.6
-USER_PATH_CEILING = 1.5  # not a target: two cores cap the user path near 1.5× (issue 29)
+USER_PATH_CEILING = 1.5  # not a target: two cores cap the user path near 1.5×
 TARGET_CPU_PER_TASK_RATIO_MAX = 1.1
 TARGET_HOPS_TOLERANCE = 0.05  # |measured / model − 1|
 TARGET_EXTRA_REQUESTS_PER_TASK_MAX = 0.01

@@ -1,6 +1,6 @@
 """What `kittiwake bench cluster` shows: one table of its figures with their targets, and a chart.
 
-The table has a row per figure of issue 29 (value, target, met); the chart (matplotlib, headless)
+The table has a row per figure (value, target, met); the chart (matplotlib, headless)
 four panels: drain rates by node count (broker-bound and user path), hops per pop against Fabriq's
 model, each node's share of the load-deviation run, and the push latency CDF of one broker and of
 two nodes.
