@@ -39,20 +39,24 @@ def all_commands() -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """One table cell: on one line, with Markdown's table and link syntax escaped."""
+    text = " ".join(text.split())
+    for special in ("\\", "|", "[", "]", "*", "_", "<"):
+        text = text.replace(special, "\\" + special)
+    return text
 
 
 def broker_options() -> str:
-    context = _context(cli, "kittiwake", None)
-    broker = cli.get_command(context, "broker")
+    """The options of `kittiwake broker` as click shows them in its help: names, metavar, default."""
+    root = _context(cli, "kittiwake", None)
+    broker = cli.get_command(root, "broker")
     assert broker is not None, "kittiwake broker is not installed"
-    rows = ["| option | default | meaning |", "| --- | --- | --- |"]
-    for param in broker.params:
-        if not isinstance(param, click.Option) or param.hidden:
+    context = _context(broker, "broker", root)
+    rows = ["| option | meaning |", "| --- | --- |"]
+    for param in broker.get_params(context):
+        record = param.get_help_record(context)
+        if record is None or not isinstance(param, click.Option):
             continue
-        names = " / ".join(f"`{name}`" for name in [*param.opts, *param.secondary_opts])
-        default = param.default if not callable(param.default) else None
-        shown = "" if default in (None, False, (), []) or param.is_flag and not default else f"`{default}`"
-        envvar = f" (`${param.envvar}`)" if isinstance(param.envvar, str) else ""
-        rows.append(f"| {names} | {shown} | {_cell(param.help or '')}{envvar} |")
+        names, help_text = record
+        rows.append(f"| {_cell(names)} | {_cell(help_text)} |")
     return "\n".join(rows) + "\n"
