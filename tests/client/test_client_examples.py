@@ -19,3 +19,12 @@ def test_the_client_example_moves_its_task_to_the_next_stage(broker: BrokerProce
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "b'<html>https://example.com/</html>'\n"
+
+
+def test_the_producer_example_sends_every_task(broker: BrokerProcess) -> None:
+    done = subprocess.run(
+        [sys.executable, "producer.py"], cwd=EXAMPLES, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "KITTIWAKE_URL": broker.url},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "emails 1000\n"
