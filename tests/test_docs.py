@@ -128,3 +128,14 @@ def test_the_readme_headline_figures_are_the_performance_pages() -> None:
 def test_the_readmes_links_lead_to_pages() -> None:
     for target in re.findall(r"\]\((docs/[^)#]+)", README.read_text()):
         assert (ROOT / target).exists(), target
+
+
+def test_every_example_the_pages_include_is_run_by_a_test() -> None:
+    included = set()
+    for page in (ROOT / "docs").glob("*.md"):
+        included |= set(re.findall(r'--8<-- "examples/([^"]+)"', page.read_text()))
+    assert included, "no page includes an example"
+    tests = [path.read_text() for path in (ROOT / "tests").rglob("test_*.py") if path.name != "test_docs.py"]
+    for name in sorted(included):
+        assert (EXAMPLES / name).exists(), name
+        assert any(name in source for source in tests), f"no test runs examples/{name}"
