@@ -47,7 +47,7 @@ def headline_rows() -> list[str]:
     for benchmark, name in records["headline"]:
         record = records[benchmark][name]
         rows.append(f"| {record['title']} (`{record['command']}`) | {_measured(record)} | "
-                    f"{_reference(record['reference'])} | {record['ratio']:g}× |")
+                    f"{_reference(record['reference'])} | {_number(record['ratio'])}× |")
     return rows
 
 
