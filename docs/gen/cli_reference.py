@@ -7,6 +7,8 @@ of `kittiwake broker` as a table for the operations page.
 
 from __future__ import annotations
 
+import html
+
 import click
 
 from kittiwake.cli.main import cli
@@ -41,9 +43,14 @@ def all_commands() -> str:
 def _cell(text: str) -> str:
     """One table cell: on one line, with Markdown's table and link syntax escaped."""
     text = " ".join(text.split())
-    for special in ("\\", "|", "[", "]", "*", "_", "<"):
+    for special in ("\\", "|", "[", "]", "*", "_", "`"):
         text = text.replace(special, "\\" + special)
-    return text
+    return text.replace("<", "&lt;")
+
+
+def _names(text: str) -> str:
+    """An option's names and metavar as code, safe inside a table cell."""
+    return "<code>" + html.escape(text).replace("|", "&#124;") + "</code>"
 
 
 def broker_options() -> str:
@@ -58,5 +65,5 @@ def broker_options() -> str:
         if record is None or not isinstance(param, click.Option):
             continue
         names, help_text = record
-        rows.append(f"| {_cell(names)} | {_cell(help_text)} |")
+        rows.append(f"| {_names(names)} | {_cell(help_text)} |")
     return "\n".join(rows) + "\n"
