@@ -1,5 +1,5 @@
 """Pipelines on Spark: a folder of CSV files split into one job per file, each cleaned on Spark,
-merged back into totals per region (the README's "Pipelines on Spark"; a test runs it).
+merged back into totals per region (docs/pipelines.md and the README; a test runs it).
 
     kittiwake broker --data ./.kittiwake &
     kittiwake worker sales:flow &          # the python step (files)

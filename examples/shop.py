@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kittiwake.app import App, TaskContext, TaskFailed
 
-app = App()
+app = App()  # the broker at $KITTIWAKE_URL, else kw://127.0.0.1:7370; it connects on first use
 
 
 @app.task(queue="shop")

@@ -1,5 +1,5 @@
-"""Kittiwake as a Spark data source: rows written as tasks, then read back, never leased (the
-README's "Spark data source"; a test runs it, from a virtualenv's python without activating it).
+"""Kittiwake as a Spark data source: rows written as tasks, then read back, never leased
+(docs/spark-source.md; a test runs it, from a virtualenv's python without activating it).
 
     kittiwake broker --data ./.kittiwake &
     python spark_source.py                    # or: python spark_source.py kw://HOST:7370

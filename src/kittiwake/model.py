@@ -1,10 +1,10 @@
 """Plain data shared by every layer: tasks, lease references, limits and name rules.
 
-Owns the vocabulary of the README's model (task, queue name, consistency group, pid,
+Owns the vocabulary of the model (docs/model.md: task, queue name, consistency group, pid,
 lease) as frozen or slotted dataclasses, the published hard limits, and the
 validation of names and pids. Nothing here does I/O.
 
-Names and limits (documented in the README):
+Names and limits (documented in docs/operations.md, "Limits"):
 
 * queue name: `group#name`, 1..250 bytes of `[A-Za-z0-9_.:@/-]` plus at most
   one `#`; no `#` means the default group `""`. 250 leaves room for the

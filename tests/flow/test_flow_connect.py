@@ -1,7 +1,7 @@
 """`kittiwake spark-worker --remote sc://…`: flow steps run through a Spark Connect server started
 from the PySpark wheel's jars (`spark-submit --class …SparkConnectServer`), the worker holding a gRPC
 client and no JVM; a stop interrupts the job's tagged operations on the server; and the `kittiwake`
-data source works in a Connect session (the README's example with `SPARK_REMOTE`), the server's
+data source works in a Connect session (the docs' example with `SPARK_REMOTE`), the server's
 Python workers running this interpreter."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's "Pipelines on Spark" example runs as written: examples/sales.py submits a run and
+"""The "Pipelines on Spark" example of the README and docs/pipelines.md runs as written: examples/sales.py submits a run and
 prints its result, with the flow's python and Spark steps served by workers of this process."""
 
 from __future__ import annotations

@@ -549,7 +549,7 @@ def test_a_cluster_node_shows_its_cluster_page_with_the_three_nodes(
         assert page.title().startswith("Cluster")
 
 
-# ------------------------------------------------------------------ the README's picture
+# ------------------------------------------------------------------ the picture in docs/observability.md
 
 
 @pytest.mark.timeout(900)  # KITTIWAKE_WRITE_SCREENSHOT=1 runs the shop for five minutes

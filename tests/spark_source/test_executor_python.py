@@ -1,4 +1,4 @@
-"""The Python that Spark runs for the data source: the README's example (examples/spark_source.py)
+"""The Python that Spark runs for the data source: the docs' example (examples/spark_source.py, docs/spark-source.md)
 runs as written from a virtualenv's python without activating it — no `PYSPARK_PYTHON`, and the
 `python3` on `PATH` lacks kittiwake — and where Spark's Python cannot import kittiwake, `register`
 raises one error naming the fix instead of the first read failing in a Java trace."""

@@ -15,7 +15,7 @@ posts the task's result into that queue with the worker's own rights
 only a reply queue its submitter could produce into itself, and a user who
 may only enqueue tasks cannot have a worker write for it where it may not.
 
-What each op needs (the README's table comes from this one):
+What each op needs (the table of docs/security.md, "Rights", comes from this one):
 
 | op | needs |
 | --- | --- |

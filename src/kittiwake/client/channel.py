@@ -8,7 +8,7 @@ channel serves a URL is decided once, by its scheme (`schemes.py`), so a new
 way out — a cluster router that sends each call to the broker that owns its
 queue — is one more channel, not another pair of clients.
 
-What every channel promises (README, "Client behaviour"):
+What every channel promises (docs/client.md, "Client behaviour"):
 
 * connecting is lazy, and a connection that fails is made again with backoff
   (`backoff.connect_attempts`) within the connect timeout, then

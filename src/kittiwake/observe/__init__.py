@@ -103,7 +103,7 @@ class Observer:
         self._stops.clear()
 
     async def _index(self, request: HttpRequest, principal: Any) -> dict[str, Any]:
-        """`GET /api/`: the API's paths (each documented in the README's "Observability")."""
+        """`GET /api/`: the API's paths (each documented in docs/observability.md, "The JSON API")."""
         return {"paths": self.api.paths}
 
     def history_point(self) -> Point | None:
