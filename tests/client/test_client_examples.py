@@ -12,19 +12,19 @@ from support.broker_process import BrokerProcess
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_the_client_example_moves_its_task_to_the_next_stage(broker: BrokerProcess) -> None:
+def run_example(name: str, broker: BrokerProcess) -> str:
+    """What examples/`name` prints, run as a user would, against `broker`."""
     done = subprocess.run(
-        [sys.executable, "client.py"], cwd=EXAMPLES, capture_output=True, text=True, timeout=60,
+        [sys.executable, name], cwd=EXAMPLES, capture_output=True, text=True, timeout=60,
         env={**os.environ, "KITTIWAKE_URL": broker.url},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "b'<html>https://example.com/</html>'\n"
+    return done.stdout
+
+
+def test_the_client_example_moves_its_task_to_the_next_stage(broker: BrokerProcess) -> None:
+    assert run_example("client.py", broker) == "b'<html>https://example.com/</html>'\n"
 
 
 def test_the_producer_example_sends_every_task(broker: BrokerProcess) -> None:
-    done = subprocess.run(
-        [sys.executable, "producer.py"], cwd=EXAMPLES, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "KITTIWAKE_URL": broker.url},
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "emails 1000\n"
+    assert run_example("producer.py", broker) == "emails 1000\n"
