@@ -155,6 +155,8 @@ def is_single_lease(value: object) -> bool:
 
 def lease_fields(item: object) -> dict[str, Any]:
     """The fields of a lease ref (`messages.LeaseRefIn`) given as a LeasedTask, a LeaseRef, a map or a lookalike."""
+    if isinstance(item, (LeasedTask, LeaseRef)):  # what lease returned: no ABC check (a batch runs this per task)
+        return {"queue": item.queue, "pid": item.pid, "lease_id": item.lease_id}
     if isinstance(item, Mapping):
         fields = {"queue": item.get("queue"), "pid": item.get("pid"), "lease_id": item.get("lease_id")}
     else:
