@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from test_bench_smoke import assert_record, run_bench
+from support.bench_reports import assert_record, run_bench
 
 
 @pytest.mark.timeout(180)

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("boto3")
 pytest.importorskip("moto.server")
 
-from test_bench_smoke import assert_record, run_bench  # noqa: E402
+from support.bench_reports import assert_record, run_bench  # noqa: E402
 
 
 @pytest.mark.timeout(120)

@@ -2,7 +2,7 @@
 
 Its broker is `$CELERY_BROKER_URL` (Celery reads it by itself: `redis://…` or
 `kittiwake://…`) and its queue `$KITTIWAKE_BENCH_CELERY_QUEUE`. The task is
-the benchmarks' null task (`peers.tally`: counted in a tally file, no result
+the benchmarks' null task (`kittiwake.bench.tally`: counted in a tally file, no result
 kept), acknowledged late — after it ran — as a task that must not be lost is.
 Everything else is Celery's default. `create_app(url)` builds the same app
 for the submitting side, which names its broker explicitly.

@@ -1,4 +1,4 @@
-"""The submitting side of `kittiwake bench workers`, run in a process of its own per figure.
+"""The submitting side of `kittiwake bench workers` and `bench cluster`'s user path, a process of its own.
 
 It imports the bench's app (`user_app`) the way a user's program does and
 submits with one `app.map(f, items, chunk=...)` call. The benchmark sends

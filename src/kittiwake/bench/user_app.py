@@ -1,10 +1,10 @@
-"""The app `kittiwake bench workers` runs, as its users write one: `@app.task` functions on an `App`.
+"""The app `kittiwake bench workers` and `bench cluster`'s user path run, written as users write one: `@app.task`s.
 
 Workers load it by reference — `kittiwake worker
 kittiwake.bench.user_app:app --processes P [--concurrency C]`,
 default flags otherwise — and find the broker at `$KITTIWAKE_URL`, as the
 submitter does. Every task leaves its record in the tally
-(`peers.tally`): start, end, and the process and thread that ran it.
+(`tally`): start, end, and the process and thread that ran it.
 
 * `null`: the 1 KB payload in, nothing out, fire and forget (`ignore_result=True`).
 * `null_kept`: the same, its (empty) result sent back to the submitter.

@@ -1,14 +1,14 @@
 """`kittiwake bench workers`: what a user of `@app.task` and `kittiwake worker` gets, default flags.
 
 Every figure runs on a fresh durable broker (`kittiwake broker`, fsync, on a
-throwaway directory), with the bench's app (`user_app`) served by `kittiwake
+throwaway directory), with the bench's app (`kittiwake.bench.user_app`) served by `kittiwake
 worker kittiwake.bench.user_app:app --processes P` as a real
-subprocess (`peers.worker_group`), default flags otherwise — `--concurrency
+subprocess (`kittiwake.bench.worker_group`), default flags otherwise — `--concurrency
 C` in the figures that ask for slots, and `--worker-arg` options for A/B
 runs. The workers run before the first submit: the bench waits until every
 process holds its record in the worker registry, then a moment more. The
-submitter is a process of its own (`submitter`) that calls `app.map` once;
-every task appends its record to the tally (`peers.tally`), which this
+submitter is a process of its own (`kittiwake.bench.map_submitter`) that calls `app.map` once;
+every task appends its record to the tally (`kittiwake.bench.tally`), which this
 process reads.
 
 1. `map_drain`: `--tasks` null tasks (1 KB payload, `ignore_result=True`)
