@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from kittiwake.bench.harness import latency_summary_ms
 from kittiwake.bench.report import check_target
+from kittiwake.cli.bench_command import bench
 from support.bench_reports import RECORD_KEYS, assert_record, run_bench
+
 
 @pytest.mark.timeout(120)
 def test_ops_reports_every_figure_of_table_1_and_the_batches(tmp_path: Path) -> None:

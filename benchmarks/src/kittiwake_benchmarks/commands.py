@@ -11,7 +11,6 @@ stays light.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import click
 
