@@ -1,7 +1,8 @@
 # Two entry points, both self-contained on a fresh clone:
 #   make demo   starts a broker on the embedded store and runs a real pipeline end to end
 #   make test   runs the whole test suite
-# Both create .venv/ and install the pinned dependencies (requirements.lock) first.
+# Both create .venv/ and install the pinned dependencies (requirements.lock) first, then the package
+# and the benchmarks of other systems (benchmarks/, the kittiwake-benchmarks distribution), both editable.
 #   make fuzz   runs each fuzz target for FUZZ_SECS seconds (tests/fuzz/campaign.py)
 
 PYTHON ?= python3
@@ -45,10 +46,11 @@ browser-deps:
 			"the browser tests will skip"; \
 	fi
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml benchmarks/pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e ./benchmarks
 	touch $(STAMP)
 
 demo: $(STAMP)

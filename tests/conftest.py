@@ -103,7 +103,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 @pytest.fixture(scope="session")
 def spark_session() -> Iterator[object]:
     """A SparkSession shared by every test that asks for it, stopped at the end of the run."""
-    from kittiwake.bench.spark_peer import spark_available, start_spark
+    from kittiwake.testing.spark_session import spark_available, start_spark
 
     reason = spark_available()
     if reason is not None:

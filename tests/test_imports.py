@@ -190,6 +190,29 @@ def test_the_dashboard_imports_nothing_of_the_cluster() -> None:
     assert not found, "dashboard modules importing the cluster:\n" + "\n".join(found)
 
 
+def test_only_the_bench_command_imports_the_benchmarks() -> None:
+    """The benchmarks compose the package from above: the demo, the faces and the testing helpers
+    start brokers through `kittiwake.testing`, never through `kittiwake.bench`."""
+    graph = import_graph(SOURCE, type_checking=True)
+    outside = [module for module in graph
+               if not _within(module, ("kittiwake.bench",)) and module != "kittiwake.cli.bench_command"]
+    found = sorted(f"{module} -> {target}" for module in outside for target in graph[module]
+                   if _within(target, ("kittiwake.bench",)))
+    assert not found, "modules outside the benchmarks importing them:\n" + "\n".join(found)
+
+
+def test_the_package_imports_nothing_of_the_benchmarks_distribution() -> None:
+    """`kittiwake_benchmarks` plugs into `kittiwake bench` through entry points (`bench.distribution`)."""
+    found = []
+    for path in sorted(SOURCE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(SOURCE.parent)}:{node.lineno}" for name in names
+                      if name.split(".")[0] == "kittiwake_benchmarks"]
+    assert not found, "the package importing the benchmarks distribution: " + ", ".join(found)
+
+
 def test_the_walk_sees_function_level_imports_and_skips_type_only_ones(tmp_path: Path) -> None:
     package = tmp_path / "pkg"
     package.mkdir()

@@ -1,4 +1,5 @@
-"""mypy accepts the package: `src/kittiwake` type-checks with the settings of `[tool.mypy]` in pyproject.toml.
+"""mypy accepts the package: `src/kittiwake` and the benchmarks distribution beside it
+(`benchmarks/src/kittiwake_benchmarks`) type-check with the settings of `[tool.mypy]` in pyproject.toml.
 
 The package ships `py.typed`, so its users' type checkers take these annotations at their word.
 mypy runs in a subprocess of this interpreter (the lock installs it, and the stub packages the

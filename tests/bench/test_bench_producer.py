@@ -11,7 +11,7 @@ from rich.console import Console
 
 from kittiwake.bench.producer import SectionContext, run_producer, show
 from kittiwake.bench.settings import QUICK_PRODUCER, ProducerBenchSettings
-from test_bench_smoke import RECORD_KEYS, run_bench
+from support.bench_reports import RECORD_KEYS, run_bench
 
 
 @pytest.mark.timeout(180)

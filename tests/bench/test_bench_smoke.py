@@ -3,9 +3,7 @@ documented shape. Timings are never asserted — these are benchmarks, not tests
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -13,34 +11,7 @@ from click.testing import CliRunner
 from kittiwake.bench.harness import latency_summary_ms
 from kittiwake.bench.report import check_target
 from kittiwake.cli.bench_command import bench
-
-LATENCY_KEYS = {"p50", "p90", "p99", "p999", "max"}
-MACHINE_KEYS = {"cpu_model", "cores", "memory_gb", "python", "sqlite", "kernel"}
-RECORD_KEYS = {"tasks_per_s", "latency_ms", "samples", "errors", "ratio", "reference", "target", "meets_target"}
-
-
-def run_bench(tmp_path: Path, *args: str) -> dict[str, Any]:
-    report_path = tmp_path / "report.json"
-    result = CliRunner().invoke(bench, [*args, "--json", str(report_path), "--dir", str(tmp_path)],
-                                catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    report = json.loads(report_path.read_text())
-    assert MACHINE_KEYS <= set(report["machine"])
-    assert not list(tmp_path.glob("kittiwake-bench-*")), "the broker's throwaway directory is left behind"
-    return report
-
-
-def assert_record(record: dict[str, Any], *, rate: bool) -> None:
-    assert RECORD_KEYS <= set(record)
-    assert record["errors"] == 0, record.get("first_error")
-    assert set(record["latency_ms"]) == LATENCY_KEYS
-    latency = record["latency_ms"]
-    assert latency["p50"] <= latency["p90"] <= latency["p99"] <= latency["p999"] <= latency["max"]
-    assert record["samples"] > 0
-    if rate:
-        assert isinstance(record["tasks_per_s"], float)
-    if record["target"] is not None:
-        assert isinstance(record["meets_target"], bool)
+from support.bench_reports import RECORD_KEYS, assert_record, run_bench
 
 
 @pytest.mark.timeout(120)

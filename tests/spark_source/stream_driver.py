@@ -15,7 +15,7 @@ import time
 
 import kittiwake.spark
 from kittiwake import Client
-from kittiwake.bench.spark_peer import start_spark
+from kittiwake.testing.spark_session import start_spark
 
 TASKS_PER_BATCH = "25"
 LEASE_SECS = "30"

@@ -26,7 +26,7 @@ CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
 def require_spark() -> None:
-    from kittiwake.bench.spark_peer import spark_available
+    from kittiwake.testing.spark_session import spark_available
 
     reason = spark_available()
     if reason is not None:

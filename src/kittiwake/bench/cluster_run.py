@@ -219,7 +219,7 @@ def _cluster(root: Path, name: str, count: int, durability: str) -> ClusterNodes
 def _one_and_two(pool: ProcessPool, root: Path, settings: ClusterBenchSettings, bar: Bar,
                  records: dict[str, dict[str, Any]]) -> dict[str, list[int]]:
     """Phases 1 and 2 on one broker and a 2-node cluster, both up: the drains, the user paths, the pushes."""
-    from kittiwake.bench.peers.run import make_payload
+    from kittiwake.bench.tally import make_payload
 
     pushed: dict[str, list[int]] = {}
     payload = make_payload(settings.data_bytes)
@@ -259,9 +259,9 @@ def _one_and_two(pool: ProcessPool, root: Path, settings: ClusterBenchSettings, 
 
 def _user_path(url: str, pids: Sequence[int], settings: ClusterBenchSettings, directory: Path,
                payload: str, bar: Bar, label: str) -> dict[str, Any]:
-    from kittiwake.bench.peers import tally
-    from kittiwake.bench.peers.worker_group import WorkerGroup
-    from kittiwake.bench.workers import submitter
+    from kittiwake.bench import tally
+    from kittiwake.bench.worker_group import WorkerGroup
+    from kittiwake.bench import map_submitter as submitter
     from kittiwake.client import Client
     from kittiwake.worker.registry import live_workers
 

@@ -21,7 +21,6 @@ histogram buckets): p50, p90, p99, p99.9 (`p999`) and max, in milliseconds.
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import signal
 import subprocess
@@ -49,7 +48,6 @@ from kittiwake.bench.wire import BlockingConnection, lease_refs
 BROKER_START_TIMEOUT_SECS = 300.0  # a restart over a million tasks is allowed to take a while
 BROKER_STOP_TIMEOUT_SECS = 120.0
 PERCENTILES = (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9))
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 # Progress callbacks get (fraction done 0..1, tasks finished so far).
 Progress = Callable[[float, int], None]
@@ -82,7 +80,7 @@ def latency_summary_ms(samples_ns: Iterable[int]) -> dict[str, float] | None:
 class BrokerProcess(testing.BrokerProcess):
     """A broker on `data_dir` (or on the store `store_url` names) for a benchmark: `kittiwake.testing`'s
     launcher with the durability chosen, its log at `log_path`, not started until `start()`; plus its
-    CPU time and memory, and `stop()` that times the clean stop."""
+    memory (its CPU time is the launcher's `cpu_secs()`), and `stop()` that times the clean stop."""
 
     def __init__(self, data_dir: Path, log_path: Path, durability: str = DURABILITY,
                  extra_args: Sequence[str] = (), store_url: str | None = None) -> None:
@@ -118,15 +116,6 @@ class BrokerProcess(testing.BrokerProcess):
     def peak_rss_mb(self) -> float:
         """Highest resident memory so far (VmHWM)."""
         return round(self._status_kb("VmHWM") / 1024.0, 1)
-
-    def cpu_secs(self) -> float:
-        """User + system CPU of the broker process (all its threads) so far."""
-        try:
-            with open(f"/proc/{self.pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return float("nan")
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
 
 # -------------------------------------------------------------- load pool

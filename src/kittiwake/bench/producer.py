@@ -9,8 +9,10 @@ measuring process of its own (spawned, so the parent's progress bars take no tim
 * `client_enqueue` (the reference): `--client-tasks` calls of `Client.enqueue` in a loop, each a
   durable round trip.
 * `huey_enqueue`: Huey's single enqueue (`f(x)`) on Redis, `--huey-tasks` of them, from a process
-  of its own through the `bench peers` submitter (`peers.huey_peer`, its claimed database, emptied
-  before and after). Redis acknowledges before anything is on disk; the row says how durable.
+  of its own through the `bench peers` submitter, on its claimed database, emptied before and
+  after. Redis acknowledges before anything is on disk; the row says how durable. It is measured
+  by the benchmarks distribution (`kittiwake_benchmarks.huey_reference`, found through
+  `distribution.reference`); where that is not installed the row says it was skipped and why.
 * `producer_sent_latency` vs `client_enqueue_latency`: on the idle broker, one task at a time,
   `producer.enqueue(...).sent()` and `client.enqueue(...)` alternately, `--samples` each; the
   producer's added latency is the difference of their percentiles.
@@ -36,16 +38,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 from rich.console import Console
 
-from kittiwake.bench import references
+from kittiwake.bench import distribution, references
 from kittiwake.bench.harness import BrokerProcess, latency_summary_ms
 from kittiwake.bench.processes import ProcessPool, cpu_secs, serve_jobs
 from kittiwake.bench.report import check_target, figure, figures_table, machine_info, numbers_table, progress_bars
-from kittiwake.bench.settings import PEERS_REDIS_URL_ENV, PRODUCER_QUEUE, ProducerBenchSettings
+from kittiwake.bench.settings import PRODUCER_QUEUE, ProducerBenchSettings
 
 POLL_SECS = 0.05
 PROGRESS_EVERY = 1000
 WARMUP_TASKS = 2000
-HUEY_MODULE = "kittiwake.bench.peers.huey_peer"
+HUEY_REFERENCE = "huey_enqueue"  # the entry point of `distribution.REFERENCES_GROUP` measuring it
 
 
 # ------------------------------------------------------------------ jobs of the measuring process
@@ -148,7 +150,8 @@ def serve(pipe: Any, counter: Any) -> None:
     serve_jobs(pipe, counter, lambda job: _run(job, counter))
 
 
-def _call(pool: ProcessPool, job: Any, bar: Callable[[float, int], None], expected: int) -> Any:
+def call_job(pool: ProcessPool, job: Any, bar: Callable[[float, int], None], expected: int) -> Any:
+    """Run `job` in the pool's process 0, its progress on `bar` (out of `expected`); its result."""
     pool.start(0, job)
     while not pool.done(0, POLL_SECS):
         done = pool.count(0)
@@ -162,33 +165,13 @@ def _call(pool: ProcessPool, job: Any, bar: Callable[[float, int], None], expect
 
 def _huey_enqueue(settings: ProducerBenchSettings, payload: str, root: Path,
                   bar: Callable[[float, int], None]) -> dict[str, Any]:
-    """Huey's single enqueue through the `bench peers` submitter, or why it was skipped."""
-    from kittiwake.bench.peers import submitter, tally
-    from kittiwake.bench.peers.services import RedisDatabase
-
-    redis = RedisDatabase(settings.redis_url)
-    problem = redis.claim()
-    if problem:
-        return {"skipped": problem}
-    durability, _ = redis.describe()
-    pool = ProcessPool(1, submitter.serve)
-    try:
-        redis.empty()
-        env = {PEERS_REDIS_URL_ENV: settings.redis_url, tally.TALLY_ENV: str(root / "huey-tally.bin")}
-        _call(pool, submitter.Open(HUEY_MODULE, {}, env), lambda *_: None, 1)
-        _call(pool, submitter.Submit(min(1000, settings.huey_tasks), payload), lambda *_: None, 1)  # warm
-        _call(pool, submitter.PURGE, lambda *_: None, 1)
-        done: submitter.Submitted = _call(pool, submitter.Submit(settings.huey_tasks, payload), bar,
-                                          settings.huey_tasks)
-        _call(pool, submitter.PURGE, lambda *_: None, 1)
-        _call(pool, submitter.CLOSE, lambda *_: None, 1)
-        return {"tasks_per_s": done.tasks_per_sec, "service": durability}
-    finally:
-        pool.close()
-        try:
-            redis.empty()
-        finally:
-            redis.release()
+    """Huey's single enqueue, measured by the benchmarks distribution where it is installed, or why it was skipped."""
+    measure = distribution.reference(HUEY_REFERENCE)
+    if measure is None:
+        return {"skipped": f"Huey's reference is part of the {distribution.DISTRIBUTION} distribution, "
+                           "not installed here (make setup, or pip install -e ./benchmarks)"}
+    result: dict[str, Any] = measure(settings, payload, root, bar)
+    return result
 
 
 # ---------------------------------------------------------------------------- the run
@@ -228,10 +211,10 @@ def run_producer(settings: ProducerBenchSettings, console: Console, *, parent_di
                 ("client_enqueue", settings.client_tasks, False),
             ):
                 broker_cpu = broker.cpu_secs()
-                measured[name] = _call(pool, Throughput(url, count, settings.data_bytes, through_producer),
+                measured[name] = call_job(pool, Throughput(url, count, settings.data_bytes, through_producer),
                                        bar(name.replace("_", " ")), count)
                 measured[name].broker_cpu = broker.cpu_secs() - broker_cpu
-            latencies: Latencies = _call(pool, Latency(url, settings.samples, settings.data_bytes),
+            latencies: Latencies = call_job(pool, Latency(url, settings.samples, settings.data_bytes),
                                          bar("latency, producer and client alternately"), settings.samples)
             huey: dict[str, Any] = (_huey_enqueue(settings, "x" * settings.data_bytes, root, bar("huey single enqueue"))
                     if settings.huey else {"skipped": "--no-huey"})

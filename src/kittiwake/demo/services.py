@@ -2,8 +2,8 @@
 
 Each is the ordinary command (`python -m kittiwake.broker`, `kittiwake
 spark-worker`, `kittiwake worker`) started as a subprocess, its log in a
-file of the demo's folder; the broker through the benchmarks' `BrokerProcess`
-(`kittiwake.testing`'s launcher, which also reports the broker's CPU time). `Services` starts them, waits for the broker's
+file of the demo's folder; the broker through `kittiwake.testing`'s `BrokerProcess`
+(which also reports the broker's CPU time). `Services` starts them, waits for the broker's
 listening line and the spark-worker's ``ready`` line (its JVM starts while
 the dataset is generated), and stops them with SIGTERM — the graceful stop
 every one of them has — killing only what does not exit in time.
@@ -21,7 +21,7 @@ from pathlib import Path
 from queue import Empty, Queue
 from typing import IO, Mapping, Sequence
 
-from kittiwake.bench.harness import BrokerProcess
+from kittiwake.testing import BrokerProcess
 
 STOP_TIMEOUT_SECS = 60.0
 READY_MARK = " ready"
@@ -93,8 +93,8 @@ class Services:
 
     def start_broker(self) -> str:
         if self.url is None:
-            self.broker = BrokerProcess(self.root / "broker-data", self.root / "broker.log",
-                                        extra_args=["--http-port", "0"])
+            self.broker = BrokerProcess(self.root / "broker-data", args=["--durability", "fsync", "--http-port", "0"],
+                                        log_path=self.root / "broker.log")
             self.broker.start()
             self.url = self.broker.url
         return self.url
@@ -149,8 +149,11 @@ class Services:
         """Workers first (they finish what they hold), then the broker."""
         for service in [*self.workers, *([self.spark] if self.spark else [])]:
             service.stop()
-        if self.broker is not None:
-            self.broker.stop()
+        if self.broker is not None and self.broker.alive():
+            try:
+                self.broker.terminate(STOP_TIMEOUT_SECS)
+            except subprocess.TimeoutExpired:
+                self.broker.kill()
 
     def broker_cpu_secs(self) -> float | None:
         return self.broker.cpu_secs() if self.broker is not None else None

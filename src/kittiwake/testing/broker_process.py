@@ -6,7 +6,7 @@ free one) and any other options (`--auth-file`, `--tls-cert`, faces' ports such 
 the ports from it: `port`, `tls_port`, and each face's by name in `ports` (`udp_port`, `sqs_port`,
 `http_port` for the faces Kittiwake ships). It can be killed (SIGKILL: a crash), terminated
 (SIGTERM: the clean stop, returning the exit status) and restarted on the same data, on the same
-ports while they are free.
+ports while they are free. `cpu_secs()` reads its CPU time so far from `/proc` (Linux).
 
 The broker's stdout and stderr go to files beside the data directory (`DIR.stdout`, `DIR.log`;
 with `log_path=NAME.log`, `NAME.stdout` beside it), never to a pipe: a pipe nobody reads blocks
@@ -35,6 +35,7 @@ START_TIMEOUT_SECS = 30.0  # a broker listens in well under a second; recovering
 WAIT_SECS = 30.0  # how long kill() waits for the process to be gone
 POLL_SECS = 0.01  # a start's pause between two looks at the stdout file
 LOG_TAIL_LINES = 40
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 WILDCARD_HOSTS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # where a client reaches such a broker
 
 
@@ -188,6 +189,15 @@ class BrokerProcess:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         return process.wait(timeout=timeout_secs)
+
+    def cpu_secs(self) -> float:
+        """User + system CPU of the broker process (all its threads) so far; NaN where `/proc` cannot tell."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last `lines` lines of the broker's log (its stderr, every start)."""
