@@ -19,6 +19,7 @@ order 1: 1 items True
 failed: ValueError order 2 is empty
 ['order 3: 1 items', 'order 4: 2 items', 3, 'sent: shelves are full']
 pending sent: good morning
+['sent: ada', 'sent: grace']
 """
 HELLO_EXPECTED = """\
 144
