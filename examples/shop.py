@@ -68,6 +68,13 @@ def main() -> None:
 
     later = notify.submit("good morning", delay=2)  # not started before 2 s from now
     print(later.status().state, later.result(timeout=30))
+
+    users = ["ada", "grace"]
+    # --8<-- [start:batch]
+    with app.batch():
+        handles = [notify.submit(user) for user in users]
+    print(app.results(handles, timeout=60))
+    # --8<-- [end:batch]
     app.close()
 
 

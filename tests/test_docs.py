@@ -5,6 +5,12 @@ page, a page left out of the nav, a snippet of examples/ that is gone or a gener
 does not know fails it. Then the built pages are checked against the code (every `kittiwake broker`
 option on the operations page, every error code and op in the reference), and the README against
 the files the tests run (its two commands, its three examples, its headline figures).
+
+Code in the pages is included, never copied: a ```python block of docs/*.md holds one line,
+`--8<-- "examples/NAME.py"` (the whole file) or `--8<-- "examples/NAME.py:SECTION"` (the lines between
+`# --8<-- [start:SECTION]` and `# --8<-- [end:SECTION]` in the file, dedented), and a test runs that
+example. A block that is no program (a signature, a line naming an API; three lines at most) says so
+on the line just before it, `<!-- fragment: why -->`, which the site does not show.
 """
 
 from __future__ import annotations
@@ -83,11 +89,45 @@ def test_every_command_is_on_the_command_line_page(site: Path) -> None:
     assert not [name for name in cli.list_commands(context) if f"kittiwake {name}" not in text]
 
 
+SECTION_MARKER = re.compile(r"^\s*# --8<-- \[(start|end):[a-z][-_0-9a-z]*\]$")
+INCLUDE = re.compile(r'^--8<-- "examples/([^":]+)(?::([a-z][-_0-9a-z]*))?"$')
+FRAGMENT = re.compile(r"^<!-- fragment: .+ -->$")
+PYTHON_FENCE = re.compile(r"^```\s*\{?\s*\.?(python3?|py)\b")  # ```python, ```py, ``` {.python title=...}
+FRAGMENT_LINES_MAX = 3  # more is a program: an example that a test runs
+
+
 def test_code_in_the_pages_comes_from_the_examples(site: Path) -> None:
     for page, example in [("tasks", "shop.py"), ("pipelines", "sales.py"), ("client", "client.py")]:
         text = page_text(site, page)
         for line in (EXAMPLES / example).read_text().splitlines():
-            assert line.strip() in text, f"{example}: {line!r} is not on {page}"
+            if not SECTION_MARKER.match(line):  # the markers of sections cut for other pages are left out
+                assert line.strip() in text, f"{example}: {line!r} is not on {page}"
+
+
+def python_blocks(page: Path) -> list[tuple[int, str, list[str]]]:
+    """Each ```python block of a page: its line number, the line before it, and its lines."""
+    lines = page.read_text().splitlines()
+    blocks, index = [], 0
+    while index < len(lines):
+        if PYTHON_FENCE.match(lines[index].strip()):
+            end = next(at for at in range(index + 1, len(lines)) if lines[at].strip() == "```")
+            blocks.append((index + 1, lines[index - 1] if index else "", lines[index + 1 : end]))
+            index = end
+        index += 1
+    return blocks
+
+
+def test_every_python_block_of_the_pages_is_an_included_example_or_a_marked_fragment() -> None:
+    copied = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for line_number, before, body in python_blocks(page):
+            if len(body) == 1 and INCLUDE.match(body[0]):
+                continue
+            if not FRAGMENT.match(before.strip()) or len(body) > FRAGMENT_LINES_MAX:
+                copied.append(f"docs/{page.name}:{line_number}")
+    assert not copied, (f"python blocks copied into the pages: {copied}; include the example that a test runs "
+                        '(--8<-- "examples/NAME.py" or "examples/NAME.py:SECTION"), or mark a non-program '
+                        f"of at most {FRAGMENT_LINES_MAX} lines with <!-- fragment: why --> on the line before")
 
 
 def readme_code_blocks(language: str) -> list[str]:
@@ -133,7 +173,7 @@ def test_the_readmes_links_lead_to_pages() -> None:
 def test_every_example_the_pages_include_is_run_by_a_test() -> None:
     included = set()
     for page in (ROOT / "docs").glob("*.md"):
-        included |= set(re.findall(r'--8<-- "examples/([^"]+)"', page.read_text()))
+        included |= {match.group(1) for line in page.read_text().splitlines() if (match := INCLUDE.match(line.strip()))}
     assert included, "no page includes an example"
     tests = [path.read_text() for path in (ROOT / "tests").rglob("test_*.py") if path.name != "test_docs.py"]
     for name in sorted(included):

@@ -1,5 +1,6 @@
-"""The docs' examples of the task layer run as written: examples/shop.py ("Tasks and workers") and
-examples/hello.py (the README's App + worker) against real workers."""
+"""The docs' examples of the task layer run as written: examples/shop.py ("Tasks and workers"),
+examples/hello.py (the README's App + worker) and examples/alice_shop.py (an app under one user, on a
+broker with an auth file: docs/security.md) against real workers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kittiwake import Client
+from support.auth_users import ALICE, ROOT, standard_auth_file
 from support.broker_process import BrokerProcess
 from worker.harness import TESTS_DIR, workers
 
@@ -19,6 +22,7 @@ order 1: 1 items True
 failed: ValueError order 2 is empty
 ['order 3: 1 items', 'order 4: 2 items', 3, 'sent: shelves are full']
 pending sent: good morning
+['sent: ada', 'sent: grace']
 """
 HELLO_EXPECTED = """\
 144
@@ -26,13 +30,14 @@ HELLO_EXPECTED = """\
 """
 
 
-def run_example(broker: BrokerProcess, tmp_path: Path, app: str, script: str, *worker_args: str) -> str:
+def run_example(broker: BrokerProcess, tmp_path: Path, app: str, script: str, *worker_args: str, url: str = "") -> str:
     path = os.pathsep.join([str(EXAMPLES), str(TESTS_DIR)])
-    with workers(broker.url, tmp_path, *worker_args, app=app, env={"PYTHONPATH": path},
-                 processes=int(worker_args[1]) if worker_args else 1):
+    url = url or broker.url
+    processes = int(worker_args[worker_args.index("--processes") + 1]) if "--processes" in worker_args else 1
+    with workers(url, tmp_path, *worker_args, app=app, env={"PYTHONPATH": path}, processes=processes):
         done = subprocess.run(
             [sys.executable, script], cwd=EXAMPLES, capture_output=True, text=True, timeout=120,
-            env={**os.environ, "KITTIWAKE_URL": broker.url},
+            env={**os.environ, "KITTIWAKE_URL": url},
         )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -44,3 +49,18 @@ def test_the_shop_example_prints_what_the_docs_say(broker: BrokerProcess, tmp_pa
 
 def test_the_hello_example_prints_what_the_readme_says(broker: BrokerProcess, tmp_path: Path) -> None:
     assert run_example(broker, tmp_path, "hello:app", "hello.py") == HELLO_EXPECTED
+
+
+def test_the_one_user_example_stays_inside_alices_prefix(tmp_path: Path) -> None:
+    secured = BrokerProcess(tmp_path / "data", auth_file=standard_auth_file(tmp_path / "users.json"))
+    try:
+        alice = secured.client_url(*ALICE)  # alice: alice.*=all, nothing else
+        out = run_example(secured, tmp_path, "alice_shop:app", "alice_shop.py",
+                          "--queues", "alice.shop,alice.shop.gang", "--registry-queue", "alice.workers", url=alice)
+        assert out == "49\n"
+        assert "FORBIDDEN" not in (tmp_path / "worker.log").read_text()
+        with Client(secured.client_url(*ROOT)) as root:
+            names = [info.queue for info in root.list_queues()]
+        assert "alice.workers" in names and all(name.startswith("alice.") for name in names), names
+    finally:
+        secured.kill()
