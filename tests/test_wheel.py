@@ -5,12 +5,13 @@ The wheel is built from a copy of this checkout's sources (pyproject.toml, READM
 `build/` left over from an older tree, none left behind) as a user's pip builds it (`pip wheel
 --no-deps --no-build-isolation`), then installed into a fresh virtual environment of its own, with its
 dependencies and nothing else (pip resolves them from the index this environment was installed
-from): there `kittiwake bench ops --help` runs, `kittiwake bench --help` lists only the broker's
+from): there `kittiwake bench ops` runs (a short measured run), `kittiwake bench --help` lists only the broker's
 own benchmarks, and `kittiwake bench peers` says how to install the distribution.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,13 @@ def test_the_installed_wheel_runs_its_benchmarks_without_the_distribution(wheel:
     ops = _run([python, "-m", "kittiwake", "bench", "ops", "--help"], outside)
     assert ops.returncode == 0, ops.stdout + ops.stderr
     assert "--clients" in ops.stdout and "--durability" in ops.stdout
+    # and it runs: a broker of the wheel's own, a load process, a record in the JSON
+    report = tmp_path / "ops.json"
+    ran = _run([python, "-m", "kittiwake", "bench", "ops", "--only", "enqueue", "--seconds", "0.3", "--warmup", "0",
+                "--clients", "2", "--processes", "1", "--json", str(report)], outside)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    record = json.loads(report.read_text())["ops"]["enqueue"]
+    assert record["tasks_per_s"] > 0 and record["errors"] == 0
 
     group = _run([python, "-m", "kittiwake", "bench", "--help"], outside)
     assert group.returncode == 0, group.stdout + group.stderr
