@@ -2,7 +2,7 @@
 
 The settings of each benchmark (`TasksSettings`, `PeersSettings`, `CelerySettings`,
 `WorkersSettings`, `FlowsSettings`, `MapReduceSettings`) are what `kittiwake bench ...` lets a user
-change; their defaults are the CLI's defaults and the sizes the README's figures were measured at.
+change; their defaults are the CLI's defaults and the sizes the figures of docs/performance.md were measured at.
 What they share with the broker's own benchmarks (durability, data sizes, leases, the Redis
 database) is `kittiwake.bench.settings`; the figures they are held against are in
 `kittiwake.bench.references`.

@@ -3,7 +3,7 @@
 TaskMaster recovers a node in "a few seconds" whatever it holds. A broker
 restarted over its own fill (the `restart` figure) has its tasks in the OS
 page cache and no more of them than the benchmark could enqueue through the
-wire; this figure holds the broker to the README's target at a size the wire
+wire; this figure holds the broker to its target (docs/performance.md) at a size the wire
 would take too long to fill:
 
 1. `build`: a data directory of `tasks` tasks (10M by default) written

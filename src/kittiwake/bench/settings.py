@@ -3,7 +3,7 @@
 The settings of each of the broker's own benchmarks (`OpsSettings`, `LatencySettings`,
 `ScaleSettings`, `ProducerBenchSettings`; `cluster`'s are in `cluster_settings`) are what
 `kittiwake bench ...` lets a user change; their defaults are the CLI's defaults and the sizes the
-README's figures were measured at. The constants are what every run keeps: task data sizes, the
+figures of docs/performance.md were measured at. The constants are what every run keeps: task data sizes, the
 queues each benchmark writes to, the leases it takes. The figures the benchmarks are held against
 (seeds and targets) are in `references`. The benchmarks of other systems (the `kittiwake_benchmarks`
 distribution) read these too, beside their own settings.
