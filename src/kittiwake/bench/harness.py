@@ -83,9 +83,10 @@ class BrokerProcess(testing.BrokerProcess):
     memory (its CPU time is the launcher's `cpu_secs()`), and `stop()` that times the clean stop."""
 
     def __init__(self, data_dir: Path, log_path: Path, durability: str = DURABILITY,
-                 extra_args: Sequence[str] = (), store_url: str | None = None) -> None:
+                 extra_args: Sequence[str] = (), store_url: str | None = None,
+                 command: Sequence[str] | None = None) -> None:
         super().__init__(data_dir, store_url=store_url, args=["--durability", durability, *extra_args],
-                         log_path=log_path, start_timeout_secs=BROKER_START_TIMEOUT_SECS)
+                         log_path=log_path, start_timeout_secs=BROKER_START_TIMEOUT_SECS, command=command)
         self.durability = durability
 
     def stop(self) -> float:
@@ -193,18 +194,19 @@ class Session:
 
     `brokers` > 1 starts that many brokers on the store `store_url` names (which must let several
     share it: PostgreSQL with brokers=many); load connection n then talks to broker n mod `brokers`,
-    and the broker CPU reported is theirs summed. `broker` is the first, for set-up calls."""
+    and the broker CPU reported is theirs summed. `broker` is the first, for set-up calls. `command`
+    starts another server in the broker's place (`sqlite_ceiling`, the bare reference of `ops`)."""
 
     def __init__(self, *, durability: str = DURABILITY, processes: int = LOAD_PROCESSES, parent_dir: str | None = None,
                  keep: bool = False, broker_args: Sequence[str] = (), store_url: str | None = None,
-                 brokers: int = 1) -> None:
+                 brokers: int = 1, command: Sequence[str] | None = None) -> None:
         if brokers > 1 and store_url is None:
             raise ValueError("several brokers need a store they can share (--store postgresql://…?brokers=many)")
         self.root = Path(tempfile.mkdtemp(prefix="kittiwake-bench-", dir=parent_dir))
         self.keep = keep
         self.brokers = [
             BrokerProcess(self.root / "data", self.root / f"broker{'' if n == 0 else n}.log", durability, broker_args,
-                          store_url)
+                          store_url, command)
             for n in range(brokers)
         ]
         self.broker = self.brokers[0]

@@ -8,7 +8,10 @@ figures one after the other on one broker, each as a closed loop of
 warmed up for `--warmup` seconds and then measured for `--seconds`:
 
 * `enqueue`: one task per request with an explicit random 64-bit pid (the
-  broker must check the pid is new: TaskMaster's read + write).
+  broker must check the pid is new: TaskMaster's read + write). On the SQLite
+  store the same load then runs against `sqlite_ceiling`, a bare asyncio +
+  SQLite group-commit server on the same disk (`enqueue_ceiling`), and the
+  broker's record says its `ceiling_ratio` (target ≥ 0.9).
 * `fifo_enqueue`: one task per request, pid assigned by the broker.
 * `lease_dequeue`: lease one task, then dequeue it — two requests; one
   operation is the pair, its latency runs from sending the lease to the
@@ -36,6 +39,7 @@ settings name the store without its password.
 from __future__ import annotations
 
 import math
+import sys
 from contextlib import ExitStack
 from dataclasses import asdict
 from typing import Any, Callable
@@ -51,6 +55,9 @@ from kittiwake.bench.settings import OPS_BULK_PREFIX, OPS_FIGURES, OPS_SINGLE_PR
 from kittiwake.store.location import parse_store_url
 
 TOP_UP_MARGIN = 1.3
+CEILING_COMMAND = (sys.executable, "-m", "kittiwake.bench.sqlite_ceiling")
+CEILING_SOURCE = "bare asyncio + SQLite group commit (kittiwake.bench.sqlite_ceiling), same run"
+CEILING_RATIO_MIN = 0.9  # explicit-pid enqueue within 10% of what the disk and SQLite allow
 
 
 def _top_up(session: Session, queues: tuple[str, ...], rate: float, seconds: float,
@@ -190,6 +197,14 @@ def _run_figures(settings: OpsSettings, console: Console, url: str | None, broke
         timed("batch_lease_dequeue", f"batch lease + dequeue ×{batch}",
               Scenario("lease_dequeue", bulk, batch=batch, data_bytes=data))
         broker_startup_s = session.startup_secs
+    if "enqueue" in measured and url is None:
+        with ExitStack() as stack:  # the bare reference, same run, same load, same disk
+            ceiling = stack.enter_context(Session(durability=settings.durability, processes=settings.processes,
+                                                  parent_dir=parent_dir, command=CEILING_COMMAND))
+            bar = stack.enter_context(progress_bars(console))
+            measured["enqueue_ceiling"] = ceiling.timed(
+                Scenario("enqueue", single, data_bytes=data), clients, settings.warmup_secs, settings.seconds,
+                bar("enqueue, explicit pid: bare asyncio + SQLite ceiling"))
 
     shape = {
         "enqueue": (1, 1), "fifo_enqueue": (1, 1), "lease_dequeue": (1, 2),
@@ -199,7 +214,22 @@ def _run_figures(settings: OpsSettings, console: Console, url: str | None, broke
         name: _record(name, measured[name], batch=size, requests=requests, queues=queue_count, clients=clients)
         for name, (size, requests) in shape.items() if name in measured
     }
+    if "enqueue_ceiling" in measured:
+        ops["enqueue_ceiling"] = ceiling_record(ops["enqueue"], measured["enqueue_ceiling"], queue_count, clients)
     return ops, measured, store, broker_startup_s
+
+
+def ceiling_record(enqueue: dict[str, Any], measured: Measured, queues: int, clients: int) -> dict[str, Any]:
+    """The bare ceiling's own figure; the broker's `enqueue` record gains `ceiling_ratio` (its tasks/s
+    over the ceiling's) and the target on it."""
+    ceiling = figure(measured, batch=1, requests_per_op=1, clients=clients, queues=queues,
+                     server=CEILING_SOURCE)
+    rate, bare = enqueue.get("tasks_per_s"), ceiling.get("tasks_per_s")
+    enqueue["ceiling_ratio"] = round(rate / bare, 3) if rate and bare else None
+    enqueue["ceiling"] = {"source": CEILING_SOURCE, "tasks_per_s": bare}
+    enqueue["target"] = {**(enqueue.get("target") or {}), "ceiling_ratio_min": CEILING_RATIO_MIN}
+    enqueue["meets_target"] = check_target(enqueue)
+    return ceiling
 
 
 def show_brokers(console: Console, report: dict[str, Any]) -> None:
