@@ -15,7 +15,8 @@ from flow import pipelines
 from kittiwake import Client, errors
 from kittiwake.client.interfaces import QueueClient
 from kittiwake.flow import Dataset
-from kittiwake.flow.runs import list_runs
+from kittiwake.flow.jobs import FlowJobs
+from kittiwake.flow.runs import finish_run, list_runs
 
 
 def joins_waiting(client: Client, flow: Any) -> dict[str, int]:
@@ -168,6 +169,56 @@ def test_a_done_run_says_which_tokens_never_met_their_partners(client: Client, p
     assert status.state == "done" and status.reason == "1 token(s) never met the rest of their job's inputs (add: 1)"
     assert {p.step: p.waiting for p in status.steps}["add"] == 1
     assert sum(joins_waiting(client, pipelines.tiny).values()) == 0  # collected all the same
+
+
+def finish_by_hand(client: Client, jobs: FlowJobs, task: Any, value: Any) -> None:
+    """Finish a leased job of `pipelines.tiny` as its worker would: `value` is what the step returned."""
+    prepared = jobs.prepare(task)
+    items = [{"out": Dataset.inline(item)} for item in (value if prepared.step.split else [value])]
+    client.update(dequeue=[task], enqueue=jobs.finish(prepared, items))
+
+
+class FinishesBeforePeeking:
+    """Reads through a Client; just before its first peek of `queue`, `action` runs: a worker
+    finishing a job while a finisher is between two of its reads."""
+
+    def __init__(self, inner: Client, queue: str, action: Callable[[], None]) -> None:
+        self.inner, self.queue, self.action = inner, queue, action
+        self.peeked: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def peek(self, queue: str, n: int = 10, from_pid: str | None = None) -> Any:
+        if queue == self.queue and self.action is not None:
+            action, self.action = self.action, None
+            action()
+        self.peeked.append(queue)
+        return self.inner.peek(queue, n, from_pid)
+
+
+def test_a_job_that_moves_on_while_the_finisher_looks_keeps_the_run_going(client: Client, tmp_path: Path) -> None:
+    """The last `square` finishes (starting `add`) after the finisher looked at `add`'s queue and
+    before it looks at `square`'s: the finisher must still see a job, so it looks at the steps'
+    queues in the order jobs flow through them (a job only starts jobs of later steps)."""
+    flow = pipelines.tiny
+    jobs = FlowJobs([flow], client)
+    run = flow.run(client, {"numbers": [3]}, data_dir=tmp_path)
+    spread, square, add = (flow.steps[name].job_queue for name in ("spread", "square", "add"))
+    finish_by_hand(client, jobs, client.lease(spread, lease_secs=60)[0], [3])
+    held = client.lease(square, lease_secs=60)[0]  # the last job, running on a worker
+
+    reads = FinishesBeforePeeking(client, square, lambda: finish_by_hand(client, jobs, held, 9))
+    ended = finish_run(reads, run.record) is not None
+    peeked = list(dict.fromkeys(queue for queue in reads.peeked if queue in (spread, square, add)))
+    assert not ended, f"ended with a job of {add} still to run, having peeked the job queues in order {peeked}"
+    assert [view.pid for view in client.peek(add, 10)] == [run.id]
+    assert run.status().state == "running"
+
+    finish_by_hand(client, jobs, client.lease(add, lease_secs=60)[0], {"sum": 9})
+    status = run.status()
+    assert status.state == "done", status
+    assert {p.step: p.done for p in status.steps} == {"spread": 1, "square": 1, "add": 1}
 
 
 class Routed:

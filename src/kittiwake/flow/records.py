@@ -37,7 +37,7 @@ class RunRecord(msgspec.Struct, kw_only=True):
     created_at: float
     data_dir: str
     inputs: dict[str, Any]
-    steps: list[StepShape]
+    steps: list[StepShape]  # in declaration order: a step's inputs come from steps before it
     sinks: list[str]  # "step.port" of outputs nobody consumes
     fresh: bool = False  # every job runs: the reuse index is not looked up (it is still written)
 
@@ -45,7 +45,9 @@ class RunRecord(msgspec.Struct, kw_only=True):
         return sorted({step.engine for step in self.steps})
 
     def job_queues(self) -> list[str]:
-        return sorted({step.job_queue for step in self.steps})
+        """The steps' job queues in step order, which is the order jobs flow through them: a job
+        only ever starts jobs of later steps (`runs.has_live_job` relies on it)."""
+        return list(dict.fromkeys(step.job_queue for step in self.steps))
 
     def step_of_join(self, join: str | None) -> str | None:
         for step in self.steps:

@@ -182,7 +182,15 @@ def scan_prefix(client: QueueReads, queue: str, prefix: str = "") -> Iterator[Ta
 
 
 def has_live_job(client: QueueReads, record: RunRecord) -> bool:
-    """Whether a job of the run waits or runs (at most two peeks per job queue)."""
+    """Whether a job of the run waits or runs (at most two peeks per job queue).
+
+    The peeks are not one snapshot: jobs finish and start others between them. They go through
+    the job queues in step order (`RunRecord.job_queues`), the way jobs flow, so a job that moves
+    on is met again further down: were a job alive after the last peek but missed, it started
+    after its queue was peeked, so its parent, in an earlier queue, was alive after that one's
+    peek and was missed too, and so on up to the run's first job, which was there before the
+    first peek. In any other order a job can start behind the peeks (a merge's job starts while
+    its last input's queue is peeked) and the run would be ended with it still to run."""
     for queue in record.job_queues():
         for start in (record.run, record.run + "/"):
             page = client.peek(queue, 1, start)
