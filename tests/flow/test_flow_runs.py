@@ -221,6 +221,25 @@ def test_a_job_that_moves_on_while_the_finisher_looks_keeps_the_run_going(client
     assert {p.step: p.done for p in status.steps} == {"spread": 1, "square": 1, "add": 1}
 
 
+def test_a_dead_job_retried_while_the_finisher_looks_keeps_the_run_going(client: Client, tmp_path: Path) -> None:
+    """The last `square` is dead-lettered; a `retry` puts it back after the finisher looked at the job
+    queues and before it looks at the dead-letter queues: it is in neither where the finisher looked,
+    so the finisher must look at the job queues once more before it ends the run."""
+    flow = pipelines.tiny
+    jobs = FlowJobs([flow], client)
+    run = flow.run(client, {"numbers": [3]}, data_dir=tmp_path)
+    spread, square = (flow.steps[name].job_queue for name in ("spread", "square"))
+    finish_by_hand(client, jobs, client.lease(spread, lease_secs=60)[0], [3])
+    client.release(client.lease(square, lease_secs=60)[0], "broken", bury=True)
+    assert run.status().state == "failed"
+
+    reads = FinishesBeforePeeking(client, f"{square}.dead", lambda: run.retry())
+    ended = finish_run(reads, run.record) is not None
+    assert not ended, "ended with a retried job of square back in its queue"
+    assert run.status().state == "running"
+    assert [view.pid.partition("/")[0] for view in client.peek(square, 10)] == [run.id]
+
+
 class Routed:
     """A client that is no `kittiwake.Client`: each `QueueClient` call goes to a Client and is
     counted, as a client routing each call to one of several brokers would."""

@@ -297,8 +297,10 @@ def outputs_of(client: QueueReads, record: RunRecord) -> dict[str, list[Any]]:
 def finish_run(client: QueueClient, record: RunRecord) -> RunRecord | None:
     """End a run that holds no job any more: write its end (done, outputs, jobs per step) and
     collect its garbage. Returns None when it did nothing: the run had ended, or a job of it
-    lives or is dead."""
-    if ended_of(client, record) is not None or has_live_job(client, record) or dead_jobs(client, record):
+    lives or is dead. The job queues are looked at again after the dead-letter queues: a dead job
+    that `retry` puts back between the two looks is in neither where it was looked for."""
+    if (ended_of(client, record) is not None or has_live_job(client, record) or dead_jobs(client, record)
+            or has_live_job(client, record)):
         return None
     left = waiting_tokens(client, record)
     done, reused = _done_counts(client, record)
