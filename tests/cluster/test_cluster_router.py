@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from kittiwake import errors
 from kittiwake.client import calls
 from kittiwake.client.cluster_channel import drive
-from kittiwake.client.cluster_router import Router, Send, Step
+from kittiwake.client.cluster_router import AGAIN, Router, Send, Step
 from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
 from kittiwake.cluster.routing import Owned, route
 from kittiwake.model import EnqueueOutcome, QueueInfo
@@ -51,7 +51,15 @@ def run(router: Router, call: Any, answer: Answer, log: list[Send] | None = None
                 outcomes.append(exc)
         return outcomes
 
-    return drive(router.conversation(call, None), send_step)
+    # as the channels run a call: its direct send first where it has one, then the conversation
+    send = router.direct(call, None)
+    if send is None:
+        return drive(router.conversation(call, None), send_step)
+    outcome = send_step((send,))[0]
+    result = router.settle(send, outcome)
+    if result is not AGAIN:
+        return result
+    return drive(router.conversation(call, None, tried=(send, outcome)), send_step)
 
 
 def echo_enqueue(send: Send) -> Any:
@@ -81,6 +89,22 @@ def test_a_split_enqueue_sends_each_keyed_task_to_its_owner_and_merges_in_order(
             assert outcome.pid == (pid if pid is not None else f"fifo-{decision.node}")
     assert len({send.node for send in log}) == len(log)  # one request per node, one step
     assert router.routing_stats().hops.get("enqueue", 0) == 0
+
+
+def test_only_a_single_task_enqueue_goes_direct_and_it_is_counted_as_one_request() -> None:
+    cluster = make_map()
+    router = make_router(cluster)
+    assert router.direct(calls.get("q", "k"), None) is None
+    assert router.direct(calls.enqueue_many([{"queue": "q", "data": b""}] * 2), None) is None
+    assert make_router(None, seeds=(Address("127.0.0.1", 7000),)).direct(calls.enqueue("q", b""), None) is None
+    keyed = router.direct(calls.enqueue("q", b"", pid="k1"), None)
+    owner = route(cluster, "q", "k1")
+    assert keyed is not None and isinstance(owner, Owned) and keyed.node == owner.node and not keyed.quick
+    fifo = router.direct(calls.enqueue("q", b""), None)
+    assert fifo is not None and fifo.quick  # another node could take it
+    assert router.settle(fifo, echo_enqueue(fifo)).pid == f"fifo-{fifo.node}"
+    stats = router.routing_stats()
+    assert (stats.calls["enqueue"], stats.requests["enqueue"], stats.hops.get("enqueue", 0)) == (1, 1, 0)
 
 
 def test_fifo_pushes_spread_within_one_and_skip_an_unreachable_node() -> None:

@@ -10,13 +10,13 @@ reads.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kittiwake import errors
 from kittiwake.client.async_pool import AsyncPool
 from kittiwake.client.calls import Call
 from kittiwake.client.cluster_channel import NODE_CONNECT_TIMEOUT_SECS, connect_budget, make_router
-from kittiwake.client.cluster_router import Conversation, Router, Send, Step
+from kittiwake.client.cluster_router import AGAIN, Conversation, Router, Send, Step
 from kittiwake.client.url import BrokerAddress
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES
 from kittiwake.cluster.cluster_map import Address, ClusterMap
@@ -57,7 +57,15 @@ class AsyncClusterChannel:
         return self._router
 
     async def request(self, call: Call[T], timeout_secs: float | None) -> T:
-        return await self._drive(self._router.conversation(call, timeout_secs))
+        router = self._router
+        send = router.direct(call, timeout_secs)  # one node, decided at once (`Router.direct`)
+        if send is None:
+            return await self._drive(router.conversation(call, timeout_secs))
+        outcome = await self._send(send)
+        result = router.settle(send, outcome)
+        if result is not AGAIN:
+            return cast(T, result)
+        return await self._drive(router.conversation(call, timeout_secs, tried=(send, outcome)))
 
     async def per_node(self, call: Call[T], timeout_secs: float | None) -> dict[str, T]:
         """`call` sent to every node unchanged: each node's own result, by node name."""

@@ -23,11 +23,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from kittiwake import errors
 from kittiwake.client.calls import Call
-from kittiwake.client.cluster_router import Router, Send, Step
+from kittiwake.client.cluster_router import AGAIN, Router, Send, Step
 from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
 from kittiwake.client.url import BrokerAddress, parse_url
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES
@@ -150,7 +150,15 @@ class ClusterChannel:
         return self._router
 
     def request(self, call: Call[T], timeout_secs: float | None) -> T:
-        return drive(self._router.conversation(call, timeout_secs), self._send_step)
+        router = self._router
+        send = router.direct(call, timeout_secs)  # one node, decided at once (`Router.direct`)
+        if send is None:
+            return drive(router.conversation(call, timeout_secs), self._send_step)
+        outcome = self._send(send)
+        result = router.settle(send, outcome)
+        if result is not AGAIN:
+            return cast(T, result)
+        return drive(router.conversation(call, timeout_secs, tried=(send, outcome)), self._send_step)
 
     def per_node(self, call: Call[T], timeout_secs: float | None) -> dict[str, T]:
         """`call` sent to every node unchanged: each node's own result, by node name."""

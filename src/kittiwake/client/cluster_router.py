@@ -4,8 +4,12 @@ Sans-IO. `Router.conversation(call, timeout)` is a generator of **steps**: each 
 `Send`s (a node and the call to send it) that the caller — `ClusterChannel` (blocking) or
 `AsyncClusterChannel` (asyncio) — sends, at once or in turn, and answers with one outcome per
 send: the decoded result, or the `kittiwake.errors` error it raised. The generator's return value
-is the call's result. The router keeps the cluster map, the FIFO spreader (which nodes are marked
-down) and the counts of `routing_stats`; it is given the clock and the randomness.
+is the call's result. A call that goes to one node as it is and is decided at once (a single-task
+enqueue, a producer's commonest call) skips the generator: `direct` gives its one send, the
+channel sends it and `settle` reads the outcome — the result, or `AGAIN`, and the conversation
+goes on from that send (`tried`), the same steps as without it. The router keeps the cluster map,
+the FIFO spreader (which nodes are marked down) and the counts of `routing_stats`; it is given the
+clock and the randomness.
 
 What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiwake.cluster.merge`):
 
@@ -109,6 +113,8 @@ class Send:
     quick: bool = False
 
 
+AGAIN = object()  # `Router.settle`: the direct send did not settle the call; `conversation` goes on
+
 Step = tuple[Send, ...]
 Conversation = Generator[Step, list[Any], T]
 """Yields steps, is sent one outcome (a result or a `KittiwakeError`) per send, returns the result."""
@@ -197,7 +203,7 @@ class Router:
                 self._spreader.mark_down(node)
 
     def _mark_up(self, node: str) -> None:
-        if self._spreader is not None:
+        if self._spreader is not None and self._spreader.is_down(node):
             with self._lock:
                 self._spreader.mark_up(node)
 
@@ -221,11 +227,39 @@ class Router:
 
     # ---------------------------------------------------------- conversations
 
-    def conversation(self, call: Call[T], timeout_secs: float | None) -> Conversation[T]:
-        """The steps of `call` and its result (module docstring); counted in `routing_stats`."""
-        steps = 0
-        nodes: list[str] = []
-        inner = self._converse(call, timeout_secs)
+    def direct(self, call: Call[Any], timeout_secs: float | None) -> Send | None:
+        """The one send of a call that goes to one node as it is, decided without a conversation:
+        a single-task enqueue once the map is known (a producer's commonest call; as `_split`
+        would send it). None for any other call. The caller sends it and hands the outcome to
+        `settle`; a channel runs it so to spare a generator's steps on the push path."""
+        request = call.request
+        if self._map is None or type(request) is not m.Enqueue or len(request.tasks) != 1:
+            return None
+        node, movable = self._task_node(request.tasks[0])
+        return Send(node, self._map.address_of(node), call, timeout_secs, quick=self._elsewhere(node, movable))
+
+    def settle(self, send: Send, outcome: Any) -> Any:
+        """The result of a `direct` send (its error raised), or `AGAIN` when the call must go
+        through `conversation(..., tried=(send, outcome))` after all: the node refused (WRONG_SHARD) or a FIFO
+        task's node could not be reached while others live."""
+        self._note(send.node, outcome)
+        if isinstance(outcome, errors.WrongShard) or (
+            isinstance(outcome, errors.BrokerUnreachable) and send.quick and self._live()
+        ):
+            return AGAIN
+        self.counter.record(send.call.request.op, 1, (send.node,))
+        return _value(outcome)
+
+    def conversation(
+        self, call: Call[T], timeout_secs: float | None, *, tried: tuple[Send, Any] | None = None
+    ) -> Conversation[T]:
+        """The steps of `call` and its result (module docstring); counted in `routing_stats`.
+        `tried`: a `direct` send and its outcome that `settle` said to go on from (counted as the
+        first step; after WRONG_SHARD the map is fetched first)."""
+        steps = 0 if tried is None else 1
+        nodes: list[str] = [] if tried is None else [tried[0].node]
+        refetch = tried is not None and isinstance(tried[1], errors.WrongShard)
+        inner = self._converse(call, timeout_secs, refetch=refetch)
         try:
             step = next(inner)
             while True:
@@ -256,8 +290,8 @@ class Router:
         elif not isinstance(outcome, errors.Transient):
             self._mark_up(node)
 
-    def _converse(self, call: Call[T], timeout_secs: float | None) -> Conversation[T]:
-        if self._map is None:
+    def _converse(self, call: Call[T], timeout_secs: float | None, *, refetch: bool = False) -> Conversation[T]:
+        if self._map is None or refetch:
             yield from self._fetch_map()
         for attempt in range(MAX_WRONG_SHARD_RETRIES + 1):
             try:
@@ -494,7 +528,12 @@ class Router:
 
     def _elsewhere(self, node: str, movable: bool) -> bool:
         """Whether a part that may go to any node has another live node to go to."""
-        return movable and any(other != node for other in self._live())
+        if not movable:
+            return False
+        assert self._spreader is not None
+        if not self._spreader.any_down():
+            return len(self._known_map().node_names) > 1
+        return any(other != node for other in self._live())
 
     def _some_live_node(self) -> str:
         live = self._live()

@@ -207,6 +207,14 @@ class FifoSpreader:
         """`node` answered again: choose it in its turn."""
         self._down_until.pop(node, None)
 
+    def is_down(self, node: str) -> bool:
+        """Whether `node` is marked down (until `mark_up`, or until its time has passed)."""
+        return node in self._down_until
+
+    def any_down(self) -> bool:
+        """Whether some node is marked down (its time may have passed)."""
+        return bool(self._down_until)
+
     def live(self) -> tuple[str, ...]:
         """The nodes not marked down now, in order."""
         now = self._clock()
