@@ -136,7 +136,7 @@ def peers_command(tasks: int, submits: int, threaded_submits: int, latency_sampl
     """Kittiwake's App and workers beside Celery, RQ, Dramatiq, Huey and pgqueuer: submit, drain, latency."""
     from kittiwake_benchmarks.peers.run import run_peers
     from kittiwake_benchmarks.peers.show import show, write_chart
-    from kittiwake.bench.report import plot_path, print_machine, write_json
+    from kittiwake.bench.report import write_outputs
     from kittiwake.store.location import parse_store_url
 
     if kittiwake_store is not None:
@@ -152,12 +152,7 @@ def peers_command(tasks: int, submits: int, threaded_submits: int, latency_sampl
                              kittiwake_store=kittiwake_store)
     report = run_peers(settings, console, parent_dir=parent_dir)
     show(console, report)
-    print_machine(console, report["machine"])
-    if json_path:
-        write_json(json_path, report)
-    target = plot_path(plot, json_path)
-    if write_chart(target, report):
-        console.print(f"[dim]bar chart written to {target}")
+    write_outputs(console, report, json_path, plot, lambda target: write_chart(target, report), what="bar chart")
 
 
 @click.command("celery")
@@ -226,7 +221,7 @@ def workers_command(tasks: int, processes: int, concurrency: int, rounds: int, s
                     only: tuple[str, ...], worker_args: tuple[str, ...], json_path: str | None, plot: str | None,
                     parent_dir: str | None) -> None:
     """The App and `kittiwake worker` with default flags: app.map drains, efficiency on slots, a 1 ms / 1 s mix."""
-    from kittiwake.bench.report import plot_path, print_machine, write_json
+    from kittiwake.bench.report import write_outputs
     from kittiwake_benchmarks.workers.run import run_workers
     from kittiwake_benchmarks.workers.show import show, write_chart
 
@@ -235,16 +230,7 @@ def workers_command(tasks: int, processes: int, concurrency: int, rounds: int, s
                        sleep_secs=sleep_secs, mix_short=mix_short, only=only, worker_args=worker_args)
     report, timelines = run_workers(settings, console, parent_dir=parent_dir)
     show(console, report)
-    print_machine(console, report["machine"])
-    if json_path:
-        write_json(json_path, report)
-    target = plot_path(plot, json_path)
-    if target:
-        if write_chart(target, report, timelines):
-            console.print(f"[dim]chart written to {target}")
-        else:
-            console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot]) "
-                          "or no figure ran")
+    write_outputs(console, report, json_path, plot, lambda target: write_chart(target, report, timelines))
 
 
 def _flows_quick_default(name: QuickFlowsName) -> str:
@@ -364,7 +350,7 @@ def mapreduce_command(app_name: str, size: int, partition_sizes: tuple[int, ...]
                       concurrency: int, pattern: str | None, seed: int, data_dir: str | None, plot: str | None,
                       json_path: str | None) -> None:
     """Grep, wordcount and sort on Kittiwake's workers vs PySpark, same input: MB/s against partition size."""
-    from kittiwake.bench.report import plot_path, print_machine, write_json
+    from kittiwake.bench.report import write_outputs
 
     too_large = [value for value in partition_sizes if value > size]
     if too_large:
@@ -385,15 +371,7 @@ def mapreduce_command(app_name: str, size: int, partition_sizes: tuple[int, ...]
                        pattern=pattern, seed=seed, data_dir=data_dir)
     report = run_mapreduce(settings, console)
     show(console, report)
-    print_machine(console, report["machine"])
-    if json_path:
-        write_json(json_path, report)
-    target = plot_path(plot, json_path)
-    if target:
-        if write_chart(target, report):
-            console.print(f"[dim]chart written to {target}")
-        else:
-            console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot])")
+    write_outputs(console, report, json_path, plot, lambda target: write_chart(target, report))
 
 
 @click.command("sqs")

@@ -103,7 +103,7 @@ def cluster_command(quick: bool, drain_tasks: int | None, batch: int, consumers:
 
     from kittiwake.bench.cluster_run import run_cluster
     from kittiwake.bench.cluster_show import show, write_chart
-    from kittiwake.bench.report import plot_path, print_machine, write_json
+    from kittiwake.bench.report import write_outputs
 
     base = replace(CLUSTER, **QUICK_CLUSTER) if quick else CLUSTER
     given: dict[str, Any] = {"hop_durability": hop_durability, "drain_tasks": drain_tasks, "user_tasks": user_tasks, "hop_nodes": hop_nodes,
@@ -117,15 +117,7 @@ def cluster_command(quick: bool, drain_tasks: int | None, batch: int, consumers:
         console = Console(width=max(console.width, 160))
     report = run_cluster(settings, console, parent_dir=parent_dir)
     show(console, report)
-    print_machine(console, report["machine"])
-    if json_path:
-        write_json(json_path, report)
-    target = plot_path(plot, json_path)
-    if target:
-        if write_chart(target, report):
-            console.print(f"[dim]chart written to {target}")
-        else:
-            console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot])")
+    write_outputs(console, report, json_path, plot, lambda target: write_chart(target, report))
     failed = [name for name, record in report["cluster"].items() if record.get("status") == "failed"]
     if failed:
         raise click.ClickException(f"figures failed: {', '.join(failed)}")

@@ -241,6 +241,22 @@ def write_json(path: str, report: Mapping[str, Any]) -> None:
     Path(path).write_text(text + "\n")
 
 
+def write_outputs(console: Console, report: Mapping[str, Any], json_path: str | None, plot: str | None,
+                  chart: Callable[[str], bool], what: str = "chart") -> None:
+    """The end every benchmark's command shares: the machine line, the JSON to `json_path`, and
+    `chart(path)` where `--plot` (or the JSON's name) asks for one, saying whether it was drawn."""
+    print_machine(console, report["machine"])
+    if json_path:
+        write_json(json_path, report)
+    target = plot_path(plot, json_path)
+    if target:
+        if chart(target):
+            console.print(f"[dim]{what} written to {target}")
+        else:
+            console.print("[yellow]no chart: matplotlib is not installed (pip install kittiwake[plot]) "
+                          "or no figure ran")
+
+
 def plot_path(plot: str | None, json_path: str | None) -> str | None:
     """Where the CDF goes: --plot, else next to the --json file."""
     if plot:
