@@ -8,7 +8,9 @@ build: no page ships with a hole in it. The parts:
 * `broker-options`: the options of `kittiwake broker`, as a table (`cli_reference`);
 * `errors`: every error code of `kittiwake.errors` with its class and docstring (`code_reference`);
 * `protocol`: every op of the wire protocol with its request fields and reply (`code_reference`);
-* `headline`: the headline figures, from the committed benchmark records (`figures`).
+* `headline`: the headline figures, from the committed benchmark records (`figures`);
+* `bench-ops`, `bench-flows`, `bench-cluster`: every figure record of one run's report, as
+  `kittiwake bench … --json` wrote it into docs/figures/ (`figures.report_table`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ PARTS: dict[str, Callable[[], str]] = {
     "errors": code_reference.error_codes,
     "protocol": code_reference.wire_protocol,
     "headline": figures.headline_table,
+    **{name: (lambda name=name: figures.report_table(name)) for name in figures.REPORTS},
 }
 
 MARKER = re.compile(r"^<!-- gen:([a-z-]+) -->$", re.MULTILINE)
