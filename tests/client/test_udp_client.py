@@ -151,7 +151,8 @@ def test_duplicated_replies_are_ignored(udp_broker: BrokerProcess) -> None:
             assert isinstance(channel, UdpChannel)
             ignored = channel.ignored_replies
         counts = relay.counts()
-    assert counts.upstream.duplicated == 20 and ignored >= 1
+    # every request datagram went twice (a retransmit on a slow machine is one more, duplicated too)
+    assert counts.upstream.duplicated == counts.upstream.received >= 20 and ignored >= 1
     with Client(udp_broker.url) as tcp:
         assert [task.pid for task in tcp.peek("udp.dup", n=100)] == pids  # each once, in order
 
