@@ -233,10 +233,15 @@ class Router:
         would send it). None for any other call. The caller sends it and hands the outcome to
         `settle`; a channel runs it so to spare a generator's steps on the push path."""
         request = call.request
-        if self._map is None or type(request) is not m.Enqueue or len(request.tasks) != 1:
+        cluster = self._map
+        if cluster is None or type(request) is not m.Enqueue or len(request.tasks) != 1:
             return None
-        node, movable = self._task_node(request.tasks[0])
-        return Send(node, self._map.address_of(node), call, timeout_secs, quick=self._elsewhere(node, movable))
+        task = request.tasks[0]
+        if task.pid is None and GROUP_SEPARATOR not in task.queue:  # `route`'s Spread, without its objects
+            node, movable = self._choose_fifo(), True
+        else:
+            node, movable = self._task_node(task)
+        return Send(node, cluster.address_of(node), call, timeout_secs, quick=self._elsewhere(node, movable))
 
     def settle(self, send: Send, outcome: Any) -> Any:
         """The result of a `direct` send (its error raised), or `AGAIN` when the call must go
@@ -532,7 +537,7 @@ class Router:
             return False
         assert self._spreader is not None
         if not self._spreader.any_down():
-            return len(self._known_map().node_names) > 1
+            return len(self._known_map().nodes) > 1
         return any(other != node for other in self._live())
 
     def _some_live_node(self) -> str:
