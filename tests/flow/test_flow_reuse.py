@@ -103,7 +103,7 @@ def test_two_runs_sharing_the_index_at_once_both_end_right(
     """Once seen ending a run `done` before its `report` had run: a finisher peeked at the job
     queues in name order (report, sums, tidy: against the flow) while a job started the next
     step's, and missed it (`test_flow_runs.test_a_job_that_moves_on_while_the_finisher_looks_keeps_the_run_going`).
-    (The last run reuses every job: its jobs move on fast, and it was one that ended early.)"""
+    (The runs after reuse every job: their jobs move on fast, and it was one that ended early.)"""
     caplog.set_level(logging.INFO, logger="kittiwake.flow")
     folder, data = tmp_path / "in", tmp_path / "runs"
     totals = write_parts(folder, 3, offset=5)
@@ -121,5 +121,11 @@ def test_two_runs_sharing_the_index_at_once_both_end_right(
     sizes = {step: client.stats([reuse_queue(FLOW, FLOW.steps[step])])[0].size for step in SHAPE}
     assert (sizes["listing"], sizes["tidy"]) == (1, 3)
     assert 3 <= sizes["sums"] <= 6 and 1 <= sizes["report"] <= 2
+    # a third run reuses every part's chain; its report reuses only if the tidy records that won
+    # came all from one run: part 0's may be the first run's and part 1's the second's, and that
+    # mix of sums outputs is a report fingerprint neither run made (then it runs, and records it)
     _, status = run_chain(client, folder, data, caplog=caplog)
-    assert reused(status) == SHAPE
+    assert {step: count for step, count in reused(status).items() if step != "report"} == {
+        step: count for step, count in SHAPE.items() if step != "report"}, describe(status, caplog)
+    _, status = run_chain(client, folder, data, caplog=caplog)  # and from then on, everything
+    assert reused(status) == SHAPE, describe(status, caplog)
