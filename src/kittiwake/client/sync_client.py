@@ -54,15 +54,14 @@ from kittiwake.protocol.replies import (
 )
 from kittiwake.client.schemes import ChannelSettings, open_channel
 from kittiwake.client.cluster_channel import ClusterMapLike, cluster_address, load_cluster_map
+from kittiwake.client.cluster_view import ClusterView
 from kittiwake.client.url import BrokerAddress
-from kittiwake.cluster.cluster_map import ClusterMap
-from kittiwake.cluster.routing_stats import RoutingStats
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, effective_timeout
 
 T = TypeVar("T")
 
 
-class Client:
+class Client(ClusterView):
     """A blocking connection to one broker, safe to share between threads.
 
     `url` is `kw://host:port` (default: `$KITTIWAKE_URL`, else
@@ -455,27 +454,6 @@ class Client:
         return self._run(calls.stats(queues, pattern, sample), timeout)
 
     # --------------------------------------------------------------- a cluster
-
-    def routing_stats(self) -> RoutingStats:
-        """What routing cost since the client opened: calls, requests and hops per kind of call,
-        requests per node (`kittiwake.cluster.routing_stats` defines them). A client of one
-        broker routes nothing: its record is empty."""
-        routed = getattr(self._channel, "routing_stats", None)
-        return routed() if callable(routed) else RoutingStats()
-
-    @property
-    def cluster_map(self) -> ClusterMap | None:
-        """The map of the cluster this client routes over, as last fetched (None before the first
-        call, and for a client of one broker)."""
-        router = getattr(self._channel, "router", None)
-        return None if router is None else router.cluster_map
-
-    @property
-    def near(self) -> str | None:
-        """The node of a cluster this client's leases ask first (None for a client of one broker,
-        or before the map is known)."""
-        router = getattr(self._channel, "router", None)
-        return (router.near or None) if router is not None else None
 
     def node_stats(
         self,
