@@ -9,7 +9,11 @@
 * `chain`: CSV files split per file (python), each tidied and summed on Spark
   (two Spark steps at one key), the sums merged into a report; every step
   declares itself deterministic (``reuse=True`` for the flow). `fused`: the
-  same steps in a flow that fuses (``fuse=True``).
+  same steps in a flow that fuses through the cache (``fuse=True``);
+  `planned`: the same, reused, with `tidy` fused into `sums`' plan
+  (``fuse="plan"``); `all_planned`: every Spark step fused into its
+  consumer's plan (``Flow(fuse="plan")``: tidy and sums are built in report's
+  query).
 
 Steps fail, sleep or stall on purpose while files in `$KITTIWAKE_TEST_FAIL_DIR` say so
 (`maybe_fail`, `maybe_stall`).
@@ -128,7 +132,7 @@ def page(ctx: StepContext, lines: list[Dataset]):
 # ------------------------------------------------------- chain (Spark, reused) and fused (the same, fused)
 
 
-def chain_flow(name: str, **options) -> Flow:
+def chain_flow(name: str, tidy_fuse: str | None = None, **options) -> Flow:
     """CSV files split per file, each tidied and summed on Spark, the sums merged into a report."""
     flow = Flow(name, lease_secs=4, max_attempts=3, **options)
 
@@ -136,7 +140,7 @@ def chain_flow(name: str, **options) -> Flow:
     def listing(ctx: StepContext, folder: Dataset):
         return [Dataset.csv(str(path)) for path in sorted(folder.local_path.glob("*.csv"))]
 
-    @flow.step(engine="spark", inputs={"part": listing}, retry_backoff=0.2)
+    @flow.step(engine="spark", inputs={"part": listing}, retry_backoff=0.2, fuse=tidy_fuse)
     def tidy(spark, part):
         """Rows with an amount, as longs (fuses into `sums` on the same worker, where the flow fuses)."""
         from pyspark.sql import functions as F
@@ -164,3 +168,5 @@ def chain_flow(name: str, **options) -> Flow:
 
 chain = chain_flow("chain", reuse=True)
 fused = chain_flow("fused", fuse=True)
+planned = chain_flow("planned", tidy_fuse="plan", reuse=True)
+all_planned = chain_flow("all_planned", fuse="plan")

@@ -57,6 +57,36 @@ def test_wiring_that_could_never_meet_is_refused() -> None:
         flow.step(inputs={"a": flow.input("x")}, engine="dask", name="d")(lambda ctx, a: None)
 
 
+def test_which_steps_are_fused_into_their_consumers_plans() -> None:
+    from kittiwake.flow.plan_fusion import defers
+
+    flow = Flow("planned", fuse="plan")  # a flow-wide default: applies where it can
+
+    @flow.step(inputs={"x": flow.input("x")}, split=True)
+    def parts(ctx, x): ...
+
+    @flow.step(engine="spark", inputs={"p": parts}, outputs=("rows", "notes"))
+    def tidy(spark, p): ...
+
+    @flow.step(engine="spark", inputs={"r": tidy["rows"]})
+    def sums(spark, r): ...
+
+    @flow.step(engine="spark", inputs={"all": merge(sums)})
+    def report(spark, all): ...
+
+    # tidy's "notes" go nowhere (a run's result, written): tidy runs; sums feeds a Spark merge
+    assert {step.name: defers(flow, step) for step in flow} == {"parts": False, "tidy": False, "sums": True,
+                                                                 "report": False}
+    with pytest.raises(errors.BadRequest, match="plan"):
+        flow.step(inputs={"x": flow.input("x")}, name="py", fuse="plan")(lambda ctx, x: None)
+    with pytest.raises(errors.BadRequest, match="plan"):
+        flow.step(engine="spark", inputs={"x": flow.input("x")}, split=True, name="sp", fuse="plan")(lambda s, x: None)
+    with pytest.raises(errors.BadRequest, match="fuse must be"):
+        flow.step(engine="spark", inputs={"x": flow.input("x")}, name="bad", fuse="yes")(lambda s, x: None)
+    assert "py" not in flow.steps and "sp" not in flow.steps
+    assert Flow("old", fuse=True).fuse == "cache" and Flow("none").fuse is None
+
+
 def job_at(flow: Flow, step: str, key: str, stack: list, port: str) -> object:
     data = encode_token(Dataset.inline(1), stack, "test")
     return decode_job(encode_job(flow.steps[step].join, key, {port: [(key, data, None)]}))

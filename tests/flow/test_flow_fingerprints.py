@@ -54,3 +54,26 @@ def test_a_step_version_is_its_code_unless_declared() -> None:
     assert step_version(first.function) == step_version(first.function)
     assert step_version(first.function) != step_version(second.function)
     assert step_version(first.function, "2025-01") == "declared:2025-01"
+
+
+def test_a_fused_outputs_fingerprint_is_its_producing_jobs(tmp_path: Path) -> None:
+    """Kind ``fused`` (`plan_fusion`): the producer's version, indices and inputs, recursively — not
+    the run or key that made the recipe."""
+    part = tmp_path / "part.csv"
+    part.write_text("x\n1\n")
+
+    def fused(version: str = "v1", run_key: str = "run-a/0", inputs: Dataset | None = None) -> Dataset:
+        source = inputs if inputs is not None else Dataset.csv(part)
+        return Dataset("fused", None, {"step": "tidy", "port": "out", "version": version, "key": run_key,
+                                       "indices": [0], "modes": {"part": "required"},
+                                       "inputs": {"part": [source.to_wire()]}})
+
+    first = dataset_fingerprint(fused())
+    assert first is not None and first == dataset_fingerprint(fused(run_key="run-b/0"))
+    assert dataset_fingerprint(fused(version="v2")) != first
+    chained = dataset_fingerprint(fused(inputs=fused()))
+    part.write_text("x\n22\n")
+    assert dataset_fingerprint(fused()) != first
+    assert dataset_fingerprint(fused(inputs=fused())) != chained  # through a chain of fused steps
+    assert dataset_fingerprint(fused(inputs=Dataset.parquet("s3a://bucket/t"))) is None
+    assert dataset_fingerprint(Dataset("fused", None, "not a recipe")) is None

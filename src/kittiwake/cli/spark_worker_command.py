@@ -47,9 +47,9 @@ def _conf(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -
 @click.option("--conf", "conf", multiple=True, callback=_conf, metavar="KEY=VALUE",
               help="A Spark setting of the session (repeatable), e.g. --conf spark.executor.memory=2g.")
 @click.option("--name", help="Prefix of the worker's id. Default: spark.")
-@click.option("--no-fuse", is_flag=True, help="Never keep a step's output DataFrame cached for the next step on this "
-              "worker, even for steps declared with fuse=True: every step reads its inputs' Parquet "
-              "(see kittiwake.flow.fusion).")
+@click.option("--no-fuse", is_flag=True, help="Run and write every step, even those declared with fuse='plan' or "
+              "fuse='cache': no output is left to its consumers' plans or kept cached for the next step "
+              "(see kittiwake.flow.plan_fusion and kittiwake.flow.fusion).")
 @pass_cli
 def spark_worker(
     cli: CliContext,

@@ -5,7 +5,9 @@ Each job of the flow notes when its step function was entered and left
 writing Parquet) is inside that interval. From those and the run's start and
 end this module derives, per step:
 
-* `busy_secs`: the time inside the step's functions, summed over its jobs;
+* `busy_secs`: the time inside the step's functions, summed over its jobs
+  (0 for a step fused into its consumer's plan: its function only builds a
+  plan, and its Spark work is inside the consumer's interval);
 * `wait_ms`: for each job, from the moment its inputs were ready (the last
   producing job left its function; the run's start for the first step) to
   the moment its function was entered: the token hand-off through the broker
@@ -87,8 +89,12 @@ def run_times(flow: Any, timings: Sequence[Mapping[str, Any]], started: float, e
     times are wall-clock seconds (`time.time()`), `started` when the run was started, `ended` when
     it was seen done."""
     shape = feeds(flow)
+    fused = [record for record in timings if record.get("fused_into")]
+    timings = [record for record in timings if not record.get("fused_into")]
     left: dict[tuple[str, str], float] = {(record["step"], record["key"]): record["left"] for record in timings}
     steps = {name: StepTime(name, engine) for name, (engine, _) in shape.items()}
+    for record in fused:
+        steps.setdefault(record["step"], StepTime(record["step"], "?")).jobs += 1
     for record in sorted(timings, key=lambda item: item["entered"]):
         step = steps.setdefault(record["step"], StepTime(record["step"], "?"))
         step.jobs += 1

@@ -8,7 +8,9 @@ inline (msgpack-able, within the broker's 1 MiB task limit together with
 the rest of the token).
 
 A dataset is immutable and plain data on the wire: ``{"kind", "uri",
-"value", "options"}``.
+"value", "options"}``. Kind ``fused`` is the workers' own: the output of a
+step declared ``fuse="plan"``, never written, its value the recipe a Spark
+consumer builds it from (`kittiwake.flow.plan_fusion`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Mapping
 
 from kittiwake import errors
 
-KINDS = ("parquet", "csv", "text", "path", "inline")
+KINDS = ("parquet", "csv", "text", "path", "inline", "fused")
 URI_KINDS = ("parquet", "csv", "text", "path")
 
 
@@ -41,7 +43,7 @@ class Dataset:
             if not isinstance(self.uri, str) or not self.uri:
                 raise errors.BadRequest(f"a {self.kind} dataset needs a uri (a non-empty string)")
         elif self.uri is not None:
-            raise errors.BadRequest("an inline dataset has a value, not a uri")
+            raise errors.BadRequest(f"a dataset of kind {self.kind} has a value, not a uri")
         if not isinstance(self.options, Mapping):
             raise errors.BadRequest("dataset options must be a mapping")
 
@@ -83,7 +85,7 @@ class Dataset:
     def local_path(self) -> Path:
         """The URI as a local path (``file://`` stripped); BadRequest for an inline dataset."""
         if self.uri is None:
-            raise errors.BadRequest("an inline dataset has no path")
+            raise errors.BadRequest(f"a dataset of kind {self.kind} has no path")
         uri = self.uri
         if uri.startswith("file://"):
             uri = uri[len("file://"):]
@@ -103,6 +105,8 @@ class Dataset:
     def __repr__(self) -> str:
         if self.kind == "inline":
             return f"Dataset.inline({self.value!r:.60})"
+        if self.kind == "fused":
+            return f"<fused output of {self.value.get('step') if isinstance(self.value, Mapping) else '?'}>"
         return f"Dataset.{self.kind}({self.uri!r})"
 
 

@@ -38,6 +38,9 @@ from kittiwake.flow.names import ENGINES, FlowNames, check_name
 
 DEFAULT_OUTPUT = "out"
 DEFAULT_MAX_ATTEMPTS = 3
+FUSE_PLAN = "plan"  # the step's DataFrame is built into each consumer's plan, never written (`plan_fusion`)
+FUSE_CACHE = "cache"  # the step's DataFrame is cached for a consumer on the same worker and written (`fusion`)
+FUSE_MODES = (FUSE_PLAN, FUSE_CACHE)
 DEFAULT_LEASE_SECS = 60.0
 DEFAULT_RETRY_BACKOFF_SECS = 1.0
 
@@ -127,7 +130,7 @@ class Step:
     depth: int = 0
     reuse: bool = False
     version: str | None = None
-    fuse: bool = False
+    fuse: str | None = None  # FUSE_PLAN, FUSE_CACHE or None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.function(*args, **kwargs)
@@ -180,11 +183,11 @@ class FlowDefinition:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         lease_secs: float = DEFAULT_LEASE_SECS,
         reuse: bool = False,
-        fuse: bool = False,
+        fuse: bool | str | None = None,
     ) -> None:
         self.names = FlowNames(name)
         self.reuse = bool(reuse)
-        self.fuse = bool(fuse)
+        self.fuse = fuse_mode(fuse)
         self.name = name
         self.max_attempts = _positive_int(max_attempts, "max_attempts")
         if not isinstance(lease_secs, (int, float)) or not 1 <= lease_secs <= 43_200:
@@ -217,7 +220,7 @@ class FlowDefinition:
         retry_backoff: float = DEFAULT_RETRY_BACKOFF_SECS,
         reuse: bool | None = None,
         version: str | None = None,
-        fuse: bool | None = None,
+        fuse: bool | str | None = None,
     ) -> Any:
         """Declare a step: ``@flow.step(engine="spark", inputs={"port": source, ...})``.
 
@@ -244,20 +247,26 @@ class FlowDefinition:
           the flow's `reuse`). `version`: the step's version for reuse (default: a hash of the
           function's source code); declare one when the function's result depends on code
           outside it that changes.
-        * `fuse` (Spark steps): a DataFrame this step returns stays cached in the worker's
-          session for a Spark consumer that also fuses and runs there next, which reads it from
-          memory rather than from its Parquet (written all the same: `kittiwake.flow.fusion`;
-          default: the flow's `fuse`, False — caching costs CPU that reading Parquet back may
-          not).
+        * `fuse` (Spark steps; default: the flow's `fuse`, none): ``"plan"`` — the DataFrame this
+          step returns is never written: its job only hands its consumers a recipe (this step
+          and its inputs), and each consumer job calls this function and builds the DataFrame
+          into its own query (`kittiwake.flow.plan_fusion`; for deterministic steps whose every
+          consumer is a Spark step, else the job runs and writes as usual). ``"cache"`` (or
+          True) — the DataFrame is written and also kept cached in the worker's session for a
+          Spark consumer that also fuses and runs there next (`kittiwake.flow.fusion`).
         """
 
         if version is not None and (not isinstance(version, str) or not version or len(version) > 200):
             raise errors.BadRequest(f"version must be a non-empty string of at most 200 characters, not {version!r}")
 
+        declared_fuse = fuse_mode(fuse)
+        if declared_fuse == FUSE_PLAN and (engine != "spark" or split):
+            raise errors.BadRequest("fuse='plan' is for Spark steps that do not split")
+
         def register(function: Callable[..., Any]) -> Step:
             step = self._add_step(function, engine, inputs, outputs, split, name, max_attempts, retry_backoff)
             step.reuse = self.reuse if reuse is None else bool(reuse)
-            step.fuse = self.fuse if fuse is None else bool(fuse)
+            step.fuse = self.fuse if fuse is None else declared_fuse
             step.version = version
             return step
 
@@ -393,3 +402,14 @@ def _check_signature(step: Step) -> None:
             f"step {step.name!r}: the function must take {first} first, then each input port by name"
             + (f" (missing: {', '.join(missing)})" if missing else "")
         )
+
+
+def fuse_mode(value: bool | str | None) -> str | None:
+    """A `fuse=` argument as a step keeps it: "plan", "cache" (True) or None (False, None)."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return FUSE_CACHE
+    if value in FUSE_MODES:
+        return str(value)
+    raise errors.BadRequest(f"fuse must be 'plan', 'cache', True or False, not {value!r:.40}")

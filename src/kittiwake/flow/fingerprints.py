@@ -20,6 +20,9 @@ SHA-256 over:
     file system's clock, and anything the step reads that its tokens only
     name (a path inside an inline value);
   - an inline value: its kind and value (msgpack bytes);
+  - the output of a step fused into its consumers' plans (kind ``fused``, never
+    written): the fingerprint of the job that would have written it — its
+    step's version, indices and inputs, recursively — and the port;
   - a URI the worker cannot stat (``hdfs://``, ``s3a://``, ...): None — the
     job has no fingerprint and always runs.
 
@@ -37,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import msgspec
 
+from kittiwake import errors
 from kittiwake.flow.dataset import URI_KINDS, Dataset
 
 _encoder = msgspec.msgpack.Encoder(order="sorted")
@@ -71,6 +75,8 @@ def local_path_of(dataset: Dataset) -> str | None:
 
 def dataset_fingerprint(dataset: Dataset) -> bytes | None:
     """What a dataset's fingerprint is made of (see the module docstring); None: it has none."""
+    if dataset.kind == "fused":
+        return _fused_fingerprint(dataset.value)
     if dataset.kind not in URI_KINDS:
         return _encoder.encode(["inline", dataset.value])
     path = local_path_of(dataset)
@@ -115,3 +121,16 @@ def job_fingerprint(version: str, indices: Sequence[int], ports: Mapping[str, tu
                 return None
             digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()
+
+
+def _fused_fingerprint(recipe: Any) -> bytes | None:
+    """A fused output's fingerprint: its producing job's (`plan_fusion.Recipe` on the wire)."""
+    if not isinstance(recipe, Mapping):
+        return None
+    try:
+        ports = {port: (mode, [Dataset.from_wire(raw) for raw in recipe["inputs"][port]])
+                 for port, mode in recipe["modes"].items()}
+        job = job_fingerprint(recipe["version"], recipe["indices"], ports)
+    except (KeyError, TypeError, AttributeError, errors.BadRequest):
+        return None
+    return None if job is None else _encoder.encode(["fused", recipe.get("port"), job])

@@ -7,9 +7,10 @@ job that this worker leases next reads the cached DataFrame instead of the
 files: no Parquet decode, no file listing, no footer reads.
 
 Which outputs fuse: a DataFrame returned on an output port of a Spark step
-that fuses (``Flow(..., fuse=True)`` for every step, ``@flow.step(...,
-fuse=True)`` for one; off by default, see the cost below) that feeds at
-least one Spark step that also fuses (a python consumer gets the Parquet's
+that fuses this way (``Flow(..., fuse="cache")`` — or True — for every step,
+``@flow.step(..., fuse="cache")`` for one; off by default, see the cost below;
+``fuse="plan"`` is the other kind, `kittiwake.flow.plan_fusion`) that feeds at
+least one Spark step that also fuses so (a python consumer gets the Parquet's
 path anyway); a worker started with ``--no-fuse`` fuses nothing. Any key
 shape fuses: a plain consumer at the same key, a merge consumer taking every
 part of a sequence (the parts this worker made come from memory, the rest
@@ -54,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kittiwake.flow.dataset import Dataset
-from kittiwake.flow.definition import FlowDefinition, Step
+from kittiwake.flow.definition import FUSE_CACHE, FlowDefinition, Step
 from kittiwake.flow.fingerprints import files_of, local_path_of
 
 log = logging.getLogger("kittiwake.flow.fusion")
@@ -65,10 +66,10 @@ DEFAULT_MAX_AGE_SECS = 600.0
 
 def fused_readers(flow: FlowDefinition, step: Step, port: str) -> int:
     """How many consumer steps of `step`'s `port` read it fused (0: the output is not kept)."""
-    if step.engine != "spark" or not step.fuse:
+    if step.engine != "spark" or step.fuse != FUSE_CACHE:
         return 0
     return sum(1 for consumer in flow.consumers(step.output(port))
-               if consumer.step.engine == "spark" and consumer.step.fuse)
+               if consumer.step.engine == "spark" and consumer.step.fuse == FUSE_CACHE)
 
 
 @dataclass(slots=True)

@@ -66,27 +66,40 @@ class PreparedJob:
     def arguments(self, convert: Callable[[Dataset], Any], merge: Callable[[list[Any]], Any]) -> dict[str, Any]:
         """Keyword arguments by input port: `convert` of each token's dataset; a merge port's
         converted parts go through `merge`; a missing optional port is None."""
-        arguments: dict[str, Any] = {}
-        for port, spec in self.step.inputs.items():
-            tokens = self.job.tokens.get(port) or []
-            if spec.mode == SEQUENCE:
-                arguments[port] = merge([convert(token.dataset) for token in tokens])
-            elif not tokens:
-                if spec.mode != OPTIONAL:
-                    raise errors.BadRequest(f"job {self.job.key} of {self.step.name!r} has no token at port {port!r}")
-                arguments[port] = None
-            else:
-                arguments[port] = convert(tokens[0].dataset)
-        return arguments
+        datasets = {port: [token.dataset for token in self.job.tokens.get(port) or []] for port in self.step.inputs}
+        return step_arguments(self.step, self.job.key, datasets, convert, merge)
 
     def call(self, first: Any, arguments: Mapping[str, Any]) -> Any:
         """Call the step's function inside the job's `StepContext`."""
-        token = step_context.enter(self.context) if self.context is not None else None
-        try:
-            return self.step.function(first, **arguments)
-        finally:
-            if token is not None:
-                step_context.leave(token)
+        return call_step(self.step, self.context, first, arguments)
+
+
+def step_arguments(step: Step, key: str, datasets: Mapping[str, Sequence[Dataset]], convert: Callable[[Dataset], Any],
+                   merge: Callable[[list[Any]], Any]) -> dict[str, Any]:
+    """`step`'s keyword arguments for a job at `key` from its input datasets by port (see
+    `PreparedJob.arguments`)."""
+    arguments: dict[str, Any] = {}
+    for port, spec in step.inputs.items():
+        given = datasets.get(port) or []
+        if spec.mode == SEQUENCE:
+            arguments[port] = merge([convert(dataset) for dataset in given])
+        elif not given:
+            if spec.mode != OPTIONAL:
+                raise errors.BadRequest(f"job {key} of {step.name!r} has no token at port {port!r}")
+            arguments[port] = None
+        else:
+            arguments[port] = convert(given[0])
+    return arguments
+
+
+def call_step(step: Step, context: StepContext | None, first: Any, arguments: Mapping[str, Any]) -> Any:
+    """Call `step`'s function inside `context` (what `current_step()` returns there)."""
+    token = step_context.enter(context) if context is not None else None
+    try:
+        return step.function(first, **arguments)
+    finally:
+        if token is not None:
+            step_context.leave(token)
 
 
 def items_of(step: Step, value: Any) -> list[dict[str, Any]]:

@@ -20,10 +20,13 @@
   half-written one — and its token references it, schema included; a
   Dataset is passed on as it is; None and other values travel inline.
 
-Fusion (`kittiwake.flow.fusion`, for steps declared with ``fuse=True``):
-given the worker's `FusedOutputs`, an output DataFrame that a fusing Spark
-consumer step reads is persisted and written from its cache, and kept; an input this worker kept is read from memory
-rather than from its Parquet.
+Fusion into the consumer's plan (`kittiwake.flow.plan_fusion`, for steps
+declared with ``fuse="plan"``): such a step's job finishes with a recipe,
+unrun, and a consumer builds the DataFrame from it inside its own job.
+Fusion through the cache (`kittiwake.flow.fusion`, ``fuse="cache"``): given
+the worker's `FusedOutputs`, an output DataFrame that a fusing Spark
+consumer step reads is persisted and written from its cache, and kept; an
+input this worker kept is read from memory rather than from its Parquet.
 """
 
 from __future__ import annotations
@@ -33,14 +36,19 @@ from typing import Any
 
 from kittiwake import errors
 from kittiwake.flow.dataset import SCHEMA_OPTION, Dataset, as_dataset
+from kittiwake.flow.definition import FUSE_CACHE
 from kittiwake.flow.fusion import FusedOutputs, fused_readers
 from kittiwake.flow.jobs import PreparedJob, items_of
+from kittiwake.flow.plan_fusion import FUSED_KIND, PlanBuilder, deferred_items, defers
 from kittiwake.flow.spark_sessions import enter_job, leave_job
 from kittiwake.flow.tokens import item_keys, output_path
 
 
 def read_dataset(spark: Any, dataset: Dataset) -> Any:
-    """A DataFrame of `dataset` (see the module docstring)."""
+    """A DataFrame of `dataset` (see the module docstring); a fused one is built by the job that
+    meets it (`run_spark_job`)."""
+    if dataset.kind == FUSED_KIND:
+        raise errors.BadRequest("a fused step output is built inside its consumer's Spark job, not read")
     if dataset.kind in ("parquet", "path"):
         schema = dataset.options.get(SCHEMA_OPTION)
         if schema is None:  # Spark runs a job to read a footer and infer the schema
@@ -87,17 +95,25 @@ def _is_dataframe(value: Any) -> bool:
 
 
 def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None,
-                  fused: FusedOutputs | None = None) -> list[dict[str, Dataset]]:
+                  fused: FusedOutputs | None = None, plan: bool = True) -> list[dict[str, Dataset]]:
     """Run a prepared Spark job in this thread; returns its output items as datasets. With
     `fused`, inputs kept there are read from memory and outputs that fuse are kept there
-    (`kittiwake.flow.fusion`)."""
-    group = job_group(prepared)
-    enter_job(spark, group, f"{prepared.step.name} {prepared.job.key}", pool)
+    (`kittiwake.flow.fusion`). With `plan`, a job of a step fused into its consumers' plans
+    finishes with its recipe, unrun (`kittiwake.flow.plan_fusion`); fused inputs are built
+    into this job's plan whatever `plan` says (there is nothing else to read)."""
     step = prepared.step
+    if plan and defers(prepared.flow, step):
+        return deferred_items(prepared)
+    assert prepared.context is not None
+    group = job_group(prepared)
+    enter_job(spark, group, f"{step.name} {prepared.job.key}", pool)
     taken: list[str] = []
+    builder = PlanBuilder(prepared.flow, prepared.context)
 
     def convert(dataset: Dataset) -> Any:
-        if fused is not None and step.fuse:
+        if dataset.kind == FUSED_KIND:
+            return builder.build(spark, dataset, convert, union)
+        if fused is not None and step.fuse == FUSE_CACHE:
             frame = fused.take(dataset, step.name)
             if frame is not None:
                 taken.append(str(dataset.uri))
@@ -108,7 +124,6 @@ def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None,
         arguments = prepared.arguments(convert, union)
         value = prepared.call(spark, arguments)
         items = items_of(step, value)
-        assert prepared.context is not None
         written: list[dict[str, Dataset]] = []
         keys = [indices for indices, _stack in item_keys(step, prepared.job, len(items))]
         for indices, item in zip(keys, items):
@@ -120,6 +135,7 @@ def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None,
                 else:
                     out[port] = as_dataset(data)
             written.append(out)
+        builder.written()
         if fused is not None and taken:
             fused.finished(taken, step.name)
         return written

@@ -27,11 +27,14 @@ running jobs get `shutdown_secs` to finish; then their Spark job groups are
 cancelled and they are rejected too. A worker killed outright loses nothing:
 its jobs come back when their leases run out (an attempt counted).
 
-Fusion (`kittiwake.flow.fusion`): for steps that opt in (``fuse=True``), an
-output DataFrame a Spark step of this worker reads next stays cached in the
-session, so that step reads it from memory rather than from its Parquet
-(which is written all the same); ``fuse=False`` (``--no-fuse``) turns it off
-for the whole worker.
+Fusion: a step declared ``fuse="plan"`` finishes its jobs with a recipe that
+its consumers build into their own Spark jobs (`kittiwake.flow.plan_fusion`);
+one declared ``fuse="cache"`` keeps an output DataFrame a Spark step of this
+worker reads next cached in the session, so that step reads it from memory
+rather than from its Parquet (which is written all the same:
+`kittiwake.flow.fusion`). ``fuse=False`` (``--no-fuse``) turns both off for
+the whole worker: it runs and writes every step (a fused input another
+worker made is still built, there being nothing to read).
 
 `session=` runs on an existing SparkSession (left running at the end), e.g.
 a test's; its scheduler mode is then whatever it was made with. `remote=`
@@ -263,7 +266,8 @@ class SparkWorker:
             self._running[slot] = (held, prepared)
         try:
             enqueue = self.jobs.complete(
-                prepared, lambda: run_spark_job(self.session, prepared, pool=f"kittiwake-slot-{slot}", fused=self.fused),
+                prepared, lambda: run_spark_job(self.session, prepared, pool=f"kittiwake-slot-{slot}", fused=self.fused,
+                                            plan=self.fused is not None),
                 worker=self.id)
         except Exception as error:
             if self._aborting.is_set():
