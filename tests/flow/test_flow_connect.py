@@ -54,8 +54,8 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_a_spark_worker_runs_flow_steps_through_spark_connect(broker: BrokerProcess, client: Client, python_workers,
                                                               connect_server: str, tmp_path: Path) -> None:
     expected = write_parts(tmp_path / "in", 2)
-    worker = SparkWorkerProcess(broker.url, tmp_path / "spark-worker.log", ["flow.pipelines:sales"],
-                                "--remote", connect_server, "--concurrency", "2")
+    worker = SparkWorkerProcess(broker.url, tmp_path / "spark-worker.log", ["flow.pipelines:sales",
+                                "flow.pipelines:all_planned"], "--remote", connect_server, "--concurrency", "2")
     try:
         worker_id = worker.wait_ready()
         [record] = [r for r in all_workers(client) if r.id == worker_id]
@@ -65,6 +65,12 @@ def test_a_spark_worker_runs_flow_steps_through_spark_connect(broker: BrokerProc
         status = run.wait(timeout=180)
         assert status.state == "done", f"{status}\n{worker.log_tail()}"
         assert {p.step: p.done for p in status.steps} == {"files": 1, "clean": 2, "totals": 1}
+        # steps fused into their consumers' plans (`plan_fusion`): tidy and sums built in report's query
+        python_workers(pipelines.all_planned)
+        planned = pipelines.all_planned.run(client, {"raw": Dataset.path(tmp_path / "in")}, data_dir=tmp_path / "planned")
+        status = planned.wait(timeout=180)
+        assert status.state == "done", f"{status}\n{worker.log_tail()}"
+        assert {p.step: p.done for p in status.steps} == {"listing": 1, "tidy": 2, "sums": 2, "report": 1}
         assert worker.terminate() == 0  # SIGTERM: a graceful stop
     finally:
         worker.kill()
@@ -72,6 +78,9 @@ def test_a_spark_worker_runs_flow_steps_through_spark_connect(broker: BrokerProc
 
     totals = parquet.read_table(run.outputs()["totals.out"].uri).to_pylist()
     assert {row["region"]: (row["amount"], row["parts"]) for row in totals} == {r: (t, 2) for r, t in expected.items()}
+    report = parquet.read_table(planned.outputs()["report.out"].uri).to_pylist()
+    assert {row["region"]: (row["amount"], row["parts"]) for row in report} == {r: (t, 2) for r, t in expected.items()}
+    assert not (tmp_path / "planned" / planned.id / "tidy").exists()
 
 
 def test_a_stop_interrupts_a_running_job_on_the_server_and_hands_it_back(broker: BrokerProcess, client: Client,
