@@ -31,6 +31,14 @@ def read_parts(spark: Any, data: Path, run: str, step: str) -> list[list[tuple[A
     return [sorted(tuple(row) for row in spark.read.parquet(str(part)).collect()) for part in sorted(folder.iterdir())]
 
 
+def finished_run(client: Client, flow: Any, folder: Path, data: Path, *, fresh: bool = True) -> tuple[Any, Any]:
+    """A run of `flow` on the parts in `folder`, waited for: done, with every job of `SHAPE`."""
+    run = flow.run(client, {"raw": Dataset.path(folder)}, data_dir=data, fresh=fresh)
+    status = run.wait(timeout=120)
+    assert status.state == "done" and {p.step: p.done for p in status.steps} == SHAPE, status
+    return run, status
+
+
 def test_fused_steps_give_what_unfused_ones_give(
     client: Client, python_workers, spark_workers, spark_session, tmp_path: Path
 ) -> None:
@@ -40,10 +48,7 @@ def test_fused_steps_give_what_unfused_ones_give(
     results = {}
     for fuse in (True, False):
         worker = spark_workers(FLOW, fuse=fuse)
-        run = FLOW.run(client, {"raw": Dataset.path(folder)}, data_dir=data, fresh=True)
-        status = run.wait(timeout=120)
-        assert status.state == "done", status
-        assert {p.step: p.done for p in status.steps} == SHAPE
+        run, _ = finished_run(client, FLOW, folder, data)
         results[fuse] = (read_report(spark_session, run.outputs()["report.out"]),
                          read_parts(spark_session, data, run.id, "tidy"), read_parts(spark_session, data, run.id, "sums"))
         if fuse:
@@ -68,10 +73,7 @@ def test_steps_fused_into_their_consumers_plans_give_what_unfused_ones_give_and_
              (ALL_PLANNED, True): {"report"}}
     for (flow, fuse), written in cases.items():
         worker = spark_workers(flow, fuse=fuse)
-        run = flow.run(client, {"raw": Dataset.path(folder)}, data_dir=data, fresh=True)
-        status = run.wait(timeout=120)
-        assert status.state == "done", status
-        assert {p.step: p.done for p in status.steps} == SHAPE
+        run, _ = finished_run(client, flow, folder, data)
         assert read_report(spark_session, run.outputs()["report.out"]) == expected_report(totals, 3), (flow.name, fuse)
         assert {step for step in ("tidy", "sums", "report") if (data / run.id / step).exists()} == written, (flow.name, fuse)
         worker.stop()
@@ -89,10 +91,7 @@ def test_reuse_sees_through_a_step_fused_into_its_consumers_plan(
     spark_workers(PLANNED)
 
     def run_planned() -> tuple[Any, Any]:
-        run = PLANNED.run(client, {"raw": Dataset.path(folder)}, data_dir=data)
-        status = run.wait(timeout=120)
-        assert status.state == "done" and {p.step: p.done for p in status.steps} == SHAPE, status
-        return run, status
+        return finished_run(client, PLANNED, folder, data, fresh=False)
 
     first, status = run_planned()
     assert reused(status) == {"listing": 0, "tidy": 0, "sums": 0, "report": 0}
