@@ -364,15 +364,18 @@ def _mean_cpu(readings: list[dict[str, float | None] | None]) -> dict[str, float
 
 
 def _warm_up(settings: FlowsSettings, url: str, spark: Any, root: Path, console: Console) -> float | None:
-    """One unmeasured pass of both pipelines on a small dataset; its seconds, or None when skipped."""
+    """One unmeasured pass of both pipelines on a small dataset with as many shards as the measured
+    one (the flow's jobs then have the shapes and concurrency they have when measured); its
+    seconds, or None when skipped."""
     from kittiwake.demo import plain_spark
-    from kittiwake.demo.dataset import generate, parse_size
+    from kittiwake.demo.dataset import default_shards, generate, parse_size
 
     if settings.warmup_size.strip() in ("", "0"):
         return None
     began = time.monotonic()
+    shards = settings.shards or default_shards(parse_size(settings.size))
     with console.status("warming up: both pipelines on a small dataset", spinner="dots"):
-        manifest = generate(root / "warmup", parse_size(settings.warmup_size), None, settings.seed + 1)
+        manifest = generate(root / "warmup", parse_size(settings.warmup_size), shards, settings.seed + 1)
         run_pipeline(url, root / "warmup-flow", manifest, console, "warm-up")
         plain_spark.run(spark, manifest, root / "warmup-plain")
     return time.monotonic() - began

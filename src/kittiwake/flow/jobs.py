@@ -63,9 +63,9 @@ class PreparedJob:
     started_at: float = field(default_factory=time.monotonic)
     reused_from: str | None = None  # the run whose outputs this job took (reuse hit)
 
-    def arguments(self, convert: Callable[[Dataset], Any], merge: Callable[[list[Any]], Any]) -> dict[str, Any]:
+    def arguments(self, convert: Callable[[Dataset], Any], merge: Callable[[list[Dataset]], Any]) -> dict[str, Any]:
         """Keyword arguments by input port: `convert` of each token's dataset; a merge port's
-        converted parts go through `merge`; a missing optional port is None."""
+        datasets, in sequence order, go to `merge`; a missing optional port is None."""
         datasets = {port: [token.dataset for token in self.job.tokens.get(port) or []] for port in self.step.inputs}
         return step_arguments(self.step, self.job.key, datasets, convert, merge)
 
@@ -75,14 +75,14 @@ class PreparedJob:
 
 
 def step_arguments(step: Step, key: str, datasets: Mapping[str, Sequence[Dataset]], convert: Callable[[Dataset], Any],
-                   merge: Callable[[list[Any]], Any]) -> dict[str, Any]:
+                   merge: Callable[[list[Dataset]], Any]) -> dict[str, Any]:
     """`step`'s keyword arguments for a job at `key` from its input datasets by port (see
     `PreparedJob.arguments`)."""
     arguments: dict[str, Any] = {}
     for port, spec in step.inputs.items():
         given = datasets.get(port) or []
         if spec.mode == SEQUENCE:
-            arguments[port] = merge([convert(dataset) for dataset in given])
+            arguments[port] = merge(list(given))
         elif not given:
             if spec.mode != OPTIONAL:
                 raise errors.BadRequest(f"job {key} of {step.name!r} has no token at port {port!r}")

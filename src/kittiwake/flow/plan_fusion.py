@@ -95,9 +95,9 @@ class PlanBuilder:
         self.contexts: list[StepContext] = []
 
     def build(self, spark: Any, dataset: Dataset, convert: Callable[[Dataset], Any],
-              merge: Callable[[list[Any]], Any]) -> Any:
+              merge: Callable[[list[Dataset]], Any]) -> Any:
         """The DataFrame of a fused dataset: its step's function called on its inputs, each
-        through `convert` (which comes back here for a fused input)."""
+        through `convert` (which comes back here for a fused input), a merge's through `merge`."""
         raw = dataset.value
         if not isinstance(raw, Mapping) or not isinstance(raw.get("step"), str):
             raise errors.BadRequest(f"a fused dataset without a recipe: {raw!r:.200}")

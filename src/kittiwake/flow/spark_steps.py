@@ -9,7 +9,9 @@
   ``createDataFrame``, any other inline value as it is). A merge input is
   ONE DataFrame: the union by column name of every part of the sequence, in
   index order (``unionByName(allowMissingColumns=True)``; Spark keeps no row
-  order). A missing optional input is None.
+  order) — or, when every part is Parquet with the same schema (as a Spark
+  step's outputs are), one read of all their paths: one scan instead of one
+  per part (`merge_parts`). A missing optional input is None.
 * the function runs with the SparkSession first and the inputs by port
   name, inside a FAIR scheduler pool of the slot
   (``spark.scheduler.pool``) and a job group of its own (so a shutdown can
@@ -32,7 +34,7 @@ input this worker kept is read from memory rather than from its Parquet.
 from __future__ import annotations
 
 from functools import reduce
-from typing import Any
+from typing import Any, Callable
 
 from kittiwake import errors
 from kittiwake.flow.dataset import SCHEMA_OPTION, Dataset, as_dataset
@@ -90,6 +92,17 @@ def union(parts: list[Any]) -> Any:
     return reduce(lambda left, right: left.unionByName(right, allowMissingColumns=True), frames)
 
 
+def merge_parts(spark: Any, datasets: list[Dataset], convert: Callable[[Dataset], Any]) -> Any:
+    """A merge input's DataFrame: one Parquet read of every part when all are Parquet with one
+    schema, else the `union` of each part through `convert`."""
+    schemas = {dataset.options.get(SCHEMA_OPTION) for dataset in datasets}
+    if len(datasets) > 1 and all(dataset.kind == "parquet" for dataset in datasets) and len(schemas) == 1 \
+            and None not in schemas:
+        [schema] = schemas
+        return spark.read.schema(spark_schema(schema)).parquet(*[dataset.uri for dataset in datasets])
+    return union([convert(dataset) for dataset in datasets])
+
+
 def _is_dataframe(value: Any) -> bool:
     return hasattr(value, "schema") and hasattr(value, "write")
 
@@ -112,7 +125,7 @@ def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None,
 
     def convert(dataset: Dataset) -> Any:
         if dataset.kind == FUSED_KIND:
-            return builder.build(spark, dataset, convert, union)
+            return builder.build(spark, dataset, convert, merge)
         if fused is not None and step.fuse == FUSE_CACHE:
             frame = fused.take(dataset, step.name)
             if frame is not None:
@@ -120,8 +133,13 @@ def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None,
                 return frame
         return read_dataset(spark, dataset)
 
+    def merge(datasets: list[Dataset]) -> Any:
+        if fused is not None and step.fuse == FUSE_CACHE:  # parts this worker kept come from memory
+            return union([convert(dataset) for dataset in datasets])
+        return merge_parts(spark, datasets, convert)
+
     try:
-        arguments = prepared.arguments(convert, union)
+        arguments = prepared.arguments(convert, merge)
         value = prepared.call(spark, arguments)
         items = items_of(step, value)
         written: list[dict[str, Dataset]] = []
