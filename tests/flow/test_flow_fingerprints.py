@@ -71,6 +71,8 @@ def test_a_fused_outputs_fingerprint_is_its_producing_jobs(tmp_path: Path) -> No
     first = dataset_fingerprint(fused())
     assert first is not None and first == dataset_fingerprint(fused(run_key="run-b/0"))
     assert dataset_fingerprint(fused(version="v2")) != first
+    other = fused()
+    assert dataset_fingerprint(Dataset("fused", None, {**other.value, "step": "other"})) != first  # another step
     chained = dataset_fingerprint(fused(inputs=fused()))
     part.write_text("x\n22\n")
     assert dataset_fingerprint(fused()) != first

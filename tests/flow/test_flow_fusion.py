@@ -88,7 +88,7 @@ def test_reuse_sees_through_a_step_fused_into_its_consumers_plan(
     folder, data = tmp_path / "in", tmp_path / "runs"
     totals = write_parts(folder, 3)
     python_workers(PLANNED)
-    spark_workers(PLANNED)
+    worker = spark_workers(PLANNED)
 
     def run_planned() -> tuple[Any, Any]:
         return finished_run(client, PLANNED, folder, data, fresh=False)
@@ -106,6 +106,13 @@ def test_reuse_sees_through_a_step_fused_into_its_consumers_plan(
     fourth, status = run_planned()
     assert reused(status) == {"listing": 1, "tidy": 0, "sums": 0, "report": 0}
     assert read_report(spark_session, fourth.outputs()["report.out"]) == expected_report(totals, 3)
+    # a worker that does not fuse takes no recorded recipe: it runs tidy and writes its Parquet
+    worker.stop()
+    spark_workers(PLANNED, fuse=False)
+    fifth, status = run_planned()
+    assert reused(status) == {"listing": 1, "tidy": 0, "sums": 0, "report": 0}
+    assert (data / fifth.id / "tidy").exists()
+    assert read_report(spark_session, fifth.outputs()["report.out"]) == expected_report(totals, 3)
 
 
 @pytest.mark.parametrize("flow", [FLOW, PLANNED], ids=["cache", "plan"])

@@ -83,7 +83,8 @@ class Dataset:
 
     @property
     def local_path(self) -> Path:
-        """The URI as a local path (``file://`` stripped); BadRequest for an inline dataset."""
+        """The URI as a local path (``file://`` stripped); BadRequest for a dataset without a URI
+        (inline, fused)."""
         if self.uri is None:
             raise errors.BadRequest(f"a dataset of kind {self.kind} has no path")
         uri = self.uri

@@ -22,7 +22,8 @@ SHA-256 over:
   - an inline value: its kind and value (msgpack bytes);
   - the output of a step fused into its consumers' plans (kind ``fused``, never
     written): the fingerprint of the job that would have written it — its
-    step's version, indices and inputs, recursively — and the port;
+    step's version, indices and inputs, recursively — with the step's name
+    and the port;
   - a URI the worker cannot stat (``hdfs://``, ``s3a://``, ...): None — the
     job has no fingerprint and always runs.
 
@@ -133,4 +134,4 @@ def _fused_fingerprint(recipe: Any) -> bytes | None:
         job = job_fingerprint(recipe["version"], recipe["indices"], ports)
     except (KeyError, TypeError, AttributeError, errors.BadRequest):
         return None
-    return None if job is None else _encoder.encode(["fused", recipe.get("port"), job])
+    return None if job is None else _encoder.encode(["fused", recipe.get("step"), recipe.get("port"), job])

@@ -178,9 +178,12 @@ class FlowJobs:
         return job_outputs(prepared.flow, prepared.step, prepared.job, items, done=done)
 
     def complete(self, prepared: PreparedJob, compute: Callable[[], Sequence[Mapping[str, Dataset]]],
-                 worker: str | None = None) -> list[dict[str, Any]]:
+                 worker: str | None = None, *, deferring: bool = False) -> list[dict[str, Any]]:
         """Run a prepared job through the reuse index (see the module docstring): the enqueues of
-        the update that finishes it; `compute` runs the step and returns its output items."""
+        the update that finishes it; `compute` runs the step and returns its output items.
+        `deferring`: this worker would hand the job's consumers a recipe rather than run it
+        (`plan_fusion`); a record holding recipes is taken only then — otherwise (the wiring
+        changed, a `--no-fuse` worker) the job runs and writes its outputs."""
         step = prepared.step
         fingerprint = version = None
         if step.reuse:
@@ -189,6 +192,9 @@ class FlowJobs:
             fresh = prepared.record is not None and prepared.record.fresh
             if fingerprint is not None and not fresh:
                 hit = reuse.lookup(self.client, prepared.flow, step, fingerprint)
+                if hit is not None and not deferring and any(
+                        dataset.kind == "fused" for item in hit.datasets() for dataset in item.values()):
+                    hit = None
                 if hit is not None:
                     prepared.reused_from = hit.run
                     return self.finish(prepared, hit.datasets(), worker)

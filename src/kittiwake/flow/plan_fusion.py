@@ -23,7 +23,10 @@ The two rules of fusion, kept:
 
 Where it does not apply — the job runs and writes its Parquet, as without fusion: a step that
 splits (refused when declared on the step), a port read by a python step or by no step (a
-run's results), a worker started with ``--no-fuse``. What it changes: the producer's failures
+run's results), a worker started with ``--no-fuse``, a recipe over `MAX_RECIPE_BYTES` (inputs
+of a merge of hundreds of parts). A reuse record holding recipes is taken only by a job that
+would defer now (`FlowJobs.complete`). The step must return a DataFrame on every output port:
+its consumers build every port. What it changes: the producer's failures
 happen in its consumer's job (and count against that job's attempts); a fused output read by
 two consumer jobs is computed twice; its function runs in the consumer's job, after the
 consumer's job started (`StepContext.extra["fused_into"]` names that step).
@@ -38,6 +41,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Mapping
 
+import msgspec
+
 from kittiwake import errors
 from kittiwake.flow.context import StepContext
 from kittiwake.flow.dataset import Dataset
@@ -46,6 +51,11 @@ from kittiwake.flow.fingerprints import step_version
 from kittiwake.flow.jobs import PreparedJob, call_step, items_of, step_arguments
 
 FUSED_KIND = "fused"
+# a recipe travels in its consumers' tokens and jobs (1 MiB each at most): one whose inputs are many
+# (a merge of hundreds of parts) or large inline values is not worth deferring
+MAX_RECIPE_BYTES = 64 * 1024
+
+_encoder = msgspec.msgpack.Encoder()
 
 
 def defers(flow: FlowDefinition, step: Step) -> bool:
@@ -80,9 +90,13 @@ def recipe(prepared: PreparedJob, port: str) -> dict[str, Any]:
     }
 
 
-def deferred_items(prepared: PreparedJob) -> list[dict[str, Dataset]]:
-    """The output item of a deferred job: a fused dataset per port."""
-    return [{port: Dataset(FUSED_KIND, None, recipe(prepared, port)) for port in prepared.step.outputs}]
+def deferred_items(prepared: PreparedJob) -> list[dict[str, Dataset]] | None:
+    """The output item of a deferred job: a fused dataset per port; None when its recipes would
+    take more than `MAX_RECIPE_BYTES` (the job then runs and writes its outputs)."""
+    item = {port: Dataset(FUSED_KIND, None, recipe(prepared, port)) for port in prepared.step.outputs}
+    if sum(len(_encoder.encode(dataset.value)) for dataset in item.values()) > MAX_RECIPE_BYTES:
+        return None
+    return [item]
 
 
 class PlanBuilder:

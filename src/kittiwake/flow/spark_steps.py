@@ -7,11 +7,13 @@
   dataset carries, if any, so that no job runs to infer it — CSV with its options,
   text as one ``value`` column; an inline list of rows through
   ``createDataFrame``, any other inline value as it is). A merge input is
-  ONE DataFrame: the union by column name of every part of the sequence, in
-  index order (``unionByName(allowMissingColumns=True)``; Spark keeps no row
-  order) — or, when every part is Parquet with the same schema (as a Spark
-  step's outputs are), one read of all their paths: one scan instead of one
-  per part (`merge_parts`). A missing optional input is None.
+  ONE DataFrame: the union by column name of every part of the sequence
+  (``unionByName(allowMissingColumns=True)``; Spark keeps no row order) —
+  or, when every part is Parquet with the same schema (as a Spark step's
+  outputs are) and Spark can read them together, one read of all their
+  paths: one scan instead of one per part (`merge_parts`; not for a step
+  that fuses through the cache, whose kept parts come from memory). A
+  missing optional input is None.
 * the function runs with the SparkSession first and the inputs by port
   name, inside a FAIR scheduler pool of the slot
   (``spark.scheduler.pool``) and a job group of its own (so a shutdown can
@@ -96,10 +98,15 @@ def merge_parts(spark: Any, datasets: list[Dataset], convert: Callable[[Dataset]
     """A merge input's DataFrame: one Parquet read of every part when all are Parquet with one
     schema, else the `union` of each part through `convert`."""
     schemas = {dataset.options.get(SCHEMA_OPTION) for dataset in datasets}
-    if len(datasets) > 1 and all(dataset.kind == "parquet" for dataset in datasets) and len(schemas) == 1 \
-            and None not in schemas:
+    if len(datasets) > 1 and all(dataset.kind == "parquet" for dataset in datasets) and len(schemas) == 1:
         [schema] = schemas
-        return spark.read.schema(spark_schema(schema)).parquet(*[dataset.uri for dataset in datasets])
+    else:
+        schema = None
+    if isinstance(schema, str):
+        try:
+            return spark.read.schema(spark_schema(schema)).parquet(*[dataset.uri for dataset in datasets])
+        except Exception:  # e.g. parts partitioned differently (Spark refuses to list them together)
+            pass
     return union([convert(dataset) for dataset in datasets])
 
 
@@ -116,7 +123,9 @@ def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None,
     into this job's plan whatever `plan` says (there is nothing else to read)."""
     step = prepared.step
     if plan and defers(prepared.flow, step):
-        return deferred_items(prepared)
+        deferred = deferred_items(prepared)
+        if deferred is not None:
+            return deferred
     assert prepared.context is not None
     group = job_group(prepared)
     enter_job(spark, group, f"{step.name} {prepared.job.key}", pool)

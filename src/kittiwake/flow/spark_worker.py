@@ -62,6 +62,7 @@ from kittiwake.flow.fusion import FusedOutputs
 from kittiwake.flow.jobs import Finisher, FlowJobs, PreparedJob, failure_reason
 from kittiwake.flow.runs import declare_joins
 from kittiwake.flow.spark_sessions import APP_NAME, LOG4J2_ERRORS_ONLY, cancel_job, describe, start_session
+from kittiwake.flow.plan_fusion import defers
 from kittiwake.flow.spark_steps import job_group, run_spark_job
 from kittiwake.worker.capacity import Capacity
 from kittiwake.worker.heartbeat import Held, LeaseKeeper
@@ -265,10 +266,11 @@ class SparkWorker:
         with self._lock:
             self._running[slot] = (held, prepared)
         try:
+            plan = self.fused is not None
             enqueue = self.jobs.complete(
                 prepared, lambda: run_spark_job(self.session, prepared, pool=f"kittiwake-slot-{slot}", fused=self.fused,
-                                            plan=self.fused is not None),
-                worker=self.id)
+                                            plan=plan),
+                worker=self.id, deferring=plan and defers(prepared.flow, prepared.step))
         except Exception as error:
             if self._aborting.is_set():
                 return None
