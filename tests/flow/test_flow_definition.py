@@ -137,3 +137,32 @@ def test_what_a_step_returns_is_checked_against_its_outputs() -> None:
         items_of(flow.steps["parts"], Dataset.inline(1))
     with pytest.raises(errors.BadRequest, match="at least one"):
         job_outputs(flow, flow.steps["parts"], job_at(flow, "parts", "r1", [], "x"), [])
+
+
+def test_a_recipe_too_large_to_travel_is_not_deferred() -> None:
+    """A recipe goes in its consumers' tokens and jobs (1 MiB each): past `MAX_RECIPE_BYTES` the job
+    runs and writes its output instead (`plan_fusion.deferred_items` says None)."""
+    from kittiwake.flow.jobs import PreparedJob
+    from kittiwake.flow.names import key_of
+    from kittiwake.flow.plan_fusion import MAX_RECIPE_BYTES, deferred_items
+    from kittiwake.flow.tokens import JobInput, Token
+
+    flow = Flow("big")
+
+    @flow.step(inputs={"x": flow.input("x")}, split=True)
+    def parts(ctx, x): ...
+
+    @flow.step(engine="spark", inputs={"p": parts}, fuse="plan")
+    def tidy(spark, p): ...
+
+    @flow.step(engine="spark", inputs={"r": tidy})
+    def sums(spark, r): ...
+
+    def prepared(value: str) -> PreparedJob:
+        key = key_of("run", [0])
+        job = JobInput(tidy.join, key, {"p": [Token(key, Dataset.inline(value), [[0, True]])]})
+        return PreparedJob(None, flow, tidy, job, None, None)
+
+    [item] = deferred_items(prepared("a small value"))
+    assert item["out"].kind == "fused" and item["out"].value["inputs"]["p"][0]["value"] == "a small value"
+    assert deferred_items(prepared("x" * MAX_RECIPE_BYTES)) is None
