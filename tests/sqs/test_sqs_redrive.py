@@ -239,3 +239,40 @@ def test_a_policy_stored_without_its_setter_redrives_only_where_every_admin_of_t
         assert waiting(alice, url_of(broker, "alice-dlq")) == 1
     finally:
         broker.terminate()
+
+
+def test_a_dead_letter_queues_redrive_allow_policy_decides_which_queues_may_move_messages_into_it(
+        auth_broker: BrokerProcess) -> None:
+    """The target's RedriveAllowPolicy holds at once: when a RedrivePolicy is set, and at each move
+    (a policy changed since stops the moves); malformed values are refused."""
+    alice = client(auth_broker, "alice")
+
+    def allow(permission: str, *sources: str) -> str:
+        given: dict[str, Any] = {"redrivePermission": permission}
+        if sources:
+            given["sourceQueueArns"] = [f"arn:aws:sqs:eu-west-1:000000000000:{name}" for name in sources]
+        return json.dumps(given)
+
+    dlq = alice.create_queue(QueueName="alice-dlq", Attributes={"RedriveAllowPolicy": allow("byQueue", "alice-a")})["QueueUrl"]
+    refused = refusal(lambda: alice.create_queue(QueueName="alice-b",
+                                                 Attributes={"RedrivePolicy": policy(auth_broker, "alice-dlq")}))
+    assert refused["code"] == "InvalidParameterValue" and "RedriveAllowPolicy" in refused["message"], refused
+    url = alice.create_queue(QueueName="alice-a", Attributes={"RedrivePolicy": policy(auth_broker, "alice-dlq")})["QueueUrl"]
+    alice.send_message(QueueUrl=url, MessageBody="first")
+    assert receive_counts(alice, url, 2) == ["1"]  # allowed: moved
+    assert waiting(alice, dlq) == 1
+
+    alice.set_queue_attributes(QueueUrl=dlq, Attributes={"RedriveAllowPolicy": allow("denyAll")})
+    alice.send_message(QueueUrl=url, MessageBody="second")
+    assert receive_counts(alice, url, 3) == ["1", "2", "3"]  # past maxReceiveCount, not moved any more
+    assert waiting(alice, dlq) == 1
+    assert "RedriveAllowPolicy does not allow" in auth_broker.log_tail(200)
+
+    for bad in ("not json", json.dumps({"redrivePermission": "sometimes"}), allow("byQueue"),
+                allow("allowAll", "alice-a"), allow("byQueue", *[f"alice-{n}" for n in range(11)])):
+        refused = refusal(lambda: alice.set_queue_attributes(QueueUrl=dlq, Attributes={"RedriveAllowPolicy": bad}))
+        assert refused["code"] == "InvalidAttributeValue", (bad, refused)
+    alice.set_queue_attributes(QueueUrl=dlq, Attributes={"RedriveAllowPolicy": ""})  # cleared: any queue may
+    assert "RedriveAllowPolicy" not in alice.get_queue_attributes(QueueUrl=dlq, AttributeNames=["All"])["Attributes"]
+    assert receive_counts(alice, url, 1) == []  # the second message, received a fourth time, moved
+    assert waiting(alice, dlq) == 2

@@ -345,15 +345,17 @@ class MessageActions(ActionBase):
 
     async def _redrive(self, queue: SqsQueue, tasks: list[LeasedTask], ctx: Context) -> list[LeasedTask]:
         """Move messages received more than maxReceiveCount times to the dead-letter queue, if the
-        policy's setter may write there now (`redrive`); the rest."""
+        policy's setter may write there now and the target's RedriveAllowPolicy lets this queue
+        (`redrive`); the rest."""
         redrive = queue.redrive
         if redrive is None or not tasks:
             return tasks
         target_name, most = redrive
         moving = [task for task in tasks if task.deliveries > most]
-        if not moving or not self.redrive_rights.allows(queue, target_name):
+        target = self.registry.queues.get(target_name)
+        if not moving or not self.redrive_rights.allows(queue, target_name, target):
             return tasks
-        await self.call(dead_letter_update(moving, target_name, self.registry.queues.get(target_name)), ctx)
+        await self.call(dead_letter_update(moving, target_name, target), ctx)
         moved = {id(task) for task in moving}
         return [task for task in tasks if id(task) not in moved]
 

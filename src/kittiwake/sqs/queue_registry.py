@@ -96,6 +96,23 @@ class SqsQueue:
         target = naming.name_of_arn(str(policy.get("deadLetterTargetArn", "")))
         return (target, int(policy["maxReceiveCount"])) if target else None
 
+    def redrive_allowed_from(self, source: str) -> bool:
+        """Whether this queue's RedriveAllowPolicy lets queue `source` use it as its dead-letter queue
+        (no policy: any queue may)."""
+        text = self.attributes.get("RedriveAllowPolicy")
+        if not text:
+            return True
+        try:
+            policy = json.loads(text)
+        except ValueError:  # stored before it was checked: refuse rather than guess
+            return False
+        permission = policy.get("redrivePermission") if isinstance(policy, dict) else None
+        if permission == "allowAll":
+            return True
+        if permission == "byQueue":
+            return source in {naming.name_of_arn(str(arn)) for arn in policy.get("sourceQueueArns") or []}
+        return False
+
     def encode(self) -> bytes:
         stored: dict[str, Any] = {"attributes": self.attributes, "created": self.created, "modified": self.modified}
         if self.redrive_by is not None:
@@ -103,8 +120,8 @@ class SqsQueue:
         return json.dumps(stored).encode()
 
 
-def _normalise(name: str, value: Any, fifo: bool, known: dict[str, SqsQueue]) -> str:
-    """One attribute a client set, checked and in the form GetQueueAttributes returns it."""
+def _normalise(name: str, value: Any, fifo: bool, known: dict[str, SqsQueue], queue: str) -> str:
+    """One attribute a client set on `queue`, checked and in the form GetQueueAttributes returns it."""
     if name not in SETTABLE:
         raise sqs_errors.invalid_attribute_name(name)
     if name in FIFO_ONLY and not fifo:
@@ -124,11 +141,40 @@ def _normalise(name: str, value: Any, fifo: bool, known: dict[str, SqsQueue]) ->
             raise sqs_errors.invalid_attribute_value(name)
         return text.lower()
     if name == "RedrivePolicy":
-        return _redrive_policy(text, fifo, known)
+        return _redrive_policy(text, fifo, known, queue)
+    if name == "RedriveAllowPolicy":
+        return _redrive_allow_policy(text)
     return text
 
 
-def _redrive_policy(text: str, fifo: bool, known: dict[str, SqsQueue]) -> str:
+ALLOW_PERMISSIONS = ("allowAll", "denyAll", "byQueue")
+MAX_SOURCE_QUEUES = 10
+
+
+def _redrive_allow_policy(text: str) -> str:
+    """A RedriveAllowPolicy as SQS checks it: redrivePermission allowAll, denyAll or byQueue, and with
+    byQueue 1 to 10 sourceQueueArns (none otherwise); "" clears it."""
+    if text in ("", "{}"):
+        return ""
+    try:
+        policy = json.loads(text)
+    except ValueError:
+        raise sqs_errors.invalid_attribute_value("RedriveAllowPolicy", "not valid JSON") from None
+    if not isinstance(policy, dict) or policy.get("redrivePermission") not in ALLOW_PERMISSIONS:
+        raise sqs_errors.invalid_attribute_value(
+            "RedriveAllowPolicy", f"redrivePermission must be one of {', '.join(ALLOW_PERMISSIONS)}")
+    sources = policy.get("sourceQueueArns")
+    if policy["redrivePermission"] == "byQueue":
+        if not isinstance(sources, list) or not 1 <= len(sources) <= MAX_SOURCE_QUEUES or not all(
+                isinstance(arn, str) and naming.name_of_arn(arn) for arn in sources):
+            raise sqs_errors.invalid_attribute_value(
+                "RedriveAllowPolicy", f"byQueue needs 1 to {MAX_SOURCE_QUEUES} sourceQueueArns (queue ARNs)")
+    elif sources is not None:
+        raise sqs_errors.invalid_attribute_value("RedriveAllowPolicy", "sourceQueueArns goes only with byQueue")
+    return text
+
+
+def _redrive_policy(text: str, fifo: bool, known: dict[str, SqsQueue], source: str) -> str:
     if text in ("", "{}"):
         return ""
     try:
@@ -156,6 +202,10 @@ def _redrive_policy(text: str, fifo: bool, known: dict[str, SqsQueue]) -> str:
         raise sqs_errors.SqsError("InvalidParameterCombination",
                                   "Fifo queues cannot use non fifo dead letter queues" if fifo
                                   else "Standard queues cannot use fifo dead letter queues")
+    if not target.redrive_allowed_from(source):
+        raise sqs_errors.invalid_parameter(
+            f"Value for parameter RedrivePolicy is invalid. Reason: the RedriveAllowPolicy of {target.name[:80]!r} "
+            f"does not allow {source[:80]!r} to use it as a dead-letter queue")
     return json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": count})
 
 
@@ -219,8 +269,8 @@ class QueueRegistry:
         if fifo:
             attributes.update(FIFO_DEFAULTS)
         for key, value in given.items():
-            normal = _normalise(key, value, fifo, self.queues)
-            if normal == "" and key == "RedrivePolicy":
+            normal = _normalise(key, value, fifo, self.queues, name)
+            if normal == "" and key in ("RedrivePolicy", "RedriveAllowPolicy"):
                 attributes.pop(key, None)
             else:
                 attributes[key] = normal
@@ -260,8 +310,8 @@ class QueueRegistry:
             for key, value in given.items():
                 if key == "FifoQueue" and str(value).lower() != attributes.get("FifoQueue", "false"):
                     raise sqs_errors.invalid_attribute_value("FifoQueue", "a queue cannot change its type")
-                normal = _normalise(key, value, queue.fifo, self.queues)
-                if normal == "" and key == "RedrivePolicy":
+                normal = _normalise(key, value, queue.fifo, self.queues, name)
+                if normal == "" and key in ("RedrivePolicy", "RedriveAllowPolicy"):
                     attributes.pop(key, None)
                 else:
                     attributes[key] = normal

@@ -31,7 +31,14 @@ queue it receives from — as SQS moves messages with the queue owner's
 authority, not the consumer's. It chooses neither the target nor what is
 written, so a consumer-only worker keeps its dead-letter queue working.
 
-Without an auth file nothing is checked: anyone may use every queue anyway.
+Without an auth file no user is checked: anyone may use every queue anyway.
+
+The dead-letter queue's own RedriveAllowPolicy holds with or without an auth
+file: ``denyAll`` lets no queue move messages into it, ``byQueue`` only the
+queues its sourceQueueArns name, ``allowAll`` (or none) any. It is checked
+when a source's RedrivePolicy is set (InvalidParameterValue naming the
+target) and again at each move, as the rights are: a policy changed since
+stops the moves at once.
 """
 
 from __future__ import annotations
@@ -92,8 +99,11 @@ class RedriveRights:
             "deadLetterTargetArn: a redrive writes into it"
         )
 
-    def refusal(self, queue: SqsQueue, target: str) -> str | None:
-        """Why messages of `queue` may not be moved into `target` now; None if they may."""
+    def refusal(self, queue: SqsQueue, target: str, target_queue: SqsQueue | None = None) -> str | None:
+        """Why messages of `queue` may not be moved into `target` (`target_queue`, when it exists) now;
+        None if they may."""
+        if target_queue is not None and not target_queue.redrive_allowed_from(queue.name):
+            return "its RedriveAllowPolicy does not allow this queue"
         if self.users is None:
             return None
         if queue.redrive_by is not None:
@@ -113,9 +123,9 @@ class RedriveRights:
                         "queue, has no produce permission on it")
         return None
 
-    def allows(self, queue: SqsQueue, target: str) -> bool:
+    def allows(self, queue: SqsQueue, target: str, target_queue: SqsQueue | None = None) -> bool:
         """Whether messages of `queue` may be moved into `target` now; logs a refusal once."""
-        reason = self.refusal(queue, target)
+        reason = self.refusal(queue, target, target_queue)
         if reason is None:
             return True
         key = (queue.name, target, queue.redrive_by)
@@ -124,7 +134,8 @@ class RedriveRights:
                 self._warned.clear()
             self._warned.add(key)
             log.warning("messages of SQS queue %r are not moved into its dead-letter queue %r: %s (set the "
-                        "RedrivePolicy again as a user who may produce into it)", queue.name, target, reason)
+                        "RedrivePolicy again as a user who may produce into it, or change the target's "
+                        "RedriveAllowPolicy)", queue.name, target, reason)
         return False
 
 
