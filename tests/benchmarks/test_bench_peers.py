@@ -80,6 +80,10 @@ def test_peers_runs_kittiwake_and_every_peer_whose_service_is_up(tmp_path: Path)
         drain = record["drain"]
         assert drain["done"] == TASKS and drain["complete"], (name, drain)
         assert drain["left_in_queue"] == 0, (name, drain)
+        # resumed paused, warm workers: timed from the resume to the queue said empty
+        assert 0 <= drain["resume_to_first_start_s"] <= drain["resume_to_last_end_s"], (name, drain)
+        assert drain["resume_to_empty_s"] >= drain["resume_to_last_end_s"], (name, drain)
+        assert isinstance(drain["resume_to_empty_per_s"], float), (name, drain)
         assert isinstance(record["tasks_per_s"], float) and record["tasks_per_s"] == drain["tasks_per_s"]
         assert record["single_submit"]["tasks"] == SUBMITS
         assert isinstance(record["single_submit"]["tasks_per_s"], float)

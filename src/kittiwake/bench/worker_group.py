@@ -7,6 +7,9 @@ process group the benchmark can end without touching anything else. Linux
 also sends the command SIGTERM should the benchmark itself die
 (`PR_SET_PDEATHSIG`), so a killed benchmark leaves no worker behind either.
 
+`pause` and `resume` stop and continue every group (SIGSTOP, SIGCONT): a
+benchmark can start the workers, let them warm up, pause them while it
+submits a backlog and time the drain from the moment it resumes them.
 `stop` is each tool's own graceful shutdown first (SIGTERM to the command,
 which stops its children), then SIGKILL to whatever is left of the group.
 Output goes to one log file per system, shown when something fails.
@@ -65,8 +68,27 @@ class WorkerGroup:
                 return f"{what} exited with code {code}{self.log_tail()}"
         return None
 
+    def pause(self) -> None:
+        """SIGSTOP every command's whole group: the workers keep their connections and their state,
+        and run nothing until `resume`."""
+        self._signal_groups(signal.SIGSTOP)
+
+    def resume(self) -> float:
+        """SIGCONT every group paused by `pause`; time.time() just before."""
+        resumed_at = time.time()
+        self._signal_groups(signal.SIGCONT)
+        return resumed_at
+
+    def _signal_groups(self, signum: int) -> None:
+        for process in self.processes:
+            try:
+                os.killpg(process.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def stop(self) -> None:
         """Each command's graceful shutdown, then SIGKILL to what is left of its group."""
+        self._signal_groups(signal.SIGCONT)  # a paused group could not shut down
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)

@@ -13,19 +13,23 @@ pgqueuer's own schema. For each system, in this order:
 dropped), e.g. PostgreSQL, so that Kittiwake and pgqueuer on one database
 server compare in the same run.
 
-1. single submit/s: `--submits` tasks one by one from one thread, with no
-   worker running.
+1. single submit/s: `--submits` tasks one by one from one thread, with the
+   workers paused: they were started on the empty queue, ran one task (booted,
+   connected, warm) and were stopped (SIGSTOP to each command's group).
 2. bulk submit/s: the rest of `--tasks` through the tool's bulk API, in
    calls of `PEERS_BULK_CHUNK` (no bulk API: "—", and they go one by one).
-3. drain tasks/s: workers started on that backlog of `--tasks`; the rate is
-   tasks ÷ (first task's start → last task's end), both read from the
-   tally every task appends to — one clock, no polling in the figure, and
-   the workers' start-up is not counted (it is reported apart, as
-   `from_workers_start_s`). The kept-results row ends when the submitter
-   holds every result. Then the tasks left in the queue are counted (0
-   when all drained). A drain not finished within `max_drain_secs` is
-   reported as partial, at the rate it reached; the rest of its backlog is
-   purged through the tool's own call and the workers are started again.
+3. drain tasks/s: the workers are resumed (SIGCONT) on that backlog of
+   `--tasks`; the rate is tasks ÷ (first task's start → last task's end),
+   both read from the tally every task appends to — one clock, no polling
+   in the figure. Beside it, what a user waiting on the queue sees:
+   `resume_to_empty_per_s`, tasks ÷ (resume → the system first says its
+   queue is empty, polled every `POLL_SECS`, and every task ran), with
+   `resume_to_first_start_s` and `resume_to_last_end_s`. The kept-results
+   row ends when the submitter holds every result. Then the tasks left in
+   the queue are counted (0 when all drained). A drain not finished within
+   `max_drain_secs` is reported as partial, at the rate it reached; the
+   rest of its backlog is purged through the tool's own call and the
+   workers are started again.
 4. submit → start on the now idle system: one warm-up task (not counted),
    then `--latency-samples` tasks one at a time, `latency_gap_secs` apart;
    p50 and p99. The workers stop.
@@ -103,6 +107,7 @@ from kittiwake.errors import BadRequest
 from kittiwake.store.location import parse_store_url
 
 POLL_SECS = 0.05
+EMPTY_WAIT_SECS = 30.0  # after the last task ran, for the system to say its queue is empty
 WARMUP_TIMEOUT_SECS = 120.0  # workers started again after a partial drain boot before the warm-up task runs
 SAMPLE_TIMEOUT_SECS = 30.0  # an idle system starts one task within this, or the figure fails
 KITTIWAKE_SERVICE = "Kittiwake broker, --durability fsync (default): an ok reply means the task is on disk"
@@ -158,6 +163,7 @@ class SystemRun:
         self.workers: WorkerGroup | None = None
         self.env: dict[str, str] = {tally.TALLY_ENV: str(self.tally_path)}
         self.record = _blank_record(system, settings)
+        self.tally_base = 0  # tally records before the backlog's: the warm-up task's
 
     # ------------------------------------------------------------ service
 
@@ -253,7 +259,16 @@ class SystemRun:
         record = self.record
         record["bulk_submit"]["api"] = bulk_api
 
-        # 1, 2. the backlog, with no worker running
+        # the workers start on the empty queue and run one task (booted, connected, warm), then pause
+        # while the backlog is submitted; the drain resumes them
+        self._start_workers()
+        _call(self.pool, Sample(1, self.payload, str(self.tally_path), 0.0, WARMUP_TIMEOUT_SECS),
+              watch=self._watch_workers)
+        assert self.workers is not None
+        self.workers.pause()
+        self.tally_base = tally.count(self.tally_path)
+
+        # 1, 2. the backlog, with the workers paused
         singles = min(settings.submits, settings.tasks)
         single: Submitted = _call(self.pool, Submit(singles, self.payload),
                                   self.bar(f"{label}: submit one by one ×{singles:,}"), singles)
@@ -305,19 +320,20 @@ class SystemRun:
         _call(self.pool, CLOSE)
 
     def _drain(self) -> bool:
-        """Start the workers on the backlog and wait for it; whether it all ran within the limit."""
+        """Resume the paused workers on the backlog and wait for it; whether it all ran within the limit."""
         system, settings = self.system, self.settings
         expected = settings.tasks
+        base = self.tally_base
         progress = self.bar(f"{system.label}: drain ×{expected:,}")
-        self._start_workers()
         assert self.workers is not None and self.pool is not None
         if system.keeps_results:
             self.pool.start(0, Collect(settings.max_drain_secs))
+        resumed_at = self.workers.resume()
         deadline = time.monotonic() + settings.max_drain_secs
         last_count, last_change = -1, time.monotonic()
         partial = False
         while True:
-            done = tally.count(self.tally_path)
+            done = tally.count(self.tally_path) - base
             progress(min(1.0, done / expected), done)
             if done >= expected and (not system.keeps_results or self.pool.done(0)):
                 break
@@ -334,8 +350,8 @@ class SystemRun:
             time.sleep(POLL_SECS)
         record = self.record
         drain = record["drain"]
-        span = tally.span(self.tally_path)
-        done = tally.count(self.tally_path)
+        span = tally.span(self.tally_path, base)
+        done = tally.count(self.tally_path) - base
         if span is None:
             raise PeerFailed("no task of the backlog ran")
         first_start, last_end = span
@@ -351,13 +367,32 @@ class SystemRun:
         seconds = last_end - first_start
         drain.update(done=done, complete=not partial, seconds=round(seconds, 4),
                      tasks_per_s=_rate(done / seconds if seconds > 0 else None),
-                     from_workers_start_s=round(last_end - self.workers.started_at, 4))
+                     resume_to_first_start_s=round(first_start - resumed_at, 4),
+                     resume_to_last_end_s=round(last_end - resumed_at, 4))
+        empty_at = None if partial else self._queue_empty_at(time.monotonic() + EMPTY_WAIT_SECS)
+        if empty_at is not None:
+            whole = max(empty_at, last_end) - resumed_at
+            drain.update(resume_to_empty_s=round(whole, 4), resume_to_empty_per_s=_rate(done / whole if whole > 0 else None))
         record["tasks_per_s"] = drain["tasks_per_s"]
         if partial:
             record["status"] = "partial"
             record["reason"] = (f"{done:,} of {expected:,} tasks ran within --max-drain-secs "
                                 f"{settings.max_drain_secs:g}; the drain rate is theirs, the rest was purged")
         return not partial
+
+    def _queue_empty_at(self, deadline: float) -> float | None:
+        """time.time() when the system first says its queue is empty (every task taken and
+        acknowledged, as far as it counts them), looking every `POLL_SECS`; None when it cannot say
+        or not before `deadline` (monotonic)."""
+        assert self.pool is not None
+        while time.monotonic() < deadline:
+            waiting = _call(self.pool, WAITING)
+            if waiting is None:
+                return None
+            if waiting == 0:
+                return time.time()
+            time.sleep(POLL_SECS)
+        return None
 
 
 def _rate(value: float | None) -> float | None:
@@ -383,7 +418,8 @@ def _blank_record(system: System, settings: PeersSettings) -> dict[str, Any]:
         "threaded_submit": {"threads": PEERS_SUBMIT_THREADS, "tasks": 0, "seconds": None, "tasks_per_s": None,
                             "reason": None},
         "drain": {"tasks": settings.tasks, "done": 0, "complete": False, "seconds": None, "tasks_per_s": None,
-                  "from_workers_start_s": None, "left_in_queue": None},
+                  "resume_to_first_start_s": None, "resume_to_last_end_s": None, "resume_to_empty_s": None,
+                  "resume_to_empty_per_s": None, "left_in_queue": None},
         # the record every benchmark writes (`report.figure`): the drain's rate, submit → start
         "tasks_per_s": None,
         "latency_ms": None,

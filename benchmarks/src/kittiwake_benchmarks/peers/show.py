@@ -66,6 +66,7 @@ def peers_table(report: Mapping[str, Any]) -> Table:
     table.add_column(f"{_threads(report)}-thread submit/s", justify="right")
     table.add_column("bulk submit/s", justify="right")
     table.add_column("drain tasks/s", justify="right")
+    table.add_column("resume → empty /s", justify="right")
     table.add_column("Kittiwake ÷ peer", justify="right")
     table.add_column("p50 ms", justify="right")
     table.add_column("p99 ms", justify="right")
@@ -80,6 +81,7 @@ def peers_table(report: Mapping[str, Any]) -> Table:
             _rate(_threaded(record).get("tasks_per_s")),
             _rate(record["bulk_submit"]["tasks_per_s"]),
             _rate(record["tasks_per_s"]),
+            _rate((record.get("drain") or {}).get("resume_to_empty_per_s")),
             f"{ratio:,.2f}×" if ratio else "—",
             _ms(record.get("latency_ms"), "p50"),
             _ms(record.get("latency_ms"), "p99"),
@@ -88,7 +90,7 @@ def peers_table(report: Mapping[str, Any]) -> Table:
         )
     disk = report.get("disk_commit") or {}
     if disk.get("latency_ms"):
-        table.add_row("disk: 4 KiB + fsync (reference)", "—", "—", "—", "—", "—", "—",
+        table.add_row("disk: 4 KiB + fsync (reference)", "—", "—", "—", "—", "—", "—", "—",
                       _ms(disk["latency_ms"], "p50"), _ms(disk["latency_ms"], "p99"), "yes",
                       f"{disk['pause_secs']:g} s apart, as the samples")
     return table
@@ -103,7 +105,8 @@ def show(console: Console, report: Mapping[str, Any]) -> None:
         for change in record.get("changed_settings") or ():
             console.print(f"[dim]  changed: {change}")
     load = report["load_average"]
-    console.print(f"[dim]drain = tasks ÷ (first task's start → last task's end), workers' start-up not counted; "
+    console.print(f"[dim]drain = tasks ÷ (first task's start → last task's end); resume → empty = tasks ÷ (the "
+                  "paused, warm workers resumed on the backlog → the system says its queue is empty); "
                   f"submit → start one task at a time, {report['settings']['latency_gap_secs']:g} s apart, on an "
                   f"idle system. Load average before and after: {load['before'][0]:.2f}, {load['after'][0]:.2f} "
                   f"(other processes on this machine)")
