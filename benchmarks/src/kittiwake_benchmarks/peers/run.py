@@ -24,7 +24,9 @@ server compare in the same run.
    in the figure. Beside it, what a user waiting on the queue sees:
    `resume_to_empty_per_s`, tasks ÷ (resume → the system first says its
    queue is empty, polled every `POLL_SECS`, and every task ran), with
-   `resume_to_first_start_s` and `resume_to_last_end_s`. The kept-results
+   `resume_to_first_start_s` and `resume_to_last_end_s`; for Kittiwake,
+   `broker_cpu_us_per_task`, the broker's CPU from the resume to the queue
+   empty ÷ the tasks. The kept-results
    row ends when the submitter holds every result. Then the tasks left in
    the queue are counted (0 when all drained). A drain not finished within
    `max_drain_secs` is reported as partial, at the rate it reached; the
@@ -328,6 +330,7 @@ class SystemRun:
         assert self.workers is not None and self.pool is not None
         if system.keeps_results:
             self.pool.start(0, Collect(settings.max_drain_secs))
+        broker_cpu = self.broker.cpu_secs() if self.broker is not None else None
         resumed_at = self.workers.resume()
         deadline = time.monotonic() + settings.max_drain_secs
         last_count, last_change = -1, time.monotonic()
@@ -370,6 +373,8 @@ class SystemRun:
                      resume_to_first_start_s=round(first_start - resumed_at, 4),
                      resume_to_last_end_s=round(last_end - resumed_at, 4))
         empty_at = None if partial else self._queue_empty_at(time.monotonic() + EMPTY_WAIT_SECS)
+        if broker_cpu is not None and self.broker is not None and done:
+            drain["broker_cpu_us_per_task"] = round((self.broker.cpu_secs() - broker_cpu) / done * 1e6, 1)
         if empty_at is not None:
             whole = max(empty_at, last_end) - resumed_at
             drain.update(resume_to_empty_s=round(whole, 4), resume_to_empty_per_s=_rate(done / whole if whole > 0 else None))
@@ -419,7 +424,7 @@ def _blank_record(system: System, settings: PeersSettings) -> dict[str, Any]:
                             "reason": None},
         "drain": {"tasks": settings.tasks, "done": 0, "complete": False, "seconds": None, "tasks_per_s": None,
                   "resume_to_first_start_s": None, "resume_to_last_end_s": None, "resume_to_empty_s": None,
-                  "resume_to_empty_per_s": None, "left_in_queue": None},
+                  "resume_to_empty_per_s": None, "broker_cpu_us_per_task": None, "left_in_queue": None},
         # the record every benchmark writes (`report.figure`): the drain's rate, submit → start
         "tasks_per_s": None,
         "latency_ms": None,

@@ -104,6 +104,9 @@ def show(console: Console, report: Mapping[str, Any]) -> None:
                           + (f"; bulk: {record['bulk_submit']['api']}" if record["bulk_submit"].get("api") else ""))
         for change in record.get("changed_settings") or ():
             console.print(f"[dim]  changed: {change}")
+        broker_cpu = (record.get("drain") or {}).get("broker_cpu_us_per_task")
+        if broker_cpu is not None:
+            console.print(f"[dim]  broker CPU per drained task: {broker_cpu:g} µs")
     load = report["load_average"]
     console.print(f"[dim]drain = tasks ÷ (first task's start → last task's end); resume → empty = tasks ÷ (the "
                   "paused, warm workers resumed on the backlog → the system says its queue is empty); "
