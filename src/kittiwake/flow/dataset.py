@@ -22,7 +22,8 @@ from typing import Any, Mapping
 
 from kittiwake import errors
 
-KINDS = ("parquet", "csv", "text", "path", "inline", "fused")
+FUSED_KIND = "fused"  # a plan-fused step's output: a recipe, never written (`plan_fusion`)
+KINDS = ("parquet", "csv", "text", "path", "inline", FUSED_KIND)
 URI_KINDS = ("parquet", "csv", "text", "path")
 
 
@@ -106,7 +107,7 @@ class Dataset:
     def __repr__(self) -> str:
         if self.kind == "inline":
             return f"Dataset.inline({self.value!r:.60})"
-        if self.kind == "fused":
+        if self.kind == FUSED_KIND:
             return f"<fused output of {self.value.get('step') if isinstance(self.value, Mapping) else '?'}>"
         return f"Dataset.{self.kind}({self.uri!r})"
 

@@ -34,6 +34,7 @@ rewritten, so a reused output keeps its fingerprint and its consumers hit too.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import os
@@ -42,13 +43,15 @@ from typing import Any, Callable, Mapping, Sequence
 import msgspec
 
 from kittiwake import errors
-from kittiwake.flow.dataset import URI_KINDS, Dataset
+from kittiwake.flow.dataset import FUSED_KIND, URI_KINDS, Dataset
 
 _encoder = msgspec.msgpack.Encoder(order="sorted")
 
 
+@functools.lru_cache(maxsize=1024)
 def step_version(function: Callable[..., Any], declared: str | None = None) -> str:
-    """The declared version, else ``code:`` + a hash of the function's source (or compiled code)."""
+    """The declared version, else ``code:`` + a hash of the function's source (or compiled code);
+    computed once per function and declaration."""
     if declared is not None:
         return f"declared:{declared}"
     target = inspect.unwrap(function)
@@ -76,7 +79,7 @@ def local_path_of(dataset: Dataset) -> str | None:
 
 def dataset_fingerprint(dataset: Dataset) -> bytes | None:
     """What a dataset's fingerprint is made of (see the module docstring); None: it has none."""
-    if dataset.kind == "fused":
+    if dataset.kind == FUSED_KIND:
         return _fused_fingerprint(dataset.value)
     if dataset.kind not in URI_KINDS:
         return _encoder.encode(["inline", dataset.value])
@@ -125,7 +128,7 @@ def job_fingerprint(version: str, indices: Sequence[int], ports: Mapping[str, tu
 
 
 def _fused_fingerprint(recipe: Any) -> bytes | None:
-    """A fused output's fingerprint: its producing job's (`plan_fusion.Recipe` on the wire)."""
+    """A fused output's fingerprint: its producing job's, from the recipe (`plan_fusion.recipe`)."""
     if not isinstance(recipe, Mapping):
         return None
     try:

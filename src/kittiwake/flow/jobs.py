@@ -35,7 +35,7 @@ from kittiwake.client.interfaces import QueueClient
 from kittiwake.flow import context as step_context
 from kittiwake.flow import reuse
 from kittiwake.flow.context import StepContext
-from kittiwake.flow.dataset import Dataset
+from kittiwake.flow.dataset import FUSED_KIND, Dataset
 from kittiwake.flow.definition import OPTIONAL, SEQUENCE, FlowDefinition, Step
 from kittiwake.flow.fingerprints import job_fingerprint, step_version
 from kittiwake.flow.records import RunRecord
@@ -147,7 +147,6 @@ class FlowJobs:
         self.client = client
         self._records: OrderedDict[tuple[str, str], RunRecord] = OrderedDict()
         self._ended: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self._versions: dict[tuple[Callable[..., Any], str | None], str] = {}
         self._lock = threading.Lock()
 
     def job_queues(self, engine: str) -> list[str]:
@@ -193,7 +192,7 @@ class FlowJobs:
             if fingerprint is not None and not fresh:
                 hit = reuse.lookup(self.client, prepared.flow, step, fingerprint)
                 if hit is not None and not deferring and any(
-                        dataset.kind == "fused" for item in hit.datasets() for dataset in item.values()):
+                        dataset.kind == FUSED_KIND for item in hit.datasets() for dataset in item.values()):
                     hit = None
                 if hit is not None:
                     prepared.reused_from = hit.run
@@ -208,15 +207,8 @@ class FlowJobs:
         return enqueue
 
     def version_of(self, step: Step) -> str:
-        """The step's version for reuse (computed once per step)."""
-        key = (step.function, step.version)
-        with self._lock:
-            version = self._versions.get(key)
-        if version is None:
-            version = step_version(step.function, step.version)
-            with self._lock:
-                self._versions[key] = version
-        return version
+        """The step's version for reuse (`fingerprints.step_version`, computed once per step)."""
+        return step_version(step.function, step.version)
 
     def fingerprint(self, prepared: PreparedJob, version: str) -> str | None:
         """The job's fingerprint (`fingerprints.job_fingerprint`), None when an input has none."""

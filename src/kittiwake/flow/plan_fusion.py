@@ -38,19 +38,17 @@ producer's inputs or code do.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Mapping
 
 import msgspec
 
 from kittiwake import errors
 from kittiwake.flow.context import StepContext
-from kittiwake.flow.dataset import Dataset
+from kittiwake.flow.dataset import FUSED_KIND, Dataset
 from kittiwake.flow.definition import FUSE_PLAN, FlowDefinition, Step
 from kittiwake.flow.fingerprints import step_version
 from kittiwake.flow.jobs import PreparedJob, call_step, items_of, step_arguments
 
-FUSED_KIND = "fused"
 # a recipe travels in its consumers' tokens and jobs (1 MiB each at most): one whose inputs are many
 # (a merge of hundreds of parts) or large inline values is not worth deferring
 MAX_RECIPE_BYTES = 64 * 1024
@@ -69,11 +67,6 @@ def defers(flow: FlowDefinition, step: Step) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=256)
-def _version(function: Callable[..., Any], declared: str | None) -> str:
-    return step_version(function, declared)
-
-
 def recipe(prepared: PreparedJob, port: str) -> dict[str, Any]:
     """What a fused token of `prepared`'s output `port` carries: enough to build the DataFrame
     anywhere, and to fingerprint it (`fingerprints`)."""
@@ -81,7 +74,7 @@ def recipe(prepared: PreparedJob, port: str) -> dict[str, Any]:
     return {
         "step": step.name,
         "port": port,
-        "version": _version(step.function, step.version),
+        "version": step_version(step.function, step.version),
         "key": prepared.job.key,
         "indices": list(prepared.job.indices),
         "modes": {name: spec.mode for name, spec in step.inputs.items()},

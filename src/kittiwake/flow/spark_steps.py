@@ -39,11 +39,11 @@ from functools import reduce
 from typing import Any, Callable
 
 from kittiwake import errors
-from kittiwake.flow.dataset import SCHEMA_OPTION, Dataset, as_dataset
+from kittiwake.flow.dataset import FUSED_KIND, SCHEMA_OPTION, Dataset, as_dataset
 from kittiwake.flow.definition import FUSE_CACHE
 from kittiwake.flow.fusion import FusedOutputs, fused_readers
 from kittiwake.flow.jobs import PreparedJob, items_of
-from kittiwake.flow.plan_fusion import FUSED_KIND, PlanBuilder, deferred_items, defers
+from kittiwake.flow.plan_fusion import PlanBuilder, deferred_items, defers
 from kittiwake.flow.spark_sessions import enter_job, leave_job
 from kittiwake.flow.tokens import item_keys, output_path
 
