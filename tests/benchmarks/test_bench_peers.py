@@ -85,7 +85,9 @@ def test_peers_runs_kittiwake_and_every_peer_whose_service_is_up(tmp_path: Path)
         assert drain["resume_to_empty_s"] >= drain["resume_to_last_end_s"], (name, drain)
         assert isinstance(drain["resume_to_empty_per_s"], float), (name, drain)
         if name.startswith("kittiwake"):  # the broker is the bench's own process: its CPU per task
-            assert drain["broker_cpu_us_per_task"] > 0, (name, drain)
+            # (/proc counts CPU in 10 ms ticks: a 50-task drain may take less than one)
+            assert isinstance(drain["broker_cpu_us_per_task"], float) and drain["broker_cpu_us_per_task"] >= 0, (
+                name, drain)
         assert isinstance(record["tasks_per_s"], float) and record["tasks_per_s"] == drain["tasks_per_s"]
         assert record["single_submit"]["tasks"] == SUBMITS
         assert isinstance(record["single_submit"]["tasks_per_s"], float)
