@@ -55,6 +55,7 @@ class Peer:
     client: AsyncClient
     synced: bool = False  # it heard our last full announcement and every partial one since
     sending: asyncio.Task[None] | None = None
+    missed: bool = False  # a partial announcement went out to the others while its send was in flight
     retry_at: float = 0.0
     backoff: float = BACKOFF_SECS
     epochs_warned: set[str] = field(default_factory=set)
@@ -119,7 +120,8 @@ class Announcer:
     async def _run(self) -> None:
         next_full = self.clock()  # a full announcement to everyone at start
         while True:
-            timeout = max(0.0, next_full - self.clock())
+            now = self.clock()
+            timeout = max(0.0, min(next_full, self._earliest_retry(now)) - now)
             try:
                 await asyncio.wait_for(self.flips_ready.wait(), timeout)
             except TimeoutError:
@@ -131,13 +133,16 @@ class Announcer:
                     peer.synced = False
                 next_full = now + self.refresh_secs
             self._announce(now)
-            if any(not peer.synced for peer in self.peers.values()):
-                next_full = min(next_full, now + self._earliest_retry(now))
             await asyncio.sleep(self.coalesce_secs)  # flips of the next passes ride together
 
     def _earliest_retry(self, now: float) -> float:
-        waits = [max(self.coalesce_secs, peer.retry_at - now) for peer in self.peers.values() if not peer.synced]
-        return min(waits, default=self.refresh_secs)
+        """When the next peer out of sync and not being told may be told again (infinity: none is).
+        A peer whose send is in flight is not waited for here: the send's end wakes the loop. This is
+        a wake-up only: the next full refresh stays `REFRESH_SECS` away (bringing it forward while the
+        first send was in flight had every node resend everything every `COALESCE_SECS`)."""
+        due = [max(now + self.coalesce_secs, peer.retry_at) for peer in self.peers.values()
+               if not peer.synced and peer.sending is None]
+        return min(due, default=float("inf"))
 
     def _announce(self, now: float) -> None:
         holding, empty = self.holdings.take_flips()
@@ -145,8 +150,9 @@ class Announcer:
         full: list[str] | None = None
         for peer in self.peers.values():
             if peer.sending is not None:
-                if partial:
-                    peer.synced = False  # it misses this one: a full refresh when it answers
+                if partial:  # it misses this one: a full refresh when it answers
+                    peer.synced = False
+                    peer.missed = True
                 continue
             if peer.synced:
                 if partial:
@@ -164,6 +170,7 @@ class Announcer:
         )
         task = asyncio.get_running_loop().create_task(self._deliver(peer, call, full))
         peer.sending = task
+        peer.missed = False
         self._sends.add(task)
         task.add_done_callback(self._sends.discard)
 
@@ -184,7 +191,7 @@ class Announcer:
             self.sent += 1
             peer.told_at = time.time()
             peer.error = None
-            if full:
+            if full and not peer.missed:  # a flip after this one was taken is not in it
                 peer.synced = True
             peer.backoff = BACKOFF_SECS
             peer.retry_at = 0.0
