@@ -61,18 +61,33 @@ def test_worker_processes_stop_when_their_supervisor_is_killed(broker: BrokerPro
     import os
     import signal
 
-    def alive(pid: int) -> bool:
+    def state(pid: int) -> str | None:
+        """The process's state letter (None: gone); the name in /proc/PID/stat may hold spaces."""
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return None
+
+    def alive(pid: int) -> bool:
+        return state(pid) not in (None, "Z", "X")
+
+    def where(pid: int) -> str:
+        try:
+            with open(f"/proc/{pid}/wchan") as wchan:
+                return f"pid {pid}: state {state(pid)}, waiting in {wchan.read() or '-'}"
+        except OSError as exc:
+            return f"pid {pid}: {exc}"
 
     with workers(broker.url, tmp_path, "--processes", "2", processes=2) as worker:
         children = worker.worker_pids()
         os.kill(worker.proc.pid, signal.SIGKILL)  # the supervisor only
-        wait_for(lambda: not any(alive(pid) for pid in children), timeout=15, message="orphans to stop")
+        try:
+            wait_for(lambda: not any(alive(pid) for pid in children), timeout=15, message="orphans to stop")
+        except AssertionError as exc:  # say what the survivors were doing, from their log lines and the kernel
+            survivors = "; ".join(where(pid) for pid in children if alive(pid))
+            log_tail = "\n".join(worker.log().splitlines()[-40:])
+            raise AssertionError(f"{exc}: {survivors}\nthe workers' log, last lines:\n{log_tail}") from None
 
 
 def test_a_worker_process_whose_supervisor_died_while_it_started_does_not_run_on(
