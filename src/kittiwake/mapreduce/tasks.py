@@ -34,6 +34,7 @@ from kittiwake.app import App
 from kittiwake.app.context import current_task
 from kittiwake.errors import BadRequest
 from kittiwake.mapreduce import grep, sort, wordcount
+from kittiwake.mapreduce.allocator import keep_freed_memory
 from kittiwake.mapreduce.intermediate import Location, MapOutput, read_segments
 from kittiwake.mapreduce.spec import GREP, SORT, WORDCOUNT, JobSpec
 
@@ -148,7 +149,9 @@ def _barrier() -> None:
 
 
 def make_app(url: str | None = None, *, lease_secs: float = DEFAULT_LEASE_SECS, **app_options: Any) -> App:
-    """An app with the three tasks; workers load the module's `app`, drivers make their own."""
+    """An app with the three tasks; workers load the module's `app`, drivers make their own. The
+    process keeps freed memory for its next block (`allocator.keep_freed_memory`)."""
+    keep_freed_memory()
     app = App(url, **app_options)
 
     def map_partition(spec: dict[str, Any], index: int, path: str) -> dict[str, Any]:

@@ -261,13 +261,16 @@ def run_pair(cluster: Cluster, spark: Any, app: str, input_dir: Path, partition_
              settings: MapReduceSettings, pattern: str, label: str = "",
              bar: Callable[[str], Bar] | None = None) -> PairRun:
     """`app` over `input_dir` on Kittiwake then on Spark, outputs compared then removed; with `bar`,
-    a progress bar per system, named after `label`."""
+    a progress bar per system, named after `label`. Each job starts after `os.sync()`: the writeback
+    of a dataset just generated, or of the other system's output, is not charged to it."""
     native_out, spark_out = work / "native-out", work / "spark-out"
     for path in (native_out, spark_out):
         shutil.rmtree(path, ignore_errors=True)
     try:
+        os.sync()
         native = run_native_job(cluster, app, input_dir, native_out, settings, pattern,
                                 bar(f"{label}: Kittiwake") if bar else None)
+        os.sync()
         spark_run = run_spark_job(spark, app, input_dir, spark_out, partition_bytes, settings, pattern,
                                   bar(f"{label}: Spark") if bar else None)
         pair = compare_outputs(app, native_out, spark_out)
