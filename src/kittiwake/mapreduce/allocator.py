@@ -5,10 +5,11 @@ with its line breaks replaced, the word offsets, the grouped words) and frees
 them before the next block. glibc's malloc serves every request past its
 mmap threshold (128 KB until it adapts) with fresh pages from the kernel and
 gives memory back to the kernel when the top of the heap is free past its trim
-threshold, so each block paid for faulting in and zeroing its pages again: on
-this project's 2-core VM a word-count map spent 6.5 ms of CPU per MB with
-glibc's defaults and 4.2 ms with `keep_freed_memory` (`kittiwake bench
-mapreduce`, see docs/performance.md).
+threshold, so each block paid for faulting in and zeroing its pages again.
+Measured on a 2-core VM, 300 blocks of 1 MB in one process: a word-count map
+spent 6.5 ms of CPU per MB with glibc's defaults, 5.1 ms with
+`keep_freed_memory`, and 4.2 ms with `wordcount.map_block`'s numpy grouping
+too (docs/performance.md, MapReduce).
 
 `keep_freed_memory` raises both thresholds (`mallopt`): requests under
 `MMAP_THRESHOLD_BYTES` come from the heap and freed memory stays in the

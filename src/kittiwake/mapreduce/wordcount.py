@@ -11,9 +11,10 @@ word ranges of `partitioners.word_boundaries` by each word's first byte, with
 numpy: a lookup table gives each word its reducer, a radix sort of those
 one-byte owners groups them, and one gather copies the words' bytes in that
 order (Arrow's `take` of the counted table cost more than the grouping it
-did: 1.5 of a map's 6.5 ms per MB). Each group is written as raw buffers (row
-count, word lengths, word bytes, counts): the map-side combine keeps a map's
-output to its distinct words (a few KB to a few hundred KB).
+did: 1.5 of a map's 6.5 ms per MB). Each group is one *run* of raw buffers:
+row count and data length (two little-endian int64), each word's length
+(int64), the words' bytes, the counts (int64). The map-side combine keeps a
+map's output to its distinct words (a few KB to a few hundred KB).
 
 Reduce (`reduce`): the segments of every map are joined into one Arrow table
 with a few numpy steps per segment (`decode_segments`), summed per word
@@ -58,7 +59,7 @@ def count_words(block: bytes) -> pa.Table:
 
 
 def decode_segments(segments: Iterable[bytes]) -> pa.Table:
-    """Every row of `segments` — each one or more runs in `encode_segment`'s format, back to back —
+    """Every row of `segments` — each one or more runs (the module docstring), back to back —
     as one table: slices per run, the arrays built once for all."""
     lengths, data, numbers = [], [], []
     for segment in segments:
@@ -123,7 +124,8 @@ def _owner_of_first_byte(reducers: int) -> np.ndarray:
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The indices of the byte ranges [start, start + length), one after the other (`ends` = the
-    cumulative lengths; every length > 0): a step of one within a range, a jump between ranges."""
+    cumulative lengths): a step of one within a range, a jump between ranges. Every length must be
+    over 0 (a word always holds its space), or two jumps would land on one index."""
     steps = np.ones(int(ends[-1]), dtype=np.int64)
     steps[0] = starts[0]
     steps[ends[:-1]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
