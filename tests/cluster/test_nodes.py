@@ -91,6 +91,29 @@ def test_holders_learn_of_a_peers_tasks(nodes: ClusterNodes, cluster: ClusterMap
         assert cluster_call(b, "holders", queues=["held.on.a"]).holders == {"held.on.a": []}
 
 
+def test_a_deleted_queue_is_no_longer_held_after_the_next_full_refresh(nodes: ClusterNodes) -> None:
+    # A delete leaves no move in the pass's tally, so no flip: node a went on telling its peers (and
+    # itself) that it held the queue, and every consumer of another node asked it in vain, forever.
+    # Each full refresh now recomputes what a node holds from its engine.
+    from kittiwake.cluster.announcer import REFRESH_SECS
+
+    def held(client: Client) -> list[str]:
+        holders: list[str] = cluster_call(client, "holders", queues=["deleted.on.a"]).holders["deleted.on.a"]
+        return holders
+
+    with Client(nodes["a"].url) as a, Client(nodes["b"].url) as b:
+        a.enqueue("deleted.on.a", b"x")
+        deadline = time.monotonic() + POLL_SECS
+        while held(b) != ["a"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert held(b) == ["a"]
+        a.delete_queue("deleted.on.a")
+        deadline = time.monotonic() + REFRESH_SECS + POLL_SECS
+        while (held(a) or held(b)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (held(a), held(b)) == ([], [])
+
+
 def test_node_b_issues_ids_of_residue_one_across_a_restart(nodes: ClusterNodes) -> None:
     residues = set()
     for _ in range(2):

@@ -8,7 +8,9 @@ interval (at most one partial announcement every `COALESCE_SECS`), and sends
 `kittiwake.client.AsyncClient` to the address the map gives it (plaintext
 `kw://`, with the node's credentials when the cluster runs with auth files).
 
-* **Full refreshes.** Every `REFRESH_SECS`, and to a peer that was not in sync
+* **Full refreshes.** Every `REFRESH_SECS` (this node's holdings recomputed
+  from the whole engine first, `before_full`: what no pass's tally showed, such
+  as a deleted queue, is corrected by then), and to a peer that was not in sync
   (its last send failed, it never heard from us, or it announced itself for the
   first time since we started, which is how a restarted peer is noticed at
   once), the announcement carries every queue held (`full`), which replaces
@@ -76,6 +78,7 @@ class Announcer:
         clock: Callable[[], float] = time.monotonic,
         coalesce_secs: float = COALESCE_SECS,
         refresh_secs: float = REFRESH_SECS,
+        before_full: Callable[[], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.node = node
@@ -83,6 +86,7 @@ class Announcer:
         self.clock = clock
         self.coalesce_secs = coalesce_secs
         self.refresh_secs = refresh_secs
+        self.before_full = before_full  # brings `holdings.local` up to date before each full refresh
         user, token = credentials if credentials is not None else (None, None)
         self.peers: dict[str, Peer] = {}
         for peer in cluster.nodes:
@@ -129,6 +133,8 @@ class Announcer:
             self.flips_ready.clear()
             now = self.clock()
             if now >= next_full:
+                if self.before_full is not None:
+                    self.before_full()
                 for peer in self.peers.values():
                     peer.synced = False
                 next_full = now + self.refresh_secs

@@ -113,12 +113,10 @@ class ClusterNode:
 
     async def start(self, host: Host) -> None:
         self._host = host
-        engine = host.reads()
-        if engine is not None:
-            self.holdings.observe_all(_available(engine, engine.state.queues))
+        self._observe_all()
         self._unsubscribe = host.on_commit(self._committed)
         self.announcer = Announcer(self.cluster, self.node, self.holdings, credentials=self.credentials,
-                                   refresh_secs=self.refresh_secs)
+                                   refresh_secs=self.refresh_secs, before_full=self._observe_all)
         self.announcer.start()
 
     async def stop(self) -> None:
@@ -133,6 +131,13 @@ class ClusterNode:
         return self._host.reads() if self._host is not None else None
 
     # ------------------------------------------------------------ commits
+
+    def _observe_all(self) -> None:
+        """Every spread queue's holding recomputed from the engine (at start and before each full
+        refresh): a change no committed pass's tally names — a queue deleted — is caught here."""
+        engine = self.reads()
+        if engine is not None:
+            self.holdings.observe_all(_available(engine, engine.state.queues))
 
     def _committed(self, tally: Tally, commit_secs: float | None) -> None:
         """After a committed pass: the touched spread queues' holdings; flips wake the announcer."""
