@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kittiwake.errors import BadRequest
 from kittiwake.mapreduce import gen_data, grep, sort, wordcount
-from kittiwake.mapreduce.intermediate import Location, MapOutput, SegmentFile, read_segments
+from kittiwake.mapreduce.intermediate import Location, MapOutput, SegmentFile, gather_segments, read_segments
 from kittiwake.mapreduce.partitioners import sample_splits, word_boundaries
 from kittiwake.mapreduce.spec import JobSpec
 from kittiwake.mapreduce.tasks import read_blocks
@@ -141,6 +141,22 @@ def test_past_the_threshold_the_output_spills_to_disk_and_reads_back_in_order(tm
     assert not list((tmp_path / "disk").glob("*.partial"))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 2), st.binary(max_size=9)), max_size=8), max_size=5),
+       st.integers(1, 30))
+def test_gathered_segments_are_the_read_ones_joined(maps: list[list[tuple[int, bytes]]], spill_bytes: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        locations = []
+        for index, pieces in enumerate(maps):
+            output = MapOutput(f"map-{index}", 3, Path(folder, "memory"), Path(folder, "disk"), spill_bytes)
+            for reducer, data in pieces:
+                output.add(reducer, data)
+            locations.append(output.finish())
+        for reducer in range(3):
+            joined = b"".join(data for location in locations for data in read_segments(location, reducer))
+            assert bytes(gather_segments(locations, reducer)) == joined
+
+
 def test_bad_locations_and_reducers_are_refused(tmp_path: Path) -> None:
     output = MapOutput("map-3", 2, tmp_path, tmp_path, spill_bytes=10)
     with pytest.raises(BadRequest):
@@ -154,6 +170,10 @@ def test_bad_locations_and_reducers_are_refused(tmp_path: Path) -> None:
     truncated = Location((SegmentFile(location.files[0].path, ((0, 5), (5, 0))),))
     with pytest.raises(BadRequest, match="shorter"):
         list(read_segments(truncated, 0))
+    with pytest.raises(BadRequest, match="shorter"):
+        gather_segments([truncated], 0)
+    with pytest.raises(BadRequest, match="no segment"):
+        gather_segments([truncated], 2)
     with pytest.raises(BadRequest):
         MapOutput("map-4", 0, tmp_path, tmp_path, spill_bytes=10)
 

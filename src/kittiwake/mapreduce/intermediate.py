@@ -15,7 +15,9 @@ place complete; `finish` returns the `Location` — each file's path and the
 (offset, length) of every reducer's segment in it — only once every file is
 in place. The map task records that location in the broker, so a map killed
 at any point leaves at most unreferenced files, never a half-written one that
-a reducer could read. A reducer reads its segments with `read_segments`.
+a reducer could read. A reducer reads its segments with `read_segments`, or
+all of them at once into one buffer with `gather_segments` (each read straight
+into its place: no joining copy, for a reducer that needs its input whole).
 
 Intermediate files are read by path: reducers on another machine need the
 directories on a shared file system (the driver removes them when the job
@@ -27,9 +29,11 @@ from __future__ import annotations
 import builtins
 import os
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import msgspec
+import numpy as np
 from pathlib import Path
 from typing import Iterator
 
@@ -141,3 +145,29 @@ def read_segments(location: Location, reducer: int) -> Iterator[bytes]:
             if len(data) != length:
                 raise BadRequest(f"{file.path} is shorter than its location says")
             yield data
+
+
+def gather_segments(locations: Iterable[Location], reducer: int) -> memoryview:
+    """Reducer `reducer`'s segments of every map output, in order, read into one buffer: its size
+    summed from the locations first, then each segment read straight into its place."""
+    wanted: list[tuple[str, int, int]] = []
+    for location in locations:
+        for file in location.files:
+            if reducer >= len(file.segments):
+                raise BadRequest(f"{file.path} has no segment for reducer {reducer}")
+            offset, length = file.segments[reducer]
+            if length:
+                wanted.append((file.path, offset, length))
+    buffer = np.empty(sum(length for _, _, length in wanted), dtype=np.uint8).data.cast("B")  # not zeroed
+    at = 0
+    for path, offset, length in wanted:
+        with open(path, "rb", buffering=0) as handle:
+            handle.seek(offset)
+            got = 0
+            while got < length:  # a raw read may return less than asked
+                read = handle.readinto(buffer[at + got:at + length])
+                if not read:
+                    raise BadRequest(f"{path} is shorter than its location says")
+                got += read
+        at += length
+    return buffer

@@ -25,11 +25,12 @@ from kittiwake.mapreduce.partitioners import RECORD_BYTES, key_prefixes, reducer
 from kittiwake.mapreduce.spec import JobSpec
 
 UNIT = RECORD_BYTES  # blocks are cut at whole records
+WHOLE_INPUT = True  # the reducer sorts its input as one buffer: gathered so (`tasks`)
 OUTPUT_SUFFIX = ".bin"
 _WRITE_RECORDS = 100_000  # records per output chunk (10 MB)
 
 
-def as_records(data: bytes) -> np.ndarray:
+def as_records(data: bytes | memoryview) -> np.ndarray:
     if len(data) % RECORD_BYTES:
         raise BadRequest(f"sort input must be whole {RECORD_BYTES}-byte records; {len(data)} bytes is not")
     return np.frombuffer(data, dtype=np.uint8).reshape(-1, RECORD_BYTES)
@@ -61,11 +62,13 @@ def sorted_order(records: np.ndarray) -> np.ndarray:
     return order
 
 
-def reduce(segments: Iterable[bytes], spec: JobSpec) -> Iterator[memoryview]:
+def reduce(segments: Iterable[bytes | memoryview], spec: JobSpec) -> Iterator[memoryview]:
     """This reducer's records, sorted, in chunks of one reused buffer (each chunk is valid until the
-    next is asked for: write it before that)."""
-    data = b"".join(segments)
-    if not data:
+    next is asked for: write it before that). One segment is used as it is (`tasks` hands the
+    reducer its whole input so, `intermediate.gather_segments`); several are joined."""
+    parts = list(segments)
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    if not len(data):
         return
     records = as_records(data)
     order = sorted_order(records)

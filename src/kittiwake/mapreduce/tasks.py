@@ -35,7 +35,7 @@ from kittiwake.app.context import current_task
 from kittiwake.errors import BadRequest
 from kittiwake.mapreduce import grep, sort, wordcount
 from kittiwake.mapreduce.allocator import keep_freed_memory
-from kittiwake.mapreduce.intermediate import Location, MapOutput, read_segments
+from kittiwake.mapreduce.intermediate import Location, MapOutput, gather_segments, read_segments
 from kittiwake.mapreduce.spec import GREP, SORT, WORDCOUNT, JobSpec
 
 QUEUE = "mapreduce"
@@ -125,8 +125,13 @@ def _reduce_partition(app: App, spec_record: dict[str, Any], reducer: int) -> di
     segment = 0 if grep_app else reducer
     fetched = 0
 
-    def segments() -> Iterator[bytes]:
+    def segments() -> Iterator[bytes | memoryview]:
         nonlocal fetched
+        if getattr(KERNELS[spec.app], "WHOLE_INPUT", False):  # one buffer, no joining copy
+            whole = gather_segments(locations(app, spec, maps), segment)
+            fetched += len(whole)
+            yield whole
+            return
         for location in locations(app, spec, maps):
             for data in read_segments(location, segment):
                 fetched += len(data)
