@@ -135,9 +135,7 @@ class MapOutput:
 def read_segments(location: Location, reducer: int) -> Iterator[bytes]:
     """Reducer `reducer`'s non-empty segments of one map's output, in the order they were written."""
     for file in location.files:
-        if reducer >= len(file.segments):
-            raise BadRequest(f"{file.path} has no segment for reducer {reducer}")
-        offset, length = file.segments[reducer]
+        offset, length = _segment(file, reducer)
         if length:
             with open(file.path, "rb") as handle:
                 handle.seek(offset)
@@ -147,15 +145,20 @@ def read_segments(location: Location, reducer: int) -> Iterator[bytes]:
             yield data
 
 
+def _segment(file: SegmentFile, reducer: int) -> tuple[int, int]:
+    """(offset, length) of reducer `reducer`'s segment in `file`."""
+    if reducer >= len(file.segments):
+        raise BadRequest(f"{file.path} has no segment for reducer {reducer}")
+    return file.segments[reducer]
+
+
 def gather_segments(locations: Iterable[Location], reducer: int) -> memoryview:
     """Reducer `reducer`'s segments of every map output, in order, read into one buffer: its size
     summed from the locations first, then each segment read straight into its place."""
     wanted: list[tuple[str, int, int]] = []
     for location in locations:
         for file in location.files:
-            if reducer >= len(file.segments):
-                raise BadRequest(f"{file.path} has no segment for reducer {reducer}")
-            offset, length = file.segments[reducer]
+            offset, length = _segment(file, reducer)
             if length:
                 wanted.append((file.path, offset, length))
     buffer = np.empty(sum(length for _, _, length in wanted), dtype=np.uint8).data.cast("B")  # not zeroed
