@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kittiwake import errors
 from kittiwake.client import calls
 from kittiwake.client.cluster_channel import drive
+from kittiwake.client import cluster_router as router_module
 from kittiwake.client.cluster_router import AGAIN, Router, Send, Step
 from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
 from kittiwake.cluster.routing import Owned, route
@@ -253,6 +254,32 @@ def test_a_lease_is_served_locally_with_no_hop_then_from_a_holder_with_two() -> 
     assert [t.pid for t in run(router, calls.lease("q", max_tasks=5), answer, log)] == ["c1", "c2"]
     assert [(send.node, send.call.op) for send in log] == [("a", "lease"), ("a", "holders"), ("c", "lease")]
     assert router.routing_stats().hops["lease"] == 2
+
+
+def test_when_holders_name_nobody_the_others_are_swept_at_most_once_a_second() -> None:
+    # a missing hint (two brokers of one node on a shared store, one of them just restarted and
+    # announcing nothing) must not strand a node's tasks: a blind sweep finds them
+    now = [0.0]
+    router = Router(seeds=(), cluster_map=make_map(), near="a", rng=random.Random(7), clock=lambda: now[0])
+    holding = {"a": [], "b": [], "c": ["c1"]}
+    held_nowhere = lease_answer(holding)
+
+    def answer(send: Send) -> Any:
+        if isinstance(send.call.request, m.Holders):
+            return reply(send, HoldersResult(epoch=make_map().epoch, holders={"q": []}))
+        return held_nowhere(send)
+
+    log: list[Send] = []
+    assert [t.pid for t in run(router, calls.lease("q"), answer, log)] == ["c1"]
+    assert ("c", "lease") in [(send.node, send.call.op) for send in log]
+    log.clear()
+    assert run(router, calls.lease("q"), answer, log) == []  # nothing anywhere: the sweep has just run
+    # the local node, the node the last steal came from, holders — and no sweep of b
+    assert [(send.node, send.call.op) for send in log] == [("a", "lease"), ("c", "lease"), ("a", "holders")]
+    now[0] += router_module.BLIND_SWEEP_SECS
+    log.clear()
+    assert run(router, calls.lease("q"), answer, log) == []
+    assert {send.node for send in log if send.call.op == "lease"} == {"a", "b", "c"}
 
 
 def test_a_lease_steals_again_from_the_last_node_that_gave_tasks_then_asks_holders() -> None:

@@ -42,7 +42,10 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   round trip more); then `holders` (asked of the near node) names the nodes holding available
   tasks of the spread queues and the lease goes to each in turn (and to the owners of named
   groups' queues) until one gives tasks, asking for `max_tasks`. Holders found empty in the last
-  `FOUND_EMPTY_SECS` are asked last: the announcements that they emptied may not have arrived. A broker that
+  `FOUND_EMPTY_SECS` are asked last: the announcements that they emptied may not have arrived. When
+  `holders` names no other node, the others are swept anyway, at most every `BLIND_SWEEP_SECS` per
+  set of queues: a missing hint (a lost announcement; two brokers of one node on a shared store, one
+  just restarted and announcing nothing) costs a scan, never stranded tasks. A broker that
   does not know `holders` (UNKNOWN_OP) is not asked again: the other nodes are tried in turn,
   from a rotating start. With `wait_secs > 0`, the near node is then long-polled for at most
   `LONG_POLL_SLICE_SECS` and the others swept again, until `wait_secs` pass: each long-poll is
@@ -92,6 +95,7 @@ DOWN_SECS = 2.0
 MAX_SPLIT_ROUNDS = 8  # WRONG_SHARD refetches plus moves of FIFO tasks off unreachable nodes
 MAX_PAGE_ROUNDS = 10_000  # list_queues: each round covers `limit` more names of some node
 FOUND_EMPTY_SECS = 0.2  # a node a steal found empty is asked last this long (announcements: ≤ 50 ms)
+BLIND_SWEEP_SECS = 1.0  # when `holders` names no other node, the others are swept at most this often
 MAX_STEAL_MEMORY = 1024  # sets of queues whose last steal's node is remembered
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -159,6 +163,7 @@ class Router:
         self._sweep_start = 0
         self._stole_from: dict[tuple[str, ...], str] = {}  # spread queues -> the node a lease last stole from
         self._found_empty: dict[str, float] = {}  # node -> when a steal from it came back empty
+        self._blind_swept: dict[tuple[str, ...], float] = {}  # queues -> when holders named nobody and all were swept
         if cluster_map is not None:
             self.use_map(cluster_map)
 
@@ -711,6 +716,19 @@ class Router:
                     del self._stole_from[queues]
                 self._found_empty[node] = self._clock()
 
+    def _blind_sweep_due(self, queues: tuple[str, ...]) -> bool:
+        """Whether a lease of `queues` that `holders` found held nowhere else may sweep the other
+        nodes now (then not again for `BLIND_SWEEP_SECS`)."""
+        now = self._clock()
+        with self._lock:
+            last = self._blind_swept.get(queues)
+            if last is not None and now - last < BLIND_SWEEP_SECS:
+                return False
+            if len(self._blind_swept) >= MAX_STEAL_MEMORY:
+                self._blind_swept.clear()
+            self._blind_swept[queues] = now
+            return True
+
     def _recently_empty(self, node: str) -> bool:
         found = self._found_empty.get(node)
         return found is not None and self._clock() - found < FOUND_EMPTY_SECS
@@ -746,7 +764,10 @@ class Router:
                 with self._lock:
                     chosen.sort(key=self._recently_empty)  # stable: the holders' order otherwise
                 groups = [node for node in others if any(q not in spread for q in serving[node])]
-                return chosen + [node for node in groups if node not in chosen]
+                if chosen or not self._blind_sweep_due(tuple(spread)):
+                    return chosen + [node for node in groups if node not in chosen]
+                # holders named nobody: a missing hint (a node's brokers on one shared store, one just
+                # restarted; an announcement lost) would strand tasks, so sweep, at most every BLIND_SWEEP_SECS
         if others:
             with self._lock:
                 start = self._sweep_start % len(others)
