@@ -14,7 +14,8 @@ interval (at most one partial announcement every `COALESCE_SECS`), and sends
   (its last send failed, it never heard from us, or it announced itself for the
   first time since we started, which is how a restarted peer is noticed at
   once), the announcement carries every queue held (`full`), which replaces
-  whatever the peer knew of us.
+  whatever the peer knew of us — of this broker process (`instance`): a
+  sibling serving the same node keeps its own entry.
 * **A peer down** never holds up the others or the pass: each send is its own
   task with a timeout, a peer with a send in flight is skipped (and gets a full
   refresh when it answers again), and a failed peer is retried after a backoff
@@ -79,9 +80,11 @@ class Announcer:
         coalesce_secs: float = COALESCE_SECS,
         refresh_secs: float = REFRESH_SECS,
         before_full: Callable[[], None] | None = None,
+        instance: str = "",
     ) -> None:
         self.cluster = cluster
         self.node = node
+        self.instance = instance  # this broker process's id in every announcement (`holdings`)
         self.holdings = holdings
         self.clock = clock
         self.coalesce_secs = coalesce_secs
@@ -171,7 +174,7 @@ class Announcer:
     def _send(self, peer: Peer, holding: list[str], empty: list[str], full: bool) -> None:
         call = Call(
             request("announce", {"node": self.node, "epoch": self.cluster.epoch, "holding": holding,
-                                 "empty": empty, "full": full}),
+                                 "empty": empty, "full": full, "instance": self.instance}),
             result_decoder("announce"),
         )
         task = asyncio.get_running_loop().create_task(self._deliver(peer, call, full))

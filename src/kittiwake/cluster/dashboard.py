@@ -103,10 +103,10 @@ class NodeDashboard:
         found = dict(zip(peers, answers, strict=True))
         nodes = [self._own(cluster) if peer.name == node.node else found[peer.name] for peer in cluster.nodes]
         holdings = node.holdings
-        queues = set(holdings.local).union(*holdings.peers.values())
+        queues = set(holdings.local).union(*holdings.peer_holdings(asked_at).values())
         return ClusterSnapshot(
             node=node.node, epoch=cluster.epoch, slots=cluster.slots, nodes=nodes,
-            holders={queue: names for queue, names in holdings.holders(sorted(queues)).items() if names},
+            holders={queue: names for queue, names in holdings.holders(sorted(queues), asked_at).items() if names},
             asked_at=asked_at,
         )
 

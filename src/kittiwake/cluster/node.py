@@ -18,12 +18,16 @@ composition root as faces are; the broker core imports nothing of
   ask), `holders` (this node's view of who holds available tasks of spread
   queues, itself first) and `announce` (a peer's flips: refused with
   WRONG_SHARD and our epoch when its epoch differs, BAD_REQUEST from a name
-  not in the map or our own). With an auth file, `announce` needs admin on
+  not in the map or our own, or with an instance id over
+  `holdings.MAX_INSTANCE_CHARS`). With an auth file, `announce` needs admin on
   every queue (a grant on `*`, `broker.access`); the node's own credentials
   for its peers are given with `--cluster-user` and `--cluster-token`.
 * **Holdings.** After each committed pass, the spread queues the pass
   touched (its tally) are looked up in the engine (available = size - leased
-  - blocked) and their flips go to the peers (`announcer`), coalesced.
+  - blocked) and their flips go to the peers (`announcer`), coalesced, under
+  this broker process's own instance id (`instance`, random at start), so the
+  brokers of one node sharing a PostgreSQL schema each keep their own entry in
+  a peer's view (`holdings`).
 * **Metrics.** Every series carries `node="NAME"` (`labels`).
 
 The client learns which node answered from `cluster_map` (`node`), asked on
@@ -33,13 +37,14 @@ the connection it uses: every node answers it.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kittiwake import errors
 from kittiwake.cluster.announcer import REFRESH_SECS, Announcer
 from kittiwake.cluster.cluster_map import ID_STRIDE, ClusterMap
-from kittiwake.cluster.holdings import Holdings, is_spread
+from kittiwake.cluster.holdings import MAX_INSTANCE_CHARS, STALE_REFRESHES, Holdings, is_spread
 from kittiwake.cluster.shard_guard import refusal
 from kittiwake.engine import Engine, identity
 from kittiwake.engine.mutations import Mutation
@@ -72,7 +77,8 @@ class ClusterNode:
         self.node = node
         self.credentials = credentials
         self.refresh_secs = refresh_secs
-        self.holdings = Holdings(node, cluster.node_names)
+        self.instance = secrets.token_hex(8)  # this broker process, in its announcements
+        self.holdings = Holdings(node, cluster.node_names, stale_secs=STALE_REFRESHES * refresh_secs)
         self.heard: set[str] = set()  # peers that announced since this node started
         self.heard_at: dict[str, float] = {}  # peer -> epoch seconds of its last announcement
         self.announcer: Announcer | None = None
@@ -116,7 +122,8 @@ class ClusterNode:
         self._observe_all()
         self._unsubscribe = host.on_commit(self._committed)
         self.announcer = Announcer(self.cluster, self.node, self.holdings, credentials=self.credentials,
-                                   refresh_secs=self.refresh_secs, before_full=self._observe_all)
+                                   refresh_secs=self.refresh_secs, before_full=self._observe_all,
+                                   instance=self.instance)
         self.announcer.start()
 
     async def stop(self) -> None:
@@ -159,18 +166,22 @@ class ClusterNode:
 
     def _holders(self, engine: Engine, request: m.Holders, peer: str | None, now: float) -> Any:
         validate_count(len(request.queues), "queues", 0, engine.limits.max_batch)
-        return HoldersResult(epoch=self.cluster.epoch, holders=self.holdings.holders(request.queues))
+        return HoldersResult(epoch=self.cluster.epoch, holders=self.holdings.holders(request.queues, now))
 
     def _announce(self, engine: Engine, request: m.Announce, peer: str | None, now: float) -> Any:
         if request.epoch != self.cluster.epoch:
             raise errors.WrongShard(
                 f"node {self.node!r} runs the cluster map of epoch {self.cluster.epoch}, not {request.epoch[:64]!r}",
                 epoch=self.cluster.epoch)
-        if request.node not in self.holdings.peers:
+        if not self.holdings.is_peer(request.node):
             raise errors.BadRequest(
                 f"node {request.node[:64]!r} is not a peer of node {self.node!r} in the cluster map "
                 f"(nodes: {', '.join(self.cluster.node_names)})")
-        self.holdings.apply(request.node, request.holding, request.empty, request.full)
+        if len(request.instance) > MAX_INSTANCE_CHARS:
+            raise errors.BadRequest(f"an announcement's instance id has at most {MAX_INSTANCE_CHARS} characters, "
+                                    f"not {len(request.instance):,}")
+        self.holdings.apply(request.node, request.holding, request.empty, request.full,
+                            instance=request.instance, now=now)
         first = request.node not in self.heard
         self.heard.add(request.node)
         self.heard_at[request.node] = now

@@ -218,14 +218,16 @@ class Holders(Request):
 class Announce(Request):
     """From one node of a cluster to another: the spread queues that came to hold available tasks
     (`holding`) and that ran out (`empty`) since the last announcement; `full` says `holding` is
-    every such queue (forget the rest). Refused unless both share the map `epoch`; with an auth
-    file, only a user with the admin right may announce."""
+    every such queue (forget the rest of what `instance`, the sending broker process, said).
+    Refused unless both share the map `epoch`; with an auth file, only a user with the admin
+    right may announce."""
 
     node: str
     epoch: str
     holding: list[str] = []
     empty: list[str] = []
     full: bool = False
+    instance: str = ""
 
 
 REQUEST_TYPES: dict[str, type[Request]] = {
