@@ -414,3 +414,31 @@ def test_list_queues_pages_exactly(held: dict[str, dict[str, int]], limit: int, 
             totals[queue] = totals.get(queue, 0) + size
     expected = [q for q in sorted(totals) if totals[q] >= min_tasks and (start_after is None or q > start_after)]
     assert [(row.queue, row.size) for row in got] == [(q, totals[q]) for q in expected[:limit]]
+
+
+def test_a_keyed_call_to_a_node_found_down_a_moment_ago_connects_quickly() -> None:
+    """Only the first keyed call to a dead node waits out the full connect budget; while the node
+    stays marked down (`DOWN_SECS`), the next ones get the short connect, and after that the full
+    budget again (it may be restarting)."""
+    from kittiwake.client.cluster_channel import QUICK_CONNECT_SECS, connect_budget
+
+    cluster = make_map()
+    now = [0.0]
+    router = Router(seeds=(), cluster_map=cluster, near="a", rng=random.Random(7), clock=lambda: now[0])
+    pid = "k0"
+    owner = route(cluster, "q", pid)
+    assert isinstance(owner, Owned)
+    log: list[Send] = []
+
+    def answer(send: Send) -> Any:
+        raise errors.BrokerUnreachable("down")
+
+    for _ in range(2):
+        with pytest.raises(errors.BrokerUnreachable):
+            run(router, calls.get("q", pid), answer, log)
+    assert [(send.node, send.quick, send.down) for send in log] == [(owner.node, False, False), (owner.node, False, True)]
+    assert [connect_budget(send, 2.0) for send in log] == [2.0, QUICK_CONNECT_SECS]
+    now[0] += router_module.DOWN_SECS + 0.1
+    log.clear()
+    run(router, calls.get("q", pid), lambda send: None, log)
+    assert [send.down for send in log] == [False]

@@ -10,8 +10,9 @@ A node's pool gives up connecting after `NODE_CONNECT_TIMEOUT_SECS` (or the clie
 timeout if shorter) for a call only that node can serve (a keyed call: it then raises
 `BrokerUnreachable`, which callers retry), and after `QUICK_CONNECT_SECS` for one another node can
 serve (`Send.quick`: leases, `holders`, FIFO pushes). A node that is down costs a lease or a FIFO
-push that short connect, and is then skipped for `cluster_router.DOWN_SECS`; a refused connect is
-retried within that budget, since pools retry a refused connect while a broker restarts.
+push that short connect, and is then skipped for `cluster_router.DOWN_SECS`; a keyed call to it
+meanwhile gets the short connect too (`Send.down`). A refused connect is retried within the
+budget, since pools retry a refused connect while a broker restarts.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ def _own_addresses() -> frozenset[str]:
 
 
 def connect_budget(send: Send, budget_secs: float) -> float:
-    """The connect budget of a send: short when another node can serve it (`Send.quick`)."""
-    return min(budget_secs, QUICK_CONNECT_SECS) if send.quick else budget_secs
+    """The connect budget of a send: short when another node can serve it (`Send.quick`) or its
+    node could not be reached a moment ago (`Send.down`)."""
+    return min(budget_secs, QUICK_CONNECT_SECS) if send.quick or send.down else budget_secs
 
 
 def drive(conversation: Generator[Step, list[Any], T], send_step: Callable[[Step], list[Any]]) -> T:

@@ -44,8 +44,8 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   groups' queues) until one gives tasks, asking for `max_tasks`. Holders found empty in the last
   `FOUND_EMPTY_SECS` are asked last: the announcements that they emptied may not have arrived. When
   `holders` names no other node, the others are swept anyway, at most every `BLIND_SWEEP_SECS` per
-  set of queues: a missing hint (a lost announcement; two brokers of one node on a shared store, one
-  just restarted and announcing nothing) costs a scan, never stranded tasks. A broker that
+  set of queues: a missing hint (a lost announcement, a peer not heard for a while and forgotten)
+  costs a scan, never stranded tasks. A broker that
   does not know `holders` (UNKNOWN_OP) is not asked again: the other nodes are tried in turn,
   from a rotating start. With `wait_secs > 0`, the near node is then long-polled for at most
   `LONG_POLL_SLICE_SECS` and the others swept again, until `wait_secs` pass: each long-poll is
@@ -57,7 +57,8 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
 A node that cannot be reached costs a short connect (`Send.quick`) wherever another node can
 serve instead (leases over several nodes, `holders`, FIFO pushes, the map), and the full connect
 budget only where none can (keyed calls), so a dead node holds up no consumer of the others for
-longer than that.
+longer than that; and only once: while it is marked down (`Send.down`), a keyed call to it gets
+the short connect too.
 
 WRONG_SHARD: the map is fetched again (`cluster_map`, from the near node, then the others) and
 the call routed again, at most `MAX_WRONG_SHARD_RETRIES` times. Keyed calls to a node that cannot
@@ -108,13 +109,17 @@ class Send:
     `quick`: another node can serve it if this one cannot be reached (a lease asking one node of
     several, `holders`, FIFO tasks that may move, the map from a node with others after it), so
     the channel spends only a short connect on it (`cluster_channel.QUICK_CONNECT_SECS`), not the
-    budget a keyed call gets to wait out a restart."""
+    budget a keyed call gets to wait out a restart. `down`: the node could not be reached in the
+    last `DOWN_SECS`; a keyed call to it gets the short connect as well, so a caller that retries
+    (a producer with keyed tasks of a dead node in every batch, say) is not held up by the full
+    budget at every try while the node stays down."""
 
     node: str
     address: Address
     call: Call[Any]
     timeout_secs: float | None
     quick: bool = False
+    down: bool = False
 
 
 AGAIN = object()  # `Router.settle`: the direct send did not settle the call; `conversation` goes on
@@ -228,7 +233,14 @@ class Router:
         return self._map
 
     def _send(self, node: str, call: Call[Any], timeout_secs: float | None, *, quick: bool = False) -> Send:
-        return Send(node, self._known_map().address_of(node), call, timeout_secs, quick)
+        return Send(node, self._known_map().address_of(node), call, timeout_secs, quick, self._is_down(node))
+
+    def _is_down(self, node: str) -> bool:
+        spreader = self._spreader
+        if spreader is None or not spreader.any_down():
+            return False
+        with self._lock:
+            return spreader.down_now(node)
 
     # ---------------------------------------------------------- conversations
 
@@ -246,7 +258,8 @@ class Router:
             node, movable = self._choose_fifo(), True
         else:
             node, movable = self._task_node(task)
-        return Send(node, cluster.address_of(node), call, timeout_secs, quick=self._elsewhere(node, movable))
+        return Send(node, cluster.address_of(node), call, timeout_secs, quick=self._elsewhere(node, movable),
+                    down=self._is_down(node))
 
     def settle(self, send: Send, outcome: Any) -> Any:
         """The result of a `direct` send (its error raised), or `AGAIN` when the call must go

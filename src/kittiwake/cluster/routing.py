@@ -208,8 +208,12 @@ class FifoSpreader:
         self._down_until.pop(node, None)
 
     def is_down(self, node: str) -> bool:
-        """Whether `node` is marked down (until `mark_up`, or until its time has passed)."""
+        """Whether `node` is marked down (until `mark_up`, even when its time has passed)."""
         return node in self._down_until
+
+    def down_now(self, node: str) -> bool:
+        """Whether `node` is marked down and its `down_secs` have not passed."""
+        return self._down_until.get(node, 0.0) > self._clock()
 
     def any_down(self) -> bool:
         """Whether some node is marked down (its time may have passed)."""
