@@ -61,6 +61,8 @@ def test_quick_run_writes_every_figure(tmp_path: Path) -> None:
         assert report["push_p50_ms"][nodes] > 0
         assert report["broker_cpu_us_per_task"][nodes] > 0
     assert report["cluster"]["push_2"]["paired_median_extra_ms"] is not None
+    assert report["cluster"]["push_2"]["paired_median_extra_vs_plain_pair_ms"] is not None
+    assert report["push_p50_ms"]["2_plain"] > 0 and report["cluster"]["push_2_plain"]["samples"] > 0
     for name in ("drain_1", "drain_2"):
         record = report["cluster"][name]
         assert record["status"] == "ok" and record["errors"] == 0, record

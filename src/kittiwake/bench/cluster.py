@@ -24,7 +24,9 @@ One run, against one broker on the same machine:
 * **load deviation**: `producers` processes each push `producer_tasks` FIFO tasks one by one to
   `spread_nodes` nodes; the worst node's distance from the mean (≤ 2%; Fabriq measured 9.5%).
 * **push p50**: single enqueues on one broker and on 2 nodes, in alternating blocks of 50 (≤ one
-  broker's + 0.1 ms).
+  broker's + 0.1 ms); beside them, as a reference with no cluster, two plain brokers pushed to in
+  turn by one client (as the cluster's spreader does): what alternating between two broker
+  processes costs on this machine.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ PUSH_BLOCK = 50  # pushes timed on one system before the next system's block (`p
 
 @dataclass(frozen=True)
 class Pushes:
-    urls: tuple[str, ...]
+    systems: tuple[tuple[str, ...], ...]  # each system's URLs: its pushes go to them in turn
     queue: str
     samples: int
     warmup: int
@@ -183,29 +183,33 @@ def pops(job: Pops, counter: Synchronized[int]) -> Popped:
     return result
 
 
-def pushes(job: Pushes, counter: Synchronized[int]) -> dict[str, list[int]]:
-    """Single enqueues timed on each URL in turn, a block of `PUSH_BLOCK` at a time: each system
+def pushes(job: Pushes, counter: Synchronized[int]) -> list[list[int]]:
+    """Single enqueues timed on each system in turn, a block of `PUSH_BLOCK` at a time: each system
     sees its pushes back to back as one client's would, and the blocks' alternation spreads any
     drift of the machine over both. (Alternating every push would time a broker hit every other
     push against nodes each hit every fourth: idle gaps of different lengths, which cost a process
-    woken on a 2-core machine more than the cluster does.)"""
+    woken on a 2-core machine more than the cluster does.) A system of several URLs (plain brokers,
+    say) gets its pushes in turn, one client per URL, as a cluster's FIFO spreader sends them.
+    Samples (ns) by system, in `job.systems` order."""
     data = b"x" * job.data_bytes
-    clients = [_client(url) for url in job.urls]
-    samples: dict[str, list[int]] = {url: [] for url in job.urls}
+    clients = [[_client(url) for url in urls] for urls in job.systems]
+    samples: list[list[int]] = [[] for _ in job.systems]
     total = job.warmup + job.samples
     try:
         for start in range(0, total, PUSH_BLOCK):
-            for url, client in zip(job.urls, clients):
+            for system, taken in zip(clients, samples):
                 for index in range(start, min(total, start + PUSH_BLOCK)):
+                    client = system[index % len(system)]
                     started = time.perf_counter_ns()
                     client.enqueue(job.queue, data)
                     elapsed = time.perf_counter_ns() - started
                     if index >= job.warmup:
-                        samples[url].append(elapsed)
+                        taken.append(elapsed)
             counter.value = max(0, min(total, start + PUSH_BLOCK) - job.warmup)
     finally:
-        for client in clients:
-            client.close()
+        for system in clients:
+            for client in system:
+                client.close()
     return samples
 
 

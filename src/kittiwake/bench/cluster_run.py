@@ -10,7 +10,10 @@ Phases, each failing on its own (its records say `status: failed` and why; the o
 1. one broker and a 2-node cluster, both up: the broker-bound drain on each in turn (fill, then
    every consumer starts at one instant);
 2. on the same two, in turn: the user path, `app.map` to `kittiwake worker` (a worker process picks
-   its near node among those of this host: here, any); then single enqueues on each in alternating blocks;
+   its near node among those of this host: here, any); then single enqueues on each in alternating blocks,
+   and on a reference: two plain brokers (the one broker and a second one, no cluster) pushed to in
+   turn by one client, as the 2-node cluster's FIFO spreader does — what alternating between two
+   broker processes costs on this machine, with no routing;
 3. the hop runs, a fresh cluster per node count;
 4. the load deviation on a fresh cluster of `spread_nodes` nodes.
 
@@ -21,7 +24,9 @@ plain figures: `drain_per_s` (by node count), `ratio_2_vs_1`, `user_path_drain_p
 count: `measured`, `model`), `extra_requests_per_task`, `load_deviation`, `push_p50_ms` (by node
 count), `node_loads`; a figure that did not run is null. The 2-node drain's record also says
 `cpu_ratio_ceiling`: the best ratio its CPU costs per task allow on this machine's cores (brokers
-and consumers share them), and `push_2` the median of paired differences (`paired_median_extra_ms`).
+and consumers share them), and `push_2` the median of paired differences against one broker
+(`paired_median_extra_ms`) and against the two plain brokers (`paired_median_extra_vs_plain_pair_ms`);
+`push_p50_ms` and the records also carry that reference (`2_plain`, `push_2_plain`).
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ from kittiwake.bench.report import check_target, machine_info, progress_bars
 from kittiwake.testing.cluster_nodes import ClusterNodes
 
 QUEUE = "bench.cluster"
+PLAIN_PAIR = "2_plain"  # the push reference: two plain brokers, one client pushing to each in turn
+PUSH_LABELS = {"1": "push, 1 broker", "2": "push, 2 nodes", PLAIN_PAIR: "push, 2 plain brokers in turn (reference)"}
 POLL_SECS = 0.05
 START_DELAY_SECS = 0.5  # between sending the drain jobs and their common start
 SETTLE_SECS = 0.3  # after a fill: the nodes' announcements (coalesced ≤ 50 ms) have gone out
@@ -204,12 +211,13 @@ def _drain(pool: ProcessPool, url: str, pids: Sequence[int], nears: Sequence[str
     return record
 
 
-def _pushes(pool: ProcessPool, urls: dict[str, str], settings: ClusterBenchSettings, bar: Bar) -> dict[str, Any]:
-    job = jobs.Pushes(tuple(urls.values()), QUEUE + ".push", settings.push_samples, settings.push_warmup,
+def _pushes(pool: ProcessPool, systems: dict[str, tuple[str, ...]], settings: ClusterBenchSettings,
+            bar: Bar) -> dict[str, list[int]]:
+    job = jobs.Pushes(tuple(systems.values()), QUEUE + ".push", settings.push_samples, settings.push_warmup,
                       settings.data_bytes)
     [samples] = _run_jobs(pool, [job], bar(f"push ×{settings.push_samples:,} each, in blocks of 50"),
                           settings.push_samples)
-    return {name: samples[url] for name, url in urls.items()}
+    return dict(zip(systems, samples, strict=True))
 
 
 def _cluster(root: Path, name: str, count: int, durability: str) -> ClusterNodes:
@@ -226,10 +234,13 @@ def _one_and_two(pool: ProcessPool, root: Path, settings: ClusterBenchSettings, 
     with ExitStack() as stack:
         one = BrokerProcess(root / "one" / "data", root / "one" / "broker.log", settings.durability)
         stack.callback(one.stop)
-        with ThreadPoolExecutor(max_workers=1) as starting:  # the broker starts while the nodes do
-            started = starting.submit(one.start)
+        other = BrokerProcess(root / "other" / "data", root / "other" / "broker.log", settings.durability)
+        stack.callback(other.stop)  # a second plain broker: the push reference (`push_2_plain`)
+        with ThreadPoolExecutor(max_workers=2) as starting:  # the brokers start while the nodes do
+            started = [starting.submit(broker.start) for broker in (one, other)]
             nodes = stack.enter_context(_cluster(root, "two", 2, settings.durability))
-        started.result()
+        for future in started:
+            future.result()
         systems = (("1", "1 broker", one.url, [one.pid], [None]),
                    ("2", "2 nodes", nodes.url, [broker.pid for broker in nodes], node_names(2)))
         for count, label, url, pids, nears in systems:
@@ -247,9 +258,10 @@ def _one_and_two(pool: ProcessPool, root: Path, settings: ClusterBenchSettings, 
             except Exception as exc:  # a worker command or the submitter failing ends this row only
                 records[key] = _failed(_record(key, label), _why(exc))
         try:
-            pushed = _pushes(pool, {"1": one.url, "2": nodes.url}, settings, bar)
+            pushed = _pushes(pool, {"1": (one.url,), "2": (nodes.url,), PLAIN_PAIR: (one.url, other.url)},
+                             settings, bar)
         except FigureFailed as exc:
-            for key in ("push_1", "push_2"):
+            for key in ("push_1", "push_2", f"push_{PLAIN_PAIR}"):
                 records[key] = _failed(_record(key, "push"), str(exc))
     return pushed
 
@@ -475,19 +487,23 @@ def _derive(records: dict[str, dict[str, Any]], pushed: dict[str, list[int]]) ->
         if not ok:
             _failed(records[key], "a drain failed")
         records[key]["meets_target"] = check_target(records[key])
-    p50: dict[str, float | None] = {"1": None, "2": None}
+    p50: dict[str, float | None] = {"1": None, "2": None, PLAIN_PAIR: None}
     if pushed:
         for nodes, samples in pushed.items():
             summary = latency_summary_ms(samples)
-            label = "push, 1 broker" if nodes == "1" else "push, 2 nodes"
-            records[f"push_{nodes}"] = _record(f"push_{nodes}", label, latency_ms=summary, samples=len(samples))
+            records[f"push_{nodes}"] = _record(f"push_{nodes}", PUSH_LABELS[nodes], latency_ms=summary,
+                                               samples=len(samples))
             p50[nodes] = summary["p50"] if summary else None
         bound = p50["1"] + TARGET_PUSH_P50_EXTRA_MS if p50["1"] is not None else None
         if bound is not None:
             records["push_2"].update(target={"latency_ms_p50_max": round(bound, 4)},
                                      reference={"source": "1 broker, same run, in alternating blocks", "p50_ms": p50["1"]},
-                                     paired_median_extra_ms=paired_median_extra_ms(pushed["1"], pushed["2"]))
+                                     paired_median_extra_ms=paired_median_extra_ms(pushed["1"], pushed["2"]),
+                                     paired_median_extra_vs_plain_pair_ms=paired_median_extra_ms(
+                                         pushed[PLAIN_PAIR], pushed["2"]))
             records["push_2"]["meets_target"] = check_target(records["push_2"])
+        records[f"push_{PLAIN_PAIR}"].update(
+            paired_median_extra_ms=paired_median_extra_ms(pushed["1"], pushed[PLAIN_PAIR]))
     hops = {str(record["nodes"]): {"measured": record.get("measured"), "model": record.get("model")}
             for key, record in records.items() if key.startswith("hops_") and "nodes" in record}
     load = records.get("load_deviation", {})
@@ -530,7 +546,8 @@ def run_cluster(settings: ClusterBenchSettings, console: Console, *, parent_dir:
             signal.signal(signal.SIGTERM, previous_sigterm)
     summary = _derive(records, pushed)
     order = ["drain_1", "drain_2", "user_path_1", "user_path_2", "cpu_per_task", "extra_requests",
-             *[f"hops_{count}" for count in settings.hop_nodes], "load_deviation", "push_1", "push_2"]
+             *[f"hops_{count}" for count in settings.hop_nodes], "load_deviation", "push_1", "push_2",
+             f"push_{PLAIN_PAIR}"]
     return {
         "machine": machine_info(),
         "settings": {**asdict(settings), "hop_nodes": list(settings.hop_nodes), "queue": QUEUE},

@@ -2,8 +2,8 @@
 
 The table has a row per figure (value, target, met); the chart (matplotlib, headless)
 four panels: drain rates by node count (broker-bound and user path), hops per pop against Fabriq's
-model, each node's share of the load-deviation run, and the push latency CDF of one broker and of
-two nodes.
+model, each node's share of the load-deviation run, and the push latency CDF of one broker, of
+two nodes and of two plain brokers pushed to in turn.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def rows(report: Mapping[str, Any]) -> list[Row]:
     records = report["cluster"]
     drain, user = report["drain_per_s"], report["user_path_drain_per_s"]
     cpu, push = report["broker_cpu_us_per_task"], report["push_p50_ms"]
+    plain = records.get("push_2_plain") or {}
 
     def met(key: str) -> bool | None:
         value = (records.get(key) or {}).get("meets_target")
@@ -94,6 +95,10 @@ def rows(report: Mapping[str, Any]) -> list[Row]:
         ("push p50, 1 broker / 2 nodes", f"{_num(push['1'], '.3f')} / {_num(push['2'], '.3f')} ms (median of "
          f"paired differences {_num((records.get('push_2') or {}).get('paired_median_extra_ms'), '+.3f')} ms)"
          + _status(records, "push_2"), f"≤ one broker's + {TARGET_PUSH_P50_EXTRA_MS} ms", met("push_2")),
+        ("push p50, 2 plain brokers in turn (reference: no cluster)",
+         f"{_num(push.get('2_plain'), '.3f')} ms (paired: {_num(plain.get('paired_median_extra_ms'), '+.3f')} ms "
+         f"vs 1 broker; 2 nodes {_num((records.get('push_2') or {}).get('paired_median_extra_vs_plain_pair_ms'), '+.3f')}"
+         " ms vs it)", "", None),
     ]
     return out
 
@@ -159,7 +164,7 @@ def write_chart(path: str | None, report: Mapping[str, Any]) -> bool:
                          else "FIFO tasks per node")
 
     drawn = False
-    for key, label in (("push_1", "1 broker"), ("push_2", "2 nodes")):
+    for key, label in (("push_1", "1 broker"), ("push_2", "2 nodes"), ("push_2_plain", "2 plain brokers in turn")):
         record = report["cluster"].get(key) or {}
         latency = record.get("latency_ms")
         if latency:
