@@ -45,6 +45,8 @@ def test_quick_run_measures_joins_step_start_and_overhead(tmp_path: Path, spark_
     overhead = flows["overhead"]
     assert overhead["same_figures"] is True
     assert overhead["flow_s"] > 0 and overhead["plain_s"] > 0
+    for kind in ("flow", "plain"):  # where the JVM's time went: its JIT compilers and collectors
+        assert overhead["cpu_secs"][kind]["jit"] >= 0 and overhead["cpu_secs"][kind]["gc"] >= 0
     assert {step["step"]: step["jobs"] for step in overhead["flow_times"]["steps"]} == {
         "shards": 1, "clean": 2, "users": 2, "enrich": 2, "report": 1}
     # the incremental re-runs: nothing changed reuses every job; one shard changed runs its chain and the report

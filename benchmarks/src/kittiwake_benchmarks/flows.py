@@ -237,13 +237,19 @@ def _order(repeats: int) -> list[str]:
 
 class CpuMeter:
     """CPU seconds of the processes a pass uses: the Spark JVM, this process (the driver's Python,
-    the Spark worker's threads), the broker and the python worker."""
+    the Spark worker's threads), the broker and the python worker; and of the JVM's, the time its
+    JIT compilers spent (`jit`, summed over compiler threads) and its collectors (`gc`), as its
+    management beans count them: a pass that pays for compiling code the JVM had not made hot yet
+    shows it there."""
 
     def __init__(self, spark: Any, broker: BrokerProcess | None, others: Callable[[], list[int]]) -> None:
         try:
-            self.jvm_pid: int | None = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+            jvm = spark.sparkContext._jvm
+            self.jvm_pid: int | None = int(jvm.java.lang.ProcessHandle.current().pid())
+            self._management: Any = jvm.java.lang.management.ManagementFactory
         except Exception:  # a remote or unusual session: no JVM figure
             self.jvm_pid = None
+            self._management = None
         self.broker = broker
         self.others = others
 
@@ -252,9 +258,21 @@ class CpuMeter:
 
         pids = self.others()
         workers = [process_cpu_secs(pid) for pid in pids]
+        jit, gc = self._jvm_times()
         return {"jvm": process_cpu_secs(self.jvm_pid) if self.jvm_pid else None, "python": cpu_secs(),
                 "broker": self.broker.cpu_secs() if self.broker is not None else None,
-                "python_worker": sum(value for value in workers if value is not None) if pids else None}
+                "python_worker": sum(value for value in workers if value is not None) if pids else None,
+                "jit": jit, "gc": gc}
+
+    def _jvm_times(self) -> tuple[float | None, float | None]:
+        if self._management is None:
+            return None, None
+        try:
+            jit = self._management.getCompilationMXBean().getTotalCompilationTime() / 1000.0
+            gc = sum(bean.getCollectionTime() for bean in self._management.getGarbageCollectorMXBeans()) / 1000.0
+        except Exception:  # a JVM without these beans
+            return None, None
+        return float(jit), float(gc)
 
     @staticmethod
     def spent(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float | None]:
@@ -568,6 +586,8 @@ def _cpu_rows(cpu: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         parts = [f"{name} {spent[key]:.1f}" for key, name in (("jvm", "Spark JVM"), ("python", "this process"),
                                                              ("broker", "broker"), ("python_worker", "python worker"))
                  if spent.get(key) is not None]
+        parts += [f"(JVM's {name} {spent[key]:.1f})" for key, name in (("jit", "JIT compiling"), ("gc", "GC"))
+                  if spent.get(key) is not None]
         rows.append((f"CPU s per pass, {label}", ", ".join(parts), "", None))
     return rows
 
