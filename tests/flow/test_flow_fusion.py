@@ -115,6 +115,31 @@ def test_reuse_sees_through_a_step_fused_into_its_consumers_plan(
     assert read_report(spark_session, fifth.outputs()["report.out"]) == expected_report(totals, 3)
 
 
+def test_a_recipe_built_with_other_code_than_it_names_is_not_recorded_for_reuse(
+    client: Client, python_workers, spark_workers, spark_session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A recipe made by a worker of another release (its version is not this worker's code of the
+    step): the consumer builds it and the run ends right, but the consumer's outputs go into no
+    reuse record — they were not made by the code their fingerprint names — so the next run
+    computes them again."""
+    from kittiwake.flow import plan_fusion
+
+    made = plan_fusion.recipe
+    monkeypatch.setattr(plan_fusion, "recipe", lambda prepared, port: {**made(prepared, port), "version": "declared:old"})
+    forget(client, PLANNED)
+    folder, data = tmp_path / "in", tmp_path / "runs"
+    totals = write_parts(folder, 3)
+    python_workers(PLANNED)
+    spark_workers(PLANNED)
+    first, _ = finished_run(client, PLANNED, folder, data, fresh=False)
+    assert read_report(spark_session, first.outputs()["report.out"]) == expected_report(totals, 3)
+    assert "is built with version" in caplog.text and "'tidy'" in caplog.text
+    second, status = finished_run(client, PLANNED, folder, data, fresh=False)
+    assert reused(status)["sums"] == 0  # recorded, they would have been reused (3)
+    assert read_report(spark_session, second.outputs()["report.out"]) == expected_report(totals, 3)
+
+
 @pytest.mark.parametrize("flow", [FLOW, PLANNED], ids=["cache", "plan"])
 def test_a_spark_worker_killed_between_fused_halves_and_a_broker_killed_mid_run_end_right(
     broker: BrokerProcess, client: Client, python_workers, spark_workers, spark_session, fail_dir: Path, tmp_path: Path,

@@ -62,6 +62,7 @@ class PreparedJob:
     skip: str | None = None
     started_at: float = field(default_factory=time.monotonic)
     reused_from: str | None = None  # the run whose outputs this job took (reuse hit)
+    unrecorded: str | None = None  # why its outputs, made, must not go into the reuse index
 
     def arguments(self, convert: Callable[[Dataset], Any], merge: Callable[[list[Dataset]], Any]) -> dict[str, Any]:
         """Keyword arguments by input port: `convert` of each token's dataset; a merge port's
@@ -201,7 +202,7 @@ class FlowJobs:
         if prepared.context is not None:
             prepared.context.outputs_written()
         enqueue = self.finish(prepared, items, worker)
-        if fingerprint is not None and version is not None:
+        if fingerprint is not None and version is not None and prepared.unrecorded is None:
             enqueue.append(reuse.record_task(prepared.flow, step, fingerprint, version, prepared.job.run,
                                              prepared.job.key, [dict(item) for item in items]))
         return enqueue

@@ -33,11 +33,16 @@ consumer's job started (`StepContext.extra["fused_into"]` names that step).
 
 Reuse: a fused output's fingerprint is the fingerprint of the job that made the recipe
 (`fingerprints.dataset_fingerprint`), so a consumer's fingerprint changes exactly when the
-producer's inputs or code do.
+producer's inputs or code do. A recipe names the step's version where it was made; a consumer
+whose code of that step has another version (workers of two releases, during a rolling
+upgrade) builds it all the same — the run goes on — but its job's outputs are not recorded in
+the reuse index (`PlanBuilder.stale`, `PreparedJob.unrecorded`), since they were not made by the
+code their fingerprint names; a warning says which step.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Mapping
 
 import msgspec
@@ -52,6 +57,8 @@ from kittiwake.flow.jobs import PreparedJob, call_step, items_of, step_arguments
 # a recipe travels in its consumers' tokens and jobs (1 MiB each at most): one whose inputs are many
 # (a merge of hundreds of parts) or large inline values is not worth deferring
 MAX_RECIPE_BYTES = 64 * 1024
+
+log = logging.getLogger("kittiwake.flow")
 
 _encoder = msgspec.msgpack.Encoder()
 
@@ -100,6 +107,7 @@ class PlanBuilder:
         self.flow = flow
         self.consumer = consumer
         self.contexts: list[StepContext] = []
+        self.stale: list[str] = []  # steps built with other code than their recipe names (module docstring)
 
     def build(self, spark: Any, dataset: Dataset, convert: Callable[[Dataset], Any],
               merge: Callable[[list[Dataset]], Any]) -> Any:
@@ -112,6 +120,12 @@ class PlanBuilder:
         if step is None:
             raise errors.BadRequest(f"flow {self.flow.name!r} has no step {raw['step']!r} to build a fused input from")
         key = str(raw.get("key", ""))
+        version = step_version(step.function, step.version)
+        if raw.get("version") != version and step.name not in self.stale:
+            self.stale.append(step.name)
+            log.warning("step %r of flow %r, fused into %r, is built with version %s, not the recipe's %s: "
+                        "its consumer's outputs are not recorded for reuse", step.name, self.flow.name,
+                        self.consumer.step, version, str(raw.get("version"))[:80])
         datasets = {port: [Dataset.from_wire(item) for item in items]
                     for port, items in (raw.get("inputs") or {}).items()}
         context = StepContext(flow=self.flow.name, step=step.name, run=self.consumer.run, key=key,

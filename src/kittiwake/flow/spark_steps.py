@@ -163,6 +163,8 @@ def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None,
                     out[port] = as_dataset(data)
             written.append(out)
         builder.written()
+        if builder.stale:
+            prepared.unrecorded = f"built {', '.join(builder.stale)} with other code than its recipe names"
         if fused is not None and taken:
             fused.finished(taken, step.name)
         return written
