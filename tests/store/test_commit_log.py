@@ -340,6 +340,58 @@ def test_a_crash_at_any_byte_of_an_append_recovers_the_acknowledged_passes(tmp_p
         again.close()
 
 
+def available_in(model: Model, queue: str, after_pid: str, limit: int, now: float) -> list[tuple[str, bytes]]:
+    """What `load_available` must answer, from the model: `sql.LOAD_AVAILABLE`'s rule."""
+    rows = sorted((pid, row) for (q, pid), row in model.rows.items() if q == queue and pid > after_pid
+                  and row["waiting_on"] == 0 and (row["lease_expires_at"] is None or row["lease_expires_at"] <= now))
+    return [(pid, row["data"]) for pid, row in rows[:limit]]
+
+
+@given(st.data())
+@FAST
+def test_a_refill_sees_every_write_before_it_whether_or_not_it_flushed(tmp_path: Path, data: st.DataObject) -> None:
+    """`load_available` behind the log flushes only when an unflushed mutation touches a pid above
+    the one it reads from (a refill above a head of leased tasks needs none); whichever it does,
+    it answers what every write before it says — also mid-pass, before the commit."""
+    directory = tmp_path / "reads"
+    shutil.rmtree(directory, ignore_errors=True)
+    store = open_logged(directory, every=data.draw(st.sampled_from([1, 4, 1_000]), label="checkpoint every"))
+    model = Model()
+    serial = [0]
+    try:
+        for _ in range(data.draw(st.integers(1, 8), label="passes")):
+            store.write(draw_pass(data, model, serial))
+            for _ in range(data.draw(st.integers(0, 2), label="reads")):
+                queue = data.draw(st.sampled_from(QUEUES), label="queue")
+                after = data.draw(st.sampled_from(("",) + PIDS), label="after")
+                limit = data.draw(st.integers(1, 4), label="limit")
+                now = NOW + data.draw(st.integers(0, 10), label="now")
+                found = [(task.pid, task.data) for task in store.load_available(queue, after, limit, now)]
+                assert found == available_in(model, queue, after, limit, now)
+            if data.draw(st.booleans(), label="commit"):
+                store.commit()
+    finally:
+        crash(store)
+
+
+def test_a_refill_above_the_leased_head_leaves_the_log_unflushed(tmp_path: Path) -> None:
+    """Leases and dequeues of the head do not make a refill of the rows above it flush: they stay
+    pending, to cancel out at the checkpoint."""
+    store = open_logged(tmp_path / "head")
+    try:
+        store.write([put(f"p{n}") for n in range(6)])
+        store.commit()
+        store.checkpoint()  # the backlog in the database, as a drain finds it
+        store.write([SetLease("a", "p0", 1, 1, 1, "w", None, NOW, NOW + 30, None, None), DeleteTask("a", "p1")])
+        store.commit()
+        assert [task.pid for task in store.load_available("a", "p2", 10, NOW)] == ["p3", "p4", "p5"]
+        assert store._pending  # nothing was flushed for it
+        assert [task.pid for task in store.load_available("a", "", 10, NOW)] == ["p2", "p3", "p4", "p5"]
+        assert not store._pending  # a read across the touched pids flushes first
+    finally:
+        store.close()
+
+
 # ------------------------------------------------------------------ faults
 
 

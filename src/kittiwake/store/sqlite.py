@@ -158,6 +158,7 @@ class SqliteStore:
             self._pass: list[Mutation] = []  # written since the last commit: the next record
             self._logged: list[Mutation] = []  # in the log, not yet in the database (checkpoint)
             self._touched: set[tuple[str, str]] = set()  # (queue, pid) with mutations not yet flushed
+            self._touched_top: dict[str, str] = {}  # queue -> the highest pid among them
             self._dropping: set[str] = set()  # queues with a drop not yet flushed
             self.checkpoint_mutations = checkpoint_mutations
             self.checkpoint_secs = checkpoint_secs
@@ -213,15 +214,21 @@ class SqliteStore:
         self._track(written)
 
     def _track(self, mutations: Sequence[Mutation]) -> None:
-        """Note the rows and queues unflushed mutations change: `load_task` of any other row needs no flush."""
-        touched = self._touched
+        """Note the rows and queues unflushed mutations change: `load_task` of any other row, and
+        `load_available` above the highest pid they touch in its queue, need no flush."""
+        touched, top = self._touched, self._touched_top
         for m in mutations:
             if isinstance(m, (SetLease, DeleteTask, SetWaiting)):
-                touched.add((m.queue, m.pid))
+                queue, pid = m.queue, m.pid
             elif isinstance(m, PutTask):
-                touched.add((m.task.queue, m.task.pid))
-            elif isinstance(m, DropQueue):
-                self._dropping.add(m.queue)
+                queue, pid = m.task.queue, m.task.pid
+            else:
+                if isinstance(m, DropQueue):
+                    self._dropping.add(m.queue)
+                continue
+            touched.add((queue, pid))
+            if pid > top.get(queue, ""):
+                top[queue] = pid
 
     def _begin(self) -> None:
         if not self._in_transaction:
@@ -236,6 +243,7 @@ class SqliteStore:
         if self._log is not None:
             pending = coalesce(pending)  # what cancelled out since the last flush never reaches the B-tree
             self._touched.clear()
+            self._touched_top.clear()
             self._dropping.clear()
         self._begin()
         db = self._db
@@ -359,7 +367,8 @@ class SqliteStore:
 
     def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
         try:
-            self._flush()
+            if self._log is None or queue in self._dropping or self._touched_top.get(queue, "") > after_pid:
+                self._flush()  # else nothing unflushed changes a row it reads (a refill above leased heads)
             rows = self._db.execute(sql.LOAD_AVAILABLE, (queue, self._gens.get(queue, 0), after_pid, now, limit))
             return [_row_to_task(row) for row in rows]
         except _DISK_ERRORS as exc:
@@ -634,6 +643,7 @@ class SqliteStore:
         self._pass = []
         self._pending = list(self._logged)
         self._touched.clear()
+        self._touched_top.clear()
         self._dropping.clear()
         self._track(self._pending)
         db = self._db
