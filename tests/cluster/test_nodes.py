@@ -178,6 +178,17 @@ def test_every_metric_series_of_a_node_carries_its_name(tmp_path: Path) -> None:
     assert any(line.startswith('kittiwake_queue_tasks{node="solo",queue="q"') for line in series)
 
 
+def test_an_announcement_from_no_peer_or_with_an_overlong_instance_is_refused(
+    nodes: ClusterNodes, cluster: ClusterMap
+) -> None:
+    with Client(nodes["a"].url) as a:
+        for fields, wanted in (({"node": "z"}, "not a peer"), ({"node": "b", "instance": "i" * 65}, "instance id")):
+            with pytest.raises(errors.BadRequest, match=wanted):
+                cluster_call(a, "announce", epoch=cluster.epoch, full=True, holding=["told.by.nobody"], **fields)
+        assert cluster_call(a, "holders", queues=["told.by.nobody"]).holders["told.by.nobody"] == []  # neither changed a's view
+        assert a.ping()  # and the node serves on
+
+
 def test_with_auth_files_nodes_announce_with_their_own_credentials(tmp_path: Path) -> None:
     auth_file = tmp_path / "users.json"
     for user, rights in (("node", "*=all"), ("app", "jobs*=produce,consume")):
