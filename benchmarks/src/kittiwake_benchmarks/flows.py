@@ -240,16 +240,17 @@ class CpuMeter:
     the Spark worker's threads), the broker and the python worker; and of the JVM's, the time its
     JIT compilers spent (`jit`, summed over compiler threads) and its collectors (`gc`), as its
     management beans count them: a pass that pays for compiling code the JVM had not made hot yet
-    shows it there."""
+    shows it there; and how many classes Spark's code generator compiled (`codegen_compiles`)."""
 
     def __init__(self, spark: Any, broker: BrokerProcess | None, others: Callable[[], list[int]]) -> None:
         try:
             jvm = spark.sparkContext._jvm
             self.jvm_pid: int | None = int(jvm.java.lang.ProcessHandle.current().pid())
             self._management: Any = jvm.java.lang.management.ManagementFactory
+            self._codegen: Any = jvm.org.apache.spark.metrics.source.CodegenMetrics
         except Exception:  # a remote or unusual session: no JVM figure
             self.jvm_pid = None
-            self._management = None
+            self._management = self._codegen = None
         self.broker = broker
         self.others = others
 
@@ -262,7 +263,17 @@ class CpuMeter:
         return {"jvm": process_cpu_secs(self.jvm_pid) if self.jvm_pid else None, "python": cpu_secs(),
                 "broker": self.broker.cpu_secs() if self.broker is not None else None,
                 "python_worker": sum(value for value in workers if value is not None) if pids else None,
-                "jit": jit, "gc": gc}
+                "jit": jit, "gc": gc, "codegen_compiles": self._codegen_compiles()}
+
+    def _codegen_compiles(self) -> float | None:
+        """Classes Spark's code generator compiled so far (its cache's misses: a query whose
+        generated code differs — a literal inlined, say — compiles again, and the JIT follows)."""
+        if self._codegen is None:
+            return None
+        try:
+            return float(self._codegen.METRIC_COMPILATION_TIME().getCount())
+        except Exception:
+            return None
 
     def _jvm_times(self) -> tuple[float | None, float | None]:
         if self._management is None:
@@ -588,6 +599,8 @@ def _cpu_rows(cpu: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                  if spent.get(key) is not None]
         parts += [f"(JVM's {name} {spent[key]:.1f})" for key, name in (("jit", "JIT compiling"), ("gc", "GC"))
                   if spent.get(key) is not None]
+        if spent.get("codegen_compiles") is not None:
+            parts.append(f"({spent['codegen_compiles']:.0f} classes generated)")
         rows.append((f"CPU s per pass, {label}", ", ".join(parts), "", None))
     return rows
 
