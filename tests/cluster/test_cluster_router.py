@@ -257,8 +257,8 @@ def test_a_lease_is_served_locally_with_no_hop_then_from_a_holder_with_two() -> 
 
 
 def test_when_holders_name_nobody_the_others_are_swept_at_most_once_a_second() -> None:
-    # a missing hint (two brokers of one node on a shared store, one of them just restarted and
-    # announcing nothing) must not strand a node's tasks: a blind sweep finds them
+    # a missing hint (a lost announcement, a peer forgotten while it was not heard) must not strand
+    # a node's tasks: a blind sweep finds them
     now = [0.0]
     router = Router(seeds=(), cluster_map=make_map(), near="a", rng=random.Random(7), clock=lambda: now[0])
     holding = {"a": [], "b": [], "c": ["c1"]}
@@ -359,6 +359,20 @@ def test_a_lease_skips_an_unreachable_node_and_raises_when_all_are() -> None:
 
     with pytest.raises(errors.BrokerUnreachable):
         run(make_router(make_map()), calls.lease("q"), none)
+
+
+def test_a_lease_cut_mid_request_goes_on_to_the_other_nodes() -> None:
+    """A node whose connection broke before it answered a lease (CONNECTION_LOST: what it leased, if
+    anything, comes back when that lease runs out) does not end the lease: the others are asked."""
+    router = make_router(make_map(), near="a")
+    base = lease_answer({"a": ["a1"], "b": ["b1"], "c": []})
+
+    def answer(send: Send) -> Any:
+        if send.node == "a" and send.call.op == "lease":
+            raise errors.ConnectionLost("a went away mid-request")
+        return base(send)
+
+    assert [t.pid for t in run(router, calls.lease("q"), answer)] == ["b1"]
 
 
 def test_only_sends_another_node_could_serve_connect_quickly() -> None:

@@ -52,7 +52,9 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   one node's, and an abandoned one is withdrawn by that node's pool, so no task is leased to a
   reply nobody reads. A node that cannot be reached is marked down and skipped for
   `DOWN_SECS` (leases and FIFO pushes go to the others); when every node is down the lease
-  raises `BrokerUnreachable`.
+  raises `BrokerUnreachable`. A node whose connection broke before it answered
+  (`ConnectionLost`) is passed over for this lease the same way: whatever it leased comes back
+  to its queue when that lease runs out, as after any lost reply.
 
 A node that cannot be reached costs a short connect (`Send.quick`) wherever another node can
 serve instead (leases over several nodes, `holders`, FIFO pushes, the map), and the full connect
@@ -674,6 +676,8 @@ class Router:
             if isinstance(outcome, errors.BrokerUnreachable):
                 unreachable = outcome
                 return []
+            if isinstance(outcome, errors.ConnectionLost):
+                return []  # cut mid-request: what it leased, if anything, comes back when that lease runs out
             return _value(outcome)
 
         def steal_from(node: str) -> Conversation[Any]:
