@@ -93,3 +93,23 @@ def test_a_flip_while_a_full_announcement_is_in_flight_still_reaches_the_peer(
     nodes, cluster = node_a
     seen = asyncio.run(flip_during_a_full_announcement(nodes, cluster))
     assert seen == ["b"], f"node a never heard, within {POLL_SECS} s, that b holds tasks of 'flipped' ({seen})"
+
+
+def test_a_stop_that_meets_a_wake_up_still_stops() -> None:
+    """`stop()` cancelling the loop in the very iteration its event is set (the end of a send sets it)
+    must end the loop: on Python 3.11 `asyncio.wait_for` could swallow that cancellation, the loop
+    went on and the broker's SIGTERM never finished (seen once in six runs of the grow test)."""
+    cluster = ClusterMap.from_toml('[nodes]\na = "127.0.0.1:9"\nb = "127.0.0.1:19"\n')
+
+    async def race() -> None:
+        announcer = Announcer(cluster, "b", Holdings("b", cluster.node_names), coalesce_secs=0.001)
+        announcer.start()
+        await asyncio.sleep(0.1)  # its first announcement failed (nothing listens): it waits to retry
+
+        async def set_and_stop() -> None:
+            announcer.flips_ready.set()  # as a send ending sets it, in the turn the stop cancels the loop
+            await announcer.stop()
+
+        await asyncio.wait_for(set_and_stop(), 5.0)
+
+    asyncio.run(race())

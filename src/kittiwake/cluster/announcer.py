@@ -101,12 +101,15 @@ class Announcer:
         self.flips_ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
+        self._stopping = False
         self.sent = 0  # announcements that reached a peer (for tests and logs)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="kittiwake-cluster-announcer")
 
     async def stop(self) -> None:
+        self._stopping = True  # the loop ends at its next turn even if a cancellation is lost
+        self.flips_ready.set()
         tasks = [task for task in (self._task, *self._sends) if task is not None]
         for task in tasks:
             task.cancel()
@@ -126,13 +129,18 @@ class Announcer:
 
     async def _run(self) -> None:
         next_full = self.clock()  # a full announcement to everyone at start
-        while True:
+        while not self._stopping:
             now = self.clock()
             timeout = max(0.0, min(next_full, self._earliest_retry(now)) - now)
             try:
-                await asyncio.wait_for(self.flips_ready.wait(), timeout)
+                # not `asyncio.wait_for`: on Python 3.11 it returns instead of raising when the event
+                # is set in the turn it is cancelled, and the loop then outlived `stop()`
+                async with asyncio.timeout(timeout):
+                    await self.flips_ready.wait()
             except TimeoutError:
                 pass
+            if self._stopping:
+                return
             self.flips_ready.clear()
             now = self.clock()
             if now >= next_full:
