@@ -132,3 +132,26 @@ def test_the_composition_root_builds_the_faces_its_options_ask_for() -> None:
     assert build_faces() == []
     faces = build_faces(udp_port=0, sqs_port=0, http_port=0, http_host_names=("broker.test",))
     assert [face.name for face in faces] == ["udp", "sqs", "http"]
+
+
+class StuckFace(LineFace):
+    """A face whose stop never returns."""
+
+    async def stop(self) -> None:
+        self.events.append("stop")
+        await asyncio.Event().wait()
+
+
+def test_a_face_that_never_stops_does_not_hold_up_the_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A SIGTERM must end the broker whatever a face or extension does on its way out: each step of
+    the stop is awaited for `STOP_STEP_SECS` at most, then left behind, logged."""
+    from kittiwake.broker import server
+
+    monkeypatch.setattr(server, "STOP_STEP_SECS", 0.2)
+    face = StuckFace()
+    broker = InProcessBroker(BrokerConfig(data_dir=str(tmp_path / "data"), port=0), None, faces=[face])
+    broker.close()  # `run` gives up after 30 s: it would, without the bound
+    assert face.events == ["start", "stop_accepting", "stop"]
+    assert "the lines face did not finish within" in caplog.text

@@ -48,7 +48,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from kittiwake.broker import announcements
 from kittiwake.broker.auth import Authenticator
@@ -78,6 +78,7 @@ SWEEP_SECS = 0.1
 MAINTENANCE_SECS = 1.0
 LISTEN_BACKLOG = 4096  # a burst of thousands of connects should not wait on SYN retries
 FLUSH_ON_STOP_SECS = 5.0
+STOP_STEP_SECS = 5.0  # a face's, an extension's or the listeners' stop that takes longer is left behind
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,17 +392,17 @@ class Broker:
                     connection.transport.abort()
             for face in self.faces:
                 try:
-                    await face.stop()
+                    await _bounded(face.stop(), f"the {face.name} face")
                 except Exception:
                     log.exception("stopping the %s face failed", face.name)
             for extension in self.extensions:
                 try:
-                    await extension.stop()
+                    await _bounded(extension.stop(), extension.description)
                 except Exception:
                     log.exception("stopping %s failed", extension.description)
             for server in (self._server, self._tls_server):
                 if server is not None:
-                    await server.wait_closed()
+                    await _bounded(server.wait_closed(), "the listener's last connections")
             if self.authenticator is not None:
                 self.authenticator.close()
             log.info("broker stopped")
@@ -415,6 +416,19 @@ class Broker:
             step()
         except Exception:
             log.exception("stopping the %s face failed", name)
+
+
+async def _bounded(step: Awaitable[object], what: str) -> None:
+    """Await one step of a stop for at most `STOP_STEP_SECS`, then go on without it (logged): a
+    SIGTERM must end the process whatever a face, an extension or a peer's connection does. Its
+    error, if it failed in time, is raised."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=STOP_STEP_SECS)
+    if not done:
+        task.cancel()
+        log.warning("stopping: %s did not finish within %.0f s; going on without it", what, STOP_STEP_SECS)
+        return
+    task.result()
 
 
 # ------------------------------------------------------------------ process
