@@ -171,3 +171,34 @@ def test_close_from_another_thread_ends_a_reconnect_at_once(broker: BrokerProces
         loop.close()
     [error] = outcome
     assert isinstance(error, errors.BrokerUnreachable) and "closed while connecting" in str(error)
+
+
+def test_a_cancel_that_meets_the_reply_still_cancels(broker: BrokerProcess) -> None:
+    """A request task cancelled in the very turn its reply arrives must end cancelled: on Python 3.11
+    `asyncio.wait_for` returned the reply and swallowed the cancellation, so a loop of requests being
+    cancelled at shutdown went on (the class of hang the announcer had)."""
+
+    async def scenario() -> None:
+        pool = pool_of(broker.url)
+        await pool.request(calls.enqueue("met", b"first"), 10)  # connected
+        connection = pool._connection
+        assert connection is not None
+        sending = connection.send
+        caller: list[asyncio.Task[object]] = []
+
+        def send_then_cancel_on_reply(request_id: int, frame: bytes) -> asyncio.Future[bytes]:
+            future = sending(request_id, frame)
+            future.add_done_callback(lambda _reply: caller[0].cancel())  # in the turn the reply lands
+            return future
+
+        connection.send = send_then_cancel_on_reply  # type: ignore[method-assign]
+        try:
+            task = asyncio.create_task(pool.request(calls.enqueue("met", b"second"), 10))
+            caller.append(task)  # type: ignore[arg-type]
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, ENDS_WITHIN_SECS)
+        finally:
+            connection.send = sending  # type: ignore[method-assign]
+            await pool.close()
+
+    asyncio.run(scenario())

@@ -63,7 +63,8 @@ class AsyncConnection:
             else:
                 opening = asyncio.open_connection(address.host, address.port, limit=READ_CHUNK_BYTES, ssl=context,
                                                   server_hostname=address.host)
-            reader, writer = await asyncio.wait_for(opening, timeout_secs)
+            async with asyncio.timeout(timeout_secs):  # not wait_for: on 3.11 it can swallow a cancel
+                reader, writer = await opening
         except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
             raise  # cut in the middle (a broker restarting?): retried
         except ssl.SSLError as exc:
@@ -84,8 +85,9 @@ class AsyncConnection:
 
     async def _authenticate(self, frame: bytes, timeout_secs: float) -> None:
         try:
-            reply = await asyncio.wait_for(self.send(AUTH_REQUEST_ID, frame), timeout_secs)
-        except (NotSent, errors.ConnectionLost, asyncio.TimeoutError) as exc:
+            async with asyncio.timeout(timeout_secs):
+                reply = await self.send(AUTH_REQUEST_ID, frame)
+        except (NotSent, errors.ConnectionLost, TimeoutError) as exc:
             raise HandshakeRetry(f"authenticating to {self.address}: {exc!r}") from None
         finally:
             self.forget(AUTH_REQUEST_ID)

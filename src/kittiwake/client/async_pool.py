@@ -96,14 +96,16 @@ class AsyncPool:
                 continue
             try:
                 await connection.drain()
-                reply = await asyncio.wait_for(future, timeout_secs)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(timeout_secs):  # not wait_for: on 3.11 it can swallow a cancel
+                    reply = await future
+            except TimeoutError:
                 self._withdraw(connection, call, request_id)
                 raise errors.RequestTimeout(
                     f"no reply to {call.op} from {self._address} within {timeout_secs}s; outcome unknown"
                 ) from None
             except asyncio.CancelledError:
-                self._withdraw(connection, call, request_id)
+                if not future.done() or future.cancelled():  # no reply came: the broker may still hold it
+                    self._withdraw(connection, call, request_id)
                 raise
             finally:
                 connection.forget(request_id)

@@ -57,8 +57,9 @@ class AsyncSending:
         batch = self._batch
         if not batch.signal.done():
             try:
-                await asyncio.wait_for(asyncio.shield(batch.signal), timeout)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
+                    await asyncio.shield(batch.signal)
+            except TimeoutError:
                 raise errors.RequestTimeout(f"the task was not answered within {timeout} s; it is still pending") from None
         return batch.outcome(self._index)
 

@@ -137,7 +137,8 @@ class NodeDashboard:
             announcing=None if peer is None else ("in sync" if peer.synced else "behind"),
         )
         try:
-            epoch, counts, truncated = await asyncio.wait_for(self._read_peer(name), ASK_TIMEOUT_SECS)
+            async with asyncio.timeout(ASK_TIMEOUT_SECS):  # not wait_for: on 3.11 it can swallow a cancel
+                epoch, counts, truncated = await self._read_peer(name)
         except TimeoutError:
             return replace(base, error=f"no answer within {ASK_TIMEOUT_SECS:g} s")
         except errors.KittiwakeError as exc:
