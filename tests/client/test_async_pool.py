@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from typing import Any
 
 import pytest
 
@@ -184,9 +185,9 @@ def test_a_cancel_that_meets_the_reply_still_cancels(broker: BrokerProcess) -> N
         connection = pool._connection
         assert connection is not None
         sending = connection.send
-        caller: list[asyncio.Task[object]] = []
+        caller: list[asyncio.Task[Any]] = []
 
-        def send_then_cancel_on_reply(request_id: int, frame: bytes) -> asyncio.Future[bytes]:
+        def send_then_cancel_on_reply(request_id: int, frame: bytes) -> asyncio.Future[Any]:
             future = sending(request_id, frame)
             future.add_done_callback(lambda _reply: caller[0].cancel())  # in the turn the reply lands
             return future
@@ -194,7 +195,7 @@ def test_a_cancel_that_meets_the_reply_still_cancels(broker: BrokerProcess) -> N
         connection.send = send_then_cancel_on_reply  # type: ignore[method-assign]
         try:
             task = asyncio.create_task(pool.request(calls.enqueue("met", b"second"), 10))
-            caller.append(task)  # type: ignore[arg-type]
+            caller.append(task)
             with pytest.raises(asyncio.CancelledError):
                 await asyncio.wait_for(task, ENDS_WITHIN_SECS)
         finally:
