@@ -349,13 +349,17 @@ def available_in(model: Model, queue: str, after_pid: str, limit: int, now: floa
 
 @given(st.data())
 @FAST
-def test_a_refill_sees_every_write_before_it_whether_or_not_it_flushed(tmp_path: Path, data: st.DataObject) -> None:
-    """`load_available` behind the log flushes only when an unflushed mutation touches a pid above
-    the one it reads from (a refill above a head of leased tasks needs none); whichever it does,
-    it answers what every write before it says — also mid-pass, before the commit."""
+def test_reads_see_every_write_before_them_whether_or_not_they_flushed(tmp_path: Path, data: st.DataObject) -> None:
+    """`load_available` and `load_task`, with the log or without, flush only when an unflushed
+    mutation touches a pid above the one they read from, or the row they read (a refill above a
+    head of leased tasks needs none); whichever they do, they answer what every write before
+    them says — also mid-pass, before the commit."""
     directory = tmp_path / "reads"
     shutil.rmtree(directory, ignore_errors=True)
-    store = open_logged(directory, every=data.draw(st.sampled_from([1, 4, 1_000]), label="checkpoint every"))
+    if data.draw(st.booleans(), label="with the log"):
+        store = open_logged(directory, every=data.draw(st.sampled_from([1, 4, 1_000]), label="checkpoint every"))
+    else:
+        store = SqliteStore(directory, durability="fsync")
     model = Model()
     serial = [0]
     try:
@@ -368,10 +372,17 @@ def test_a_refill_sees_every_write_before_it_whether_or_not_it_flushed(tmp_path:
                 now = NOW + data.draw(st.integers(0, 10), label="now")
                 found = [(task.pid, task.data) for task in store.load_available(queue, after, limit, now)]
                 assert found == available_in(model, queue, after, limit, now)
+                pid = data.draw(st.sampled_from(PIDS), label="pid")
+                row = store.load_task(queue, pid)
+                expected = model.rows.get((queue, pid))
+                assert (row.data if row is not None else None) == (expected["data"] if expected else None)
             if data.draw(st.booleans(), label="commit"):
                 store.commit()
     finally:
-        crash(store)
+        if store._log is not None:
+            crash(store)
+        else:
+            store.close()
 
 
 def test_a_refill_above_the_leased_head_leaves_the_log_unflushed(tmp_path: Path) -> None:

@@ -176,7 +176,7 @@ def arrived(state: EngineState, task: Task, now: float, mutations: list[Mutation
         key = task.pid
     flush(state, mutations)
     if _complete(state, spec, key):
-        _start_job(state, spec, key, now, mutations)
+        _start_job(state, spec, key, now, mutations, arrival=task)
 
 
 def _complete(state: EngineState, spec: JoinSpec, key: str) -> bool:
@@ -191,13 +191,17 @@ def _complete(state: EngineState, spec: JoinSpec, key: str) -> bool:
     return job_queue is None or not exists(state, job_queue, key)
 
 
-def _start_job(state: EngineState, spec: JoinSpec, key: str, now: float, mutations: list[Mutation]) -> None:
+def _start_job(state: EngineState, spec: JoinSpec, key: str, now: float, mutations: list[Mutation],
+               arrival: Task | None = None) -> None:
+    """Take the key's tokens and put its job. `arrival`, the token that completed the key, is taken
+    as it is: it was written in this very pass, so reading it back would flush the pass's writes."""
     tokens: dict[str, list[dict[str, Any]]] = {}
     for port in spec.ports:
         if port.mode == SEQUENCE:
             taken = _take_sequence(state, port.queue, key, mutations)
         else:
-            one = _take(state, port.queue, key, mutations)  # a required one is there; an optional one may be
+            known = arrival if arrival is not None and arrival.queue == port.queue and arrival.pid == key else None
+            one = _take(state, port.queue, key, mutations, known)  # a required one is there; an optional one may be
             taken = [one] if one is not None else []
         tokens[port.name] = [
             {"pid": t.pid, "data": t.data, "headers": t.headers, "sender": t.sender} for t in taken
@@ -230,12 +234,14 @@ def _put(state: EngineState, task: Task, now: float, mutations: list[Mutation]) 
         arrived(state, task, now, mutations)
 
 
-def _take(state: EngineState, queue_name: str, pid: str, mutations: list[Mutation]) -> Task | None:
-    """Take an available task out of its queue (gone: a join took it, or a purge)."""
+def _take(state: EngineState, queue_name: str, pid: str, mutations: list[Mutation],
+          known: Task | None = None) -> Task | None:
+    """Take an available task out of its queue (gone: a join took it, or a purge); `known` is that
+    task as this pass put it, if it did."""
     queue = state.queues.get(queue_name)
     if queue is None or pid in queue.leased or (queue_name in state.join_ports and not has_token(state, queue_name, pid)):
         return None
-    task = find(state, queue, pid)
+    task = known if known is not None else find(state, queue, pid)
     if task is None:
         return None
     _remove(state, queue, task, mutations)

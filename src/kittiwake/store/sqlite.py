@@ -12,8 +12,12 @@ its own with load because requests pile up while a commit runs).
   loss.
 
 Writes are buffered in Python and flushed with `executemany` in runs of the
-same statement; every read flushes first, so reads see all writes (the
-`TaskStore` contract). Memory: SQLite's page cache is bounded by `cache_mb`;
+same statement, at the commit or before a read that needs them, so reads see
+all writes (the `TaskStore` contract): a scan flushes first; `load_task` only
+when something pending touches that row (or drops its queue), and
+`load_available` only when something pending touches a pid above the one it
+reads from. So a pass whose joins look up tokens of earlier passes, row by
+row, flushes once, at its commit, not once per lookup. Memory: SQLite's page cache is bounded by `cache_mb`;
 the engine's own head cache is bounded separately, so neither grows with the
 number of tasks.
 
@@ -154,12 +158,12 @@ class SqliteStore:
             self._pending: list[Mutation] = []
             self._in_transaction = False
             self.commits = 0
-            # the commit log (`commit_log`, `log_file`): `_log` is None unless this store writes through one
-            self._pass: list[Mutation] = []  # written since the last commit: the next record
-            self._logged: list[Mutation] = []  # in the log, not yet in the database (checkpoint)
             self._touched: set[tuple[str, str]] = set()  # (queue, pid) with mutations not yet flushed
             self._touched_top: dict[str, str] = {}  # queue -> the highest pid among them
             self._dropping: set[str] = set()  # queues with a drop not yet flushed
+            # the commit log (`commit_log`, `log_file`): `_log` is None unless this store writes through one
+            self._pass: list[Mutation] = []  # written since the last commit: the next record
+            self._logged: list[Mutation] = []  # in the log, not yet in the database (checkpoint)
             self.checkpoint_mutations = checkpoint_mutations
             self.checkpoint_secs = checkpoint_secs
             self._clock = monotonic_clock
@@ -205,12 +209,10 @@ class SqliteStore:
     def write(self, mutations: Sequence[Mutation]) -> None:
         # a PutTask holds the caller's Task, which it may change before the flush:
         # keep the row as it was written (the memory store copies it too)
-        if self._log is None:
-            self._pending.extend(PutTask(_snapshot(m.task)) if type(m) is PutTask else m for m in mutations)
-            return
         written = [PutTask(_snapshot(m.task)) if type(m) is PutTask else m for m in mutations]
         self._pending.extend(written)
-        self._pass.extend(written)
+        if self._log is not None:
+            self._pass.extend(written)
         self._track(written)
 
     def _track(self, mutations: Sequence[Mutation]) -> None:
@@ -242,9 +244,9 @@ class SqliteStore:
         self._pending = []
         if self._log is not None:
             pending = coalesce(pending)  # what cancelled out since the last flush never reaches the B-tree
-            self._touched.clear()
-            self._touched_top.clear()
-            self._dropping.clear()
+        self._touched.clear()
+        self._touched_top.clear()
+        self._dropping.clear()
         self._begin()
         db = self._db
         gens = self._gens
@@ -355,6 +357,9 @@ class SqliteStore:
                 raise storage_failure(exc) from exc
             return
         self._pending = []
+        self._touched.clear()
+        self._touched_top.clear()
+        self._dropping.clear()
         try:
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
@@ -367,7 +372,7 @@ class SqliteStore:
 
     def load_available(self, queue: str, after_pid: str, limit: int, now: float) -> list[Task]:
         try:
-            if self._log is None or queue in self._dropping or self._touched_top.get(queue, "") > after_pid:
+            if queue in self._dropping or self._touched_top.get(queue, "") > after_pid:
                 self._flush()  # else nothing unflushed changes a row it reads (a refill above leased heads)
             rows = self._db.execute(sql.LOAD_AVAILABLE, (queue, self._gens.get(queue, 0), after_pid, now, limit))
             return [_row_to_task(row) for row in rows]
@@ -390,8 +395,8 @@ class SqliteStore:
 
     def load_task(self, queue: str, pid: str) -> Task | None:
         try:
-            if self._log is None or (queue, pid) in self._touched or queue in self._dropping:
-                self._flush()  # else nothing unflushed changes this row: keep what may cancel out
+            if (queue, pid) in self._touched or queue in self._dropping:
+                self._flush()  # else nothing unflushed changes this row: one flush per pass, not per read
             row = self._db.execute(sql.LOAD_TASK, (queue, self._gens.get(queue, 0), pid)).fetchone()
         except _DISK_ERRORS as exc:
             raise storage_failure(exc) from exc
