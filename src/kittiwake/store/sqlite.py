@@ -16,10 +16,11 @@ same statement, at the commit or before a read that needs them, so reads see
 all writes (the `TaskStore` contract): a scan flushes first; `load_task` only
 when something pending touches that row (or drops its queue), and
 `load_available` only when something pending touches a pid above the one it
-reads from. So a pass whose joins look up tokens of earlier passes, row by
-row, flushes once, at its commit, not once per lookup. Memory: SQLite's page cache is bounded by `cache_mb`;
-the engine's own head cache is bounded separately, so neither grows with the
-number of tasks.
+reads from. So a pass whose enqueues check their pids, or whose joins look up
+tokens of earlier passes, row by row, flushes once, at its commit, not once
+per lookup. Memory: SQLite's page cache is bounded by `cache_mb`; the engine's
+own head cache is bounded separately, so neither grows with the number of
+tasks.
 
 Commit log (`commit_log=True`, the broker's `--commit-log on`; TaskMaster §5.3).
 The pass's commit is one record of its mutations, with the next ticket,
