@@ -65,6 +65,7 @@ def test_the_assignment_is_the_documented_rule_on_a_small_map() -> None:
     ('slots = 1\n[nodes]\na = "h:1"\nb = "h:2"\n', "2 nodes cannot share 1 slots"),
     ('slot = 8\n[nodes]\na = "h:1"\n', "unknown key(s) slot"),
     ('nodes = "a"\n', "no [nodes] table"),
+    ('tls = "yes"\n[nodes]\na = "h:1"\n', "tls must be true or false"),
 ])
 def test_a_bad_file_is_refused_saying_what_is_wrong(text: str, says: str) -> None:
     with pytest.raises(errors.BadRequest) as raised:
@@ -126,7 +127,21 @@ def test_any_change_a_client_must_learn_gives_another_epoch() -> None:
         toml('b = "h:2"\na = "h:1"'),  # the order, which is the assignment
         toml('a = "h:1"\nb = "h:2"', "slots = 512"),
         toml('a = "h:1"\nc = "h:2"'),
+        toml('a = "h:1"\nb = "h:2"', "tls = true"),  # the addresses are TLS ports
     ]
     epochs = {base.epoch} | {ClusterMap.from_toml(text).epoch for text in changed}
     assert len(epochs) == 1 + len(changed)
     assert ClusterMap.from_toml(toml('a = "h:1"\nb = "h:2"', "slots = 1024")).epoch == base.epoch
+    assert ClusterMap.from_toml(toml('a = "h:1"\nb = "h:2"', "tls = false")).epoch == base.epoch
+
+
+def test_a_map_without_tls_keeps_the_epoch_its_stores_recorded() -> None:
+    # epochs are recorded in every node's store: saying `tls` must not change those of older maps
+    assert ClusterMap.from_toml(toml('a = "h:1"\nb = "h:2"')).epoch == "f3bb7458326462e0"
+
+
+def test_a_tls_map_says_so_and_writes_itself_back() -> None:
+    cluster = ClusterMap.from_toml(toml('a = "h:1"\nb = "h:2"', "tls = true"))
+    assert cluster.tls and not ClusterMap.from_toml(toml('a = "h:1"')).tls
+    again = ClusterMap.from_toml(cluster.to_toml())
+    assert again == cluster and again.tls and again.epoch == cluster.epoch

@@ -456,3 +456,34 @@ def test_a_keyed_call_to_a_node_found_down_a_moment_ago_connects_quickly() -> No
     log.clear()
     run(router, calls.get("q", pid), lambda send: None, log)
     assert [send.down for send in log] == [False]
+
+
+def map_answer(cluster: ClusterMap) -> Answer:
+    def answer(send: Send) -> Any:
+        nodes = [ClusterNode(n.name, str(n.address)) for n in cluster.nodes]
+        return reply(send, ClusterMapResult(node=send.node or "a", epoch=cluster.epoch, slots=cluster.slots,
+                                            nodes=nodes, tls=cluster.tls))
+    return answer
+
+
+def test_a_plaintext_client_is_told_to_use_tls_on_a_tls_map_and_the_other_way_round() -> None:
+    tls_map = ClusterMap(make_map().nodes, tls=True)
+    seed = (Address("127.0.0.1", 7000),)
+    plaintext = Router(seeds=seed, near="a", clock=lambda: 0.0, tls=False)
+    with pytest.raises(errors.BadRequest, match="kws://"):
+        drive(plaintext.conversation(calls.get("q", "k"), None), lambda step: [map_answer(tls_map)(s) for s in step])
+    with pytest.raises(errors.BadRequest, match="kws://"):
+        Router(seeds=(), cluster_map=tls_map, clock=lambda: 0.0, tls=False)
+    over_tls = Router(seeds=seed, near="a", clock=lambda: 0.0, tls=True)
+    with pytest.raises(errors.BadRequest, match="plaintext ports"):
+        drive(over_tls.conversation(calls.get("q", "k"), None), lambda step: [map_answer(make_map())(s) for s in step])
+    fine = Router(seeds=seed, near="a", clock=lambda: 0.0, tls=True)
+
+    def answer(send: Send) -> Any:
+        if send.call.op == "cluster_map":
+            return map_answer(tls_map)(send)
+        raise errors.TaskNotFound("no task k")
+
+    with pytest.raises(errors.TaskNotFound):
+        run(fine, calls.get("q", "k"), answer)
+    assert fine.cluster_map == tls_map and fine.cluster_map.tls

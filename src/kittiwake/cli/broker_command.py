@@ -95,17 +95,19 @@ WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 def build_extensions(
     *, cluster_file: str | None, node_name: str | None, host: str, port: int,
-    cluster_user: str | None = None, cluster_token: str | None = None,
+    cluster_user: str | None = None, cluster_token: str | None = None, cluster_ca: str | None = None,
+    tls_cert: str | None = None, tls_port: int | None = None, plaintext: bool = True,
 ) -> list[RequestExtension]:
     """The request extensions the options ask for: a cluster node with --cluster and --node.
 
-    The map must name the node, and the node must listen where the map says: the same port, and the
-    same host unless --host is a wildcard (0.0.0.0, ::), which listens on the map's address too (then
-    only the port is checked). A host name in the map is not resolved: --host must be written the
-    same way. Anything wrong is a usage error (exit status 2)."""
+    The map must name the node, and the node must listen where the map says: the same port — its
+    --port, or its --tls-port (with --tls-cert) on a map that says `tls = true` — and the same host
+    unless --host is a wildcard (0.0.0.0, ::), which listens on the map's address too (then only the
+    port is checked). A host name in the map is not resolved: --host must be written the same way.
+    --cluster-ca goes with a TLS map only. Anything wrong is a usage error (exit status 2)."""
     if cluster_file is None:
-        if node_name is not None or cluster_user is not None or cluster_token is not None:
-            raise click.UsageError("--node, --cluster-user and --cluster-token go with --cluster FILE")
+        if node_name is not None or cluster_user is not None or cluster_token is not None or cluster_ca is not None:
+            raise click.UsageError("--node, --cluster-user, --cluster-token and --cluster-ca go with --cluster FILE")
         return []
     if node_name is None:
         raise click.UsageError("--cluster needs --node NAME: which node of the map this broker is")
@@ -124,13 +126,27 @@ def build_extensions(
         address = cluster.address_of(node_name)
     except errors.BadRequest as exc:
         raise click.BadParameter(f"{cluster_file}: {exc.message}", param_hint="--cluster") from None
-    if port != address.port or (host not in WILDCARD_HOSTS and host.lower() != address.host.lower()):
+    if cluster.tls:
+        if tls_cert is None:
+            raise click.UsageError(f"{cluster_file} says tls = true: its nodes listen for TLS at the map's addresses, "
+                                   "so give --tls-cert and --tls-key, and --tls-port the map's port")
+        listens, option = tls_port, "--tls-port"
+    else:
+        if cluster_ca is not None:
+            raise click.UsageError(f"--cluster-ca verifies the peers' TLS certificates, but {cluster_file} lists "
+                                   "plaintext ports (write tls = true in it and list the nodes' TLS ports)")
+        if not plaintext:
+            raise click.UsageError(f"{cluster_file} lists plaintext ports (no tls = true), but --no-plaintext closes "
+                                   "this node's: run the cluster on a map with tls = true that lists the TLS ports")
+        listens, option = port, "--port"
+    if listens != address.port or (host not in WILDCARD_HOSTS and host.lower() != address.host.lower()):
         raise click.BadParameter(
             f"node {node_name!r} listens at {address} in {cluster_file}, but this broker would listen on "
-            f"{host}:{port}: give --host {address.host} --port {address.port} (or --host 0.0.0.0 --port {address.port})",
-            param_hint="--host/--port")
+            f"{host}:{listens}: give --host {address.host} {option} {address.port} "
+            f"(or --host 0.0.0.0 {option} {address.port})",
+            param_hint=f"--host/{option}")
     credentials = (cluster_user, cluster_token) if cluster_user is not None and cluster_token is not None else None
-    return [ClusterNode(cluster, node_name, credentials=credentials)]
+    return [ClusterNode(cluster, node_name, credentials=credentials, ca_file=cluster_ca)]
 
 
 @click.command("broker")
@@ -208,17 +224,21 @@ def build_extensions(
               help="A host name the HTTP ports (--sqs-port, --http-port) answer to, besides IP addresses and "
               "localhost; repeat for more. Requests for any other name get 421 (a guard against DNS rebinding).")
 @click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Serve as a node of the cluster this map describes (TOML: [nodes] name = \"host:port\", ...). "
+              help="Serve as a node of the cluster this map describes (TOML: [nodes] name = \"host:port\", ...; "
+              "tls = true: the addresses are TLS ports). "
               "Needs --node. The node records its name and the map's epoch in its store and refuses a store of "
               "another node.")
 @click.option("--node", "node_name", metavar="NAME",
               help="With --cluster: this broker's node name in the map. It must listen where the map says "
-              "(--host and --port; with --host 0.0.0.0 or :: only the port is checked).")
+              "(--host and --port, or --tls-port on a TLS map; with --host 0.0.0.0 or :: only the port is checked).")
 @click.option("--cluster-user", metavar="USER", envvar="KITTIWAKE_CLUSTER_USER",
               help="With --cluster, when the nodes run with --auth-file: the user this node announces to its peers "
               "as (it needs admin on '*'). Also $KITTIWAKE_CLUSTER_USER.")
 @click.option("--cluster-token", metavar="TOKEN", envvar="KITTIWAKE_CLUSTER_TOKEN",
               help="The token of --cluster-user; better given as $KITTIWAKE_CLUSTER_TOKEN than on the command line.")
+@click.option("--cluster-ca", type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+              help="With --cluster on a map that says tls = true: the CA (PEM) to verify the peers' certificates "
+              "with; by default the system's CAs.")
 @click.pass_context
 def broker(
     ctx: click.Context,
@@ -252,12 +272,14 @@ def broker(
     node_name: str | None,
     cluster_user: str | None,
     cluster_token: str | None,
+    cluster_ca: str | None,
 ) -> None:
     """Run a broker on the embedded store (or --store) until SIGTERM or SIGINT."""
     from kittiwake.broker.server import run_broker
 
     extensions = build_extensions(cluster_file=cluster_file, node_name=node_name, host=host, port=port,
-                                  cluster_user=cluster_user, cluster_token=cluster_token)
+                                  cluster_user=cluster_user, cluster_token=cluster_token, cluster_ca=cluster_ca,
+                                  tls_cert=tls_cert, tls_port=tls_port, plaintext=plaintext)
     if store_url is not None and ctx.get_parameter_source("data_dir") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give --data DIR or --store URL, not both")
     try:

@@ -1,7 +1,7 @@
 """`kittiwake cluster ...`: a cluster's map, its nodes' state, and growing it by a node.
 
-* `cluster map --cluster FILE`: each node's address, index (the residue of its ids) and slots, and
-  the epoch.
+* `cluster map --cluster FILE`: each node's address, index (the residue of its ids) and slots,
+  whether the addresses are TLS ports, and the epoch.
 * `cluster status [--url kw://a,b,c | --cluster FILE]`: every node up or down, the epoch it serves,
   its slots, tasks and rates, and the load deviation (`kittiwake.cluster.status`); exit status 1
   when a node is down or the epochs disagree.
@@ -82,12 +82,14 @@ def map_command(obj: CliContext | None, cluster_file: str, as_json: bool) -> Non
         rows.append({"name": node.name, "address": str(node.address), "index": index, "slots": len(slots),
                      "ranges": shown})
     if _as_json(obj, as_json):
-        click.echo(json.dumps({"epoch": cluster_map.epoch, "slots": cluster_map.slots, "nodes": rows}))
+        click.echo(json.dumps({"epoch": cluster_map.epoch, "slots": cluster_map.slots, "tls": cluster_map.tls,
+                               "nodes": rows}))
         return
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"cluster map: {cluster_map.slots} slots, epoch {cluster_map.epoch}")
+    over = ", TLS ports" if cluster_map.tls else ""
+    table = Table(title=f"cluster map: {cluster_map.slots} slots{over}, epoch {cluster_map.epoch}")
     for column in ("node", "address", "index", "slots", "slot ranges"):
         table.add_column(column, justify="right" if column in ("index", "slots") else "left")
     for row in rows:
@@ -102,7 +104,9 @@ def map_command(obj: CliContext | None, cluster_file: str, as_json: bool) -> Non
 @click.option("--url", "url", metavar="kw://[USER:TOKEN@]HOST:PORT,HOST:PORT,...",
               help="Any nodes of the cluster (the map is asked of them); default: the global --url or "
               "$KITTIWAKE_URL. Credentials found there are used for every node.")
-@click.option("--cluster", "cluster_file", metavar="FILE", help="The cluster file: ask every node it names.")
+@click.option("--cluster", "cluster_file", metavar="FILE",
+              help="The cluster file: ask every node it names (over TLS when it says tls = true, verified "
+              "against $KITTIWAKE_CA or the system's CAs).")
 @click.option("--timeout", default=2.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds to wait for each node.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -134,6 +138,8 @@ def status(obj: CliContext | None, url: str | None, cluster_file: str | None, ti
         return cluster_status.url_of(scheme, credentials, address)
 
     cluster_map = _read_map(cluster_file, "--cluster") if cluster_file else None
+    if cluster_map is not None and cluster_map.tls and url is None:
+        scheme = "kws"  # the map's addresses are TLS ports: verified against $KITTIWAKE_CA or the system's CAs
     if cluster_map is None:
         for address in addresses:  # the first node that answers as a node gives the map
             try:

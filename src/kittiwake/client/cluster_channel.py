@@ -30,7 +30,7 @@ from kittiwake import errors
 from kittiwake.client.calls import Call
 from kittiwake.client.cluster_router import AGAIN, Router, Send, Step
 from kittiwake.client.pool import DEFAULT_MAX_IDLE_CONNECTIONS, ConnectionPool
-from kittiwake.client.url import BrokerAddress, parse_url
+from kittiwake.client.url import SCHEME, TLS_SCHEME, BrokerAddress, parse_url
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES
 from kittiwake.cluster.cluster_map import Address, ClusterMap
 from kittiwake.cluster.routing_stats import RoutingStats
@@ -56,10 +56,11 @@ def load_cluster_map(value: ClusterMapLike) -> ClusterMap:
 
 
 def address_of_map(cluster_map: ClusterMap, template: BrokerAddress | None = None) -> BrokerAddress:
-    """A cluster address naming every node of the map (credentials and TLS from `template`)."""
+    """A cluster address naming every node of the map (credentials and TLS from `template`; without
+    one, TLS when the map says `tls = true`, verified against the system's CAs or `$KITTIWAKE_CA`)."""
     first, *rest = cluster_map.nodes
-    address = template.at(first.address.host, first.address.port) if template else BrokerAddress(
-        first.address.host, first.address.port
+    address = template.at(first.address.host, first.address.port) if template else parse_url(
+        f"{TLS_SCHEME if cluster_map.tls else SCHEME}://{first.address}"
     )
     return BrokerAddress(
         address.host, address.port, user=address.user, token=address.token, tls=address.tls,
@@ -114,6 +115,7 @@ def make_router(address: BrokerAddress, cluster_map: ClusterMap | None, near: st
         is_local=is_local_host,
         clock=time.monotonic,
         near_seed=os.getpid(),  # processes on a host with several nodes spread over them
+        tls=address.tls,
     )
 
 

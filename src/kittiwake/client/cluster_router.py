@@ -136,7 +136,7 @@ def cluster_map_of(result: ClusterMapResult) -> ClusterMap | None:
     if not result.nodes:
         return None
     nodes = tuple(Node(node.name, Address.parse(node.address)) for node in result.nodes)
-    return ClusterMap(nodes, result.slots)
+    return ClusterMap(nodes, result.slots, result.tls)
 
 
 class Router:
@@ -152,12 +152,14 @@ class Router:
         rng: random.Random | None = None,
         clock: Callable[[], float],
         near_seed: int | None = None,
+        tls: bool | None = None,
     ) -> None:
         if cluster_map is None and not seeds:
             raise errors.BadRequest("a cluster client needs the map or the address of a node")
         self._seeds = tuple(seeds)
         self._near_wanted = near
         self._near_seed = near_seed
+        self._tls = tls  # whether the client connects with TLS (None: not checked against the map)
         self._is_local = is_local
         self._rng = rng or random.Random()
         self._clock = clock
@@ -188,6 +190,9 @@ class Router:
 
     def use_map(self, cluster_map: ClusterMap) -> None:
         """Route by `cluster_map` from now on."""
+        if cluster_map.tls and self._tls is False:
+            raise errors.BadRequest("the cluster's nodes listen for TLS (its map says tls = true): "
+                                    "connect with kws://, not kw://")
         if self._near_wanted is not None and self._near_wanted not in cluster_map.node_names:
             raise errors.BadRequest(
                 f"near={self._near_wanted!r} is no node of the cluster (nodes: {', '.join(cluster_map.node_names)})"
@@ -351,6 +356,10 @@ class Router:
                     return  # a plain broker under an explicit map: keep the map
                 failure = _not_a_node(address)
                 continue
+            if self._tls and not fetched.tls:
+                raise errors.BadRequest(
+                    f"the node at {address} serves a map of plaintext ports (no tls = true in it): connect with "
+                    "kw://, or run the cluster on a map with tls = true that lists the nodes' TLS ports")
             self.use_map(fetched)
             return
         if self._map is not None and isinstance(failure, errors.BadRequest):

@@ -5,8 +5,10 @@ group-commit pass: a committed pass only updates the holdings and sets an event
 (`flips_ready`); this announcer's task wakes on it, waits out the coalescing
 interval (at most one partial announcement every `COALESCE_SECS`), and sends
 `announce` to every peer over the binary protocol, each through its own
-`kittiwake.client.AsyncClient` to the address the map gives it (plaintext
-`kw://`, with the node's credentials when the cluster runs with auth files).
+`kittiwake.client.AsyncClient` to the address the map gives it (`peer_address`:
+`kw://`, or `kws://` when the map says `tls = true`, the peer's certificate
+verified against the node's `--cluster-ca` or the system's CAs; with the node's
+credentials when the cluster runs with auth files).
 
 * **Full refreshes.** Every `REFRESH_SECS` (this node's holdings recomputed
   from the whole engine first, `before_full`: what no pass's tally showed, such
@@ -50,6 +52,17 @@ SEND_TIMEOUT_SECS = 2.0
 CONNECT_TIMEOUT_SECS = 1.0
 
 
+def peer_address(
+    cluster: ClusterMap, name: str, credentials: tuple[str, str] | None = None, ca_file: str | None = None
+) -> BrokerAddress:
+    """How a node reaches its peer `name`: at the map's address, over TLS when the map says so
+    (verified against `ca_file`, else the system's CAs), as the node's cluster user if it has one."""
+    address = cluster.address_of(name)
+    user, token = credentials if credentials is not None else (None, None)
+    return BrokerAddress(address.host, address.port, user=user, token=token, tls=cluster.tls,
+                         ca_file=ca_file if cluster.tls else None)
+
+
 @dataclass
 class Peer:
     """One peer as the announcer sees it."""
@@ -76,6 +89,7 @@ class Announcer:
         holdings: Holdings,
         *,
         credentials: tuple[str, str] | None = None,
+        ca_file: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         coalesce_secs: float = COALESCE_SECS,
         refresh_secs: float = REFRESH_SECS,
@@ -90,12 +104,11 @@ class Announcer:
         self.coalesce_secs = coalesce_secs
         self.refresh_secs = refresh_secs
         self.before_full = before_full  # brings `holdings.local` up to date before each full refresh
-        user, token = credentials if credentials is not None else (None, None)
         self.peers: dict[str, Peer] = {}
         for peer in cluster.nodes:
             if peer.name == node:
                 continue
-            address = BrokerAddress(peer.address.host, peer.address.port, user=user, token=token)
+            address = peer_address(cluster, peer.name, credentials, ca_file)
             client = AsyncClient(address, connect_timeout=CONNECT_TIMEOUT_SECS, timeout=SEND_TIMEOUT_SECS)
             self.peers[peer.name] = Peer(peer.name, client)
         self.flips_ready = asyncio.Event()

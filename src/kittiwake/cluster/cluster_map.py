@@ -3,6 +3,7 @@
 A cluster file is TOML::
 
     slots = 1024            # optional, DEFAULT_SLOTS
+    tls = true              # optional, false: the addresses are the nodes' TLS ports
 
     [nodes]
     a = "10.0.0.1:7000"
@@ -12,6 +13,11 @@ A cluster file is TOML::
 Node names are 1 to 64 of `[a-z0-9_-]`; an address is `host:port` (an IPv6 host in brackets), no
 two nodes at the same address; at least one node and no more nodes than slots. Anything else is
 refused with `errors.BadRequest` naming what is wrong.
+
+**TLS.** With `tls = true` every address is a node's TLS port (`broker --tls-port`): clients reach
+the nodes with `kws://` and the nodes announce to each other over TLS, verifying each other's
+certificates (`broker --cluster-ca`). Without it every address is a plaintext port (`--port`). A
+cluster is one or the other: the flag is the map's, not a node's.
 
 Who owns each slot is derived from the file alone, so every process reading it agrees:
 
@@ -25,9 +31,10 @@ node must own at least that many). A joining node only takes, never gives: at ea
 quota is at most the node's holding (shown in `_assign`). Reordering or removing nodes is a new
 map that may move many slots; grow by appending.
 
-**The epoch** is a stable hash (blake2b) of the slot count and the nodes in order with their
-addresses, as 16 hex digits: a text, so it travels through JSON in any language unharmed. The same
-file gives the same epoch everywhere; any change a client must learn of gives another.
+**The epoch** is a stable hash (blake2b) of the slot count, the nodes in order with their
+addresses and, when set, `tls`, as 16 hex digits: a text, so it travels through JSON in any language
+unharmed. The same file gives the same epoch everywhere; any change a client must learn of gives
+another.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ counter ahead of the clock (harmless: ids only need to grow)."""
 _NODE_NAME = re.compile(r"[a-z0-9_-]{1,64}")
 _HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})")
 _IPV6 = re.compile(r"[0-9A-Fa-f:.]{2,45}")
-_TOP_LEVEL_KEYS = frozenset({"slots", "nodes"})
+_TOP_LEVEL_KEYS = frozenset({"slots", "tls", "nodes"})
 
 
 @dataclass(frozen=True, order=True)
@@ -101,6 +108,8 @@ class ClusterMap:
 
     nodes: tuple[Node, ...]
     slots: int = DEFAULT_SLOTS
+    tls: bool = False
+    """Whether the addresses are the nodes' TLS ports (`kws://`) rather than plaintext ones."""
     owners: tuple[str, ...] = field(init=False, repr=False, compare=False)
     """The owner of each slot, by slot number."""
     epoch: str = field(init=False)
@@ -111,7 +120,7 @@ class ClusterMap:
         owners = _assign([node.name for node in self.nodes], self.slots)
         # frozen: the derived fields are set once, here, from the validated inputs
         object.__setattr__(self, "owners", owners)
-        object.__setattr__(self, "epoch", _epoch(self.nodes, self.slots))
+        object.__setattr__(self, "epoch", _epoch(self.nodes, self.slots, self.tls))
 
     @classmethod
     def from_toml(cls, text: str) -> ClusterMap:
@@ -122,10 +131,13 @@ class ClusterMap:
             raise errors.BadRequest(f"cluster map is not valid TOML: {exc}") from None
         unknown = sorted(set(document) - _TOP_LEVEL_KEYS)
         if unknown:
-            raise errors.BadRequest(f"cluster map: unknown key(s) {', '.join(unknown)} (it has slots and [nodes])")
+            raise errors.BadRequest(f"cluster map: unknown key(s) {', '.join(unknown)} (it has slots, tls and [nodes])")
         slots = document.get("slots", DEFAULT_SLOTS)
         if not isinstance(slots, int) or isinstance(slots, bool):
             raise errors.BadRequest(f"cluster map: slots must be an integer, not {slots!r}")
+        tls = document.get("tls", False)
+        if not isinstance(tls, bool):
+            raise errors.BadRequest(f"cluster map: tls must be true or false, not {tls!r}")
         table = document.get("nodes")
         if not isinstance(table, dict):
             raise errors.BadRequest('cluster map: no [nodes] table (write [nodes] then a = "host:port")')
@@ -135,11 +147,11 @@ class ClusterMap:
                 raise errors.BadRequest(f'cluster map: node {name!r} must be a "host:port" string, not {value!r}')
             _check_name(name)
             nodes.append(Node(name, Address.parse(value)))
-        return cls(tuple(nodes), slots)
+        return cls(tuple(nodes), slots, tls)
 
     def to_toml(self) -> str:
         """The cluster file of this map; `from_toml` of it gives an equal map."""
-        lines = [f"slots = {self.slots}", "", "[nodes]"]
+        lines = [f"slots = {self.slots}"] + (["tls = true"] if self.tls else []) + ["", "[nodes]"]
         lines += [f'{node.name} = "{node.address}"' for node in self.nodes]
         return "\n".join(lines) + "\n"
 
@@ -234,6 +246,7 @@ def _assign(names: list[str], slots: int) -> tuple[str, ...]:
     return tuple(owners)
 
 
-def _epoch(nodes: tuple[Node, ...], slots: int) -> str:
-    canonical = "\n".join([f"slots={slots}"] + [f"{node.name}={node.address}" for node in nodes])
+def _epoch(nodes: tuple[Node, ...], slots: int, tls: bool) -> str:
+    # `tls` joins the text only when set: a map without it keeps the epoch its stores recorded
+    canonical = "\n".join([f"slots={slots}"] + ["tls=1"] * tls + [f"{node.name}={node.address}" for node in nodes])
     return hashlib.blake2b(canonical.encode("utf-8"), digest_size=8).hexdigest()

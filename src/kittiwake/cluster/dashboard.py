@@ -17,8 +17,9 @@ What it tells, and where each piece comes from:
   per-queue rows; announcing them would cost every commit something for a page nobody may be
   looking at. So a page load asks each peer `cluster_map` (up, and the epoch it serves), then
   `list_queues` (at most `QUEUES_PER_NODE` names) and `stats` of those names with no lease sample
-  — with the node's own credentials (`--cluster-user`), one connection per peer, all peers at
-  once, each within `ASK_TIMEOUT_SECS`.
+  — as the announcer reaches them (`announcer.peer_address`: the node's own credentials,
+  `--cluster-user`, and TLS on a map that says so), one connection per peer, all peers at once,
+  each within `ASK_TIMEOUT_SECS`.
 
 Bounded so a refresh cannot turn into a fan-out storm: one round of asking at a time (concurrent
 page loads wait for the same round) and its answer is reused for `CACHE_SECS`; so the peers are
@@ -37,7 +38,7 @@ from dataclasses import replace
 from kittiwake import errors
 from kittiwake.client.async_client import AsyncClient
 from kittiwake.client.calls import Call, request
-from kittiwake.client.url import BrokerAddress
+from kittiwake.cluster.announcer import peer_address
 from kittiwake.cluster.cluster_map import ClusterMap
 from kittiwake.cluster.node import ClusterNode
 from kittiwake.engine import inspection
@@ -160,9 +161,8 @@ class NodeDashboard:
     def _client(self, name: str) -> AsyncClient:
         client = self._clients.get(name)
         if client is None:
-            address = self.cluster_node.cluster.address_of(name)
-            user, token = self.cluster_node.credentials or (None, None)
-            client = AsyncClient(BrokerAddress(address.host, address.port, user=user, token=token),
+            node = self.cluster_node
+            client = AsyncClient(peer_address(node.cluster, name, node.credentials, node.ca_file),
                                  connect_timeout=CONNECT_TIMEOUT_SECS, timeout=ASK_TIMEOUT_SECS)
             self._clients[name] = client
         return client

@@ -21,7 +21,9 @@ composition root as faces are; the broker core imports nothing of
   not in the map or our own, or with an instance id over
   `holdings.MAX_INSTANCE_CHARS`). With an auth file, `announce` needs admin on
   every queue (a grant on `*`, `broker.access`); the node's own credentials
-  for its peers are given with `--cluster-user` and `--cluster-token`.
+  for its peers are given with `--cluster-user` and `--cluster-token`. On a
+  map with `tls = true` it reaches its peers over TLS, verifying their
+  certificates against `--cluster-ca` (else the system's CAs).
 * **Holdings.** After each committed pass, the spread queues the pass
   touched (its tally) are looked up in the engine (available = size - leased
   - blocked) and their flips go to the peers (`announcer`), coalesced, under
@@ -70,12 +72,14 @@ class ClusterNode:
         node: str,
         *,
         credentials: tuple[str, str] | None = None,
+        ca_file: str | None = None,
         refresh_secs: float = REFRESH_SECS,
     ) -> None:
         self.index = cluster.index_of(node)  # refuses a name not in the map
         self.cluster = cluster
         self.node = node
         self.credentials = credentials
+        self.ca_file = ca_file  # verifies the peers' certificates when the map says tls = true
         self.refresh_secs = refresh_secs
         self.instance = secrets.token_hex(8)  # this broker process, in its announcements
         self.holdings = Holdings(node, cluster.node_names, stale_secs=STALE_REFRESHES * refresh_secs)
@@ -86,7 +90,7 @@ class ClusterNode:
         self._unsubscribe: Callable[[], None] | None = None
         self._wire_map = ClusterMapResult(
             node=node, epoch=cluster.epoch, slots=cluster.slots,
-            nodes=[WireNode(peer.name, str(peer.address)) for peer in cluster.nodes],
+            nodes=[WireNode(peer.name, str(peer.address)) for peer in cluster.nodes], tls=cluster.tls,
         )
 
     # ----------------------------------------------------- the extension
@@ -122,7 +126,7 @@ class ClusterNode:
         self._observe_all()
         self._unsubscribe = host.on_commit(self._committed)
         self.announcer = Announcer(self.cluster, self.node, self.holdings, credentials=self.credentials,
-                                   refresh_secs=self.refresh_secs, before_full=self._observe_all,
+                                   ca_file=self.ca_file, refresh_secs=self.refresh_secs, before_full=self._observe_all,
                                    instance=self.instance)
         self.announcer.start()
 

@@ -149,12 +149,13 @@ class ClusterNode(msgspec.Struct, array_like=True):
 
 class ClusterMapResult(msgspec.Struct, kw_only=True):
     """cluster_map: the map the answering node serves. `node` is its own name; a broker that is
-    no node of a cluster answers `node=None` and no nodes."""
+    no node of a cluster answers `node=None` and no nodes. `tls`: the addresses are TLS ports."""
 
     node: str | None = None
     epoch: str = ""
     slots: int = 0
     nodes: list[ClusterNode] = []
+    tls: bool = False
 
 
 class HoldersResult(msgspec.Struct, kw_only=True):

@@ -8,6 +8,10 @@ A cluster map names each node's address, so the nodes cannot take port 0: `free_
 the kernel just handed out and released (another process may take one meanwhile: a node that does
 not start says so in its log). Each node has its own data directory under `root`, and the map file is
 `root/cluster.toml`; `args` are passed to every node. The nodes start together.
+
+With `tls_cert` and `tls_key` the map says `tls = true` and names each node's TLS port (`--tls-port`;
+the plaintext port stays open on another port unless `args` close it), the nodes verify each other
+against `ca_file` (`--cluster-ca`), and `url` is `kws://…?ca=CA_FILE`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Self
+from urllib.parse import quote
 
 from kittiwake.testing.broker_process import BrokerProcess
 
@@ -39,9 +44,11 @@ def free_ports(count: int, host: str = HOST) -> list[int]:
             sock.close()
 
 
-def cluster_file_text(addresses: Sequence[tuple[str, str]], slots: int | None = None) -> str:
-    """The TOML of a map with these (name, host:port) nodes, in order."""
-    lines = [f"slots = {slots}", ""] if slots is not None else []
+def cluster_file_text(addresses: Sequence[tuple[str, str]], slots: int | None = None, *, tls: bool = False) -> str:
+    """The TOML of a map with these (name, host:port) nodes, in order (`tls`: TLS ports)."""
+    lines = [f"slots = {slots}"] if slots is not None else []
+    lines += ["tls = true"] if tls else []
+    lines += [""] if lines else []
     lines += ["[nodes]"] + [f'{name} = "{address}"' for name, address in addresses]
     return "\n".join(lines) + "\n"
 
@@ -50,20 +57,34 @@ class ClusterNodes:
     """One `BrokerProcess` per node of a fresh cluster map (see the module docstring)."""
 
     def __init__(
-        self, root: str | os.PathLike[str], names: Sequence[str], *, args: Sequence[str] = (), host: str = HOST
+        self, root: str | os.PathLike[str], names: Sequence[str], *, args: Sequence[str] = (), host: str = HOST,
+        tls_cert: str | os.PathLike[str] | None = None, tls_key: str | os.PathLike[str] | None = None,
+        ca_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(len(names), host)
-        self.addresses = {name: f"{host}:{port}" for name, port in zip(names, ports, strict=True)}
+        tls = tls_cert is not None
+        ports = free_ports(len(names) * (2 if tls else 1), host)
+        plain_ports = ports[: len(names)]
+        map_ports = ports[len(names):] if tls else plain_ports
+        self.addresses = {name: f"{host}:{port}" for name, port in zip(names, map_ports, strict=True)}
         self.map_path = self.root / "cluster.toml"
-        self.map_path.write_text(cluster_file_text(list(self.addresses.items())))
+        self.map_path.write_text(cluster_file_text(list(self.addresses.items()), tls=tls))
+        self.scheme = "kws" if tls else "kw"
+        self.query = f"?ca={quote(os.fspath(ca_file))}" if tls and ca_file is not None else ""
+        node_args: list[str] = []
+        if tls_cert is not None:
+            if tls_key is None:
+                raise ValueError("tls_cert needs tls_key")
+            node_args += ["--tls-cert", os.fspath(tls_cert), "--tls-key", os.fspath(tls_key)]
+            node_args += ["--cluster-ca", os.fspath(ca_file)] if ca_file is not None else []
         self.brokers = {
             name: BrokerProcess(
                 self.root / f"node-{name}", host=host, port=port,
-                args=["--cluster", str(self.map_path), "--node", name, *args],
+                args=["--cluster", str(self.map_path), "--node", name, *node_args,
+                      *(["--tls-port", str(map_port)] if tls else []), *args],
             )
-            for name, port in zip(names, ports, strict=True)
+            for name, port, map_port in zip(names, plain_ports, map_ports, strict=True)
         }
         self._stack = ExitStack()
 
@@ -75,8 +96,8 @@ class ClusterNodes:
 
     @property
     def url(self) -> str:
-        """`kw://` with every node's address, in map order."""
-        return "kw://" + ",".join(self.addresses.values())
+        """`kw://` (`kws://…?ca=…` on a TLS map) with every node's address, in map order."""
+        return f"{self.scheme}://" + ",".join(self.addresses.values()) + self.query
 
     def start(self) -> Self:
         """Start every node at once (each waits for its own listening line); the first failure is raised
