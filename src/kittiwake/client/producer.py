@@ -234,12 +234,20 @@ class Producer:
                 self._stopped = True
                 self._settled(self._batcher.fail_unsent(
                     errors.ProducerClosed("the producer was closed before the task was sent")))
-                self._lose_connection(errors.ConnectionLost("the producer was closed before the reply; outcome unknown"))
-                self._wake()
+                self._stop_sending()
             if threading.current_thread() is not self._thread:
                 self._thread.join()
-            self._wake_read.close()
-            self._wake_write.close()
+            self._release()
+
+    def _stop_sending(self) -> None:
+        """At close, lock held, unsent tasks failed: what is in flight fails too, the thread wakes to end."""
+        self._lose_connection(errors.ConnectionLost("the producer was closed before the reply; outcome unknown"))
+        self._wake()
+
+    def _release(self) -> None:
+        """At close, once the thread ended: what the producer holds of the system."""
+        self._wake_read.close()
+        self._wake_write.close()
 
     @property
     def held(self) -> int:

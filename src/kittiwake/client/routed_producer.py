@@ -4,8 +4,8 @@
 one broker, left as it is. A cluster client has no one connection to pipeline on — each batch
 must be split by node (keyed tasks to their owner, FIFO tasks spread) — so `Client.producer()`
 on a cluster returns this subclass instead, which keeps everything of `Producer` that is not
-I/O (`enqueue`, `enqueue_task`, `flush`, `held`, the context manager, `Sending`, the rule of
-`batching.Batcher`) and sends each batch through the client's channel as one `enqueue` call:
+I/O (`enqueue`, `enqueue_task`, `flush`, `close`, `held`, the context manager, `Sending`, the
+rule of `batching.Batcher`) and sends each batch through the client's channel as one `enqueue` call:
 the cluster router splits it by node, one request per node in one step, and merges the outcomes
 back in task order (`kittiwake.client.cluster_router`); a node that refuses with WRONG_SHARD,
 or FIFO tasks whose node is down, are routed again there.
@@ -93,25 +93,12 @@ class RoutedProducer(Producer):
             if not batch.signal.wait(remaining):
                 raise errors.RequestTimeout(f"the producer's tasks were not all answered within {timeout} s")
 
-    def close(self, timeout: float | None = None) -> None:
-        """As `Producer.close`: send what is held, wait for the answers (up to `timeout` s), stop."""
-        with self._lock:
-            if self._stopped:
-                return
-            self._batcher.close()
-            self._room.notify_all()
-        try:
-            self._settle_all(timeout)
-        except errors.RequestTimeout:
-            pass
-        finally:
-            with self._lock:
-                self._stopped = True
-                self._settled(self._batcher.fail_unsent(
-                    errors.ProducerClosed("the producer was closed before the task was sent")))
-                self._work.notify()
-            if threading.current_thread() is not self._thread:
-                self._thread.join()
+    def _stop_sending(self) -> None:
+        # `close`: the batch in flight is the sender's own blocking request; it ends with it
+        self._work.notify()
+
+    def _release(self) -> None:
+        pass  # no connection or wake-up socket of its own
 
     # ------------------------------------------------------------ the sender
 
