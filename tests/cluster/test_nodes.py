@@ -91,12 +91,11 @@ def test_holders_learn_of_a_peers_tasks(nodes: ClusterNodes, cluster: ClusterMap
         assert cluster_call(b, "holders", queues=["held.on.a"]).holders == {"held.on.a": []}
 
 
-def test_a_deleted_queue_is_no_longer_held_after_the_next_full_refresh(nodes: ClusterNodes) -> None:
-    # A delete leaves no move in the pass's tally, so no flip: node a went on telling its peers (and
-    # itself) that it held the queue, and every consumer of another node asked it in vain, forever.
-    # Each full refresh now recomputes what a node holds from its engine.
-    from kittiwake.cluster.announcer import REFRESH_SECS
-
+def test_a_deleted_queue_is_no_longer_held_once_its_delete_commits(nodes: ClusterNodes) -> None:
+    # A delete left no move in the pass's tally, so no flip: node a went on telling its peers (and
+    # itself) that it held the queue until its next full refresh (5 s; before those recomputed what a
+    # node holds from its engine, forever), and every consumer of another node asked it in vain. The
+    # tally now names the queues a pass deleted, and they flip as the pass commits.
     def held(client: Client) -> list[str]:
         holders: list[str] = cluster_call(client, "holders", queues=["deleted.on.a"]).holders["deleted.on.a"]
         return holders
@@ -108,7 +107,8 @@ def test_a_deleted_queue_is_no_longer_held_after_the_next_full_refresh(nodes: Cl
             time.sleep(0.05)
         assert held(b) == ["a"]
         a.delete_queue("deleted.on.a")
-        deadline = time.monotonic() + REFRESH_SECS + POLL_SECS
+        assert held(a) == []  # the pass that deleted it flipped it
+        deadline = time.monotonic() + 2.0  # far below the full refresh (5 s)
         while (held(a) or held(b)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert (held(a), held(b)) == ([], [])

@@ -145,7 +145,7 @@ class ClusterNode:
 
     def _observe_all(self) -> None:
         """Every spread queue's holding recomputed from the engine (at start and before each full
-        refresh): a change no committed pass's tally names — a queue deleted — is caught here."""
+        refresh): a change no committed pass's tally names is caught here."""
         engine = self.reads()
         if engine is not None:
             self.holdings.observe_all(_available(engine, engine.state.queues))
@@ -156,7 +156,7 @@ class ClusterNode:
         engine = host.reads() if host is not None else None
         if engine is None:
             return
-        touched = [queue for queue in tally.counts if is_spread(queue)]
+        touched = [queue for queue in (*tally.counts, *tally.dropped) if is_spread(queue)]
         if not touched:
             return
         self.holdings.observe(_available(engine, touched))

@@ -169,6 +169,7 @@ def delete_queue(state: EngineState, name: str) -> int:
         return 0
     drop_memory(state, queue)
     state.store.write([DropQueue(name)])
+    state.tally.dropped.append(name)
     return queue.size
 
 

@@ -17,6 +17,10 @@ move a task makes, on the queue it happens in:
   queue (not `<queue>.dead`): its last attempt failed, it was cancelled, a
   parent failed, or a join's job was too large.
 
+Beside the moves, `dropped` names the queues deleted whole (`delete_queue`:
+no task moves, the queue is gone), for whoever follows what queues hold (a
+cluster node's announcements).
+
 The broker reads a tally only once its pass committed (`broker.passes`): a
 pass that fails rebuilds the engine, and the tally with it, so a move is
 counted once and only when it is durable. Cheap, since the hot path counts
@@ -34,15 +38,16 @@ MOVES = ("enqueued", "leased", "dequeued", "released", "dead_lettered", "expired
 class Tally:
     """Moves and seconds per queue since this tally was made (see the module docstring)."""
 
-    __slots__ = ("counts", "wait_secs", "run_secs")
+    __slots__ = ("counts", "wait_secs", "run_secs", "dropped")
 
     def __init__(self) -> None:
         self.counts: dict[str, list[int]] = {}  # queue → one count per move, indexed as MOVES
         self.wait_secs: dict[str, list[float]] = {}  # queue → waits of tasks leased for the first time
         self.run_secs: dict[str, list[float]] = {}  # queue → lease-to-dequeue times of finished tasks
+        self.dropped: list[str] = []  # queues deleted whole
 
     def __bool__(self) -> bool:
-        return bool(self.counts)
+        return bool(self.counts) or bool(self.dropped)
 
     def count(self, queue: str, move: int, n: int = 1) -> None:
         row = self.counts.get(queue)
