@@ -114,6 +114,30 @@ def test_a_deleted_queue_is_no_longer_held_once_its_delete_commits(nodes: Cluste
         assert (held(a), held(b)) == ([], [])
 
 
+def test_a_restarted_node_learns_what_its_peers_hold_at_once(nodes: ClusterNodes) -> None:
+    # A peer sent its full holdings at once only to a node *name* it had never heard: a node that
+    # restarted while its peers were idle knew nothing of them until their next full refresh (5 s),
+    # and its consumers swept every node meanwhile. Peers now key what they heard by broker process.
+    def held(client: Client) -> list[str]:
+        holders: list[str] = cluster_call(client, "holders", queues=["held.across.restart"]).holders[
+            "held.across.restart"]
+        return holders
+
+    with Client(nodes["a"].url) as a:
+        a.enqueue("held.across.restart", b"x")
+    with Client(nodes["b"].url) as b:
+        deadline = time.monotonic() + POLL_SECS
+        while held(b) != ["a"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    nodes["b"].restart()
+    with Client(nodes["b"].url) as b:
+        deadline = time.monotonic() + 1.0  # far below the full refresh (5 s)
+        while held(b) != ["a"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert held(b) == ["a"]
+
+
 def test_node_b_issues_ids_of_residue_one_across_a_restart(nodes: ClusterNodes) -> None:
     residues = set()
     for _ in range(2):

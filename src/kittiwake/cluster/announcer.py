@@ -11,11 +11,11 @@ verified against the node's `--cluster-ca` or the system's CAs; with the node's
 credentials when the cluster runs with auth files).
 
 * **Full refreshes.** Every `REFRESH_SECS` (this node's holdings recomputed
-  from the whole engine first, `before_full`: what no pass's tally showed, such
-  as a deleted queue, is corrected by then), and to a peer that was not in sync
-  (its last send failed, it never heard from us, or it announced itself for the
-  first time since we started, which is how a restarted peer is noticed at
-  once), the announcement carries every queue held (`full`), which replaces
+  from the whole engine first, `before_full`: what no pass's tally showed is
+  corrected by then), and to a peer that was not in sync (its last send
+  failed, it never heard from us, or a broker process of it announced itself
+  for the first time since we started, which is how a restarted peer, or a
+  restarted sibling serving it, is noticed at once), the announcement carries every queue held (`full`), which replaces
   whatever the peer knew of us — of this broker process (`instance`): a
   sibling serving the same node keeps its own entry.
 * **A peer down** never holds up the others or the pass: each send is its own

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from kittiwake import errors
 from kittiwake.cluster.announcer import REFRESH_SECS, Announcer
 from kittiwake.cluster.cluster_map import ID_STRIDE, ClusterMap
-from kittiwake.cluster.holdings import MAX_INSTANCE_CHARS, STALE_REFRESHES, Holdings, is_spread
+from kittiwake.cluster.holdings import MAX_INSTANCE_CHARS, MAX_INSTANCES, STALE_REFRESHES, Holdings, is_spread
 from kittiwake.cluster.shard_guard import refusal
 from kittiwake.engine import Engine, identity
 from kittiwake.engine.mutations import Mutation
@@ -83,7 +83,7 @@ class ClusterNode:
         self.refresh_secs = refresh_secs
         self.instance = secrets.token_hex(8)  # this broker process, in its announcements
         self.holdings = Holdings(node, cluster.node_names, stale_secs=STALE_REFRESHES * refresh_secs)
-        self.heard: set[str] = set()  # peers that announced since this node started
+        self.heard: dict[str, set[str]] = {}  # peer -> its broker processes (instances) heard since we started
         self.heard_at: dict[str, float] = {}  # peer -> epoch seconds of its last announcement
         self.announcer: Announcer | None = None
         self._host: Host | None = None
@@ -186,8 +186,13 @@ class ClusterNode:
                                     f"not {len(request.instance):,}")
         self.holdings.apply(request.node, request.holding, request.empty, request.full,
                             instance=request.instance, now=now)
-        first = request.node not in self.heard
-        self.heard.add(request.node)
+        # a process of the peer not heard before (the peer restarted, or a sibling serving it did):
+        # it knows nothing of us yet, so it gets our full holdings at once, not at the next refresh
+        instances = self.heard.setdefault(request.node, set())
+        first = request.instance not in instances
+        if first and len(instances) >= MAX_INSTANCES:
+            instances.clear()  # bounded: at worst one more full announcement to a process heard before
+        instances.add(request.instance)
         self.heard_at[request.node] = now
         if self.announcer is not None:
             self.announcer.heard_from(request.node, first)
