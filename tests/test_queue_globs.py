@@ -70,3 +70,22 @@ def test_a_pattern_that_backtracks_in_a_regex_is_one_pass() -> None:
     name = "a" * 250
     assert not pattern.matches(name)
     assert pattern.matches(name + "b")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(ALPHABET + "*?", min_size=1, max_size=10), st.text(ALPHABET, max_size=8),
+       st.lists(st.text(ALPHABET, max_size=6), min_size=1, max_size=5))
+def test_a_pattern_said_to_match_every_name_from_a_prefix_matches_each(pattern: str, prefix: str,
+                                                                       rests: list[str]) -> None:
+    # sound: a yes is never wrong (a caller grants rights on it); a cautious no is allowed
+    compiled = compile_pattern(pattern)
+    if compiled.matches_every_name_from(prefix):
+        assert all(compiled.matches(prefix + rest) for rest in rests)
+
+
+@pytest.mark.parametrize("pattern, prefix, expected", [
+    ("jobs.*", "jobs.fifo/", True), ("jobs.fifo/*", "jobs.fifo/", True), ("*", "x/", True),
+    ("jobs.fifo", "jobs.fifo/", False), ("jobs.fifo/g:a*", "jobs.fifo/", False), ("jobs*x", "jobs.fifo/", False),
+])
+def test_matches_every_name_from(pattern: str, prefix: str, expected: bool) -> None:
+    assert compile_pattern(pattern).matches_every_name_from(prefix) is expected

@@ -110,6 +110,21 @@ class QueuePattern:
                 return False
         return bool(states & self._final)
 
+    def matches_every_name_from(self, prefix: str) -> bool:
+        """Whether every name that starts with `prefix` matches. Sound, not complete: yes when the
+        pattern ends in `*` and `prefix` reaches that star (`jobs.*` or `jobs.fifo/*` from
+        `jobs.fifo/`, and `*`); no for the rare shapes that cover every continuation otherwise
+        (`a*?` from `a/`), so a caller deciding rights refuses rather than guesses."""
+        if not self._final & self._star_mask:
+            return False
+        states = 1
+        masks, any_mask, star_mask = self._masks, self._any_mask, self._star_mask
+        for char in prefix:
+            states = ((states << 1) & masks.get(char, any_mask)) | (states & star_mask)
+            if not states:
+                return False
+        return bool(states & self._final)
+
     def __str__(self) -> str:
         return self.text
 

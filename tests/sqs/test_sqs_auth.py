@@ -108,7 +108,8 @@ def test_a_signed_payload_hash_must_be_the_bodys() -> None:
 @pytest.fixture
 def auth_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     path = write_auth_file(tmp_path / "users.json", {
-        "alice": ("alice-token-0123456789abcdef", {"alice-*": ["all"], "shared": ["consume"]}),
+        "alice": ("alice-token-0123456789abcdef", {"alice-*": ["all"], "shared": ["consume"],
+                                                   "shared.delayed": ["consume"]}),
         "bob": ("bob-token-0123456789abcdef", {"*": ["all"]}),
     })
     result = CliRunner().invoke(auth, ["sqs-secret", "alice", "--secret", ALICE_SECRET, "--file", str(path)])
@@ -191,3 +192,36 @@ def test_a_captured_request_replayed_with_another_body_is_refused(auth_broker: B
     assert post(captured, body) == (200, "")  # the request as it was signed: accepted
     received = alice.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
     assert [message["Body"] for message in received["Messages"]] == ["pay 10"]
+
+
+def test_a_right_on_an_sqs_name_alone_reaches_none_of_the_queues_behind_it(tmp_path: Path) -> None:
+    # carol's grants name `shared` and `jobs.fifo` only, which on the binary port do not cover bob's
+    # `shared.delayed` or `jobs.fifo/…`; through SQS she could count, receive, delete and purge them
+    path = write_auth_file(tmp_path / "users.json", {
+        "carol": ("carol-token-0123456789abcdef", {"shared": ["all"], "jobs.fifo": ["all"], "carol-*": ["all"]}),
+        "bob": ("bob-token-0123456789abcdef", {"shared*": ["all"], "jobs.fifo*": ["all"]}),
+    })
+    for user in ("carol", "bob"):
+        result = CliRunner().invoke(auth, ["sqs-secret", user, "--secret", f"{user}-sqs-secret-0123456789",
+                                           "--file", str(path)])
+        assert result.exit_code == 0, result.output
+    with BrokerProcess(tmp_path / "data", auth_file=path, extra_args=["--sqs-port", "0"]) as broker:
+        bob = client(broker, "bob", "bob-sqs-secret-0123456789")
+        carol = client(broker, "carol", "carol-sqs-secret-0123456789")
+        shared = bob.create_queue(QueueName="shared")["QueueUrl"]
+        fifo = bob.create_queue(QueueName="jobs.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+        bob.send_message(QueueUrl=shared, MessageBody="bob's, later", DelaySeconds=600)
+        bob.send_message(QueueUrl=fifo, MessageBody="bob's payroll", MessageGroupId="payroll",
+                         MessageDeduplicationId="1")
+        for url in (shared, fifo):
+            assert error_code(lambda: carol.receive_message(QueueUrl=url, WaitTimeSeconds=0)) == "AccessDenied"
+            assert error_code(lambda: carol.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])) == "AccessDenied"
+            assert error_code(lambda: carol.purge_queue(QueueUrl=url)) == "AccessDenied"
+        assert error_code(lambda: carol.create_queue(QueueName="shared")) == "AccessDenied"
+        assert "QueueUrls" not in carol.list_queues()  # she holds no right that covers either
+        own = carol.create_queue(QueueName="carol-own")["QueueUrl"]  # `carol-*` covers carol-own.delayed too
+        carol.send_message(QueueUrl=own, MessageBody="hers")
+        assert [m["Body"] for m in carol.receive_message(QueueUrl=own)["Messages"]] == ["hers"]
+        counts = bob.get_queue_attributes(QueueUrl=shared, AttributeNames=["All"])["Attributes"]
+        assert counts["ApproximateNumberOfMessagesDelayed"] == "1"
+        assert [m["Body"] for m in bob.receive_message(QueueUrl=fifo)["Messages"]] == ["bob's payroll"]

@@ -33,7 +33,8 @@ from support.broker_process import BrokerProcess  # noqa: E402
 
 USERS: dict[str, tuple[str, dict[str, list[str]]]] = {
     "root": ("root-token-0123456789abcdef", {"*": ["all"]}),
-    "alice": ("alice-token-0123456789abcdef", {"alice-*": ["all"], "shared-dlq": ["produce"]}),
+    "alice": ("alice-token-0123456789abcdef", {"alice-*": ["all"], "shared-dlq": ["produce"],
+                                               "shared-dlq.delayed": ["produce"]}),
     "bob": ("bob-token-0123456789abcdef", {"bob-*": ["all"]}),
     "carol": ("carol-token-0123456789abcdef", {"carol-*": ["all"], "bob-inbox": ["produce"]}),
 }

@@ -118,6 +118,13 @@ class Principal:
             self._decisions[key] = decision
         return decision
 
+    def may_every(self, permission: Permission, prefix: str) -> bool:
+        """Whether some grant gives `permission` on every queue whose name starts with `prefix`
+        (`QueuePattern.matches_every_name_from`: sound, so a no may be a cautious one)."""
+        return self.unrestricted or any(
+            permission in grant.permissions and grant.pattern.matches_every_name_from(prefix) for grant in self.grants
+        )
+
     def require(self, permission: Permission, queue: str) -> None:
         if not self.may(permission, queue):
             raise errors.Forbidden(f"user {self.user!r} may not {_VERBS[permission]} queue {queue[:255]!r}")

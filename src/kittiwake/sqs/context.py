@@ -10,8 +10,9 @@ is as durable as any ack. With an auth file, each action needs a permission
 on the SQS queue's name (`require`): admin to create, delete, purge or set
 attributes, produce to send, consume to receive, delete or change
 visibility, any to read the URL or attributes; ListQueues shows the queues
-the user has any permission on. The Kittiwake queues behind an SQS queue are
-the broker's business: its requests on them are not checked again.
+the user has any permission on. The permission must cover the Kittiwake
+queues behind the SQS queue too (`rights`), since the face's requests on
+them are not checked again.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from kittiwake import errors
 from kittiwake.broker.access import Permission, Principal
 from kittiwake.broker.local_calls import LocalCalls, request_id
 from kittiwake.protocol import messages as m
-from kittiwake.sqs import naming, sqs_errors
+from kittiwake.sqs import naming, rights, sqs_errors
 from kittiwake.sqs.queue_registry import QueueRegistry, SqsQueue
 from kittiwake.sqs.redrive import RedriveRights
 
@@ -52,12 +53,14 @@ CONSUME_ONLY = (Permission.CONSUME,)
 
 
 def require(ctx: Context, permissions: tuple[Permission, ...], name: str) -> None:
-    """AccessDenied unless the caller holds one of `permissions` on the SQS queue `name` (no auth file: anyone)."""
+    """AccessDenied unless the caller holds one of `permissions` on the SQS queue `name` and the queues
+    behind it (`rights.may_use`; no auth file: anyone)."""
     principal = ctx.principal
-    if principal is None or any(principal.may(permission, name) for permission in permissions):
+    if principal is None or any(rights.may_use(principal, permission, name) for permission in permissions):
         return
     wanted = " or ".join(permission.value for permission in permissions)
-    raise sqs_errors.access_denied(f"user {principal.user!r} has no {wanted} permission on queue {name[:80]!r}")
+    raise sqs_errors.access_denied(f"user {principal.user!r} has no {wanted} permission on queue {name[:80]!r} "
+                                   f"and the queues behind it ({rights.behind(name[:80])})")
 
 
 

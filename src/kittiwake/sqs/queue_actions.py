@@ -17,7 +17,7 @@ from typing import Any
 from kittiwake.broker.access import ANY
 from kittiwake.broker.local_calls import request_id
 from kittiwake.protocol import messages as m
-from kittiwake.sqs import naming, sqs_errors
+from kittiwake.sqs import naming, rights, sqs_errors
 from kittiwake.sqs.context import ADMIN_ONLY, ActionBase, Context, decode_token, require, string_map
 from kittiwake.sqs.queue_registry import READABLE, SqsQueue, finite_int
 
@@ -48,7 +48,7 @@ class QueueActions(ActionBase):
         prefix = params.get("QueueNamePrefix")
         names = self.registry.names(prefix if isinstance(prefix, str) else None)
         if ctx.principal is not None:  # a user sees the queues it has some permission on
-            names = [name for name in names if any(ctx.principal.may(permission, name) for permission in ANY)]
+            names = [name for name in names if any(rights.may_use(ctx.principal, permission, name) for permission in ANY)]
         max_results = params.get("MaxResults")
         result: dict[str, Any] = {}
         if max_results is not None:

@@ -13,7 +13,8 @@ has no produce right on — not by a policy, not by one set while it still had
 the right, not by one stored before targets were checked:
 
 * when a policy is set (CreateQueue, SetQueueAttributes) the caller needs
-  produce on the target's SQS name, beyond admin on the queue itself
+  produce on the target's SQS name and, for a FIFO target, on all its group
+  queues (`rights`), beyond admin on the queue itself
   (`check_policy`; AccessDenied, 403, naming the target, whether or not the
   target exists, so the answer tells nothing of other users' queues); the
   registry records who set it (`SqsQueue.redrive_by`);
@@ -53,6 +54,7 @@ from kittiwake.protocol.replies import LeasedTask
 from kittiwake.sqs import naming, sqs_errors
 from kittiwake.broker.local_calls import request_id
 from kittiwake.sqs.queue_registry import MAX_ATTEMPTS, SqsQueue
+from kittiwake.sqs.rights import may_redrive_into, may_use
 
 log = logging.getLogger("kittiwake.sqs")
 
@@ -92,7 +94,7 @@ class RedriveRights:
         if principal is None or "RedrivePolicy" not in given:
             return
         target = target_of_policy(given["RedrivePolicy"])
-        if target is None or principal.may(Permission.PRODUCE, target):
+        if target is None or may_redrive_into(principal, target):
             return
         raise sqs_errors.access_denied(
             f"user {principal.user!r} has no produce permission on queue {target[:80]!r}, the RedrivePolicy's "
@@ -110,15 +112,15 @@ class RedriveRights:
             setter = self.users.principal_of(queue.redrive_by)
             if setter is None:
                 return f"user {queue.redrive_by!r}, who set the RedrivePolicy, is no longer in the auth file"
-            if not setter.may(Permission.PRODUCE, target):
+            if not may_redrive_into(setter, target):
                 return f"user {setter.user!r}, who set the RedrivePolicy, has no produce permission on it now"
             return None
         # no recorded setter: whoever set it held admin on the queue, so each of them must pass
-        admins = [user for user in self.users.principals() if user.may(Permission.ADMIN, queue.name)]
+        admins = [user for user in self.users.principals() if may_use(user, Permission.ADMIN, queue.name)]
         if not admins:
             return "the RedrivePolicy has no recorded setter and no user administers the queue"
         for admin in admins:
-            if not admin.may(Permission.PRODUCE, target):
+            if not may_redrive_into(admin, target):
                 return (f"the RedrivePolicy has no recorded setter, and user {admin.user!r}, who administers the "
                         "queue, has no produce permission on it")
         return None
