@@ -84,8 +84,11 @@ def group_queue(name: str, group_id: str) -> str:
 
 
 def owns(name: str, queue: str) -> bool:
-    """Whether a Kittiwake queue holds messages of the SQS queue `name`."""
-    return queue == name or queue == name + DELAYED_SUFFIX or queue.startswith(name + "/")
+    """Whether a Kittiwake queue holds messages of the SQS queue `name`: its group queues for a FIFO
+    queue, else itself and its delayed queue (the queues a right on it must cover, `rights`)."""
+    if is_fifo(name):
+        return queue.startswith(name + "/")
+    return queue == name or queue == name + DELAYED_SUFFIX
 
 
 def queue_name_of_url(url: object) -> str:
