@@ -219,3 +219,28 @@ def test_a_long_poll_ends_with_a_delayed_message_falling_due(sqs_broker: BrokerP
     status, _, body = post(sqs_broker, json.dumps({"QueueUrl": url, "WaitTimeSeconds": 10}).encode(),
                            target="AmazonSQS.ReceiveMessage")
     assert [message["Body"] for message in json.loads(body)["Messages"]] == ["in a second"]
+
+
+def test_tasks_put_behind_an_sqs_queue_over_the_binary_port_never_fail_a_receive(sqs_broker: BrokerProcess) -> None:
+    # a producer on the binary port may write any header and pid there: a task whose stored message
+    # attributes are not JSON failed every receive that asked for attributes with a 500 (and kept the
+    # messages it had leased invisible), a delayed task whose pid is no time failed every long-poll
+    from kittiwake import Client
+
+    url = json.loads(post(sqs_broker, b'{"QueueName": "poisoned"}', target="AmazonSQS.CreateQueue")[2])["QueueUrl"]
+    with Client(sqs_broker.url) as client:
+        client.enqueue("poisoned", b"odd", headers={"sqs-attrs": "not json"})
+        client.enqueue("poisoned", b"odd too", headers={"sqs-attrs": '{"a": {"DataType": "Nope"}}'})
+        client.enqueue("poisoned.delayed", b"never due", pid="zzz-not-a-time")
+    post(sqs_broker, json.dumps({"QueueUrl": url, "MessageBody": "fine", "MessageAttributes": {
+        "k": {"DataType": "String", "StringValue": "v"}}}).encode(), target="AmazonSQS.SendMessage")
+    status, _, body = post(sqs_broker, json.dumps({"QueueUrl": url, "MaxNumberOfMessages": 10,
+                                                   "MessageAttributeNames": ["All"]}).encode(),
+                           target="AmazonSQS.ReceiveMessage")
+    assert status == 200, body
+    messages = {message["Body"]: message for message in json.loads(body)["Messages"]}
+    assert sorted(messages) == ["fine", "odd", "odd too"]
+    assert "MessageAttributes" not in messages["odd"] and messages["fine"]["MessageAttributes"]["k"]["StringValue"] == "v"
+    status, _, body = post(sqs_broker, json.dumps({"QueueUrl": url, "WaitTimeSeconds": 1}).encode(),
+                           target="AmazonSQS.ReceiveMessage")
+    assert status == 200 and "Messages" not in json.loads(body), body

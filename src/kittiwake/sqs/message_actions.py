@@ -326,7 +326,8 @@ class MessageActions(ActionBase):
         heads = await self.call(m.Peek(id=request_id(), op="peek", queue=delayed, n=DELAYED_PEEK), ctx)
         if heads:
             now = time.time()
-            waiting = [int(head.pid.split(".", 1)[0]) / 1e6 for head in heads if head.state == "available"]
+            # a pid that is no due time (a task put there over the binary port) is not waited for
+            waiting = [due for head in heads if head.state == "available" and (due := _due_at(head.pid)) is not None]
             wake_at = min(waiting) if waiting else now + IN_FLIGHT_RECHECK_SECS
             if len(waiting) < len(heads):  # one in flight comes back when its visibility ends: look again soon
                 wake_at = min(wake_at, now + IN_FLIGHT_RECHECK_SECS)
@@ -370,7 +371,7 @@ class MessageActions(ActionBase):
         }
         stored = headers.get(naming.ATTRIBUTES_HEADER)
         if stored and wanted_attributes:
-            attributes = _filter_attributes(json.loads(stored), wanted_attributes)
+            attributes = _filter_attributes(_stored_attributes(stored), wanted_attributes)
             if attributes:
                 message["MessageAttributes"] = attributes
                 message["MD5OfMessageAttributes"] = naming.md5_of_attributes(attributes)
@@ -476,6 +477,21 @@ class MessageActions(ActionBase):
 
 def _dedup_queue(name: str, minute: int) -> str:
     return f"{naming.DEDUP_PREFIX}{name}/{minute}"
+
+
+def _due_at(pid: str) -> float | None:
+    """When a delayed message of pid `pid` (`pid_at(due)` then a suffix) is due; None for another pid."""
+    head = pid.split(".", 1)[0]
+    return int(head) / 1e6 if head.isascii() and head.isdigit() else None
+
+
+def _stored_attributes(stored: str) -> dict[str, Any]:
+    """The message attributes a task's header holds, checked as SendMessage checks them; none when
+    they do not pass (a header written over the binary port): one such task must not fail a receive."""
+    try:
+        return _message_attributes(json.loads(stored))
+    except (ValueError, sqs_errors.SqsError):
+        return {}
 
 
 def _sequence_number(pid: str) -> str:
