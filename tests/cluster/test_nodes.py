@@ -215,7 +215,7 @@ def test_an_announcement_from_no_peer_or_with_an_overlong_instance_is_refused(
 
 def test_with_auth_files_nodes_announce_with_their_own_credentials(tmp_path: Path) -> None:
     auth_file = tmp_path / "users.json"
-    for user, rights in (("node", "*=all"), ("app", "jobs*=produce,consume")):
+    for user, rights in (("node", "*=all"), ("app", "jobs*=produce,consume"), ("narrow", "?=admin")):
         subprocess.run([sys.executable, "-m", "kittiwake", "auth", "add-user", user, "--rights", rights,
                         "--token", f"{user}-token-0123456789", "--file", str(auth_file)],
                        check=True, capture_output=True, timeout=60)
@@ -232,3 +232,7 @@ def test_with_auth_files_nodes_announce_with_their_own_credentials(tmp_path: Pat
                 time.sleep(0.05)
             with pytest.raises(errors.Forbidden, match="announce"):
                 cluster_call(b, "announce", node="a", epoch="0" * 16, full=True)
+        # `?` matches the one-character name "*", which the check used to ask about
+        with Client(b_url.replace("app:app-token", "narrow:narrow-token")) as narrow:
+            with pytest.raises(errors.Forbidden, match="announce"):
+                cluster_call(narrow, "announce", node="a", epoch="0" * 16, full=True)

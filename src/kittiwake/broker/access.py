@@ -233,8 +233,9 @@ def _check_holders(principal: Principal, request: m.Holders) -> None:
 
 
 def _check_announce(principal: Principal, request: m.Announce) -> None:
-    # "*" names every queue: only a grant on the pattern `*` matches it
-    if not principal.may(Permission.ADMIN, "*"):
+    # every queue: a grant whose pattern matches every name. Not `may(ADMIN, "*")`, which asks about
+    # the one-character name "*" and so was granted by a pattern as narrow as `?`
+    if not principal.may_every(Permission.ADMIN, ""):
         raise errors.Forbidden(f"user {principal.user!r} may not announce: it needs admin on every queue ('*')")
 
 
