@@ -83,6 +83,15 @@ def test_queues_a_viewer_may_not_see_and_a_queue_named_other_are_added_up() -> N
     assert rows == [("alice.q", [2, 0, 0, 0])] and rest == [8, 0, 0, 0] and count == 3
 
 
+def test_dead_letters_a_viewer_may_not_see_are_added_up_even_beside_a_queue_it_sees() -> None:
+    # carol may administer `shared` only; bob keeps 7 dead letters in `shared.dead`: /metrics showed
+    # them as shared's dead state, which the JSON API hides from her
+    held = queues(queue("shared", 2), queue("shared.dead", 7), queue("orphan.dead", 3), queue("mine.dead", 1))
+    visible = {"shared", "orphan", "mine", "mine.dead"}.__contains__
+    rows, rest, _ = queue_sizes(held, top=10, visible=visible)
+    assert rows == [("shared", [2, 0, 0, 0]), ("mine", [0, 0, 0, 1])] and rest == [0, 0, 0, 7 + 3]
+
+
 def record(pid: str, note: dict[str, Any] | str | None, expires_at: float) -> Task:
     return Task(queue=WORKERS_QUEUE, pid=pid, data=b"{}", enqueued_at=NOW, lease_expires_at=expires_at,
                 note=json.dumps(note) if isinstance(note, dict) else note)

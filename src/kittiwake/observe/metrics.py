@@ -93,13 +93,18 @@ def queue_sizes(
 
     A row is a queue with its dead letters: a dead-letter queue `<q>.dead` is the `dead` state of
     `<q>`, whether `<q>` holds tasks or not. A queue the viewer may not see (`visible`), or named
-    `other`, is added up with the rest. One pass over the queues keeping the largest in a heap of
+    `other`, is added up with the rest, and so are the dead letters of `<q>` when the viewer may
+    not see `<q>.dead` (a right on `<q>` does not cover it). One pass over the queues keeping the largest in a heap of
     `top` (as `heapq.nlargest`, inline: a scrape of 100K queues makes no object per queue, so it
     neither calls a key function 100K times nor wakes the garbage collector)."""
     dead_of: dict[str, int] = {}  # queue → tasks in its dead-letter queue
     for name, queue in queues.items():
         if queue.size > 0 and name.endswith(DEAD_SUFFIX):
             dead_of[name[: -len(DEAD_SUFFIX)]] = queue.size
+    hidden_dead = 0  # of dead-letter queues the viewer may not see, whether it may see their queues or not
+    if visible is not None:
+        for name in [name for name in dead_of if not visible(name + DEAD_SUFFIX)]:
+            hidden_dead += dead_of.pop(name)
     folding = visible is not None or OTHER in queues or OTHER in dead_of
     heap: list[tuple[int, int, str]] = []  # (tasks, -place, queue): the smallest of the largest first
     totals = [0, 0, 0, 0]  # every row's states: available, leased, blocked, dead
@@ -144,6 +149,7 @@ def queue_sizes(
         shown.append((name, states))
         _add(totals, [-n for n in states])  # what is left of the totals is the rest
     _add(rest, totals)
+    rest[3] += hidden_dead
     return shown, rest, count
 
 
