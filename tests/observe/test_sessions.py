@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kittiwake.broker.users import TokenHash
 from kittiwake.observe import sessions
 from kittiwake.observe.sessions import IDLE_SECS, MAX_AGE_SECS, Sessions
@@ -33,6 +36,38 @@ def test_the_least_recently_used_session_goes_first_and_logout_ends_one() -> Non
     assert table.find(second, 3.0) is None and table.find(first, 3.0) is not None and len(table) == 2
     table.close(third)
     assert table.find(third, 3.0) is None
+
+
+def test_a_user_logging_in_again_and_again_ends_only_its_own_sessions() -> None:
+    # one user's 10,000 logins used to push every other user's session out of the table
+    table = Sessions(max_sessions=100, max_per_user=3)
+    alice = table.open("alice", HASH, 0.0)
+    mallory = [table.open("mallory", HASH, float(at)) for at in range(1, 1000)]
+    assert table.find(alice, 1000.0) is not None and len(table) == 4
+    assert [table.find(one, 1000.0) is not None for one in mallory[-4:]] == [False, True, True, True]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["open", "find", "close"]), st.sampled_from("abc"), st.integers(0, 9)),
+                max_size=60))
+def test_the_table_keeps_its_bounds_and_its_sessions_against_a_model(steps: list[tuple[str, str, int]]) -> None:
+    table = Sessions(max_sessions=5, max_per_user=2)
+    opened: list[tuple[str, str]] = []  # (id, user), oldest first
+    for at, (action, user, pick) in enumerate(steps):
+        if action == "open":
+            opened.append((table.open(user, HASH, float(at)), user))
+        elif opened:
+            session_id, owner = opened[pick % len(opened)]
+            if action == "find":
+                found = table.find(session_id, float(at))
+                assert found is None or found.user == owner
+            else:
+                table.close(session_id)
+        live = [(one, owner) for one, owner in opened if one in table._sessions]
+        assert len(live) == len(table) <= 5
+        assert all(sum(owner == name for _, owner in live) <= 2 for name in "abc")
+        assert {name: set(ids) for name, ids in table._of_user.items()} == {
+            name: {one for one, owner in live if owner == name} for name in {owner for _, owner in live}}
 
 
 def test_the_cookie_header() -> None:
