@@ -115,13 +115,13 @@ def test_two_runs_sharing_the_index_at_once_both_end_right(
         assert status.state == "done", describe(status, caplog)
         assert {p.step: p.done for p in status.steps} == SHAPE, describe(status, caplog)
         assert read_report(spark_session, run.outputs()["report.out"]) == expected_report(totals, 3)
-    # one record per fingerprint, whichever run wrote it first: where both runs ran a job on the
-    # same files (listing, tidy) the second one's record collapsed onto the first's; further down
-    # each run's own outputs make fingerprints of their own
+    # a record per job that ran: where both runs ran a job on the same files (listing, tidy) each
+    # may have left one under the same fingerprint (a lookup takes the newer); further down each
+    # run's own outputs make fingerprints of their own
     sizes = {step: client.stats([reuse_queue(FLOW, FLOW.steps[step])])[0].size for step in SHAPE}
-    assert (sizes["listing"], sizes["tidy"]) == (1, 3)
+    assert 1 <= sizes["listing"] <= 2 and 3 <= sizes["tidy"] <= 6
     assert 3 <= sizes["sums"] <= 6 and 1 <= sizes["report"] <= 2
-    # a third run reuses every part's chain; its report reuses only if the tidy records that won
+    # a third run reuses every part's chain; its report reuses only if the tidy records it takes
     # came all from one run: part 0's may be the first run's and part 1's the second's, and that
     # mix of sums outputs is a report fingerprint neither run made (then it runs, and records it)
     _, status = run_chain(client, folder, data, caplog=caplog)

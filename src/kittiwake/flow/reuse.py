@@ -11,12 +11,17 @@ consumers' fingerprints match too and the reuse carries down the flow. A hit
 whose data is gone (a folder deleted since) is a miss.
 
 Where it lives: in the broker, in the flow's consistency group, one queue per
-step, ``flow.<name>#reuse.<step>``, one task per fingerprint (pid = the hex
-fingerprint; data = a `ReuseRecord`), kept like the run records. A job that
-ran enqueues its record in the same atomic update as its outputs and its
-dequeue, so a record exists exactly when a job with that fingerprint
-finished; two runs that compute the same job at once enqueue the same pid and
-the second collapses onto the first (either's outputs are right).
+step, ``flow.<name>#reuse.<step>``, one task per job that ran (pid = the hex
+fingerprint, a dot, then the time it finished counted *down*, so the newest
+record of a fingerprint sorts first; data = a `ReuseRecord`), kept like the
+run records. A job that ran enqueues its record in the same atomic update as
+its outputs and its dequeue, so a record exists exactly when a job with that
+fingerprint finished. A lookup takes the newest record of the fingerprint
+(one `peek`): a job that runs although a record exists — in a fresh run, or
+because the record's data is gone — leaves the record the next run takes.
+Two runs that compute the same job at once each leave one (either's outputs
+are right). A record of the older layout, whose pid is the bare fingerprint,
+counts as the oldest.
 
 A run started with ``fresh=True`` (`flow run --fresh`) does not look records
 up (every job runs) but still writes them, so the next run reuses its
@@ -31,7 +36,6 @@ from typing import Any
 
 import msgspec
 
-from kittiwake import errors
 from kittiwake.client.interfaces import QueueClient, QueueReads
 from kittiwake.flow.dataset import Dataset
 from kittiwake.flow.definition import FlowDefinition, Step
@@ -61,11 +65,14 @@ def reuse_queue(flow: FlowDefinition, step: Step) -> str:
 
 
 def lookup(client: QueueReads, flow: FlowDefinition, step: Step, fingerprint: str) -> ReuseRecord | None:
-    """The record of `fingerprint`, None when there is none or its data is gone."""
-    try:
-        view = client.get(reuse_queue(flow, step), fingerprint)
-    except errors.TaskNotFound:
+    """The newest record of `fingerprint`, None when there is none or its data is gone."""
+    # in pid order: the bare fingerprint (the older layout) if any, then the newest dotted record
+    views = [view for view in client.peek(reuse_queue(flow, step), 2, from_pid=fingerprint)
+             if view.pid == fingerprint or view.pid.startswith(fingerprint + ".")]
+    dotted = [view for view in views if view.pid != fingerprint]
+    if not views:
         return None
+    view = dotted[0] if dotted else views[0]
     try:
         record = msgspec.msgpack.decode(view.data, type=ReuseRecord)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -81,9 +88,19 @@ def lookup(client: QueueReads, flow: FlowDefinition, step: Step, fingerprint: st
 def record_task(flow: FlowDefinition, step: Step, fingerprint: str, version: str, run: str, key: str,
                 items: list[dict[str, Dataset]]) -> dict[str, Any]:
     """The enqueue that records a finished job's outputs under its fingerprint."""
-    record = ReuseRecord(step=step.name, version=version, run=run, key=key, at=time.time(),
+    at = time.time()
+    record = ReuseRecord(step=step.name, version=version, run=run, key=key, at=at,
                          items=[{port: dataset.to_wire() for port, dataset in item.items()} for item in items])
-    return {"queue": reuse_queue(flow, step), "pid": fingerprint, "data": _encoder.encode(record)}
+    return {"queue": reuse_queue(flow, step), "pid": record_pid(fingerprint, at), "data": _encoder.encode(record)}
+
+
+def record_pid(fingerprint: str, at: float) -> str:
+    """The pid of a record made at `at`: the fingerprint, then the microseconds left to `_NEVER`,
+    so that a later record of the same fingerprint sorts before an earlier one."""
+    return f"{fingerprint}.{max(0, _NEVER - int(at * 1_000_000)):017d}"
+
+
+_NEVER = 10**17 - 1  # microseconds: about the year 5138
 
 
 def records(client: QueueReads, flow: FlowDefinition, step: Step, limit: int = 1000) -> list[ReuseRecord]:
