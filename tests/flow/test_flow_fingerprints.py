@@ -23,6 +23,26 @@ def test_a_folder_fingerprint_changes_with_any_file_under_it(tmp_path: Path) -> 
     assert dataset_fingerprint(Dataset.csv(folder)) != dataset_fingerprint(dataset)  # kind and options count
 
 
+def test_a_glob_has_no_fingerprint(tmp_path: Path) -> None:
+    # a stat of the pattern itself failed and gave the same (empty) listing whatever the files it
+    # matches held, so a run reused over a changed input
+    (tmp_path / "a.csv").write_text("k,v\nx,1\n")
+    for pattern in ("*.csv", "?.csv", "[ab].csv", "{a,b}.csv"):
+        assert dataset_fingerprint(Dataset.csv(str(tmp_path / pattern))) is None, pattern
+
+
+def test_files_under_a_linked_folder_count_and_a_link_cycle_ends(tmp_path: Path) -> None:
+    real, folder = tmp_path / "real", tmp_path / "input"
+    real.mkdir()
+    folder.mkdir()
+    (real / "day.csv").write_text("x\n1\n")
+    (folder / "day1").symlink_to(real, target_is_directory=True)
+    (real / "loop").symlink_to(folder, target_is_directory=True)  # input/day1/loop -> input
+    first = dataset_fingerprint(Dataset.path(folder))
+    (real / "day.csv").write_text("x\n22\n")
+    assert dataset_fingerprint(Dataset.path(folder)) != first
+
+
 def test_inline_values_are_their_own_fingerprint_and_remote_uris_have_none() -> None:
     assert dataset_fingerprint(Dataset.inline({"a": 1})) == dataset_fingerprint(Dataset.inline({"a": 1}))
     assert dataset_fingerprint(Dataset.inline({"a": 1})) != dataset_fingerprint(Dataset.inline({"a": 2}))

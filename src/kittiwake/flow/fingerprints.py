@@ -24,8 +24,13 @@ SHA-256 over:
     written): the fingerprint of the job that would have written it — its
     step's version, indices and inputs, recursively — with the step's name
     and the port;
-  - a URI the worker cannot stat (``hdfs://``, ``s3a://``, ...): None — the
-    job has no fingerprint and always runs.
+  - a URI the worker cannot stat (``hdfs://``, ``s3a://``, ...), or a local
+    path holding a glob's characters (``/in/*.csv``, ``{a,b}``: Spark reads
+    the files they match, which a ``stat`` of the pattern does not see): None
+    — the job has no fingerprint and always runs.
+
+  Files under a folder are found through symbolic links to folders too (as
+  Spark and Python read them), each folder once.
 
 Chose stat over content hashes: a re-run should cost a ``stat`` per file, not
 a read of every byte of its inputs; a step's outputs written once are not
@@ -84,9 +89,13 @@ def dataset_fingerprint(dataset: Dataset) -> bytes | None:
     if dataset.kind not in URI_KINDS:
         return _encoder.encode(["inline", dataset.value])
     path = local_path_of(dataset)
-    if path is None:
+    if path is None or any(char in path for char in GLOB_CHARS):
         return None
     return _encoder.encode([dataset.kind, path, dict(dataset.options), files_of(path)])
+
+
+GLOB_CHARS = "*?[]{}"
+"""Characters of the glob patterns Spark (Hadoop) expands in a path."""
 
 
 def files_of(path: str) -> list[list[Any]]:
@@ -99,7 +108,17 @@ def files_of(path: str) -> list[list[Any]]:
     if not os.path.isdir(path):
         return [["", top.st_size, top.st_mtime_ns]]
     found: list[list[Any]] = []
-    for folder, dirs, files in os.walk(path):
+    seen: set[tuple[int, int]] = set()  # folders walked, by (device, inode): a link cycle ends here
+    for folder, dirs, files in os.walk(path, followlinks=True):
+        try:
+            here = os.stat(folder)
+        except OSError:
+            dirs.clear()
+            continue
+        if (here.st_dev, here.st_ino) in seen:
+            dirs.clear()
+            continue
+        seen.add((here.st_dev, here.st_ino))
         dirs.sort()
         for name in sorted(files):
             full = os.path.join(folder, name)
