@@ -138,6 +138,30 @@ def test_a_keyed_task_on_an_unreachable_node_raises_the_transient_error() -> Non
         run(router, calls.enqueue("q", b"", pid=pid), answer)
 
 
+def test_a_split_enqueue_applied_in_part_says_its_outcome_is_unknown_not_unreachable() -> None:
+    # the parts of the live nodes were committed, then the call raised BROKER_UNREACHABLE for the part
+    # of a dead node: a caller retrying on that transient error enqueued the committed tasks twice
+    cluster = make_map()
+    router = make_router(cluster)
+
+    def pid_on(node: str, skip: int = 0) -> str:
+        found = [p for p in (f"k{i}" for i in range(1000)) if getattr(route(cluster, "q", p), "node", None) == node]
+        return found[skip]
+
+    def answer(send: Send) -> Any:
+        if send.node == "c":
+            raise errors.BrokerUnreachable("c is down")
+        return echo_enqueue(send)
+
+    def task(pid: str) -> dict[str, Any]:
+        return {"queue": "q", "data": b"x", "pid": pid}
+
+    with pytest.raises(errors.ConnectionLost, match="applied in part: 2 of 3"):
+        run(router, calls.enqueue_many([task(pid_on("a")), task(pid_on("b")), task(pid_on("c"))]), answer)
+    with pytest.raises(errors.BrokerUnreachable):  # nothing applied: the part's own error
+        run(router, calls.enqueue_many([task(pid_on("c")), task(pid_on("c", 1))]), answer)
+
+
 def test_wrong_shard_refetches_the_map_and_routes_again() -> None:
     old, new = make_map("ab"), make_map("abc")
     router = make_router(old)

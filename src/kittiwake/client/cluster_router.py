@@ -463,7 +463,13 @@ class Router:
         per_item_failures: bool,
     ) -> Conversation[T]:
         """Send each item of `call.request.<field>` to its node (`node_of`: the node, and whether
-        the item may go to any node), one request per node, outcomes merged in item order."""
+        the item may go to any node), one request per node, outcomes merged in item order.
+
+        Without `per_item_failures` (an enqueue), a part that fails while another part of the call
+        was applied leaves the call half done: that raises CONNECTION_LOST (outcome unknown: repeat
+        only what is idempotent) saying how many items were applied, not the part's own error —
+        BROKER_UNREACHABLE would say nothing was sent, and a caller retrying on it would enqueue
+        the applied FIFO tasks twice."""
         request = call.request
         items: list[Any] = list(getattr(request, field))
         op = request.op
@@ -503,6 +509,7 @@ class Router:
             outcomes = yield tuple(sends)
             pending = []
             refetch = False
+            failure: errors.KittiwakeError | None = None
             for (node, indexes), outcome in zip(parts.items(), outcomes):
                 if isinstance(outcome, errors.WrongShard):
                     pending += indexes
@@ -513,11 +520,19 @@ class Router:
                     last_error = outcome
                 elif isinstance(outcome, errors.KittiwakeError):
                     if not per_item_failures:
-                        raise outcome
+                        failure = failure or outcome
+                        continue
                     done.update((index, _failed(items[index], outcome)) for index in indexes)
                 else:
                     results = outcome.outcomes if hasattr(outcome, "outcomes") else outcome
                     done.update(zip(indexes, results))
+            if failure is not None:
+                if not done:
+                    raise failure  # no part applied: the part's own error says what it means
+                raise errors.ConnectionLost(
+                    f"{op} split over nodes was applied in part: {len(done)} of {len(items)} item(s) on "
+                    f"the nodes that answered; another part failed ({failure.code}: {failure.message}); "
+                    "the outcome of the call is unknown — repeat only what is idempotent")
             if not pending:
                 merged = [done[index] for index in range(len(items))]
                 if isinstance(request, (m.RequeueDead, m.PurgeDead)):
