@@ -399,6 +399,25 @@ def test_a_lease_cut_mid_request_goes_on_to_the_other_nodes() -> None:
     assert [t.pid for t in run(router, calls.lease("q"), answer)] == ["b1"]
 
 
+def test_a_hung_node_costs_a_lease_a_bounded_wait_and_is_skipped_after() -> None:
+    """A node that accepts connections and answers nothing (SIGSTOPped) held every lease: its send had
+    no timeout without a call timeout, and a TIMEOUT ended the lease though others held tasks."""
+    router = make_router(make_map(), near="a")
+    base = lease_answer({"a": ["a1"], "b": ["b1", "b2"], "c": []})
+    log: list[Send] = []
+
+    def answer(send: Send) -> Any:
+        if send.node == "a":
+            assert send.timeout_secs is not None and send.timeout_secs <= router_module.NODE_ANSWER_SECS + 1.0
+            raise errors.RequestTimeout("a answered nothing")
+        return base(send)
+
+    assert [t.pid for t in run(router, calls.lease("q", wait_secs=1.0), answer, log)] == ["b1"]
+    log.clear()
+    assert [t.pid for t in run(router, calls.lease("q"), answer, log)] == ["b2"]
+    assert log[0].node != "a"  # down for a while: asked last, if at all
+
+
 def test_only_sends_another_node_could_serve_connect_quickly() -> None:
     """A dead node may cost a lease, `holders` or a FIFO push only a short connect (`Send.quick`);
     a keyed call, which only its owner serves, gets the full connect budget to wait out a restart."""

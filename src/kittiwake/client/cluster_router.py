@@ -100,6 +100,7 @@ MAX_PAGE_ROUNDS = 10_000  # list_queues: each round covers `limit` more names of
 FOUND_EMPTY_SECS = 0.2  # a node a steal found empty is asked last this long (announcements: ≤ 50 ms)
 BLIND_SWEEP_SECS = 1.0  # when `holders` names no other node, the others are swept at most this often
 MAX_STEAL_MEMORY = 1024  # sets of queues whose last steal's node is remembered
+NODE_ANSWER_SECS = 5.0  # a node that answers no lease (beyond its wait) or `holders` within this is taken for hung
 
 _encode = msgspec.msgpack.Encoder().encode
 
@@ -694,11 +695,16 @@ class Router:
         def lease_from(node: str, wait_secs: float) -> Conversation[Any]:
             nonlocal unreachable
             part = msgspec.structs.replace(request, queues=serving[node], wait_secs=wait_secs)
-            sub_timeout = None if base is None else base + wait_secs
+            # bounded even without a call timeout: a node that accepts connections and answers
+            # nothing (stopped, hung) must not hold the lease while others hold tasks
+            sub_timeout = wait_secs + (NODE_ANSWER_SECS if base is None else min(base, NODE_ANSWER_SECS))
             [outcome] = yield (self._send(node, Call(part, call.decode, wait_secs), sub_timeout, quick=True),)
             tried.add(node)
             if isinstance(outcome, errors.BrokerUnreachable):
                 unreachable = outcome
+                return []
+            if isinstance(outcome, errors.RequestTimeout):
+                self.mark_down(node)  # skipped for DOWN_SECS; what it leased, if anything, comes back later
                 return []
             if isinstance(outcome, errors.ConnectionLost):
                 return []  # cut mid-request: what it leased, if anything, comes back when that lease runs out
@@ -793,7 +799,9 @@ class Router:
         chosen: list[str] = []
         if spread and self._holders_known and home in live:
             holders_call = Call(calls.request("holders", {"queues": spread}), result_decoder("holders"))
-            [outcome] = yield (self._send(home, holders_call, None, quick=True),)
+            [outcome] = yield (self._send(home, holders_call, NODE_ANSWER_SECS, quick=True),)
+            if isinstance(outcome, errors.RequestTimeout):
+                self.mark_down(home)
             if isinstance(outcome, errors.UnknownOperation) or (
                 isinstance(outcome, HoldersResult) and not outcome.epoch
             ):
