@@ -50,9 +50,10 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   from a rotating start. With `wait_secs > 0`, the near node is then long-polled for at most
   `LONG_POLL_SLICE_SECS` and the others swept again, until `wait_secs` pass: each long-poll is
   one node's, and an abandoned one is withdrawn by that node's pool, so no task is leased to a
-  reply nobody reads. A node that cannot be reached is marked down and skipped for
-  `DOWN_SECS` (leases and FIFO pushes go to the others); when every node is down the lease
-  raises `BrokerUnreachable`. A node whose connection broke before it answered
+  reply nobody reads. A node that cannot be reached, or answers a lease or `holders` with
+  nothing within `NODE_ANSWER_SECS` beyond its wait (hung), is marked down and skipped for
+  `DOWN_SECS` (leases and FIFO pushes go to the others; a restarted node is asked again after
+  at most that); when every node is down the lease raises `BrokerUnreachable`. A node whose connection broke before it answered
   (`ConnectionLost`) is passed over for this lease the same way: whatever it leased comes back
   to its queue when that lease runs out, as after any lost reply.
 
@@ -94,7 +95,7 @@ T = TypeVar("T")
 
 MAX_WRONG_SHARD_RETRIES = 3
 LONG_POLL_SLICE_SECS = 1.0
-DOWN_SECS = 2.0
+DOWN_SECS = 1.0  # a node marked down is skipped this long: short, since a restarted node's tasks wait meanwhile
 MAX_SPLIT_ROUNDS = 8  # WRONG_SHARD refetches plus moves of FIFO tasks off unreachable nodes
 MAX_PAGE_ROUNDS = 10_000  # list_queues: each round covers `limit` more names of some node
 FOUND_EMPTY_SECS = 0.2  # a node a steal found empty is asked last this long (announcements: ≤ 50 ms)
