@@ -457,3 +457,20 @@ def test_a_retransmission_after_a_restart_runs_again_so_named_pids_keep_it_singl
         raw.close()
     with Client(udp_broker.url) as tcp:
         assert sorted(t.data for t in tcp.peek("udp.restart", n=10)) == [b"f", b"f", b"n"]
+
+
+def test_long_polls_of_one_address_are_bounded_the_rest_are_served_at_once(raw: RawUdp,
+                                                                         udp_broker: BrokerProcess) -> None:
+    # a lease datagram with a long wait held ~1.2 KB in the broker for its whole wait, with no bound:
+    # 100,000 tiny datagrams grew it by 120 MB. Beyond MAX_WAITS_PER_HOST (8) a lease is served at once
+    from kittiwake.broker.udp.listener import MAX_WAITS_PER_HOST
+
+    count = MAX_WAITS_PER_HOST + 12
+    for request_id in range(1, count + 1):
+        raw.request(7, "lease", request_id, {"queues": ["waits"], "wait_secs": 30.0}, pad=True)
+    answered = [decode_reply(decode_datagram(data).body) for data in raw.replies(timeout=1.0)]
+    assert len(answered) == count - MAX_WAITS_PER_HOST and all(reply.ok and reply.result == [] for reply in answered)
+    with Client(udp_broker.url) as client:
+        client.enqueue("waits", b"for a parked one")
+    _, woken, _ = raw.reply()
+    assert woken.ok and [task["data"] for task in woken.result] == [b"for a parked one"]

@@ -42,6 +42,13 @@ that ran it is durable. What UDP adds:
   `auth` datagrams count in the authenticator's book of claimed sources
   (`auth_failures`): they spend no TCP address's budget.
 
+* a long-poll (a lease with `wait_secs`) waits in the broker for a UDP
+  sender as for a TCP one, but a datagram costs nothing to send and holds no
+  connection, so their number is bounded here: at most `MAX_WAITS` at once
+  in all and `MAX_WAITS_PER_HOST` per source address; beyond, a lease is
+  served at once (`wait_secs` 0: the tasks available now, or none), and the
+  client polls again.
+
 Bad input (docs: bad input): bytes without the header, or of another
 version, are dropped unanswered; a datagram over `MAX_DATAGRAM_BYTES` gets
 FRAME_TOO_LARGE, a body that does not decode gets the decoder's error reply,
@@ -51,7 +58,7 @@ sender's window entries only by forging that sender's address and port as
 well as its producer id (and, with an auth file, only while that sender has
 a session); its reply then goes to that address, not to the forger, and it
 cannot make a request run twice. Nothing a datagram holds survives beyond
-its own handling except window entries and sessions, both bounded.
+its own handling except window entries, sessions and long-polls, all bounded.
 
 Exposure: UDP has no handshake, so the source address of a datagram is only
 claimed, and so is an `auth` datagram's: a session proves the credentials,
@@ -104,6 +111,8 @@ log = logging.getLogger("kittiwake.broker")
 
 MAX_SESSIONS = 10_000
 SESSION_IDLE_SECS = 600.0
+MAX_WAITS = 1_000  # long-polls parked for UDP senders at once
+MAX_WAITS_PER_HOST = 8  # of them, from one source address
 RECEIVE_BUFFER_BYTES = 4 * 1024 * 1024  # a burst of datagrams waits here while a commit runs
 
 Address = Any  # what asyncio gives as a datagram's source: (host, port[, flow, scope])
@@ -112,7 +121,7 @@ Address = Any  # what asyncio gives as a datagram's source: (host, port[, flow, 
 class UdpRequest:
     """One request that came in a datagram: the `Caller` of a pass, answered by one datagram."""
 
-    __slots__ = ("listener", "address", "peer", "producer_id", "key", "request_bytes")
+    __slots__ = ("listener", "address", "peer", "producer_id", "key", "request_bytes", "waiting")
 
     closed = False  # a datagram can always be sent
     ended = False
@@ -128,8 +137,12 @@ class UdpRequest:
         self.producer_id = producer_id
         self.key = key  # in the retransmit window; None for reads, which are not remembered
         self.request_bytes = request_bytes  # the datagram's size, padding included: what bounds the reply
+        self.waiting = False  # a long-poll counted in the listener's bound until its reply
 
     def deliver(self, frames: list[bytes]) -> None:
+        if self.waiting:
+            self.waiting = False
+            self.listener.wait_ended(self.address)
         for frame in frames:
             self.listener.reply(self, frame[FRAME_HEADER_BYTES:])
 
@@ -148,6 +161,8 @@ class UdpListener(asyncio.DatagramProtocol):
         self.window = window if window is not None else RetransmitWindow()
         self.transport: asyncio.DatagramTransport | None = None
         self.sessions: OrderedDict[tuple[int, Address], tuple[Principal, float]] = OrderedDict()
+        self.waits: dict[str, int] = {}  # source host -> its long-polls parked now
+        self.waits_total = 0
         self.stopping = False
         # counts, for tests and logs
         self.received = 0
@@ -215,7 +230,10 @@ class UdpListener(asyncio.DatagramProtocol):
         seen = self.window.lookup(key, time.monotonic())
         if seen is Seen.NEW:
             self.window.begin(key)
-            self.host.submit(UdpRequest(self, address, producer_id, key, size), request)
+            caller = UdpRequest(self, address, producer_id, key, size)
+            if type(request) is m.Lease and request.wait_secs > 0:
+                request = self._bound_wait(caller, request)
+            self.host.submit(caller, request)
         elif seen is Seen.IN_FLIGHT:
             self.duplicates_dropped += 1
         elif seen is Seen.TOO_LATE:
@@ -281,6 +299,28 @@ class UdpListener(asyncio.DatagramProtocol):
         authenticator.authenticate(request.user, request.token, str(address[0]), checked, claimed=True)
 
     # -------------------------------------------------------------- replies
+
+    def _bound_wait(self, caller: UdpRequest, request: m.Lease) -> m.Lease:
+        """The long-poll as it may wait: counted against `MAX_WAITS` and `MAX_WAITS_PER_HOST`, or,
+        beyond either, served at once (module docstring)."""
+        host = _host_of(caller.address)
+        held = self.waits.get(host, 0)
+        if self.waits_total >= MAX_WAITS or held >= MAX_WAITS_PER_HOST:
+            return msgspec.structs.replace(request, wait_secs=0.0)
+        self.waits[host] = held + 1
+        self.waits_total += 1
+        caller.waiting = True
+        return request
+
+    def wait_ended(self, address: Address) -> None:
+        """A long-poll `_bound_wait` counted was answered."""
+        host = _host_of(address)
+        held = self.waits.get(host, 0) - 1
+        if held > 0:
+            self.waits[host] = held
+        else:
+            self.waits.pop(host, None)
+        self.waits_total -= 1
 
     def reply(self, request: UdpRequest, body: bytes) -> None:
         """The reply of a pass to one request, within its bound: into the window, then out."""
@@ -348,6 +388,10 @@ def _over_limit(request: UdpRequest, body: bytes, reply_bytes: int, limit: int) 
     else:
         message = f"use kw:// (TCP), ask for less, or pad the request to {PADDED_REQUEST_BYTES} bytes: {over}"
     return error_datagram(request.producer_id, envelope.id, errors.FrameTooLarge(message), limit)
+
+
+def _host_of(address: Address) -> str:
+    return str(address[0])
 
 
 def _fit_lease(request: m.Lease, request_bytes: int) -> m.Lease:
