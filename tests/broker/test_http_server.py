@@ -255,3 +255,34 @@ def test_a_client_that_stops_reading_a_stream_is_cut_off() -> None:
         sock.close()
 
     serve(test, max_stream_buffer_bytes=256 * 1024)
+
+
+def test_a_client_that_pipelines_and_never_reads_holds_a_bounded_buffer() -> None:
+    """Each pipelined request was answered into the transport's buffer whatever it held: a client
+    sending 51-byte requests for an 18 KB page and reading nothing grew the broker by 182 MB."""
+    async def test(port: int, server: HttpServer) -> None:
+        answered: list[int] = []
+
+        async def page(request: HttpRequest) -> HttpResponse:
+            answered.append(1)
+            return HttpResponse(200, b"p" * 18_000)
+
+        server.routes.add("/page", page)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, ("127.0.0.1", port))
+        pipelined = b"GET /page HTTP/1.1\r\nHost: x\r\n\r\n" * 2000
+        try:
+            await asyncio.wait_for(loop.sock_sendall(sock, pipelined), 2.0)  # and never read
+        except asyncio.TimeoutError:
+            pass  # the server stopped reading: what we send waits in the kernel
+        await asyncio.sleep(0.5)
+        (connection,) = server.connections
+        buffered = connection.transport.get_write_buffer_size() if connection.transport is not None else 0
+        assert len(answered) < 200 and buffered < 4 * 1024 * 1024, (len(answered), buffered)
+        assert (await exchange(port, request("/"))).startswith(b"HTTP/1.1 200")  # others are served
+        sock.close()
+
+    serve(test)

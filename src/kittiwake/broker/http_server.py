@@ -24,6 +24,10 @@ What the server promises, whatever a client sends:
   handler: nobody is left to read the answer (a long poll stops waiting);
 * a request must arrive whole within `request_timeout_secs` of its first
   byte (a slow sender cannot hold a connection forever: 408 and close);
+* a client that pipelines requests and does not read the answers: once the
+  connection's write buffer passes the transport's high-water mark, its next
+  requests are neither read nor answered until the buffer drains
+  (`pause_writing`), so unread answers cannot pile up in the broker;
 * a handler that raises gets 500 and a logged traceback; the broker goes on;
 * streams: a response may carry an async iterator of chunks (`stream`)
   instead of a body, sent as they come (chunked), for as long as the
@@ -188,6 +192,7 @@ class HttpConnection(asyncio.Protocol):
         self._charged = False  # the read budget counts bytes of ours
         self._held_for_budget = False
         self._held_for_handler = False  # bytes pipelined behind a running handler fill a head
+        self._held_for_output = False  # the transport's write buffer is over its high-water mark
         self._body_bytes = 0  # announced by Content-Length; 0 when unknown
 
     # ------------------------------------------------------------- asyncio
@@ -233,11 +238,28 @@ class HttpConnection(asyncio.Protocol):
         self._held_for_budget = held
         self._set_reading()
 
+    def pause_writing(self) -> None:
+        # the client does not read its answers: read and answer no more of its pipelined requests
+        # until they drain, or answers would pile up in the broker without bound
+        self._held_for_output = True
+        self._set_reading()
+
+    def resume_writing(self) -> None:
+        self._held_for_output = False
+        self._set_reading()
+        if self._task is None and not self._closing:
+            try:
+                self._events()
+                self._charge()
+            except Exception:
+                log.exception("HTTP connection %s failed", self.peer)
+                self.abort()
+
     def _set_reading(self) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if self._held_for_budget or self._held_for_handler:
+        if self._held_for_budget or self._held_for_handler or self._held_for_output:
             transport.pause_reading()
         else:
             transport.resume_reading()
@@ -278,7 +300,7 @@ class HttpConnection(asyncio.Protocol):
     # --------------------------------------------------------------- input
 
     def _events(self) -> None:
-        while self._task is None and not self._closing:
+        while self._task is None and not self._closing and not self._held_for_output:
             try:
                 event = self.h11.next_event()
             except h11.RemoteProtocolError as exc:
