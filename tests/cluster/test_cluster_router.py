@@ -162,6 +162,17 @@ def test_a_split_enqueue_applied_in_part_says_its_outcome_is_unknown_not_unreach
         run(router, calls.enqueue_many([task(pid_on("c")), task(pid_on("c", 1))]), answer)
 
 
+def test_a_fifo_task_after_a_parent_goes_to_its_parents_node_in_one_hop() -> None:
+    # it was spread like any FIFO push, refused with WRONG_SHARD, and routed again after a map fetch
+    cluster = make_map()
+    router = make_router(cluster)
+    parent = str(10**16 * 3 + 1)  # a FIFO pid of residue 1: node b's
+    log: list[Send] = []
+    for _ in range(3):
+        run(router, calls.enqueue("q", b"", after=[("q", parent)]), echo_enqueue, log)
+    assert [send.node for send in log] == ["b", "b", "b"]
+
+
 def test_wrong_shard_refetches_the_map_and_routes_again() -> None:
     old, new = make_map("ab"), make_map("abc")
     router = make_router(old)

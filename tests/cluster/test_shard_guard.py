@@ -101,3 +101,35 @@ def test_joins_live_in_a_named_group_on_its_owner() -> None:
         declared = refusal(CLUSTER, node, m.DeclareJoin(id=1, op="declare_join", join=grouped))
         dropped = refusal(CLUSTER, node, m.DropJoin(id=1, op="drop_join", name="flow#step"))
         assert (declared is None) == (dropped is None) == (node == owner.node)
+
+
+@settings(max_examples=300, deadline=None)
+@given(child=st.one_of(st.none(), PIDS), parent=PIDS, queue=QUEUES)
+def test_a_task_after_parents_a_grow_could_move_elsewhere_is_refused(child: str | None, parent: str,
+                                                                   queue: str) -> None:
+    # `cluster grow` moved a keyed parent with its edge and left its FIFO child on the old node,
+    # blocked for good; a task and its parents must share a slot, or all be FIFO pids (never moved)
+    def anchor(pid: str | None) -> object:
+        decision = route(CLUSTER, queue, pid)
+        return decision.slot if isinstance(decision, Owned) else None
+
+    task = NewTask(queue, b"", pid=child, after=[(queue, parent)]) if child != parent else None
+    if task is None:
+        return
+    owner = route(CLUSTER, queue, parent)
+    assert isinstance(owner, Owned)
+    error = refusal(CLUSTER, owner.node, m.Enqueue(id=1, op="enqueue", tasks=[task]))
+    child_route = route(CLUSTER, queue, child)
+    if isinstance(child_route, Owned) and child_route.node != owner.node:
+        assert isinstance(error, errors.WrongShard)
+    elif anchor(child) != anchor(parent):
+        assert isinstance(error, errors.BadRequest) and "routing tag" in error.message
+    else:
+        assert error is None
+
+
+def test_a_job_tagged_as_the_app_tags_it_may_wait_on_its_parents() -> None:
+    parent, child = NewTask("q", b"", pid="{job1}a"), NewTask("r", b"", pid="{job1}b", after=[("q", "{job1}a")])
+    owner = route(CLUSTER, "q", parent.pid)
+    assert isinstance(owner, Owned)
+    assert refusal(CLUSTER, owner.node, m.Enqueue(id=1, op="enqueue", tasks=[parent, child])) is None

@@ -263,7 +263,7 @@ class Router:
         if cluster is None or type(request) is not m.Enqueue or len(request.tasks) != 1:
             return None
         task = request.tasks[0]
-        if task.pid is None and GROUP_SEPARATOR not in task.queue:  # `route`'s Spread, without its objects
+        if task.pid is None and GROUP_SEPARATOR not in task.queue and not task.after:  # `route`'s Spread
             node, movable = self._choose_fifo(), True
         else:
             node, movable = self._task_node(task)
@@ -550,6 +550,9 @@ class Router:
         decision = route(self._known_map(), task.queue, task.pid)
         if isinstance(decision, Owned):
             return decision.node, False
+        if task.after:  # a FIFO task waits on its parents' node (the nodes keep a DAG on one node)
+            queue, pid = task.after[0]
+            return _owner(route(self._known_map(), queue, pid)), False
         return self._choose_fifo(), True
 
     def _lease_node(self, ref: LeaseRef) -> tuple[str, bool]:

@@ -11,7 +11,7 @@ What is refused (anything not listed is served, answering for what this node hol
 
 | request | refused when |
 | --- | --- |
-| enqueue, update's enqueues | a task's `route` (its queue and pid: a named group, a routing tag, a FIFO pid's residue, a (queue, pid) slot) is another node; so is a key of its `after` or `unless`. A FIFO push (no pid) to a default-group queue is never refused |
+| enqueue, update's enqueues | a task's `route` (its queue and pid: a named group, a routing tag, a FIFO pid's residue, a (queue, pid) slot) is another node; so is a key of its `after` or `unless`. A FIFO push (no pid) to a default-group queue is never refused for its own route. A task with `after` whose parents would not move with it when the cluster grows (`together`: one slot for all, or FIFO pids for all, which never move) is `BAD_REQUEST`: the grow would leave it blocked on one node while its parents finish on another |
 | lease, peek | a named group's queue owned elsewhere (a spread queue's lease and peek are local) |
 | get, cancel | the task's `route` is another node |
 | renew, dequeue, release, update's leases | a lease's `lease_route` (a named group's owner, or the node its lease id names) is another node |
@@ -34,6 +34,12 @@ from kittiwake.cluster.routing import Owned, lease_route, route
 from kittiwake.constants import GROUP_SEPARATOR
 from kittiwake.model import LeaseRef, NewTask
 from kittiwake.protocol import messages as m
+
+
+def _anchor(cluster: ClusterMap, queue: str, pid: str | None) -> int | None:
+    """What holds a task to its node across maps: its slot, or None for a FIFO pid (or push)."""
+    decision = route(cluster, queue, pid)
+    return decision.slot if isinstance(decision, Owned) else None
 
 
 def refusal(cluster: ClusterMap, node: str, request: m.Request) -> errors.KittiwakeError | None:
@@ -102,6 +108,8 @@ class _Guard:
                 self.task(task.queue, task.pid, "enqueue")
             for queue, pid in task.after or ():
                 self.task(queue, pid, "enqueue a task after")
+            if task.after:
+                self.together(task)
             for queue, pid in task.unless or ():
                 self.task(queue, pid, "enqueue a task unless")
 
@@ -117,6 +125,19 @@ class _Guard:
         decision = route(self.cluster, queue, pid)
         if isinstance(decision, Owned):
             self.owned(decision, what, queue, pid)
+
+    def together(self, task: NewTask) -> None:
+        """A task and its parents (`after`: stored edges) must live on one node under every map a
+        grow may make: all in one slot (a named group, a routing tag, the same key), or all FIFO
+        pids (which name their node and never move). Slots are kept by a grow; which node owns
+        them is not."""
+        anchors = {_anchor(self.cluster, task.queue, task.pid)}
+        anchors.update(_anchor(self.cluster, queue, pid) for queue, pid in task.after or ())
+        if len(anchors) > 1:
+            raise _Refused(errors.BadRequest(
+                f"task {task.queue[:255]!r} {(task.pid or '(FIFO)')[:64]!r} waits for tasks that a growing cluster "
+                "may move to another node than it: on a cluster, give a task and those it runs after one "
+                "routing tag (pids '{tag}…') or one named group (G#queue)"))
 
     def group_of(self, queue: str, what: str) -> None:
         if GROUP_SEPARATOR in queue:
