@@ -210,6 +210,28 @@ def test_split_renew_dequeue_and_cancel_by_owner(cluster: Cluster, make_client: 
     assert sum(sizes(cluster, "rc.dead").values()) == 9
 
 
+def test_dead_letters_are_requeued_and_purged_by_pid_however_queue_and_pid_are_written(
+    cluster: Cluster, make_client: Any
+) -> None:
+    # the node's guard and the client folded `q.dead` and `<pid>~<death>` differently: three of the
+    # four spellings the API takes failed (WRONG_SHARD from the right node, or a false TASK_NOT_FOUND)
+    client = make_client()
+    spellings = [("dq", "dead"), ("dq.dead", "dead"), ("dq.dead", "original"), ("dq", "original")]
+    pids = [f"d{i}" for i in range(12)]  # three per spelling: over the nodes
+    client.enqueue_many([{"queue": "dq", "data": b"x", "pid": pid} for pid in pids])
+    assert all(outcome.ok for outcome in client.cancel([("dq", pid) for pid in pids]))
+    dead_pid = {view.headers["kittiwake-dead-pid"]: view.pid for view in client.peek("dq.dead", 100)}
+    for index, (queue, form) in enumerate(spellings):
+        named = [dead_pid[pid] if form == "dead" else pid for pid in pids[index * 3: index * 3 + 3]]
+        page = client.requeue_dead(queue, named[:2])
+        assert [outcome.ok for outcome in page.outcomes] == [True, True], (queue, form, page.outcomes)
+        page = client.purge_dead(queue, named[2:])
+        assert [outcome.ok for outcome in page.outcomes] == [True], (queue, form, page.outcomes)
+    assert sorted(view.pid for view in client.peek("dq", 100)) == sorted(
+        pid for index, pid in enumerate(pids) if index % 3 != 2)
+    assert client.peek("dq.dead", 100) == []
+
+
 def test_find_by_sender_and_receivers_fan_out(cluster: Cluster, make_client: Any) -> None:
     client = make_client()
     for i in range(6):

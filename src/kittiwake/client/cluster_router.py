@@ -84,7 +84,7 @@ from kittiwake.client import calls
 from kittiwake.client.calls import Call
 from kittiwake.cluster import merge
 from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
-from kittiwake.cluster.routing import FifoSpreader, Owned, Spread, lease_route, route
+from kittiwake.cluster.routing import FifoSpreader, Owned, Spread, dead_letter_route, lease_route, route
 from kittiwake.cluster.routing_stats import RoutingCounter, RoutingStats
 from kittiwake.constants import GROUP_SEPARATOR
 from kittiwake.model import ItemOutcome, LeaseRef, NewTask
@@ -569,9 +569,7 @@ class Router:
 
     def _dead_node(self, queue: str) -> Callable[[str], tuple[str, bool]]:
         def node_of(pid: str) -> tuple[str, bool]:
-            # a dead letter's pid is `<pid>~<death>`; it lives beside its task
-            original = pid.rpartition("~")[0] if "~" in pid else pid
-            return _owner(route(self._known_map(), queue, original)), False
+            return _owner(dead_letter_route(self._known_map(), queue, pid)), False  # beside its task
 
         return node_of
 

@@ -156,6 +156,15 @@ def route(cluster: ClusterMap, queue: str, pid: str | None = None) -> Route:
     return _owner(cluster, queue + _KEY_SEPARATOR + pid)
 
 
+def dead_letter_route(cluster: ClusterMap, queue: str, pid: str) -> Route:
+    """Where a dead letter named as `requeue_dead` and `purge_dead` take it lives: `queue` is `q` or
+    `q.dead`, `pid` the dead letter's own (`<pid>~<death>`, the death a FIFO pid) or its task's
+    original pid, meaning all its dead letters; with its task either way."""
+    base = queue.removesuffix(DEAD_SUFFIX)
+    head, sep, tail = pid.rpartition(_DEAD_PID_SEPARATOR)
+    return route(cluster, base, head if sep and is_fifo_pid(tail) else pid)
+
+
 def lease_route(cluster: ClusterMap, queue: str, pid: str, lease_id: int) -> Owned:
     """The node that leased: a named group's owner, else the node lease id `lease_id` names."""
     group, sep, _ = queue.rpartition(GROUP_SEPARATOR)

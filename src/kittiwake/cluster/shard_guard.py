@@ -15,7 +15,7 @@ What is refused (anything not listed is served, answering for what this node hol
 | lease, peek | a named group's queue owned elsewhere (a spread queue's lease and peek are local) |
 | get, cancel | the task's `route` is another node |
 | renew, dequeue, release, update's leases | a lease's `lease_route` (a named group's owner, or the node its lease id names) is another node |
-| requeue_dead, purge_dead | a named group owned elsewhere; with `pids`, a pid routed elsewhere (after `routing.fold`); the whole dead-letter queue of a spread queue is local |
+| requeue_dead, purge_dead | a named group owned elsewhere; with `pids`, a pid whose dead letters live elsewhere (`routing.dead_letter_route`: with their task, however the queue and pid are written); the whole dead-letter queue of a spread queue is local |
 | delete_queue, find_by_sender in one queue | a named group owned elsewhere (spread: each node deletes or finds what it holds) |
 | declare_join | its job queue's group (which is every port's, `join_spec`) owned elsewhere; a join over default-group queues is `BAD_REQUEST` on a cluster (its tokens would be spread over nodes and never meet): flows name their joins and queues in a group (`flow.names`: `G#step`, `G#steps.engine.step`), which this keeps whole on one node |
 | drop_join, purge_join | the join's name is in a named group owned elsewhere (flows' are); a name without a group is answered by each node for the joins it holds |
@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 from kittiwake import errors
 from kittiwake.cluster.cluster_map import ClusterMap
-from kittiwake.cluster.routing import Owned, lease_route, route
+from kittiwake.cluster.routing import Owned, dead_letter_route, lease_route, route
 from kittiwake.constants import GROUP_SEPARATOR
 from kittiwake.model import LeaseRef, NewTask
 from kittiwake.protocol import messages as m
@@ -89,7 +89,9 @@ class _Guard:
         elif isinstance(request, (m.RequeueDead, m.PurgeDead)):
             self.group_of(request.queue, request.op)
             for pid in request.pids or ():
-                self.task(request.queue, pid, request.op)
+                decision = dead_letter_route(self.cluster, request.queue, pid)
+                if isinstance(decision, Owned):
+                    self.owned(decision, request.op, request.queue, pid)
         elif isinstance(request, m.DeleteQueue):
             self.group_of(request.queue, "delete")
         elif isinstance(request, m.FindBySender):
