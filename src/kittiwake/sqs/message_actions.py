@@ -327,7 +327,7 @@ class MessageActions(ActionBase):
         if heads:
             now = time.time()
             # a pid that is no due time (a task put there over the binary port) is not waited for
-            waiting = [due for head in heads if head.state == "available" and (due := _due_at(head.pid)) is not None]
+            waiting = [at for head in heads if head.state == "available" and (at := _due_at(head.pid)) is not None]
             wake_at = min(waiting) if waiting else now + IN_FLIGHT_RECHECK_SECS
             if len(waiting) < len(heads):  # one in flight comes back when its visibility ends: look again soon
                 wake_at = min(wake_at, now + IN_FLIGHT_RECHECK_SECS)
