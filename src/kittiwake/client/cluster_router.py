@@ -53,9 +53,10 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   reply nobody reads. A node that cannot be reached, or answers a lease or `holders` with
   nothing within `NODE_ANSWER_SECS` beyond its wait (hung), is marked down and skipped for
   `DOWN_SECS` (leases and FIFO pushes go to the others; a restarted node is asked again after
-  at most that); when every node is down the lease raises `BrokerUnreachable`. A node whose connection broke before it answered
-  (`ConnectionLost`) is passed over for this lease the same way: whatever it leased comes back
-  to its queue when that lease runs out, as after any lost reply.
+  at most that); when every node is down the lease raises `BrokerUnreachable`. A node whose
+  connection broke before it answered (`ConnectionLost`) is passed over for this lease the same
+  way: whatever it leased comes back to its queue when that lease runs out, as after any lost
+  reply.
 
 A node that cannot be reached costs a short connect (`Send.quick`) wherever another node can
 serve instead (leases over several nodes, `holders`, FIFO pushes, the map), and the full connect

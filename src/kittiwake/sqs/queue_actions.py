@@ -48,7 +48,8 @@ class QueueActions(ActionBase):
         prefix = params.get("QueueNamePrefix")
         names = self.registry.names(prefix if isinstance(prefix, str) else None)
         if ctx.principal is not None:  # a user sees the queues it has some permission on
-            names = [name for name in names if any(rights.may_use(ctx.principal, permission, name) for permission in ANY)]
+            principal = ctx.principal
+            names = [name for name in names if any(rights.may_use(principal, permission, name) for permission in ANY)]
         max_results = params.get("MaxResults")
         result: dict[str, Any] = {}
         if max_results is not None:
