@@ -276,3 +276,14 @@ def aborts_in_its_sandbox() -> None:
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.abort()
+
+
+@app.task(queue="lost", lease_secs=LOST_LEASE_SECS, max_attempts=3, timeout=30, delivery="at_most_once",
+          retry_backoff=0.1)
+def aborts_in_its_sandbox_at_most_once(path: str) -> None:
+    """As `aborts_in_its_sandbox`, at most once: its sandbox dies mid-run, and it must not start again."""
+    import resource
+
+    note(path, "start", os.getpid())
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.abort()

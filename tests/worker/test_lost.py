@@ -80,3 +80,16 @@ def test_a_timed_task_that_kills_its_sandbox_fails_as_worker_lost_naming_the_sig
         assert failure.value.reason == "WORKER_LOST"
         assert "died of SIGABRT during the task" in failure.value.remote_message
         assert "died of" not in worker.log()  # no worker process died
+
+
+def test_an_at_most_once_task_whose_sandbox_dies_is_dead_lettered_not_started_again(
+    broker: BrokerProcess, app, tmp_path: Path
+) -> None:
+    """WORKER_LOST was retried whatever the task's delivery: an at-most-once task started three times."""
+    runs = tmp_path / "runs"
+    handle = apps.aborts_in_its_sandbox_at_most_once.submit(str(runs))
+    with workers(broker.url, tmp_path, "--queues", "lost"):
+        with pytest.raises(TaskFailed) as failure:
+            handle.result(timeout=apps.LOST_LEASE_SECS / 2)
+    assert failure.value.reason == "WORKER_LOST"
+    assert len([line for line in read_lines(runs) if line.startswith("start ")]) == 1

@@ -435,7 +435,8 @@ class TaskRunner:
         attempt = held.task.attempts + 1
         retryable = exception is None or isinstance(exception, options.retry_on)
         if error.reason in ("RESULT_UNSERIALISABLE", "RESULT_TOO_LARGE", WORKER_LOST) and exception is None:
-            retryable = error.reason == WORKER_LOST
+            # the process running it died (a sandbox, a gang member): it started, so at most once is over
+            retryable = error.reason == WORKER_LOST and options.delivery is not Delivery.AT_MOST_ONCE
         if retryable and attempt < options.max_attempts:
             tracing.failed(error.type, error.message, error.traceback, exception)
             backoff = options.backoff_secs(attempt, self.rng.random())
