@@ -196,8 +196,11 @@ class Settler:
         log.warning("could not finish %s/%s: %s", outcome.task.queue, outcome.task.pid, error)
 
     def _update(self, **items: Any) -> None:
-        """An update, repeated while its outcome is unknown; a refusal after an unknown
-        outcome means the first one was applied."""
+        """An update, repeated while its outcome is unknown. A refusal for a lost lease after an
+        unknown outcome means the first one was applied — when the update holds one lease: in a
+        batch the refusal may be one task's lease lost while nothing was applied, so it is raised
+        and the batch's outcomes are settled one by one (`_finish_batch`)."""
+        leases = sum(len(items.get(field) or ()) for field in ("dequeue", "renew", "release"))
         deadline = self.clock() + RETRY_FOR_SECS
         uncertain = False
         while True:
@@ -211,7 +214,7 @@ class Settler:
                 if self._abandoned.wait(RETRY_PAUSE_SECS):
                     raise
             except errors.KittiwakeError as error:
-                if uncertain and error.code in errors.LEASE_LOST_CODES:
+                if uncertain and leases <= 1 and error.code in errors.LEASE_LOST_CODES:
                     return
                 raise
 
