@@ -195,3 +195,52 @@ def test_a_broker_that_cannot_open_its_store_says_why_in_one_line(tmp_path, stor
     stderr = refused.value.log_tail
     assert refused.value.returncode == status, stderr
     assert says in stderr and "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("brokers", ["one", "many"])
+def test_a_reap_locks_only_the_empty_queues_it_forgets_however_many_generations(place, brokers: str) -> None:
+    """The statement that forgot empty queues' generations filtered on the queue's lock, which the
+    planner ran on every row of `generations`: past ~10,000 queues deleted and used again the
+    server's lock table ran out ('out of shared memory') and every maintenance pass failed."""
+    store = PostgresStore(place[0], schema=place[1], brokers=brokers)
+    try:
+        schema = place[1]
+        admin(place, f"INSERT INTO {schema}.generations (queue, gen) SELECT 'q' || i, 1 FROM generate_series(1, 30000) i")
+        admin(place, f"INSERT INTO {schema}.tasks (queue, gen, pid, data, enqueued_at) "
+                     f"SELECT 'q' || i, 1, 'p', ''::bytea, 0 FROM generate_series(1, 29990) i")  # ten left empty
+        assert store.reap() == 0
+        store.commit()
+        left = admin(place, f"SELECT count(*) FROM {schema}.generations")[0][0]
+        assert left == 29990
+    finally:
+        store.close()
+
+
+def test_a_generation_is_forgotten_only_if_its_queue_is_still_empty_once_locked(place) -> None:
+    """Broker B's reap found `victim` (deleted before) empty; broker A then claimed it, enqueued into
+    it and committed before B locked it. B's one statement judged emptiness on a snapshot from before
+    A's commit and forgot the generation, so A's acknowledged task fell out of the queue's current
+    generation (reproduced against the old statement with a slow scan to widen the window). The
+    statements run here in B's order, with A's commit between the first and the lock."""
+    from kittiwake.store.postgres import lock_space
+
+    dsn, schema = place
+    PostgresStore(dsn, schema=schema).close()
+    admin(place, f"INSERT INTO {schema}.generations VALUES ('victim', 1)")
+    a = PostgresStore(dsn, schema=schema, brokers="many")
+    try:
+        with psycopg.connect(dsn) as b:
+            b.execute(f"SET search_path = {schema}")
+            candidates = [queue for (queue,) in b.execute(sql.EMPTY_GENERATION_CANDIDATES, (10,))]
+            assert candidates == ["victim"]
+            a.claim(["victim"])
+            a.write([PutTask(Task("victim", "p1", b"acknowledged", enqueued_at=NOW))])
+            a.commit()
+            locked = [queue for (queue,) in b.execute(sql.TRY_LOCK_QUEUES, (candidates, lock_space(schema, "queue")))]
+            assert locked == ["victim"]
+            assert b.execute(sql.FORGET_EMPTY_GENERATIONS, (locked,)).fetchall() == []
+            b.commit()
+        assert admin(place, f"SELECT queue, gen FROM {schema}.generations") == [("victim", 1)]
+        assert a.load_task("victim", "p1") is not None
+    finally:
+        a.close()

@@ -679,9 +679,13 @@ class PostgresStore:
                 self._flush_in_transaction()
                 reaped = db.execute(sql.REAP_STALE_ROWS, (limit,))
             count = reaped.rowcount
-            if count < limit:
-                for (queue,) in db.execute(sql.FORGET_EMPTY_GENERATIONS, (self._lock_space, limit)).fetchall():
-                    self._gens.pop(queue, None)
+            if count < limit:  # forget empty queues' generations: candidates, their locks, then a re-check
+                candidates = [queue for (queue,) in db.execute(sql.EMPTY_GENERATION_CANDIDATES, (limit,))]
+                if candidates:
+                    locked = [queue for (queue,) in db.execute(sql.TRY_LOCK_QUEUES, (candidates, self._lock_space))]
+                    if locked:
+                        for (queue,) in db.execute(sql.FORGET_EMPTY_GENERATIONS, (locked,)).fetchall():
+                            self._gens.pop(queue, None)
             return count
         except psycopg.Error as exc:
             raise _failure(exc) from exc

@@ -241,12 +241,23 @@ REAP_STALE_ROWS = (
     "WHERE t.queue = old.queue AND t.gen = old.gen AND t.pid = old.pid"
 )
 
-# a generation is forgotten only while the reap holds its queue's lock (tried, never waited for):
-# another broker holding it may be writing the queue's first rows of that generation, unseen here
+# Forgetting the generations of queues that hold no row, in three statements. A generation is
+# forgotten only while the reap holds its queue's lock (tried, never waited for): another broker
+# holding it may be writing the queue's first rows of that generation. One statement that filtered
+# on the lock was wrong twice: the planner pushed the lock down onto the scan of `generations`, so
+# every reap locked every queue with a generation row (past ~10,000 of them the server's lock table
+# ran out and every pass failed), and its snapshot, taken before the locks, missed a broker's rows
+# committed meanwhile (the queue's generation was forgotten under an acknowledged task).
+EMPTY_GENERATION_CANDIDATES = (
+    "SELECT g.queue FROM generations g WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.queue = g.queue) "
+    "LIMIT %s"
+)
+# only the candidates, each tried
+TRY_LOCK_QUEUES = "SELECT q FROM unnest(%s::text[]) AS q WHERE pg_try_advisory_xact_lock(%s, hashtext(q))"
+# a statement of its own, after the locks: READ COMMITTED takes its snapshot when it starts
 FORGET_EMPTY_GENERATIONS = (
-    "DELETE FROM generations WHERE queue IN (SELECT g.queue FROM generations g "
-    "WHERE NOT EXISTS (SELECT 1 FROM tasks t WHERE t.queue = g.queue) "
-    "AND pg_try_advisory_xact_lock(%s, hashtext(g.queue)) LIMIT %s) RETURNING queue"
+    "DELETE FROM generations g WHERE g.queue = ANY(%s::text[]) "
+    "AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.queue = g.queue) RETURNING g.queue"
 )
 
 # ------------------------------------------------------------------ several brokers (see `postgres`)
