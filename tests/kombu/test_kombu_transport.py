@@ -288,3 +288,31 @@ def test_auto_delete_queue_goes_with_its_consumer(broker) -> None:
             publisher.Producer().publish({"hi": 1}, exchange="broadcast_auto", routing_key="")
     with kittiwake.Client(broker.url) as client:
         assert client.peek("fan_auto") == []
+
+
+def test_messages_leased_ahead_keep_their_leases_while_a_long_callback_runs(broker) -> None:
+    """Messages the transport leased ahead waited in its buffer unrenewed: a callback longer than
+    lease_secs (Celery's solo pool runs it inline) let their leases run out, the broker handed them
+    out again, and the consumer delivered both copies — a message ran twice with nothing failing."""
+    queue = kombu.Queue("lease-ahead", routing_key="lease-ahead")
+    with kombu.Connection(kombu_url(broker, lease_secs=1)) as conn:
+        producer = conn.Producer()
+        for n in range(4):
+            producer.publish({"n": n}, exchange=queue.exchange, routing_key="lease-ahead", declare=[queue])
+        runs: dict[int, int] = {}
+
+        def on_message(body: dict[str, int], message: kombu.Message) -> None:
+            runs[body["n"]] = runs.get(body["n"], 0) + 1
+            if body["n"] == 0 and runs[0] == 1:
+                time.sleep(3.5)  # several lease lengths
+            message.ack()
+
+        with conn.Consumer([queue], callbacks=[on_message], accept=["json"]) as consumer:
+            consumer.qos(prefetch_count=4)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and (len(runs) < 4 or time.monotonic() < deadline - 4):
+                try:
+                    conn.drain_events(timeout=0.5)
+                except socket.timeout:
+                    pass
+    assert runs == {0: 1, 1: 1, 2: 1, 3: 1}

@@ -5,7 +5,11 @@ lease id (a fencing token that never repeats), and nothing is dequeued when it
 is received. `ack` finishes it, `release` gives it back; until then the lease
 is renewed every `renew_every_secs`, so a task that runs for an hour keeps it,
 and a worker killed with `kill -9` stops renewing and its tasks come back when
-their leases run out (TESTING.md, "worker crash").
+their leases run out (TESTING.md, "worker crash"). Messages leased ahead and
+not yet delivered (`expect`: waiting in the prefetch's `ready`) are renewed
+the same way, so a consumer busy longer than `lease_secs` does not lose them
+to another consumer and then run them too; one whose lease was lost
+meanwhile is not delivered (`was_lost`).
 
 Acks are sent in batches, as AMQP's basic.ack is: `ack` only notes the lease,
 and one dequeue request from the keeper thread carries every noted ack — as
@@ -48,6 +52,8 @@ class LeaseBook:
         self._ack_flush_secs = ack_flush_secs
         self._lock = threading.Lock()
         self._held: dict[str, LeasedTask] = {}
+        self._waiting: dict[str, LeasedTask] = {}  # leased ahead, not delivered yet: renewed too
+        self._lost_waiting: set[str] = set()  # tags of waiting ones whose lease was lost
         self._acks: list[LeasedTask] = []
         self._first_ack_at: float | None = None
         self._wake = threading.Event()
@@ -57,15 +63,43 @@ class LeaseBook:
 
     # --------------------------------------------------------------- holding
 
-    def hold(self, task: LeasedTask) -> str:
-        """Note a leased task; returns its delivery tag."""
+    def expect(self, tasks: Iterable[LeasedTask]) -> None:
+        """Note tasks leased ahead, to be delivered later: their leases are renewed meanwhile."""
+        with self._lock:
+            for task in tasks:
+                self._waiting[str(task.lease_id)] = task
+            self._start_keeper()
+
+    def was_lost(self, task: LeasedTask) -> bool:
+        """Whether the lease of a task leased ahead was lost while it waited (then it is not ours)."""
         tag = str(task.lease_id)
         with self._lock:
+            if tag in self._lost_waiting:
+                self._lost_waiting.discard(tag)
+                return True
+            return False
+
+    def forget(self, tasks: Iterable[LeasedTask]) -> None:
+        """Stop renewing tasks leased ahead that are given back undelivered."""
+        with self._lock:
+            for task in tasks:
+                tag = str(task.lease_id)
+                self._waiting.pop(tag, None)
+                self._lost_waiting.discard(tag)
+
+    def hold(self, task: LeasedTask) -> str:
+        """Note a leased task as delivered; returns its delivery tag."""
+        tag = str(task.lease_id)
+        with self._lock:
+            self._waiting.pop(tag, None)
             self._held[tag] = task
-            if self._keeper is None and not self._closed.is_set():
-                self._keeper = threading.Thread(target=self._keep, name="kittiwake-kombu-leases", daemon=True)
-                self._keeper.start()
+            self._start_keeper()
         return tag
+
+    def _start_keeper(self) -> None:  # with the lock held
+        if self._keeper is None and not self._closed.is_set():
+            self._keeper = threading.Thread(target=self._keep, name="kittiwake-kombu-leases", daemon=True)
+            self._keeper.start()
 
     def held_count(self) -> int:
         with self._lock:
@@ -133,17 +167,22 @@ class LeaseBook:
     # ------------------------------------------------------------- keeping
 
     def renew_held(self) -> None:
-        """Extend every held lease by `lease_secs`; a lease that is lost is forgotten."""
+        """Extend every held lease, and those of tasks leased ahead, by `lease_secs`; a lease that is
+        lost is forgotten (a task leased ahead is then not delivered)."""
         with self._lock:
             held = list(self._held.items())
-        if not held:
+            waiting = list(self._waiting.items())
+        if not held and not waiting:
             return
-        outcomes = self._client.renew([task for _, task in held], self.lease_secs)
-        lost = [(tag, task, outcome) for (tag, task), outcome in zip(held, outcomes) if not outcome.ok]
+        everything = held + waiting
+        outcomes = self._client.renew([task for _, task in everything], self.lease_secs)
+        lost = [(tag, task, outcome) for (tag, task), outcome in zip(everything, outcomes) if not outcome.ok]
         if lost:
             with self._lock:
                 for tag, _, _ in lost:
                     self._held.pop(tag, None)
+                    if self._waiting.pop(tag, None) is not None:
+                        self._lost_waiting.add(tag)
             for _, task, outcome in lost:
                 logger.warning("lost the lease of %s/%s: %s (it may run again elsewhere)", task.queue, task.pid, outcome.code)
 

@@ -10,7 +10,8 @@ trips overlap; while one is on its way the next waits for half the window to
 be free, so a request carries a few messages, not one), and when the consumer runs out it waits on those requests, or
 on a long-poll, instead of asking anew. The acks waiting go out beside each
 request (`LeaseBook.flush_soon`), so the broker commits both in one group
-commit. Leased messages wait in `ready` until kombu asks for them; with the
+commit. Leased messages wait in `ready` until kombu asks for them, their
+leases renewed meanwhile (`LeaseBook.expect`); with the
 ones in flight and the unacked ones they never exceed the prefetch limit.
 """
 
@@ -77,7 +78,9 @@ class Prefetch:
             if error is not None:
                 failure = failure or error
             else:
-                self.ready.extend(future.result())
+                tasks = future.result()
+                self._leases.expect(tasks)  # renewed while they wait in `ready`
+                self.ready.extend(tasks)
         if failure is not None:
             raise failure
         return True

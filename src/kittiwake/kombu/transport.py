@@ -433,6 +433,8 @@ class Transport(virtual.Transport):
         return queues, min(budgets, default=0)
 
     def _deliver_ready(self, task: LeasedTask) -> bool:
+        if self.leases.was_lost(task):
+            return False  # its lease ran out while it waited: the broker hands it to someone else
         consumer = self.consuming.get(task.queue)
         if consumer is None or consumer[1].closed:
             self._give_back([task], reason="NO_CONSUMER")
@@ -479,6 +481,7 @@ class Transport(virtual.Transport):
     def _give_back(self, tasks: Iterable[LeasedTask], *, reason: str) -> None:
         """Release leased tasks nobody was given, without counting an attempt."""
         tasks = list(tasks)
+        self.leases.forget(tasks)
         if tasks and not self.gone:
             try:
                 self.broker.release(tasks, reason, reject=True)
