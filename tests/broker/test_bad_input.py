@@ -316,6 +316,28 @@ def test_pipelining_without_reading_keeps_memory_bounded(broker: BrokerProcess) 
     assert broker.rss_bytes() < 300 * 1024 * 1024
 
 
+def test_long_polls_of_a_client_that_never_reads_are_not_retried_into_its_buffer(broker: BrokerProcess) -> None:
+    # retries of parked long-polls ignored the output backpressure requests get: with short leases,
+    # 8 MiB of tasks leased again and again to 150 waiters of a client reading nothing grew the
+    # broker by 1.2 GiB from 13 KB of requests
+    hog = RawConnection(broker.host, broker.port, timeout=3.0)
+    hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    hog.send_raw(b"".join(RawConnection.frame("lease", 10 + i, queues=["looping"], max_tasks=8, lease_secs=0.05,
+                                              wait_secs=300.0) for i in range(150)))  # and never reads
+    time.sleep(0.5)
+    rss_before = broker.rss_bytes()
+    try:
+        with broker.connect() as feeder:
+            for index in range(8):
+                feeder.enqueue("looping", bytes([index]) * (1 << 20), pid=f"{index}", max_attempts=1_000_000)
+        time.sleep(4.0)  # eighty lease lengths
+        rss = broker.rss_bytes()
+        assert rss < rss_before + 96 * 1024 * 1024, f"broker RSS grew from {rss_before >> 20} to {rss >> 20} MiB"
+        assert_still_serves(broker)
+    finally:
+        hog.close()
+
+
 def test_thousands_of_idle_connections(broker: BrokerProcess) -> None:
     count = 5000
     needed = count + 500

@@ -225,6 +225,7 @@ class PassSimulation:
             self.log(f"{connection.peer} output {'paused' if connection.write_paused else 'resumed'}")
             if not connection.write_paused:
                 self.resubmit_deferred(connection)
+                self.passes.wake_connection(connection)  # as `Connection.resume_writing` asks
         elif roll < 0.7 and not connection.ended:
             connection.ended = True  # the client's EOF: its long-polls are answered at once
             self.log(f"{connection.peer} half-closes")

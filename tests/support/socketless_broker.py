@@ -138,6 +138,9 @@ class SocketlessBroker:
     def end_waits(self, connection: Connection) -> None:
         self.group.end_waits(connection)
 
+    def output_drained(self, connection: Connection) -> None:
+        self.group.wake_connection(connection)
+
     def open_session(self, connection: Connection) -> None:
         return None  # no auth file: every request goes straight to the passes
 

@@ -21,7 +21,8 @@ What a connection guarantees about memory and fairness (docs/testing.md, bad inp
   group commit defers its requests already received (`defer`) instead of
   answering them into the buffer, until `resume_writing`. So a client that
   pipelines without reading stalls itself, not the broker — even when small
-  requests ask for large replies;
+  requests ask for large replies; its parked long-polls are not retried
+  meanwhile either (`long_polls`), and look again once it drains;
 * requests are bounded: above `MAX_UNANSWERED` requests received but not yet
   answered (parked long-polls included) the connection stops reading until
   half of them are answered;
@@ -81,6 +82,9 @@ class ConnectionHost(Protocol):
 
     def end_waits(self, connection: Connection) -> None:
         """The client sent EOF: answer its parked long-polls with nothing, now."""
+
+    def output_drained(self, connection: Connection) -> None:
+        """The connection's output drained: its parked long-polls may be answered again."""
 
     def open_session(self, connection: Connection) -> Session | None:
         """The connection's credentials checker, or None when the broker has no auth file."""
@@ -237,6 +241,8 @@ class Connection(asyncio.BufferedProtocol):
         self._paused_for_writes = False
         self._resubmit_deferred()
         self._update_reading()
+        if not self.closed:
+            self.host.output_drained(self)
 
     # -------------------------------------------------------------- broker
 

@@ -90,6 +90,11 @@ class GroupCommit:
         self.passes.wake(queues)
         self._schedule()
 
+    def wake_connection(self, connection: Caller) -> None:
+        """`connection`'s output drained: its parked long-polls look again in the next pass."""
+        self.passes.wake_connection(connection)
+        self._schedule()
+
     def drop_connection(self, connection: Caller) -> None:
         self.passes.drop_connection(connection)
 

@@ -13,6 +13,13 @@ looks once. A long-poll ends with tasks, with an empty list at its deadline
 poll at once), when its client withdraws it (`cancel_wait`) or half-closes,
 or at shutdown; it is forgotten with its connection.
 
+A long-poll of a connection whose output is full (its transport paused
+writing, or items deferred) is not retried, nor more of a connection's than
+`max_held_bytes` of replies in one pass: a client that stops reading would
+otherwise have every retry's tasks written into its buffer, without bound.
+When its output drains, the connection asks for its long-polls to look again
+(`wake_connection`).
+
 Like the rest of a pass, the changes one try makes wait in its `Attempt`
 (long-polls to park or withdrawn, replies with the waiter they serve) until
 the try is over, and served waiters leave the book only once the commit is
@@ -35,10 +42,15 @@ Guard = Callable[[tuple[Any, ...], str, Callable[[], Any]], Any]  # runs a call,
 class LongPolls:
     """The parked long-polls of one broker."""
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(self, max_frame: int, max_held_bytes: int) -> None:
         self.waiters = WaiterBook()
         self.max_frame = max_frame
+        self.max_held_bytes = max_held_bytes  # of one connection's retried replies in a pass
         self.retry_everyone = False  # the engine was rebuilt: every long-poll looks once
+
+    def queues_of(self, connection: Caller) -> set[str]:
+        """The queues `connection`'s parked long-polls wait on (to look again once its output drains)."""
+        return {queue for waiter in self.waiters.of_connection(connection) for queue in waiter.queues}
 
     def __len__(self) -> int:
         return len(self.waiters)
@@ -72,10 +84,13 @@ class LongPolls:
         else:
             candidates = []
         drained: set[str] = set()  # queues an unrestricted lease found empty in this pass
+        held: dict[Caller, int] = {}  # bytes of retried replies per connection in this pass
         for waiter in candidates:
             connection = cast(Caller, waiter.connection)
             if connection.closed or waiter in attempt.cancelled:
                 continue  # dropped from the book when the connection went
+            if self._output_full(connection, held):
+                continue  # looks again when the output drains (`queues_of`)
             if ("waiter", waiter.seq) in poisoned:
                 frame = error_frame(waiter.request_id, internal_error())
                 attempt.held.append(HeldReply(connection, waiter.request_id, frame, ReplyKind.FIXED, waiter))
@@ -86,10 +101,13 @@ class LongPolls:
                 lambda: self._retry(engine, lease, queues, drained, request_id, now),
             )
             if retried is not None:
+                held[connection] = held.get(connection, 0) + len(retried)
                 attempt.held.append(HeldReply(connection, request_id, retried, ReplyKind.WAITER, waiter))
         if ready or self.retry_everyone:
             for park in list(attempt.park):
                 if ready.isdisjoint(park.lease.queues) and not self.retry_everyone:
+                    continue
+                if self._output_full(park.connection, held):
                     continue
                 lease, queues, request_id = park.lease, tuple(dict.fromkeys(park.lease.queues)), park.request_id
                 retried = guard(
@@ -97,8 +115,12 @@ class LongPolls:
                     lambda: self._retry(engine, lease, queues, drained, request_id, now),
                 )
                 if retried is not None:
+                    held[park.connection] = held.get(park.connection, 0) + len(retried)
                     attempt.park.remove(park)
                     attempt.held.append(HeldReply(park.connection, request_id, retried, ReplyKind.REQUEST))
+
+    def _output_full(self, connection: Caller, held: dict[Caller, int]) -> bool:
+        return bool(connection.write_paused or connection.deferred or held.get(connection, 0) >= self.max_held_bytes)
 
     def _retry(
         self, engine: Engine, lease: LeaseRequest, queues: tuple[str, ...], drained: set[str], request_id: int, now: float

@@ -184,7 +184,7 @@ class Passes:
         self.limits = limits
         self.wall_clock = wall_clock  # the engine's `now`: lease expiries, FIFO pids
         self.monotonic_clock = monotonic_clock  # long-poll deadlines and the outage's pace
-        self.long_polls = LongPolls(limits.max_frame)
+        self.long_polls = LongPolls(limits.max_frame, limits.max_held_bytes)
         self.engine: Engine | None = None
         self.health = StoreHealth(monotonic_clock)
         self.passes = 0
@@ -221,6 +221,12 @@ class Passes:
         if queues is None:
             self.long_polls.retry_everyone = True
         elif self.engine is not None:
+            self.engine.state.ready.update(queues)
+
+    def wake_connection(self, connection: Caller) -> None:
+        """`connection`'s output drained: its parked long-polls, skipped while it was full, look again."""
+        queues = self.long_polls.queues_of(connection)
+        if queues and self.engine is not None:
             self.engine.state.ready.update(queues)
 
     def drop_connection(self, connection: Caller) -> None:

@@ -345,6 +345,10 @@ class Broker:
         if self.group is not None:
             self.group.end_waits(connection)
 
+    def output_drained(self, connection: Connection) -> None:
+        if self.group is not None and not self._stopping:
+            self.group.wake_connection(connection)
+
     def open_session(self, connection: Connection) -> Session | None:
         if self.authenticator is None:
             return None
