@@ -125,7 +125,7 @@ class GroupCommit:
                     listener(outcome.tally, outcome.commit_secs)
                 except Exception:
                     log.exception("a listener of committed passes failed")
-        if self.passes.pending:  # over a pass's bounds: the rest goes next
+        if self.passes.pending or self.passes.long_polls.more:  # over a pass's bounds: the rest goes next
             self._schedule()
         self._deliver(outcome)
 

@@ -13,6 +13,14 @@ looks once. A long-poll ends with tasks, with an empty list at its deadline
 poll at once), when its client withdraws it (`cancel_wait`) or half-closes,
 or at shutdown; it is forgotten with its connection.
 
+Bounds, so that no client can stall a pass or pin the broker's memory with
+long-polls: the waiters of one connection hold at most
+`MAX_PARKED_NAMES_PER_CONNECTION` queue names in all (a lease beyond is
+answered at once with what it found, nothing: `may_park`), and one pass
+retries long-polls naming at most `RETRY_BUDGET_NAMES` queue names; the
+rest look in the next pass (their queues stay ready, `more` asks for that
+pass), starting where this one stopped, so every waiter's turn comes.
+
 A long-poll of a connection whose output is full (its transport paused
 writing, or items deferred) is not retried, nor more of a connection's than
 `max_held_bytes` of replies in one pass: a client that stops reading would
@@ -38,6 +46,12 @@ from kittiwake.model import LeaseRequest
 
 Guard = Callable[[tuple[Any, ...], str, Callable[[], Any]], Any]  # runs a call, a bug becoming EngineBug(key)
 
+MAX_PARKED_NAMES_PER_CONNECTION = 10_000
+"""Queue names the parked long-polls of one connection may hold in all (a lease names up to 1,000)."""
+
+RETRY_BUDGET_NAMES = 100_000
+"""Queue names of the long-polls one pass retries at most (tens of milliseconds of leases)."""
+
 
 class LongPolls:
     """The parked long-polls of one broker."""
@@ -47,6 +61,8 @@ class LongPolls:
         self.max_frame = max_frame
         self.max_held_bytes = max_held_bytes  # of one connection's retried replies in a pass
         self.retry_everyone = False  # the engine was rebuilt: every long-poll looks once
+        self.more = False  # the last pass left long-polls to retry over its budget
+        self._resume_after = 0  # the seq of the last waiter a pass over budget retried
 
     def queues_of(self, connection: Caller) -> set[str]:
         """The queues `connection`'s parked long-polls wait on (to look again once its output drains)."""
@@ -74,8 +90,17 @@ class LongPolls:
         attempt.held.append(HeldReply(connection, request_id, ok_frame(request_id, [], self.max_frame), ReplyKind.FIXED))
         return True
 
+    def may_park(self, connection: Caller, queues: int, attempt: Attempt) -> bool:
+        """Whether a lease naming `queues` queues may wait on `connection` (`MAX_PARKED_NAMES_PER_CONNECTION`)."""
+        parking = attempt.parked_names.get(connection, 0) + queues
+        if self.waiters.names_of(connection) + parking > MAX_PARKED_NAMES_PER_CONNECTION:
+            return False
+        attempt.parked_names[connection] = parking
+        return True
+
     def retry(self, engine: Engine, attempt: Attempt, poisoned: set[tuple[Any, ...]], now: float, guard: Guard) -> None:
-        """Retry parked long-polls on queues that gained tasks, oldest first, then this pass's own."""
+        """Retry parked long-polls on queues that gained tasks, oldest first (from where the last
+        pass over budget stopped), then this pass's own."""
         ready = engine.take_ready()
         if self.retry_everyone:
             candidates = self.waiters.everyone()
@@ -83,9 +108,22 @@ class LongPolls:
             candidates = self.waiters.on_queues(ready)
         else:
             candidates = []
+        self.more = False
+        if self._resume_after:
+            start = next((index for index, waiter in enumerate(candidates) if waiter.seq > self._resume_after), 0)
+            candidates = candidates[start:] + candidates[:start]
+            self._resume_after = 0
         drained: set[str] = set()  # queues an unrestricted lease found empty in this pass
         held: dict[Caller, int] = {}  # bytes of retried replies per connection in this pass
-        for waiter in candidates:
+        spent = 0
+        for index, waiter in enumerate(candidates):
+            if spent >= RETRY_BUDGET_NAMES:
+                # the rest look in the next pass, this one's turn first
+                engine.state.ready.update(queue for rest in candidates[index:] for queue in rest.queues)
+                self._resume_after = candidates[index - 1].seq
+                self.more = True
+                break
+            spent += len(waiter.queues)
             connection = cast(Caller, waiter.connection)
             if connection.closed or waiter in attempt.cancelled:
                 continue  # dropped from the book when the connection went

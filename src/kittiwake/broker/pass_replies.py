@@ -93,6 +93,7 @@ class Attempt:
     park: list[Park] = field(default_factory=list)
     defer: list[tuple[Caller, Any]] = field(default_factory=list)  # (connection, item) not run: output full
     cancelled: list[Waiter] = field(default_factory=list)  # long-polls withdrawn by cancel_wait
+    parked_names: dict[Caller, int] = field(default_factory=dict)  # queue names of `park`, per connection
     taken: int = 0  # batch items dealt with; the rest goes back to pending
     writes: bool = False  # a request that may write ran (its commit proves the disk takes writes)
 

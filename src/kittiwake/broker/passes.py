@@ -412,7 +412,8 @@ class Passes:
             result = dispatch.execute(engine, request, connection.peer, now, self.handlers)
             if kind is m.Lease:
                 wait_secs = cast(m.Lease, request).wait_secs  # checked by the handler
-                if not result and wait_secs > 0 and not connection.ended:
+                if (not result and wait_secs > 0 and not connection.ended
+                        and self.long_polls.may_park(connection, len(cast(m.Lease, request).queues), attempt)):
                     lease = dispatch.lease_request(cast(m.Lease, request), connection.peer)
                     deadline = self.monotonic_clock() + wait_secs
                     attempt.park.append(Park(connection, request.id, lease, deadline, index))

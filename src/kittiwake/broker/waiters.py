@@ -42,6 +42,7 @@ class WaiterBook:
         self._by_seq: dict[int, Waiter] = {}
         self._by_queue: dict[str, dict[int, Waiter]] = {}
         self._by_connection: dict[object, dict[int, Waiter]] = {}
+        self._names_of: dict[object, int] = {}  # connection -> queue names its waiters hold, in all
         self._deadlines: list[tuple[float, int]] = []
 
     def __len__(self) -> int:
@@ -64,6 +65,7 @@ class WaiterBook:
         for queue in waiter.queues:
             self._by_queue.setdefault(queue, {})[waiter.seq] = waiter
         self._by_connection.setdefault(waiter.connection, {})[waiter.seq] = waiter
+        self._names_of[waiter.connection] = self._names_of.get(waiter.connection, 0) + len(waiter.queues)
         heap = self._deadlines
         heapq.heappush(heap, (waiter.deadline, waiter.seq))
         if len(heap) > 2 * len(self._by_seq) + 1024:
@@ -86,6 +88,11 @@ class WaiterBook:
             mine.pop(waiter.seq, None)
             if not mine:
                 del self._by_connection[waiter.connection]
+        names = self._names_of.get(waiter.connection, 0) - len(waiter.queues)
+        if names > 0:
+            self._names_of[waiter.connection] = names
+        else:
+            self._names_of.pop(waiter.connection, None)
 
     def on_queues(self, queues: Iterable[str]) -> list[Waiter]:
         """Waiters on any of these queues, oldest first."""
@@ -114,6 +121,10 @@ class WaiterBook:
         if not self._by_seq:
             heap.clear()  # drop stale entries of served waiters
         return due
+
+    def names_of(self, connection: object) -> int:
+        """How many queue names the waiters of one connection hold, in all."""
+        return self._names_of.get(connection, 0)
 
     def of_connection(self, connection: object) -> list[Waiter]:
         """The waiters of one connection, oldest first."""
