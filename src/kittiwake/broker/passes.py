@@ -114,11 +114,19 @@ log = logging.getLogger("kittiwake.broker")
 # time one pass keeps the event loop. The rest waits for the next pass.
 MAX_PASS_REQUESTS = 20_000
 MAX_PASS_REPLY_BYTES = 64 * 1024 * 1024
+# Reads whose work grows with every queue the broker holds (a listing, stats by pattern, reads across
+# queues filtered by the caller's rights): a pass runs at most this many of one connection, and this
+# many in all; the rest, with everything their connections sent after them, go in the next passes, in
+# turn, so a client pipelining them delays itself, not the others.
+MAX_WIDE_READS_PER_CONNECTION = 4
+MAX_WIDE_READS_PER_PASS = 16
+WIDE_READS = (m.ListQueues, m.Stats, m.FindBySender, m.QueuesForReceiver, m.ListJoins)  # and their scoped twins
 MAX_BUGS_PER_PASS = 3
 MAX_CONFLICT_RETRIES = 3
 REAP_ROWS_PER_TICK = 1000
 
 Item = m.Request | bytes  # a decoded request, or an error reply encoded at decode time
+Pending = tuple["Caller", Item]
 Clock = Callable[[], float]
 
 
@@ -245,9 +253,7 @@ class Passes:
     def run(self) -> PassOutcome:
         """One group-commit pass over what is pending; never raises."""
         self.passes += 1
-        batch = self.pending
-        self.pending = batch[self.limits.max_requests :]
-        del batch[self.limits.max_requests :]
+        batch, self.pending = self._take_batch(self.pending)
         now = self.wall_clock()
         paused = self.health.writes_paused()
         if paused:
@@ -313,6 +319,35 @@ class Passes:
         outcome.tally = tally
         outcome.commit_secs = commit_secs if attempt.writes or tally else None
         return outcome
+
+    def _take_batch(self, pending: list[Pending]) -> tuple[list[Pending], list[Pending]]:
+        """This pass's requests and those left for the next: at most `max_requests`, and wide reads
+        within their bounds (`MAX_WIDE_READS_*`). A connection whose request is left leaves all it
+        sent after it too, so its replies keep the order of its requests."""
+        limit = self.limits.max_requests
+        if not any(isinstance(item, WIDE_READS) for _, item in pending):
+            return pending[:limit], pending[limit:]
+        batch: list[Pending] = []
+        rest: list[Pending] = []
+        left: set[Caller] = set()  # connections with a request left for the next pass
+        wide_of: dict[Caller, int] = {}
+        wide = 0
+        for entry in pending:
+            connection, item = entry
+            if len(batch) >= limit or connection in left:
+                rest.append(entry)
+                left.add(connection)
+                continue
+            if isinstance(item, WIDE_READS):
+                mine = wide_of.get(connection, 0)
+                if mine >= MAX_WIDE_READS_PER_CONNECTION or wide >= MAX_WIDE_READS_PER_PASS:
+                    rest.append(entry)
+                    left.add(connection)
+                    continue
+                wide_of[connection] = mine + 1
+                wide += 1
+            batch.append(entry)
+        return batch, rest
 
     def _outcome(self, held: list[HeldReply], deferred: list[tuple[Caller, Item]], committed: bool) -> PassOutcome:
         held.extend(self.long_polls.expired(self.monotonic_clock()))
