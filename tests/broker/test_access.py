@@ -146,8 +146,8 @@ def test_cross_queue_reads_become_scoped_and_named_ones_do_not() -> None:
                        ("queues_for_receiver", {"receiver": "r"})]:
         scoped = authorise(user, request(op, **fields))
         assert type(scoped).__name__.startswith("Scoped") and scoped.principal is user and scoped.id == 1
-    named = request("stats", queues=["mine.a"])
-    assert authorise(user, named) is named
+    named = authorise(user, request("stats", queues=["mine.a"]))  # scoped too: for the queues' dead letters
+    assert type(named).__name__ == "ScopedStats" and named.queues == ["mine.a"]
     unrestricted = principal(**{"*": set(ALL_PERMISSIONS)})
     listing = request("list_queues")
     assert authorise(unrestricted, listing) is listing  # nothing to filter
@@ -258,3 +258,22 @@ def test_a_users_listing_pages_past_a_name_through_queues_it_may_not_see(tmp_pat
                     assert not reply.ok and reply.error["code"] == "BAD_REQUEST", (user[0], bad, reply)
                 assert [row["queue"] for row in raw.call("list_queues", start_after="q.2398", limit=1)] == [
                     "q.2399.mine"]
+
+
+def test_stats_of_a_named_queue_count_its_dead_letters_only_for_who_may_see_them(tmp_path: Path) -> None:
+    # a right on `shared` does not cover `shared.dead`: stats of `shared` showed its dead count anyway
+    users = write_auth_file(tmp_path / "users.json", {
+        "root": (ROOT[1], {"*": ["all"]}),
+        "carol": (CAROL[1], {"shared": ["all"], "mine*": ["all"]}),
+    })
+    with BrokerProcess(tmp_path / "data", auth_file=users) as broker:
+        with Client(broker.client_url(*CAROL)) as carol, Client(broker.client_url(*ROOT)) as root:
+            for queue in ("shared", "mine"):
+                root.enqueue(queue, b"x", pid="p")
+                root.cancel((queue, "p"))  # a dead letter in <queue>.dead
+            root.enqueue("shared", b"y")
+            assert [(row.queue, row.dead) for row in root.stats(["shared", "mine"])] == [("shared", 1), ("mine", 1)]
+            assert [(row.queue, row.size, row.dead) for row in carol.stats(["shared", "mine"])] == [
+                ("shared", 1, 0), ("mine", 0, 1)]
+            # by pattern, queues holding tasks: `mine` holds none (its dead letter is `mine.dead`'s task)
+            assert [(row.queue, row.dead) for row in carol.stats()] == [("mine.dead", 0), ("shared", 0)]

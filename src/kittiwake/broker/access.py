@@ -52,7 +52,7 @@ returns. Pure: no sockets, no clock.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 import msgspec
@@ -321,7 +321,7 @@ def scoped(principal: Principal, request: m.Request) -> m.Request:
     kind = type(request)
     twin = _SCOPED.get(kind)
     if twin is None:
-        if type(request) is m.Stats and request.queues is None:
+        if type(request) is m.Stats:  # by pattern: the queues it may see; by name: their dead letters too
             twin = ScopedStats
         elif type(request) is m.FindBySender and request.queue is None:
             twin = ScopedFindBySender
@@ -352,11 +352,18 @@ def _list_queues(engine: Engine, request: ScopedListQueues, peer: str | None, no
 
 
 def _stats(engine: Engine, request: ScopedStats, peer: str | None, now: float) -> Any:
-    names = [row.queue for row in engine.list_queues(request.pattern, 1, LIST_ALL) if _visible(request, row.queue)]
-    result = engine.stats(names[:MAX_STATS_NAMES], None, request.sample, now)
-    for start in range(MAX_STATS_NAMES, len(names), MAX_STATS_NAMES):
-        result += engine.stats(names[start : start + MAX_STATS_NAMES], None, request.sample, now)
-    return result
+    """Stats of the queues named (checked before) or of those the pattern matches that the user
+    administers; a queue's `dead` counts only when the user may see its dead-letter queue too (a
+    right on `jobs` does not cover `jobs.dead`)."""
+    if request.queues is not None:
+        result = engine.stats(request.queues, None, request.sample, now)
+    else:
+        names = [row.queue for row in engine.list_queues(request.pattern, 1, LIST_ALL) if _visible(request, row.queue)]
+        result = engine.stats(names[:MAX_STATS_NAMES], None, request.sample, now)
+        for start in range(MAX_STATS_NAMES, len(names), MAX_STATS_NAMES):
+            result += engine.stats(names[start : start + MAX_STATS_NAMES], None, request.sample, now)
+    return [row if not row.dead or _visible(request, dead_queue_of(row.queue)) else replace(row, dead=0)
+            for row in result]
 
 
 def _find_by_sender(engine: Engine, request: ScopedFindBySender, peer: str | None, now: float) -> Any:
