@@ -9,6 +9,7 @@ source address, not once per try.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import threading
 import time
@@ -266,3 +267,28 @@ def test_failed_logins_from_many_addresses_meet_a_budget_for_the_whole_broker(se
     assert secured.terminate() == 0
     log = secured.log_path.read_text()
     assert re.search(r"failed authentications from all addresses in 60 s", log), log[-3000:]
+
+
+def test_a_new_token_of_the_same_length_is_seen_though_the_files_time_and_size_are_the_same(tmp_path: Path) -> None:
+    # the broker compared the file's modification time and size only: a token changed by
+    # `kittiwake auth` within one tick of the file system's clock left the old token working
+    users = tmp_path / "users.json"
+    old, new = ("dave", "dave-token-0123456789abcdef"), ("dave", "dave-token-fedcba9876543210")
+    write_auth_file(users, {old[0]: (old[1], {"dave.*": ["all"]})})
+    with BrokerProcess(tmp_path / "data", auth_file=users) as broker:
+        with broker.connect() as conn:
+            assert conn.auth(*old).ok
+        before = os.stat(users)
+        write_auth_file(users, {new[0]: (new[1], {"dave.*": ["all"]})})  # replaced whole, as the CLI does
+        os.utime(users, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert os.stat(users).st_size == before.st_size
+        deadline = time.monotonic() + 30
+        while True:
+            with broker.connect() as conn:
+                if conn.auth(*new).ok:
+                    break
+            assert time.monotonic() < deadline, "the old token still works: the change was not seen"
+            time.sleep(0.2)
+        with broker.connect() as conn:
+            conn.send("auth", user=old[0], token=old[1])
+            assert_closed_with(conn, "UNAUTHORIZED", 1)

@@ -91,7 +91,7 @@ class Authenticator:
         self.checks = 0  # key derivations run, for tests and logs
         self._users: dict[str, UserRecord] = {}
         self._principals: dict[str, Principal] = {}
-        self._file_stamp: tuple[int, int] | None = None
+        self._file_stamp: tuple[int, int, int] | None = None
         self._checked_file_at = clock()
         self._cache: dict[CacheKey, TokenHash] = {}
         self._cache_secret = secrets.token_bytes(32)  # the cache never holds a plain hash of a token
@@ -108,12 +108,14 @@ class Authenticator:
 
     # ---------------------------------------------------------------- file
 
-    def _stamp(self) -> tuple[int, int] | None:
+    def _stamp(self) -> tuple[int, int, int] | None:
+        # the inode too: `kittiwake auth` replaces the file whole, so a new token of the same length
+        # written within the file system's clock tick is still a change
         try:
             status = os.stat(self.path)
         except OSError:
             return None
-        return (status.st_mtime_ns, status.st_size)
+        return (status.st_ino, status.st_mtime_ns, status.st_size)
 
     def _load(self) -> None:
         stamp = self._stamp()
