@@ -248,6 +248,26 @@ def test_stopping_a_worker_group_ends_the_children_its_command_left(tmp_path: Pa
         time.sleep(0.05)
 
 
+def test_pausing_a_worker_group_returns_once_every_process_of_it_is_stopped(tmp_path: Path) -> None:
+    """A SIGSTOP is delivered when its process next runs: pause returned at once, and on a loaded
+    machine a worker not yet stopped took and started a task of the backlog before the resume (a
+    CI run saw `resume_to_first_start_s` at -0.0143)."""
+    spin = "import os; os.fork(); os.fork()\nwhile True: pass"  # four busy processes in the group
+    group = WorkerGroup([[sys.executable, "-c", spin]], os.environ, tmp_path / "workers.log", stop_secs=1.0)
+    group.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(group._members()) < 4:
+            assert time.monotonic() < deadline, "the command did not fork"
+            time.sleep(0.05)
+        for _ in range(5):
+            group.pause()
+            assert all("stopped" in _state(pid) for pid in group._members()), [_state(p) for p in group._members()]
+            group.resume()
+    finally:
+        group.stop()
+
+
 def _state(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1].split("\n", 1)[0].lower()

@@ -9,7 +9,11 @@ also sends the command SIGTERM should the benchmark itself die
 
 `pause` and `resume` stop and continue every group (SIGSTOP, SIGCONT): a
 benchmark can start the workers, let them warm up, pause them while it
-submits a backlog and time the drain from the moment it resumes them.
+submits a backlog and time the drain from the moment it resumes them. A
+signal is delivered when its process next runs, so `pause` returns only once
+every process of the groups is seen stopped in /proc (within
+`PAUSE_WAIT_SECS`): on a busy machine a worker not yet stopped could
+otherwise take and start a task of the backlog before the resume.
 `stop` is each tool's own graceful shutdown first (SIGTERM to the command,
 which stops its children), then SIGKILL to whatever is left of the group.
 Output goes to one log file per system, shown when something fails.
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 STOP_SECS = 20.0  # for a tool's graceful shutdown, then SIGKILL
+PAUSE_WAIT_SECS = 5.0  # for every process of the groups to be seen stopped after SIGSTOP
 PR_SET_PDEATHSIG = 1
 
 
@@ -70,8 +75,20 @@ class WorkerGroup:
 
     def pause(self) -> None:
         """SIGSTOP every command's whole group: the workers keep their connections and their state,
-        and run nothing until `resume`."""
+        and run nothing until `resume`; returns once every process of them is stopped."""
         self._signal_groups(signal.SIGSTOP)
+        deadline = time.monotonic() + PAUSE_WAIT_SECS
+        while any(_state_of(pid) not in "tTZX" for pid in self._members()) and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def _members(self) -> list[int]:
+        """The processes of the groups now (each command's process group is its pid)."""
+        groups = {process.pid for process in self.processes}
+        members = []
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+            if entry.isdigit() and _group_of(int(entry)) in groups:
+                members.append(int(entry))
+        return members
 
     def resume(self) -> float:
         """SIGCONT every group paused by `pause`; time.time() just before."""
@@ -113,3 +130,22 @@ class WorkerGroup:
         except OSError:
             return ""
         return f"; its log ends with:\n{text}" if text.strip() else ""
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name (which may hold spaces): [state, ppid, pgrp, ...]."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as file:
+            return file.read().rpartition(")")[2].split()
+    except OSError:
+        return []
+
+
+def _state_of(pid: int) -> str:
+    fields = _stat_fields(pid)
+    return fields[0] if fields else "X"  # gone: as good as stopped
+
+
+def _group_of(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[2]) if len(fields) > 2 else None
