@@ -7,8 +7,10 @@ work, and writes what a pass returns; the seeded simulation
 (`tests/broker/test_pass_simulation.py`) drives the same passes with no
 sockets at all.
 
-Theory of operation. A pass takes everything pending (up to `max_requests`)
-and, with one `now`, runs each request through `dispatch.execute` — every op,
+Theory of operation. A pass takes everything pending (up to `max_requests`,
+and at most `MAX_WIDE_READS_PER_CONNECTION` reads of one connection that
+walk every queue, `MAX_WIDE_READS_PER_PASS` in all: `_take_batch`) and, with
+one `now`, runs each request through `dispatch.execute` — every op,
 long-polls included — and encodes its reply at once (the engine returns live
 objects that a later request in the same pass may change). A lease with
 `wait_secs > 0` that comes back empty is parked instead of answered;
