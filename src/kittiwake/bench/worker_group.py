@@ -78,17 +78,23 @@ class WorkerGroup:
         and run nothing until `resume`; returns once every process of them is stopped."""
         self._signal_groups(signal.SIGSTOP)
         deadline = time.monotonic() + PAUSE_WAIT_SECS
-        while any(_state_of(pid) not in "tTZX" for pid in self._members()) and time.monotonic() < deadline:
+        while any(state not in "tTZX" for state in self._states().values()) and time.monotonic() < deadline:
             time.sleep(0.005)
 
     def _members(self) -> list[int]:
         """The processes of the groups now (each command's process group is its pid)."""
+        return list(self._states())
+
+    def _states(self) -> dict[int, str]:
+        """pid -> state letter (/proc/PID/stat) of every process of the groups now."""
         groups = {process.pid for process in self.processes}
-        members = []
+        states: dict[int, str] = {}
         for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-            if entry.isdigit() and _group_of(int(entry)) in groups:
-                members.append(int(entry))
-        return members
+            if entry.isdigit():
+                fields = _stat_fields(int(entry))  # [state, ppid, pgrp, ...]
+                if len(fields) > 2 and int(fields[2]) in groups:
+                    states[int(entry)] = fields[0]
+        return states
 
     def resume(self) -> float:
         """SIGCONT every group paused by `pause`; time.time() just before."""
@@ -139,13 +145,3 @@ def _stat_fields(pid: int) -> list[str]:
             return file.read().rpartition(")")[2].split()
     except OSError:
         return []
-
-
-def _state_of(pid: int) -> str:
-    fields = _stat_fields(pid)
-    return fields[0] if fields else "X"  # gone: as good as stopped
-
-
-def _group_of(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[2]) if len(fields) > 2 else None
