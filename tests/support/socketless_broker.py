@@ -122,8 +122,11 @@ class SocketlessBroker:
 
     # ------------------------------------------------------ ConnectionHost
 
-    def admit(self, connection: Connection) -> bool:
-        return True
+    def admit(self, connection: Connection) -> str | None:
+        return None
+
+    def admit_user(self, connection: Connection, user: str) -> str | None:
+        return None
 
     def submit(self, connection: Connection, item: Request | bytes) -> None:
         self.group.submit(connection, item)

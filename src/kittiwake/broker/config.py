@@ -29,6 +29,8 @@ DEFAULT_IDLE_TIMEOUT_SECS = 600.0  # as Kafka's connections.max.idle.ms
 DEFAULT_MAX_BUFFERED_MB = 256
 COMMIT_LOG_MODES = ("on", "off")
 MAX_CHECKPOINT_SECS = 3600.0
+DEFAULT_MAX_CONNECTIONS_PER_USER = 2_500
+DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,9 @@ class BrokerConfig:
     checkpoint_secs: float = 1.0  # with the commit log: the database catches up at least this often
     max_frame: int = DEFAULT_MAX_FRAME
     max_connections: int = 10_000  # all ports together (binary, TLS, every face's)
+    # with an auth file (`connection_slots`): one user's connections; connections no user is known for, per address
+    max_connections_per_user: int = DEFAULT_MAX_CONNECTIONS_PER_USER
+    max_unauthenticated_per_address: int = DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS
     cache_mb: int = 256  # engine head cache
     head_tasks: int = 1000  # tasks per queue kept in memory ahead of leases
     sqlite_cache_mb: int = 64
@@ -71,6 +76,8 @@ class BrokerConfig:
         _check_secs("checkpoint_secs", self.checkpoint_secs, MAX_CHECKPOINT_SECS, zero_allowed=True)
         _check_int("max_frame", self.max_frame, MIN_FRAME_BYTES, MAX_FRAME_BYTES)
         _check_int("max_connections", self.max_connections, 1, 1_000_000)
+        _check_int("max_connections_per_user", self.max_connections_per_user, 0, 1_000_000)
+        _check_int("max_unauthenticated_per_address", self.max_unauthenticated_per_address, 0, 1_000_000)
         _check_int("cache_mb", self.cache_mb, 1, 1 << 20)
         _check_int("head_tasks", self.head_tasks, 1, 1_000_000)
         _check_int("sqlite_cache_mb", self.sqlite_cache_mb, 1, 1 << 20)

@@ -68,8 +68,11 @@ class ConnectionHost(Protocol):
     max_frame: int
     budget: ReadBudget
 
-    def admit(self, connection: Connection) -> bool:
-        """Count a new connection in; False when the broker is full."""
+    def admit(self, connection: Connection) -> str | None:
+        """Count a new connection in: None, else why it is refused (a cap reached)."""
+
+    def admit_user(self, connection: Connection, user: str) -> str | None:
+        """Count the connection as `user`'s once authenticated: None, else why it is refused."""
 
     def submit(self, connection: Connection, item: Request | bytes) -> None:
         """Queue a decoded request, or an already encoded error reply, for the next pass."""
@@ -116,6 +119,8 @@ class Connection(asyncio.BufferedProtocol):
         self.tls = False
         self.closed = False  # no reply can be written any more
         self.admitted = False
+        self.counted_user: str | None = None  # the user whose connections count this one
+        self._source = "-"
         self.unanswered = 0
         self.deferred: list[Request | bytes] = []  # received, not run while the output is full
         self._eof = False
@@ -137,8 +142,11 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = cast(asyncio.Transport, transport)
         self.peer = format_peer(transport.get_extra_info("peername"))
         self.tls = transport.get_extra_info("sslcontext") is not None
-        if not self.host.admit(self):
-            self.fail(errors.TooManyConnections("the broker is at its connection limit"))
+        address = transport.get_extra_info("peername")
+        self._source = str(address[0]) if isinstance(address, tuple) and address else (self.peer or "-")
+        refusal = self.host.admit(self)
+        if refusal is not None:
+            self.fail(errors.TooManyConnections(f"the broker is at its connection limit: {refusal}"))
             return
         self.admitted = True
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
@@ -290,9 +298,15 @@ class Connection(asyncio.BufferedProtocol):
 
     @property
     def source(self) -> str:
-        """The client's address without its port: what failed authentications are counted by."""
-        address = self.transport.get_extra_info("peername") if self.transport is not None else None
-        return str(address[0]) if isinstance(address, tuple) and address else (self.peer or "-")
+        """The client's address without its port: what failed authentications and connection caps count by."""
+        return self._source
+
+    def admit_user(self, user: str) -> str | None:
+        """Count this connection as `user`'s (it authenticated): None, else why the user may have no more."""
+        refusal = self.host.admit_user(self, user)
+        if refusal is None:
+            self.counted_user = user
+        return refusal
 
     def accept(self, item: Request | bytes) -> None:
         """Submit an item the session held while it checked credentials."""

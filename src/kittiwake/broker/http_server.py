@@ -182,6 +182,7 @@ class HttpConnection(asyncio.Protocol):
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server.max_head_bytes)
         self.transport: asyncio.Transport | None = None
         self.peer: str | None = None
+        self.source: str | None = None  # the peer's address without its port
         self._request: h11.Request | None = None
         self._body = bytearray()
         self._task: asyncio.Task[None] | None = None
@@ -201,7 +202,9 @@ class HttpConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         address = transport.get_extra_info("peername")
         self.peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else None
-        if not self.server.slots.take(self.loop.time(), self.server.name):
+        # counted by address for its whole life: its requests carry their credentials one by one
+        self.source = str(address[0]) if isinstance(address, tuple) and address else None
+        if self.server.slots.take(self.loop.time(), self.server.name, self.source) is not None:
             self._closing = True
             cast(asyncio.Transport, transport).write(FULL_RESPONSE)  # uvloop's does not subclass it
             transport.close()
@@ -214,7 +217,7 @@ class HttpConnection(asyncio.Protocol):
         self.server.connections.discard(self)
         if self._slot:
             self._slot = False
-            self.server.slots.give_back()
+            self.server.slots.give_back(self.source)
         if self.server.budget is not None:
             self.server.budget.forget(self)
             self._charged = False

@@ -114,7 +114,12 @@ class Broker:
         self.store: TaskStore | None = None
         self.group: GroupCommit | None = None
         self.connections: set[Connection] = set()
-        self.connection_slots = ConnectionSlots(config.max_connections)
+        guarded = config.security.auth_file is not None  # without users, caps per user or address mean nothing
+        self.connection_slots = ConnectionSlots(
+            config.max_connections,
+            per_address=config.max_unauthenticated_per_address if guarded else 0,
+            per_user=config.max_connections_per_user if guarded else 0,
+        )
         self.budget = ReadBudget(config.max_buffered_bytes, config.max_frame)
         self.timeouts = ConnectionTimeouts(
             lambda: self.connections, self.budget, config.frame_timeout_secs, config.idle_timeout_secs
@@ -327,11 +332,16 @@ class Broker:
 
     # -------------------------------------------------- connection host
 
-    def admit(self, connection: Connection) -> bool:
-        if self._stopping or not self.connection_slots.take(time.monotonic(), "binary"):
-            return False
-        self.connections.add(connection)
-        return True
+    def admit(self, connection: Connection) -> str | None:
+        if self._stopping:
+            return "the broker is stopping"
+        refusal = self.connection_slots.take(time.monotonic(), "binary", connection.source)
+        if refusal is None:
+            self.connections.add(connection)
+        return refusal
+
+    def admit_user(self, connection: Connection, user: str) -> str | None:
+        return self.connection_slots.to_user(time.monotonic(), "binary", connection.source, user)
 
     def submit(self, connection: Caller, item: Request | bytes) -> None:
         if self.group is not None and not self._stopping:
@@ -357,7 +367,7 @@ class Broker:
     def forget(self, connection: Connection) -> None:
         if connection in self.connections:
             self.connections.discard(connection)
-            self.connection_slots.give_back()
+            self.connection_slots.give_back(connection.source, connection.counted_user)
         self.budget.forget(connection)
         if self.group is not None:
             self.group.drop_connection(connection)

@@ -12,6 +12,7 @@ to submit, or None when the session kept it or closed the connection:
 | AWAITING | `auth` | the credentials go to the `Authenticator`; reading pauses | CHECKING |
 | AWAITING | anything else (garbage included) | one `UNAUTHORIZED` error frame (id 0), then close | CLOSED |
 | CHECKING | anything | held, in order, until the check ends | CHECKING |
+| CHECKING → | check passed, the user over its connection cap | `TOO_MANY_CONNECTIONS` with the auth's id, then close | CLOSED |
 | CHECKING → | check passed | `{"user"}` reply to the `auth`, held items screened as OPEN, reading resumes | OPEN |
 | CHECKING → | check failed | `UNAUTHORIZED` (or `UNAVAILABLE`: busy, try again) with the auth's id, then close | CLOSED |
 | OPEN | `auth` | `BAD_REQUEST` (already authenticated); the connection stays | OPEN |
@@ -68,6 +69,9 @@ class SessionConnection(Protocol):
 
     def hold_reading(self, hold: bool) -> None:
         """Stop (True) or restart (False) reading from the socket."""
+
+    def admit_user(self, user: str) -> str | None:
+        """Count the connection as `user`'s: None, else why the user may hold no more connections."""
 
     def fail(self, error: errors.KittiwakeError, request_id: int = 0) -> None:
         """Send one error frame and close."""
@@ -132,6 +136,10 @@ class Session:
             return
         if isinstance(outcome, errors.KittiwakeError):
             self._refuse(outcome, request_id)
+            return
+        refusal = connection.admit_user(outcome.user)
+        if refusal is not None:
+            self._refuse(errors.TooManyConnections(f"the broker is at its connection limit: {refusal}"), request_id)
             return
         self.principal = outcome
         self.state = SessionState.OPEN

@@ -38,6 +38,8 @@ from kittiwake.broker.config import (
     DEFAULT_FRAME_TIMEOUT_SECS,
     DEFAULT_IDLE_TIMEOUT_SECS,
     DEFAULT_MAX_BUFFERED_MB,
+    DEFAULT_MAX_CONNECTIONS_PER_USER,
+    DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS,
     DEFAULT_PORT,
     BrokerConfig,
 )
@@ -178,6 +180,14 @@ def build_extensions(
 @click.option("--max-connections", default=10_000, show_default=True, type=click.IntRange(1, 1_000_000),
               help="Connections of all ports together (binary, TLS, HTTP); beyond it a binary client gets "
               "TOO_MANY_CONNECTIONS and an HTTP one 503. Lowered at start to what the open-files limit allows.")
+@click.option("--max-connections-per-user", default=DEFAULT_MAX_CONNECTIONS_PER_USER, show_default=True,
+              type=click.IntRange(0, 1_000_000),
+              help="With --auth-file: connections one user may hold; beyond it the user's auth gets "
+              "TOO_MANY_CONNECTIONS. 0: no cap but --max-connections.")
+@click.option("--max-unauthenticated-per-address", default=DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS,
+              show_default=True, type=click.IntRange(0, 1_000_000),
+              help="With --auth-file: connections from one address no user is known for (binary ones before "
+              "their auth, every HTTP one); beyond it TOO_MANY_CONNECTIONS or HTTP 503. 0: no cap.")
 @click.option("--cache-mb", default=256, show_default=True, type=click.IntRange(1, 1 << 20),
               help="Memory for the heads of queues kept in memory, in MiB.")
 @click.option("--head-tasks", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
@@ -251,6 +261,8 @@ def broker(
     checkpoint_secs: float,
     max_frame: int,
     max_connections: int,
+    max_connections_per_user: int,
+    max_unauthenticated_per_address: int,
     cache_mb: int,
     head_tasks: int,
     sqlite_cache_mb: int,
@@ -293,6 +305,8 @@ def broker(
             checkpoint_secs=checkpoint_secs,
             max_frame=max_frame,
             max_connections=max_connections,
+            max_connections_per_user=max_connections_per_user,
+            max_unauthenticated_per_address=max_unauthenticated_per_address,
             cache_mb=cache_mb,
             head_tasks=head_tasks,
             sqlite_cache_mb=sqlite_cache_mb,

@@ -11,8 +11,11 @@ for reading the CA file when a TLS context is made:
   for an address with credentials; None without.
 * `auth_outcome(reply)`: nothing when the broker accepted the credentials;
   otherwise the error to raise. `UNAUTHORIZED` is final (a wrong token stays
-  wrong: no retry); `UNAVAILABLE` means the broker was busy checking other
-  credentials and the connection is retried like one that failed to open.
+  wrong: no retry); `UNAVAILABLE` (the broker was busy checking other
+  credentials) and `TOO_MANY_CONNECTIONS` (a cap: the broker's, the
+  address's or the user's) are retried like a connection that failed to
+  open, within the connect budget, so a fleet reconnecting at once spreads
+  itself out instead of failing.
 
 Every reconnect runs this again, so a connection that the broker dropped
 comes back authenticated or not at all.
@@ -80,8 +83,8 @@ def auth_outcome(address: BrokerAddress, reply: ReplyEnvelope[Any]) -> None:
     if reply.ok:
         return
     error = error_of(reply)
-    if isinstance(error, errors.Unavailable):
-        raise HandshakeRetry(f"{address}: {error.message}")
+    if isinstance(error, (errors.Unavailable, errors.TooManyConnections)):
+        raise HandshakeRetry(f"{address}: {error.code}: {error.message}")
     if isinstance(error, errors.Unauthorized):
         raise errors.Unauthorized(f"{address} refused the credentials of user {address.user!r}: {error.message}")
     raise error
