@@ -155,7 +155,7 @@ def test_wrong_sigv4_signatures_are_refused_cheaply(faced: BrokerProcess) -> Non
     try:
         for attempt in range(300):
             authorization = (f"AWS4-HMAC-SHA256 Credential={ROOT[0]}/20261127/eu-west-1/sqs/aws4_request, "
-                             f"SignedHeaders=host;x-amz-date, Signature={attempt:064x}")
+                             f"SignedHeaders=content-type;host;x-amz-date;x-amz-target, Signature={attempt:064x}")
             connection.request("POST", "/", body=b"{}", headers={
                 "Host": f"127.0.0.1:{faced.sqs_port}", "Content-Type": "application/x-amz-json-1.0",
                 "X-Amz-Target": "AmazonSQS.ListQueues", "X-Amz-Date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),

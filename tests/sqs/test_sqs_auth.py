@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import socket
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -80,15 +81,19 @@ def sha256_hex(data: bytes) -> str:
 
 def test_a_body_swapped_under_a_declared_payload_hash_is_refused() -> None:
     original = b'{"QueueNamePrefix": "alice"}'
-    request = signed(ALICE_SECRET, body=original)
+    request = signed(ALICE_SECRET, body=original, extra_headers={"X-Amz-Content-SHA256": sha256_hex(original)})
     sigv4.verify(request, sigv4.parse(request), ALICE_SECRET)
-    # the signature covers the body's hash; a header naming the old body's hash must not stand in for it
-    request.headers["x-amz-content-sha256"] = sha256_hex(original)
-    sigv4.verify(request, sigv4.parse(request), ALICE_SECRET)  # still the body it names: accepted
+    # the signature covers the body's hash; a signed header naming the old body's hash must not stand in for it
     request.body = b'{"QueueNamePrefix": "bob--"}'
     with pytest.raises(SqsError) as swapped:
         sigv4.verify(request, sigv4.parse(request), ALICE_SECRET)
     assert (swapped.value.shape, swapped.value.status) == ("XAmzContentSHA256Mismatch", 400)
+    # nor one added after signing, even naming the body that came: an X-Amz-* header must be signed
+    unsigned = signed(ALICE_SECRET, body=original)
+    unsigned.headers["x-amz-content-sha256"] = sha256_hex(original)
+    with pytest.raises(SqsError) as added:
+        sigv4.verify(unsigned, sigv4.parse(unsigned), ALICE_SECRET)
+    assert (added.value.shape, added.value.status) == ("IncompleteSignature", 403)
 
 
 def test_a_signed_payload_hash_must_be_the_bodys() -> None:
@@ -186,12 +191,78 @@ def test_a_captured_request_replayed_with_another_body_is_refused(auth_broker: B
             connection.close()
 
     assert post(captured, forged) == (403, "com.amazonaws.sqs#SignatureDoesNotMatch")
+    # a payload hash added after signing is not signed: refused before it is compared with anything
     assert post({**captured, "X-Amz-Content-SHA256": sha256_hex(body)}, forged) == (
-        400, "com.amazonaws.sqs#XAmzContentSHA256Mismatch")
-    assert post({**captured, "X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"}, forged)[0] == 400
+        403, "com.amazonaws.sqs#IncompleteSignature")
+    assert post({**captured, "X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"}, forged) == (
+        403, "com.amazonaws.sqs#IncompleteSignature")
     assert post(captured, body) == (200, "")  # the request as it was signed: accepted
     received = alice.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
     assert [message["Body"] for message in received["Messages"]] == ["pay 10"]
+
+
+class HeadersLeftOut(SigV4Auth):
+    """A signer that leaves some headers out of SignedHeaders, as a hand-made client might."""
+
+    def __init__(self, left_out: tuple[str, ...]) -> None:
+        super().__init__(Credentials("alice", ALICE_SECRET), "sqs", "eu-west-1")
+        self.left_out = left_out
+
+    def headers_to_sign(self, request: AWSRequest) -> Any:
+        headers = super().headers_to_sign(request)
+        for name in self.left_out:
+            del headers[name]
+        return headers
+
+
+def raw_post(broker: BrokerProcess, headers: dict[str, str], body: bytes) -> tuple[int, str]:
+    """POST / over a socket of its own: (status, the error's __type or "")."""
+    host, port = broker.sqs_endpoint.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("POST", "/", body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"{}").get("__type", "")
+    finally:
+        connection.close()
+
+
+def test_a_captured_request_replayed_as_another_action_is_refused(auth_broker: BrokerProcess) -> None:
+    # X-Amz-Target chooses the action and the body is the same for GetQueueUrl and CreateQueue: a signature
+    # that did not cover it would let whoever saw the request create the queue (or delete or purge one)
+    alice = client(auth_broker, "alice", ALICE_SECRET)
+    body = json.dumps({"QueueName": "alice-replayed"}).encode()
+    incomplete = (403, "com.amazonaws.sqs#IncompleteSignature")
+    for left_out in (("X-Amz-Target",), ("Content-Type",), ("X-Amz-Target", "Content-Type")):
+        request = AWSRequest(method="POST", url=auth_broker.sqs_endpoint + "/", data=body, headers={
+            "Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.GetQueueUrl"})
+        HeadersLeftOut(left_out).add_auth(request)
+        captured = dict(request.headers.items())
+        signed_headers = captured["Authorization"].split("SignedHeaders=")[1].split(",")[0].split(";")
+        assert not {name.lower() for name in left_out} & set(signed_headers), signed_headers
+        assert raw_post(auth_broker, captured, body) == incomplete, left_out
+        assert raw_post(auth_broker, {**captured, "X-Amz-Target": "AmazonSQS.CreateQueue"}, body) == incomplete
+    assert error_code(lambda: alice.get_queue_url(QueueName="alice-replayed")) == "AWS.SimpleQueueService.NonExistentQueue"
+
+    # every X-Amz-* header must be signed, but the session token AWS lets some services take unsigned
+    request = AWSRequest(method="POST", url=auth_broker.sqs_endpoint + "/", data=b"{}", headers={
+        "Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"})
+    SigV4Auth(Credentials("alice", ALICE_SECRET), "sqs", "eu-west-1").add_auth(request)
+    complete = dict(request.headers.items())
+    assert raw_post(auth_broker, complete, b"{}") == (200, "")
+    assert raw_post(auth_broker, {**complete, "X-Amz-Something": "added"}, b"{}") == incomplete
+    assert raw_post(auth_broker, {**complete, "X-Amz-Security-Token": "added"}, b"{}") == (200, "")
+
+    # a large body is refused from the head alone when the head is not signed whole
+    request = AWSRequest(method="POST", url=auth_broker.sqs_endpoint + "/", data=b"{}", headers={
+        "Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.SendMessage"})
+    HeadersLeftOut(("X-Amz-Target",)).add_auth(request)
+    head = "".join(f"{name}: {value}\r\n" for name, value in request.headers.items() if name.lower() != "content-length")
+    host, port = auth_broker.sqs_endpoint.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"POST / HTTP/1.1\r\nHost: {host}:{port}\r\n{head}Content-Length: 200000\r\n\r\n".encode())
+        answer = sock.recv(65536)  # the body is never sent
+    assert answer.startswith(b"HTTP/1.1 403 ") and b"IncompleteSignature" in answer, answer[:300]
 
 
 def test_a_right_on_an_sqs_name_alone_reaches_none_of_the_queues_behind_it(tmp_path: Path) -> None:

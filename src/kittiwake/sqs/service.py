@@ -12,16 +12,18 @@ the access key id a request was signed with is only read (it becomes the
 message's SenderId, and the region of its credential scope goes into queue
 ARNs), so anyone who reaches the SQS port can use every queue — keep it on
 loopback (the default host) or a trusted network. With an auth file every
-request must be signed (`sigv4`), its body included, by a user holding an
-SQS secret (`kittiwake auth sqs-secret USER`): access key id = the user
-name, secret access key = that secret. The auth file keeps only a hash of
+request must be signed (`sigv4`), its body and the headers that say what it
+does (`X-Amz-Target`, `Content-Type`) included, by a user holding an SQS
+secret (`kittiwake auth sqs-secret USER`): access key id = the user name,
+secret access key = that secret. The auth file keeps only a hash of
 each user's token, and SigV4 needs the secret itself to check a signature,
 which is why the SQS API has its own secret. The user's rights apply to the
 SQS queue names (`context.require`), and a dead-letter queue is written only
 with the produce right of the user who set the RedrivePolicy (`redrive`).
 
 Requests in the older query protocol (form-encoded `Action=…`, boto3 before
-1.34.90) are answered with an error naming the JSON protocol.
+1.34.90) are answered with an error naming the JSON protocol, whatever their
+signature: only `X-Amz-Target` selects an action, never the body.
 """
 
 from __future__ import annotations
@@ -117,11 +119,13 @@ class SqsService:
 
     def check_head(self, request: HttpRequest) -> HttpResponse | None:
         """Before a large body is read: with an auth file, the request must be signed by a user who
-        holds an SQS secret (the signature itself covers the body, so it is checked once that arrived)."""
+        holds an SQS secret, over the headers a signature must cover (the signature itself covers the
+        body, so it is checked once that arrived)."""
         if self.authenticator is None:
             return None
         try:
             signature = sigv4.parse(request)
+            sigv4.require_covered(request, signature)
             if self.authenticator.sqs_credentials(signature.access_key) is None:
                 raise sqs_errors.SqsError("InvalidClientTokenId", "The security token included in the request is invalid.",
                                           status=403)

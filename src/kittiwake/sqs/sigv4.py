@@ -15,10 +15,18 @@ An `X-Amz-Content-Sha256` header is only compared with that hash, and
 refused when it differs (`XAmzContentSHA256Mismatch`, 400) — which includes
 `UNSIGNED-PAYLOAD` and the streaming forms: every body must be signed.
 
+The headers must be signed too, as AWS requires (`require_covered`): Host,
+Content-Type when sent, and every `X-Amz-*` header sent — `X-Amz-Target`
+names the action, so a signature that left it out could be replayed, within
+its time window, as another action on the same body. The one exception is
+`X-Amz-Security-Token`, which AWS lets some services take outside the
+signature and which this API never reads. botocore signs all of these.
+
 What is refused, as SQS words it: no or a malformed Authorization header
-(`MissingAuthenticationToken`, `IncompleteSignature`), a request dated more
-than `MAX_SKEW_SECS` away from the broker's clock (`RequestTimeTooSkewed`),
-a declared payload hash that is not the body's (`XAmzContentSHA256Mismatch`),
+(`MissingAuthenticationToken`, `IncompleteSignature`), a header that must be
+signed and is not (`IncompleteSignature`, 403), a request dated more than
+`MAX_SKEW_SECS` away from the broker's clock (`RequestTimeTooSkewed`), a
+declared payload hash that is not the body's (`XAmzContentSHA256Mismatch`),
 a signature that does not match (`SignatureDoesNotMatch`). Presigned URLs
 (the signature in the query string) are not accepted.
 """
@@ -43,6 +51,9 @@ _AUTHORIZATION_RE = re.compile(
     r"SignedHeaders=([a-z0-9;\-]+)\s*,\s*Signature=([0-9a-f]{64})\s*$"
 )
 _CREDENTIAL_RE = re.compile(r"Credential=([^/,\s]+)/[^/]*/([^/,\s]+)/")
+# x-amz-* headers a request may carry unsigned: AWS lets some services take a session token added after
+# signing, and this API reads none (every other x-amz-* header, X-Amz-Target among them, must be signed)
+UNSIGNED_AMZ_HEADERS = frozenset({"x-amz-security-token"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +96,9 @@ def verify(request: HttpRequest, signature: Signature, secret: str, now: float |
     if abs((time.time() if now is None else now) - stamp) > MAX_SKEW_SECS:
         raise SqsError("RequestTimeTooSkewed", "Signature expired: the request's X-Amz-Date is more than "
                        f"{MAX_SKEW_SECS // 60} minutes away from the server's clock", status=403)
-    if not amz_date.startswith(signature.date) or "host" not in signature.signed_headers:
-        raise SqsError("IncompleteSignature", "the credential's date must be X-Amz-Date's, and Host signed", status=403)
+    if not amz_date.startswith(signature.date):
+        raise SqsError("IncompleteSignature", "the credential's date must be X-Amz-Date's", status=403)
+    require_covered(request, signature)
     payload = hashlib.sha256(request.body).hexdigest()
     declared = request.headers.get("x-amz-content-sha256")
     if declared is not None and declared.strip() != payload:
@@ -100,6 +112,18 @@ def verify(request: HttpRequest, signature: Signature, secret: str, now: float |
     if not hmac.compare_digest(expected, signature.signature):
         raise SqsError("SignatureDoesNotMatch", "The request signature we calculated does not match the signature "
                        "you provided. Check your AWS Secret Access Key and signing method.", status=403)
+
+
+def require_covered(request: HttpRequest, signature: Signature) -> None:
+    """IncompleteSignature (403) unless SignedHeaders list Host, Content-Type when the request has one, and
+    every X-Amz-* header it has (`UNSIGNED_AMZ_HEADERS` aside): what is not signed could be changed."""
+    required = {"host"} | {name for name in request.headers if name == "content-type"
+                           or (name.startswith("x-amz-") and name not in UNSIGNED_AMZ_HEADERS)}
+    unsigned = sorted(required.difference(signature.signed_headers))
+    if unsigned:
+        raise SqsError("IncompleteSignature", "There were headers present in the request which were not signed: "
+                       f"{', '.join(unsigned)[:300]} (SignedHeaders must list Host, Content-Type and every "
+                       "X-Amz-* header sent)", status=403)
 
 
 def canonical_request(request: HttpRequest, signed_headers: tuple[str, ...], payload_sha256: str) -> str:
