@@ -100,6 +100,29 @@ def test_a_body_over_the_limit_gets_413_before_it_is_read() -> None:
     serve(test)
 
 
+def test_a_head_check_that_answers_later_lets_the_body_in_or_refuses_it() -> None:
+    async def check(request: HttpRequest) -> HttpResponse | None:
+        verdict = request.headers.get("x-verdict")
+        await asyncio.sleep(5 if verdict == "slow" else 0.05)  # as a key derivation would take
+        if verdict == "bug":
+            raise RuntimeError("a bug in a head check")
+        return None if verdict == "ok" else HttpResponse(401, b"show valid credentials")
+
+    def chunked(verdict: str) -> bytes:  # a chunked body is always checked first
+        return (f"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nX-Verdict: {verdict}\r\n\r\n"
+                "5\r\nhello\r\n0\r\n\r\n").encode()
+
+    async def test(port: int, server: HttpServer) -> None:
+        let_in = await exchange(port, chunked("ok") + request("/"))  # then the connection serves the next
+        assert let_in.startswith(b"HTTP/1.1 200") and b"POST /  5" in let_in and let_in.count(b"HTTP/1.1 200") == 2
+        assert (await exchange(port, chunked("no"))).startswith(b"HTTP/1.1 401")
+        assert (await exchange(port, chunked("bug"))).startswith(b"HTTP/1.1 500")
+        assert (await exchange(port, chunked("slow"))).startswith(b"HTTP/1.1 408")  # within the request's time
+        assert server.handler_errors == 1
+
+    serve(test, check_head=check, request_timeout_secs=0.5)  # type: ignore[arg-type]
+
+
 def test_a_head_over_the_limit_gets_431_and_garbage_gets_400() -> None:
     async def test(port: int, server: HttpServer) -> None:
         big = request(extra="X-Big: " + "a" * 5000 + "\r\n")

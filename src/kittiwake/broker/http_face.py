@@ -6,13 +6,15 @@ connection cap, bodies are charged to its read budget as they arrive, and
 only the allowed `Host` names are answered (`http_hosts`). A subclass says
 what it serves: `install(host, routes)` adds its routes (and starts its
 upkeep), `halt()` stops that upkeep when the broker stops accepting,
-`check_head(request)` may refuse a large body from its head alone, and
+`check_head(request)` may refuse a large body from its head alone (at once,
+or later: an awaitable, while the body waits unread), and
 `exposure_warnings` says what an operator should know at start.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Awaitable
 
 from kittiwake.broker.faces import Exposure, Host
 from kittiwake.broker.http_hosts import HostNames
@@ -44,8 +46,9 @@ class HttpFace:
     def halt(self) -> None:
         """Stop this face's upkeep (the broker stops accepting)."""
 
-    def check_head(self, request: HttpRequest) -> HttpResponse | None:
-        """A refusal of a request whose large body has not been read yet; None lets it come."""
+    def check_head(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse | None] | None:
+        """A refusal of a request whose large body has not been read yet; None lets it come; an awaitable
+        of either answers later."""
         return None
 
     async def start(self, host: Host) -> int:

@@ -20,6 +20,10 @@ What the server promises, whatever a client sends:
   gets 413 (at once when Content-Length says so), bytes that are not HTTP/1.1
   get 400, a path no route takes gets 404; each closes the connection but
   the 404, which is an ordinary answer;
+* a body over `CHECKED_BODY_BYTES` (or chunked) is read only once the face's
+  `check_head` let its head through; a check may answer later (credentials
+  that need a key derivation), and until it does the connection reads
+  nothing more: what came with the head waits in h11's buffer, unread;
 * a connection that ends (EOF) or breaks while its handler runs cancels the
   handler: nobody is left to read the answer (a long poll stops waiting);
 * a request must arrive whole within `request_timeout_secs` of its first
@@ -89,7 +93,8 @@ class HttpResponse:
 
 
 Handler = Callable[[HttpRequest], Awaitable[HttpResponse]]
-HeadCheck = Callable[[HttpRequest], "HttpResponse | None"]  # a request with its body still to come (empty)
+# a request with its body still to come (empty) -> a refusal, None to read the body, or an awaitable of either
+HeadCheck = Callable[[HttpRequest], "HttpResponse | None | Awaitable[HttpResponse | None]"]
 
 
 def text_response(status: int, text: str) -> HttpResponse:
@@ -194,6 +199,7 @@ class HttpConnection(asyncio.Protocol):
         self._held_for_budget = False
         self._held_for_handler = False  # bytes pipelined behind a running handler fill a head
         self._held_for_output = False  # the transport's write buffer is over its high-water mark
+        self._held_for_check = False  # a head check runs (in `_task`): its body is not read before it says so
         self._body_bytes = 0  # announced by Content-Length; 0 when unknown
 
     # ------------------------------------------------------------- asyncio
@@ -262,7 +268,7 @@ class HttpConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if self._held_for_budget or self._held_for_handler or self._held_for_output:
+        if self._held_for_budget or self._held_for_handler or self._held_for_output or self._held_for_check:
             transport.pause_reading()
         else:
             transport.resume_reading()
@@ -331,10 +337,13 @@ class HttpConnection(asyncio.Protocol):
                     self._fail(413, f"the body is over {self.server.max_body_bytes} bytes")
                     return
                 refusal = self._check_head(event, length)
-                if refusal is not None:
-                    self._disarm()
-                    self._respond(refusal, close=True)
-                    self.close()
+                if isinstance(refusal, HttpResponse):
+                    self._refuse_head(refusal)
+                    return
+                if refusal is not None:  # the check answers later: the body waits, unread, until it does
+                    self._held_for_check = True
+                    self._set_reading()
+                    self._task = self.loop.create_task(self._await_head_check(refusal, length or 0))
                     return
                 self._body_bytes = length or 0
             elif isinstance(event, h11.Data):
@@ -352,9 +361,9 @@ class HttpConnection(asyncio.Protocol):
                 self.close()
                 return
 
-    def _check_head(self, event: h11.Request, length: int | None) -> HttpResponse | None:
+    def _check_head(self, event: h11.Request, length: int | None) -> HttpResponse | Awaitable[HttpResponse | None] | None:
         """A refusal of a request from its head alone: a host name not served, or a large body the face
-        will not take from this client."""
+        will not take from this client (or an awaitable of that refusal or None)."""
         headers = _headers(event)
         host_names = self.server.host_names
         if host_names is not None and not host_names.allows(headers.get("host")):
@@ -364,6 +373,37 @@ class HttpConnection(asyncio.Protocol):
         if check is not None and (chunked or (length or 0) > CHECKED_BODY_BYTES):
             return check(self._request_of(event, headers, b""))
         return None
+
+    async def _await_head_check(self, check: Awaitable[HttpResponse | None], body_bytes: int) -> None:
+        try:
+            refusal = await check
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.server.handler_errors += 1
+            log.exception("HTTP head check for %s failed", self.peer)
+            refusal = text_response(500, "internal error")
+        self._task = None
+        self._held_for_check = False
+        if self._closing:
+            return
+        try:
+            if refusal is not None:
+                self._refuse_head(refusal)
+                return
+            self._body_bytes = body_bytes
+            self._held_for_handler = False
+            self._set_reading()
+            self._events()  # the body, now let through
+            self._charge()
+        except Exception:  # as in data_received: one connection must never take the broker down
+            log.exception("HTTP connection %s failed", self.peer)
+            self.abort()
+
+    def _refuse_head(self, refusal: HttpResponse) -> None:
+        self._disarm()
+        self._respond(refusal, close=True)
+        self.close()
 
     def _request_of(self, event: h11.Request, headers: dict[str, str], body: bytes) -> HttpRequest:
         target = event.target.decode("latin-1")
@@ -528,8 +568,11 @@ class HttpConnection(asyncio.Protocol):
 
     def _slow(self) -> None:
         self._timer = None
-        if self._task is None:
-            self._fail(408, f"the request did not arrive whole within {self.server.request_timeout_secs:g} s")
+        if self._task is not None and self._held_for_check:
+            self._task.cancel()  # a head check that takes this long: the request is not let in
+        elif self._task is not None:
+            return  # a handler runs: the request arrived whole
+        self._fail(408, f"the request did not arrive whole within {self.server.request_timeout_secs:g} s")
 
 
 def _headers(request: h11.Request) -> dict[str, str]:
