@@ -6,7 +6,8 @@
 * one budget of request bytes held while they arrive: HTTP bodies count in
   it as binary frames do, so many connections sending most of a large body
   cannot raise the broker's memory past it; with an auth file, a client
-  showing no credentials is refused a large body before it is read;
+  showing no credentials, or credentials that are not valid, is refused a
+  large body before it is read;
 * the HTTP ports answer only their own host names (DNS rebinding);
 * the start-up warnings name every face that listens beyond the loopback.
 """
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import resource
 import socket
 import time
@@ -22,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from kittiwake import Client
-from support.auth_users import standard_auth_file
+from support.auth_users import ALICE, standard_auth_file
 from support.broker_process import BrokerProcess, RawConnection
+from support.http_api import basic, call
 
 OPEN_FILES = 256
 
@@ -155,6 +158,37 @@ def test_with_auth_a_large_body_without_credentials_is_refused_before_it_is_read
             )
             answer = sock.recv(65536)  # before the rest of the body was ever sent
         assert answer.split(b" ", 2)[1] in (b"401", b"403"), answer[:200]
+
+
+def test_with_auth_the_dashboard_reads_a_large_body_only_from_valid_credentials(tmp_path: Path) -> None:
+    users = standard_auth_file(tmp_path / "users.json")
+    with BrokerProcess(tmp_path / "data", auth_file=users, extra_args=["--http-port", "0"]) as broker:
+        assert broker.http_port is not None
+        with Client(broker.client_url(*ALICE)) as alice:
+            alice.enqueue("alice.jobs", b"1", pid="by-cookie")
+            alice.enqueue("alice.jobs", b"2", pid="by-token")
+        status, headers, _ = call(broker, "POST", "/api/session", {"user": ALICE[0], "token": ALICE[1]})
+        assert status == 200
+        session = headers["set-cookie"].split(";", 1)[0]
+        # credentials that are there but not valid: each is refused from the head, the body never sent
+        for shown in (f"Cookie: {session[:-4]}xxxx", "Cookie: theme=dark", "Cookie: kw_session=",
+                      "Authorization: " + basic(ALICE[0], "not-alices-token-0123456789")["Authorization"],
+                      "Authorization: " + basic("nobody", ALICE[1])["Authorization"],
+                      "Authorization: Bearer no-colon", "Authorization: Digest x"):
+            with socket.create_connection((broker.host, broker.http_port), timeout=10) as sock:
+                sock.sendall(
+                    b"POST /api/queue/cancel HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    + shown.encode() + b"\r\nContent-Length: 200000\r\n\r\n" + b"x" * 1000
+                )
+                answer = sock.recv(65536)  # before the rest of the body was ever sent
+            head, _, text = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 401 "), (shown, answer[:300])
+            assert json.loads(text)["error"]["code"] == "UNAUTHORIZED", (shown, text)
+        # valid ones, a session's cookie or a user's token: the large body is read and acted on
+        for pid, shown_headers in (("by-cookie", {"Cookie": session}), ("by-token", basic(*ALICE))):
+            padded = {"queue": "alice.jobs", "pids": [pid], "padding": "x" * 100_000}
+            status, _, result = call(broker, "POST", "/api/queue/cancel", padded, shown_headers)
+            assert (status, result.get("cancelled")) == (200, 1), (pid, status, result)
 
 
 @pytest.mark.parametrize("face", ["--sqs-port", "--http-port"])

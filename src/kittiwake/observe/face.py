@@ -5,12 +5,17 @@ It owns its settings: how many queues get series of their own in `/metrics`
 (`metrics_queue_series`), the host names it answers to, and on a cluster node
 the source of its cluster page (`cluster`, `cluster_view.ClusterSource`). Requests to it are
 small JSON (a login, an action on some tasks), so a body is capped at
-`MAX_BODY_BYTES`; with an auth file, a body over the head check's size from a
-client that shows no credentials at all (no cookie, no `Authorization`) is
-refused before it is read.
+`MAX_BODY_BYTES`; with an auth file, a body over the head check's size is
+read only from a client whose credentials are valid — a live session cookie
+or an `Authorization` the broker's `Authenticator` accepts, checked as any
+request's (`http_json.HttpAuth.principal`) — and refused with 401
+`UNAUTHORIZED` (503 `UNAVAILABLE` when the broker is too busy checking
+credentials) before it is read.
 """
 
 from __future__ import annotations
+
+from typing import Awaitable
 
 from kittiwake import errors
 from kittiwake.broker.faces import Host
@@ -41,12 +46,10 @@ class ObserveFace(HttpFace):
         self.metrics_queue_series = metrics_queue_series
         self.cluster = cluster
         self.observer: Observer | None = None
-        self._auth = False
 
     async def install(self, host: Host, routes: Routes) -> None:
         self.observer = Observer(host, self.metrics_queue_series, self.cluster)
         self.observer.install(routes)
-        self._auth = host.authenticator is not None
 
     def halt(self) -> None:
         if self.observer is not None:
@@ -57,7 +60,18 @@ class ObserveFace(HttpFace):
         if self.cluster is not None:
             await self.cluster.close()
 
-    def check_head(self, request: HttpRequest) -> HttpResponse | None:
-        if self._auth and "authorization" not in request.headers and "cookie" not in request.headers:
-            return error_response(errors.Unauthorized("log in before sending a body of this size"))
+    def check_head(self, request: HttpRequest) -> Awaitable[HttpResponse | None] | None:
+        if self.observer is None or not self.observer.auth.enabled:
+            return None
+        return self._check_credentials(request)
+
+    async def _check_credentials(self, request: HttpRequest) -> HttpResponse | None:
+        """None when the request's credentials are valid; else the refusal, before its body is read."""
+        assert self.observer is not None
+        try:
+            await self.observer.auth.principal(request)
+        except errors.Unauthorized as exc:
+            return error_response(errors.Unauthorized(f"log in before sending a body of this size: {exc.message}"))
+        except errors.KittiwakeError as exc:
+            return error_response(exc)
         return None
