@@ -265,6 +265,19 @@ def test_a_captured_request_replayed_as_another_action_is_refused(auth_broker: B
     assert answer.startswith(b"HTTP/1.1 403 ") and b"IncompleteSignature" in answer, answer[:300]
 
 
+def test_the_signature_is_checked_before_the_body_is_parsed(auth_broker: BrokerProcess) -> None:
+    # a client without credentials learns nothing from the body's shape, and costs no JSON parse
+    garbage = b"{" * 100_000
+    json_headers = {"Content-Type": "application/x-amz-json-1.0", "X-Amz-Target": "AmazonSQS.ListQueues"}
+    assert raw_post(auth_broker, json_headers, garbage) == (403, "com.amazonaws.sqs#MissingAuthenticationToken")
+    request = AWSRequest(method="POST", url=auth_broker.sqs_endpoint + "/", data=garbage, headers=json_headers)
+    SigV4Auth(Credentials("alice", "not-" + ALICE_SECRET), "sqs", "eu-west-1").add_auth(request)
+    assert raw_post(auth_broker, dict(request.headers.items()), garbage) == (403, "com.amazonaws.sqs#SignatureDoesNotMatch")
+    request = AWSRequest(method="POST", url=auth_broker.sqs_endpoint + "/", data=garbage, headers=json_headers)
+    SigV4Auth(Credentials("alice", ALICE_SECRET), "sqs", "eu-west-1").add_auth(request)
+    assert raw_post(auth_broker, dict(request.headers.items()), garbage) == (400, "com.amazonaws.sqs#SerializationException")
+
+
 def test_a_right_on_an_sqs_name_alone_reaches_none_of_the_queues_behind_it(tmp_path: Path) -> None:
     # carol's grants name `shared` and `jobs.fifo` only, which on the binary port do not cover bob's
     # `shared.delayed` or `jobs.fifo/…`; through SQS she could count, receive, delete and purge them

@@ -100,8 +100,8 @@ class SqsService:
 
     async def handle(self, request: HttpRequest) -> HttpResponse:
         try:
-            action, params = _parse(request)
             ctx = self._context(request)  # with an auth file: the signature is checked first of all
+            action, params = _parse(request)
             handler = self.handlers.get(action)
             if handler is None:
                 raise sqs_errors.unknown_operation(action)
