@@ -72,7 +72,7 @@ log = logging.getLogger("kittiwake.worker.runner")
 
 REPLY_TO_REFUSED = "REPLY_TO_REFUSED"  # the dead-letter reason of a task asking for its result elsewhere
 
-SANDBOX_START_SECS = 60.0
+SANDBOX_START_SECS = 120.0  # a sandbox child that has not imported the app by then is killed (WORKER_LOST)
 SANDBOX_EXIT_WAIT_SECS = 1.0  # a child whose pipe closed is exiting: how long to wait to learn how
 
 
@@ -96,9 +96,6 @@ def remote_error(error: BaseException, reason: str = "ERROR") -> RemoteError:
 
 class TimedOut(Exception):
     """The run took longer than the task's timeout and was killed."""
-
-
-SANDBOX_START_SECS = 120.0
 
 
 class Sandbox:
