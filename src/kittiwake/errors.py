@@ -170,6 +170,15 @@ class StoreInUse(KittiwakeError):
     code = "STORE_IN_USE"
 
 
+class SchemaTooNew(KittiwakeError):
+    """The store's schema was written by a newer Kittiwake than this one (its version is above the
+    one this code knows), so opening it was refused and nothing was changed: upgrade Kittiwake.
+    Raised when the SQLite or PostgreSQL store opens (a broker starting, `kittiwake migrate`,
+    `kittiwake copy`); the message names the store and both versions. Code SCHEMA_TOO_NEW."""
+
+    code = "SCHEMA_TOO_NEW"
+
+
 class ClusterIdentity(KittiwakeError):
     """The store belongs to another cluster node than the broker starting on it (or to a node while
     the broker is none, or to no node while it holds tasks whose ids name no node), so the broker

@@ -7,7 +7,8 @@ HOST:PORT [tls_port=N] [udp_port=N] [sqs_port=N] [http_port=N] [plaintext=off] a
 durability=MODE` —
 and logs to stderr. HOST:PORT is the plaintext port, or the TLS port when
 the plaintext port is off. A store that cannot be opened (a server down, a bad
-URL, a schema of a newer version) is one line on stderr and exit status 1.
+URL, a schema of a newer version: SCHEMA_TOO_NEW) is one line on stderr and exit status
+1; a Kittiwake error's line carries its code (`cannot start: CODE: message`).
 
 This is the composition root of a broker process: the broker itself names no
 face, so the options of each face (`--udp-port`, `--sqs-port`, `--http-port`
@@ -324,13 +325,14 @@ def broker(
         raise click.BadParameter(str(exc)) from None
     try:
         status = run_broker(config, faces, extensions)
-    except (OSError, errors.StorageFailure, errors.ClusterIdentity, ValueError) as exc:  # the port is taken, a bad auth file or data directory, ...
+    # the port is taken, a bad auth file or data directory, a store of a newer schema, ...
+    except (OSError, errors.StorageFailure, errors.ClusterIdentity, errors.SchemaTooNew, ValueError) as exc:
         from kittiwake.store.faults import diagnose_directory
 
         location = config.store_location
         fault = diagnose_directory(location.target) if location.kind == "sqlite" else None
         why = f" ({location.target}: {fault.value})" if fault is not None else ""
-        what = exc.message if isinstance(exc, errors.KittiwakeError) else exc
+        what = f"{exc.code}: {exc.message}" if isinstance(exc, errors.KittiwakeError) else exc
         click.echo(f"kittiwake broker: cannot start: {what}{why}", err=True)
         sys.exit(1)
     sys.exit(status)

@@ -4,8 +4,9 @@ Shows a progress bar of tasks copied, then the tasks of each queue in the
 source and in the target (they must match), or with --json
 {"from", "to", "rows": {table: n}, "queues": {queue: n}}. A bad URL is a
 usage error (exit status 2); a store that cannot be opened or that a broker
-serves, a missing source, a non-empty target or counts that differ are one
-line on stderr and exit status 1.
+serves, a store whose schema a newer Kittiwake wrote (`error SCHEMA_TOO_NEW: …`),
+a missing source, a non-empty target or counts that differ are one line on
+stderr and exit status 1.
 """
 
 from __future__ import annotations

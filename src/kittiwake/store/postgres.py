@@ -67,7 +67,7 @@ with claims). Then:
 Schema. `schema_version` holds the version. Opening a store at an older
 version upgrades it in one transaction under an advisory lock (so two
 brokers starting at once do not both migrate); a newer version is refused
-with `SchemaVersionError`.
+with `errors.SchemaTooNew`.
 
 Failures. Every error of psycopg or the server leaves as
 `errors.StorageFailure` naming its fault (`classify`); a failed commit's
@@ -94,6 +94,7 @@ from kittiwake.engine.mutations import (
     SetWaiting,
 )
 from kittiwake.engine.storage import QueueReload, QueueSummary, Recovery
+from kittiwake import errors
 from kittiwake.errors import StorageFailure, StorageFault
 from kittiwake.model import Task
 from kittiwake.store import postgres_statements as sql
@@ -129,10 +130,6 @@ _BY_SQLSTATE = {
     "40P01": StorageFault.CONFLICT,  # deadlock_detected: between brokers sharing the schema
     "55P03": StorageFault.CONFLICT,  # lock_not_available: lock_timeout passed
 }
-
-
-class SchemaVersionError(ValueError):
-    """The schema was written by a newer Kittiwake than this one."""
 
 
 def classify(error: BaseException) -> StorageFault:
@@ -311,7 +308,7 @@ class PostgresStore:
             row = db.execute(sql.LOAD_VERSION).fetchone()
             version = row[0] if row is not None else 0
             if version > sql.SCHEMA_VERSION:
-                raise SchemaVersionError(
+                raise errors.SchemaTooNew(
                     f"schema {self.schema!r} has version {version}; this Kittiwake knows up to "
                     f"{sql.SCHEMA_VERSION}: upgrade Kittiwake"
                 )

@@ -56,6 +56,10 @@ above the stores sees `sqlite3`.
 One opener. A store opened with a `holder` (as `location.open_store` opens
 it for a broker, a copy or a migrate) locks its directory until `close()`
 (`directory_lock`): a second such opener is refused with `DirectoryInUse`.
+
+Schema. `PRAGMA user_version` holds the version. Opening a store at an older
+version upgrades it in one transaction; a newer version (written by a newer
+Kittiwake) is refused with `errors.SchemaTooNew`, and nothing is changed.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ from kittiwake.store import statements as sql
 from kittiwake.store.coalesce import coalesce
 from kittiwake.store.directory_lock import DirectoryLock, lock_directory
 from kittiwake.store.durable_directory import make_durable_directory
+from kittiwake import errors
 from kittiwake.errors import StorageFailure
 from kittiwake.store.faults import storage_failure
 from kittiwake.store.rows import encode_headers as _encode_headers
@@ -189,7 +194,10 @@ class SqliteStore:
         db = self._db
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > sql.SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path} has schema version {version}; this Kittiwake knows up to {sql.SCHEMA_VERSION}")
+            raise errors.SchemaTooNew(
+                f"{self.path} has schema version {version}; this Kittiwake knows up to {sql.SCHEMA_VERSION}: "
+                "upgrade Kittiwake"
+            )
         if version == sql.SCHEMA_VERSION:
             return
         db.execute("BEGIN IMMEDIATE")
