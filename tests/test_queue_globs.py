@@ -89,3 +89,31 @@ def test_a_pattern_said_to_match_every_name_from_a_prefix_matches_each(pattern: 
 ])
 def test_matches_every_name_from(pattern: str, prefix: str, expected: bool) -> None:
     assert compile_pattern(pattern).matches_every_name_from(prefix) is expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(ALPHABET + "*?", min_size=1, max_size=8), st.text(ALPHABET, max_size=6),
+       st.lists(st.text(ALPHABET, max_size=8), min_size=1, max_size=20))
+def test_first_name_from_never_jumps_over_a_match(pattern: str, start: str, names: list[str]) -> None:
+    # sound: a search over sorted names jumps to the bound, so no match at or after `start` lies before it
+    compiled = compile_pattern(pattern)
+    bound = compiled.first_name_from(start)
+    for name in names + [start]:
+        if name >= start and compiled.matches(name):
+            assert bound is not None and start <= bound <= name, (pattern, start, bound, name)
+
+
+@pytest.mark.parametrize("pattern, start, bound", [
+    ("alice.*", "", "alice."),  # before the lead: jump to it
+    ("alice.*", "aaron.jobs", "alice."),
+    ("alice.*", "alice.jobs", "alice.jobs"),  # within: no jump
+    ("alice.*", "bob.jobs", None),  # past every name that starts with the lead
+    ("q.*.alice", "q.000.bob", "q.000.bob"),
+    ("billing#invoices", "a", "billing#invoices"),
+    ("billing#invoices", "billing#invoices", "billing#invoices"),
+    ("billing#invoices", "billing#invoices.dead", None),  # a literal matches only itself
+    ("*.dead", "x", "x"),
+    ("a?c", "a", "a"),
+])
+def test_first_name_from(pattern: str, start: str, bound: str | None) -> None:
+    assert compile_pattern(pattern).first_name_from(start) == bound

@@ -125,6 +125,19 @@ class QueuePattern:
                 return False
         return bool(states & self._final)
 
+    def first_name_from(self, name: str) -> str | None:
+        """A lower bound of the names at or after `name` that match: `name` itself when a match may
+        start there, the pattern's literal lead (the text before its first wildcard) when `name`
+        sorts before it, None when no name from `name` on can match. Sound: every match >= `name`
+        is >= the answer, so a search over sorted names may jump to it and miss nothing."""
+        text = self.text
+        lead = text[: min((index for index in (text.find("*"), text.find("?")) if index >= 0), default=len(text))]
+        if name < lead:
+            return lead
+        if not name.startswith(lead) or (self._literal is not None and name != lead):
+            return None  # every match starts with the lead (a literal is its lead), and sorts before `name`
+        return name
+
     def __str__(self) -> str:
         return self.text
 

@@ -205,6 +205,48 @@ def test_cross_queue_reads_show_only_the_users_queues(secured: BrokerProcess) ->
         assert len(root.list_queues()) == 4
 
 
+def test_a_users_find_by_sender_is_not_crowded_out_by_other_users_tasks(secured: BrokerProcess) -> None:
+    """The sender's tasks in queues alice may not see sort before hers: 10,001 of them in aaron.jobs
+    (more than the 10,000 the broker used to read before filtering, so she was told there were
+    none), and more in bob's queues between and after hers. She gets her own, in order, all of them."""
+    with Client(secured.client_url(*ALICE)) as alice, Client(secured.client_url(*ROOT)) as root:
+        for start in range(0, 10_001, 5000):
+            root.enqueue_many([{"queue": "aaron.jobs", "data": b"x", "pid": f"p{n:05}", "sender": "svc"}
+                               for n in range(start, min(start + 5000, 10_001))])
+        for queue, pid in [("alice.a", "1"), ("alice.a", "2"), ("alice.ab", "1"), ("alice.b", "1"),
+                           ("alicex", "1"), ("bob.a", "1")]:
+            root.enqueue(queue, b"x", pid=pid, sender="svc")
+        root.enqueue("alice.a", b"x", pid="0", sender="other")
+        mine = [("alice.a", "1"), ("alice.a", "2"), ("alice.ab", "1"), ("alice.b", "1")]
+        assert [(view.queue, view.pid) for view in alice.find_by_sender("svc")] == mine
+        assert [(view.queue, view.pid) for view in alice.find_by_sender("svc", limit=3)] == mine[:3]
+        assert len(root.find_by_sender("svc", limit=10_000)) == 10_000  # unscoped: as it was
+
+
+def test_a_users_find_by_sender_needing_too_many_reads_is_refused_not_answered_short(tmp_path: Path) -> None:
+    """Carol administers q.*.carol, whose names lie around other queues of the sender: a read of
+    the sender's index each, and at most `access.MAX_SENDER_READS` (1,000) reads a request. Past 999
+    of them, a search that must read on to know it found all of hers says so (BAD_REQUEST)."""
+    users = write_auth_file(tmp_path / "users.json", {
+        "root": (ROOT[1], {"*": ["all"]}),
+        "carol": (CAROL[1], {"q.*.carol": ["all"]}),
+    })
+    process = BrokerProcess(tmp_path / "data", auth_file=users)
+    try:
+        with Client(process.client_url(*CAROL)) as carol, Client(process.client_url(*ROOT)) as root:
+            root.enqueue("q.0.carol", b"x", pid="1", sender="svc")
+            root.enqueue("q.9999.carol", b"x", pid="1", sender="svc")
+            root.enqueue_many([{"queue": f"q.{n:04}.bob", "data": b"x", "sender": "svc"} for n in range(1, 1000)])
+            assert [view.queue for view in carol.find_by_sender("svc")] == ["q.0.carol", "q.9999.carol"]
+            root.enqueue("q.1000.bob", b"x", sender="svc")
+            with pytest.raises(errors.BadRequest, match="name the queue"):
+                carol.find_by_sender("svc")
+            assert [view.queue for view in carol.find_by_sender("svc", limit=1)] == ["q.0.carol"]
+            assert [view.queue for view in carol.find_by_sender("svc", "q.9999.carol")] == ["q.9999.carol"]
+    finally:
+        process.kill()
+
+
 def test_a_producer_may_enqueue_and_look_up_its_task_but_not_take_it(secured: BrokerProcess) -> None:
     with Client(secured.client_url(*PRODUCER)) as producer, Client(secured.client_url(*ALICE)) as alice:
         producer.enqueue("alice.jobs", b"work", pid="w1")

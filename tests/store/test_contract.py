@@ -384,6 +384,20 @@ def test_find_by_sender_orders_by_queue_then_pid(store):
     assert store.find_by_sender("nobody", None, 10) == []
 
 
+def test_find_by_sender_goes_on_after_a_queue_and_pid(store):
+    """A search that pages through the sender's index, or jumps over queues (`after`)."""
+    put(store, *(task(queue, pid, sender="svc") for queue in ("a", "b", "c") for pid in ("1", "2")),
+        task("b", "0", sender="other"))
+    found = lambda after, limit=10: [(t.queue, t.pid) for t in store.find_by_sender("svc", None, limit, after)]
+    assert found(("a", "2")) == [("b", "1"), ("b", "2"), ("c", "1"), ("c", "2")]
+    assert found(("b", ""), 3) == [("b", "1"), ("b", "2"), ("c", "1")]  # from queue b on
+    assert found(("b", "\U0010ffff")) == [("c", "1"), ("c", "2")]  # past every pid of b
+    assert found(("bb", "")) == [("c", "1"), ("c", "2")]
+    assert found(("c", "2")) == []
+    with pytest.raises(ValueError):
+        store.find_by_sender("svc", "a", 10, ("a", "1"))
+
+
 def test_queues_for_receiver_are_distinct_and_sorted(store):
     put(store, task("z", "1", receiver="ada"), task("a", "1", receiver="ada"), task("a", "2", receiver="ada"),
         task("m", "1", receiver="bob"), task("n", "1"))

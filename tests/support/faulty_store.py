@@ -200,9 +200,11 @@ class FaultyStore:
         self._check(Stage.READ)
         return self.inner.scan(queue, from_pid, limit)
 
-    def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+    def find_by_sender(
+        self, sender: str, queue: str | None, limit: int, after: tuple[str, str] | None = None
+    ) -> list[Task]:
         self._check(Stage.READ)
-        return self.inner.find_by_sender(sender, queue, limit)
+        return self.inner.find_by_sender(sender, queue, limit, after)
 
     def queues_for_receiver(self, receiver: str) -> list[str]:
         self._check(Stage.READ)

@@ -47,6 +47,18 @@ The cross-queue reads are answered in the engine pass, not here: `scoped`
 turns such a request into its `Scoped…` twin carrying the principal, and
 `SCOPED_HANDLERS` (merged into `dispatch.HANDLERS`) filters what the engine
 returns. Pure: no sockets, no clock.
+
+Their bounds: listings and stats by pattern walk the names the engine holds
+in memory (a wide read, which a pass runs only a few of: `passes`). A user's
+`find_by_sender` in all queues filters inside the search rather than after
+it, so other users' tasks of the same sender cannot crowd the user's own out
+of the answer: it reads the sender's index (by queue, then pid) a page at a
+time, the pages doubling from `SENDER_FIRST_PAGE` while they hold only the
+user's tasks; a task of a queue the user may not see ends the page, and the
+next read starts past that queue, or at the first name an admin grant of the
+user could match (`Principal.first_name_from`). At most `MAX_SENDER_READS`
+reads: a search needing more is refused with BAD_REQUEST (name the queue),
+never answered short.
 """
 
 from __future__ import annotations
@@ -68,6 +80,10 @@ from kittiwake.queue_globs import QueuePattern
 LIST_ALL = 1_000_000  # the engine's largest list_queues limit: stats by pattern filters all it lists
 SCOPED_LIST_STEP = 1000  # queues a user's listing asks the engine for at a time (at least its limit)
 MAX_STATS_NAMES = 10_000  # the engine's stats takes at most this many names at once
+# a user's find_by_sender across queues: pages of the sender's index it reads at most, the first page's size
+MAX_SENDER_READS = 1000
+SENDER_FIRST_PAGE = 16
+PAST_EVERY_PID = "\U0010ffff"  # sorts after every pid (pids are printable; this character is not)
 DECISION_CACHE_ENTRIES = 4096
 
 
@@ -124,6 +140,16 @@ class Principal:
         return self.unrestricted or any(
             permission in grant.permissions and grant.pattern.matches_every_name_from(prefix) for grant in self.grants
         )
+
+    def first_name_from(self, permission: Permission, name: str) -> str | None:
+        """A lower bound of the queue names at or after `name` that some grant gives `permission`
+        on (`QueuePattern.first_name_from` over those grants), or None when there are none: a
+        search over names sorted may jump there and miss none of the user's."""
+        if self.unrestricted:
+            return name
+        bounds = [bound for grant in self.grants if permission in grant.permissions
+                  and (bound := grant.pattern.first_name_from(name)) is not None]
+        return min(bounds, default=None)
 
     def require(self, permission: Permission, queue: str) -> None:
         if not self.may(permission, queue):
@@ -367,9 +393,43 @@ def _stats(engine: Engine, request: ScopedStats, peer: str | None, now: float) -
 
 
 def _find_by_sender(engine: Engine, request: ScopedFindBySender, peer: str | None, now: float) -> Any:
+    """The first `limit` tasks of the sender, by queue then pid, among the queues the user
+    administers: the sender's index is read a page at a time, a queue the user may not see is
+    jumped over (to the next name one of its grants could match), and the pages grow while they
+    hold only the user's tasks. At most `MAX_SENDER_READS` pages: a search that would need more
+    is refused with BAD_REQUEST rather than answered short."""
     validate_count(request.limit, "limit", 1, engine.limits.max_batch)
-    views = engine.find_by_sender(request.sender, None, engine.limits.max_batch, now)
-    return [TaskView(**view) for view in views if _visible(request, view["queue"])][: request.limit]
+    principal: Principal = request.principal
+    kept: list[TaskView] = []
+    start = principal.first_name_from(Permission.ADMIN, "")
+    if start is None:
+        return kept
+    after: tuple[str, str] | None = (start, "") if start else None
+    page = SENDER_FIRST_PAGE
+    for _ in range(MAX_SENDER_READS):
+        want = min(request.limit - len(kept), page)
+        views = engine.find_by_sender(request.sender, None, want, now, after)
+        for view in views:
+            queue = view["queue"]
+            if _visible(request, queue):
+                kept.append(TaskView(**view))
+                after = (queue, view["pid"])
+                continue
+            bound = principal.first_name_from(Permission.ADMIN, queue)
+            if bound is None:
+                return kept  # no grant matches a name from here on
+            # past every pid of this queue (a pid is printable: U+10FFFF never starts one), or to the bound
+            after = (queue, PAST_EVERY_PID) if bound == queue else (bound, "")
+            page = SENDER_FIRST_PAGE
+            break
+        else:
+            if len(views) < want or len(kept) >= request.limit:
+                return kept
+            page = min(page * 2, engine.limits.max_batch)
+    raise errors.BadRequest(
+        f"find_by_sender of {request.sender!r}: its tasks lie in more queues you may not see than one "
+        f"request reads past ({MAX_SENDER_READS} pages of the sender's index); name the queue to search"
+    )
 
 
 def _queues_for_receiver(engine: Engine, request: ScopedQueuesForReceiver, peer: str | None, now: float) -> Any:

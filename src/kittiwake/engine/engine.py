@@ -240,8 +240,10 @@ class Engine:
     def get(self, queue: str, pid: str, now: float) -> dict[str, Any]:
         return inspection.get(self.state, queue, pid, now)
 
-    def find_by_sender(self, sender: str, queue: str | None, limit: int, now: float) -> list[dict[str, Any]]:
-        return inspection.find_by_sender(self.state, sender, queue, limit, now)
+    def find_by_sender(
+        self, sender: str, queue: str | None, limit: int, now: float, after: tuple[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        return inspection.find_by_sender(self.state, sender, queue, limit, now, after)
 
     def queues_for_receiver(self, receiver: str) -> list[str]:
         return inspection.queues_for_receiver(self.state, receiver)

@@ -126,12 +126,18 @@ def _get(state: EngineState, queue: str, queue_state: QueueState | None, pid: st
     return view(task, now)
 
 
-def find_by_sender(state: EngineState, sender: str, queue: str | None, limit: int, now: float) -> list[dict[str, Any]]:
+def find_by_sender(
+    state: EngineState, sender: str, queue: str | None, limit: int, now: float, after: tuple[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Tasks of `sender` by queue then pid, in one queue or all; `after` (all queues only) is the
+    (queue, pid) the search goes on after, for a caller that walks the sender's tasks in pages."""
     validate_name(sender, state.limits, "sender")
     if queue is not None:
         validate_queue(queue, state.limits)
+        if after is not None:
+            raise errors.BadRequest("after goes with a search of every queue, not of one")
     validate_count(limit, "limit", 1, state.limits.max_batch)
-    return _views(state, state.store.find_by_sender(sender, queue, limit), now)
+    return _views(state, state.store.find_by_sender(sender, queue, limit, after), now)
 
 
 def queues_for_receiver(state: EngineState, receiver: str) -> list[str]:

@@ -99,8 +99,12 @@ class TaskStore(Protocol):
     def scan(self, queue: str, from_pid: str | None, limit: int) -> list[Task]:
         """Up to `limit` tasks with pid >= from_pid in pid order, leased or not."""
 
-    def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
-        """Tasks sent by `sender` (optionally in one queue), by queue then pid."""
+    def find_by_sender(
+        self, sender: str, queue: str | None, limit: int, after: tuple[str, str] | None = None
+    ) -> list[Task]:
+        """Tasks sent by `sender` (optionally in one queue), by queue then pid. With `after` (and no
+        `queue`: ValueError), only those whose (queue, pid) sorts after it — `(q, "")` is from queue
+        q on — so a search walks the sender's index a page at a time and can jump over queues."""
 
     def queues_for_receiver(self, receiver: str) -> list[str]:
         """Names of queues holding at least one task directed to `receiver`."""

@@ -178,12 +178,18 @@ class MemoryStore:
         start = rows.bisect_left(from_pid) if from_pid is not None else 0
         return [_copy(rows[pid]) for pid in rows.islice(start, start + limit)]
 
-    def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+    def find_by_sender(
+        self, sender: str, queue: str | None, limit: int, after: tuple[str, str] | None = None
+    ) -> list[Task]:
+        if queue is not None and after is not None:
+            raise ValueError("find_by_sender: `after` walks every queue; it goes without `queue`")
         found: list[Task] = []
         names = [queue] if queue is not None else sorted(self._queues)
         for name in names:
+            if after is not None and name < after[0]:
+                continue
             for row in self._queues.get(name, {}).values():
-                if row.sender == sender:
+                if row.sender == sender and (after is None or (name, row.pid) > after):
                     found.append(_copy(row))
                     if len(found) >= limit:
                         return found

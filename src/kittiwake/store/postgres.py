@@ -593,9 +593,15 @@ class PostgresStore:
                               flush=queue in self._pending_queues)
         return [_task(row) for row in rows]
 
-    def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+    def find_by_sender(
+        self, sender: str, queue: str | None, limit: int, after: tuple[str, str] | None = None
+    ) -> list[Task]:
+        if queue is not None and after is not None:
+            raise ValueError("find_by_sender: `after` walks every queue; it goes without `queue`")
         if queue is not None:
             rows = self._read(sql.FIND_BY_SENDER_IN_QUEUE, {"sender": sender, "queue": queue, "limit": limit})
+        elif after is not None:
+            rows = self._read(sql.FIND_BY_SENDER_AFTER, (sender, *after, limit))
         else:
             rows = self._read(sql.FIND_BY_SENDER, (sender, limit))
         return [_task(row) for row in rows]

@@ -214,6 +214,11 @@ FIND_BY_SENDER = (
     "SELECT " + _T_COLUMNS + " FROM tasks t " + _CURRENT + " AND t.sender = %s ORDER BY t.queue, t.pid LIMIT %s"
 )
 
+FIND_BY_SENDER_AFTER = (
+    "SELECT " + _T_COLUMNS + " FROM tasks t " + _CURRENT + " AND t.sender = %s AND (t.queue, t.pid) > (%s, %s) "
+    "ORDER BY t.queue, t.pid LIMIT %s"
+)
+
 FIND_BY_SENDER_IN_QUEUE = (
     "SELECT " + TASK_COLUMNS + " FROM tasks WHERE sender = %(sender)s AND queue = %(queue)s AND gen = %(gen)s "
     "ORDER BY pid LIMIT %(limit)s"

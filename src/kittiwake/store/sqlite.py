@@ -419,20 +419,28 @@ class SqliteStore:
         except _DISK_ERRORS as exc:
             raise storage_failure(exc) from exc
 
-    def find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+    def find_by_sender(
+        self, sender: str, queue: str | None, limit: int, after: tuple[str, str] | None = None
+    ) -> list[Task]:
+        if queue is not None and after is not None:
+            raise ValueError("find_by_sender: `after` walks every queue; it goes without `queue`")
         try:
-            return self._find_by_sender(sender, queue, limit)
+            return self._find_by_sender(sender, queue, limit, after)
         except _DISK_ERRORS as exc:
             raise storage_failure(exc) from exc
 
-    def _find_by_sender(self, sender: str, queue: str | None, limit: int) -> list[Task]:
+    def _find_by_sender(self, sender: str, queue: str | None, limit: int, after: tuple[str, str] | None) -> list[Task]:
         self._flush()
         gens = self._gens
         if queue is not None:
             rows = self._db.execute(sql.FIND_BY_SENDER_IN_QUEUE, (sender, queue, gens.get(queue, 0), limit))
             return [_row_to_task(row[1:]) for row in rows]
         found: list[Task] = []
-        for row in self._db.execute(sql.FIND_BY_SENDER, (sender,)):
+        if after is None:
+            cursor = self._db.execute(sql.FIND_BY_SENDER, (sender,))
+        else:
+            cursor = self._db.execute(sql.FIND_BY_SENDER_AFTER, (sender, *after))
+        for row in cursor:
             if row[0] == gens.get(row[1], 0):
                 found.append(_row_to_task(row[1:]))
                 if len(found) >= limit:

@@ -148,6 +148,11 @@ FIND_BY_SENDER = (
     "SELECT gen, " + TASK_COLUMNS + " FROM tasks WHERE sender = ? ORDER BY sender, queue, pid"
 )
 
+FIND_BY_SENDER_AFTER = (
+    "SELECT gen, " + TASK_COLUMNS + " FROM tasks WHERE sender = ? AND (queue, pid) > (?, ?) "
+    "ORDER BY sender, queue, pid"
+)
+
 FIND_BY_SENDER_IN_QUEUE = (
     "SELECT gen, " + TASK_COLUMNS + " FROM tasks WHERE sender = ? AND queue = ? AND gen = ? "
     "ORDER BY sender, queue, pid LIMIT ?"
