@@ -640,3 +640,58 @@ def test_a_broker_behind_the_log_keeps_what_it_acknowledged_across_a_kill(tmp_pa
             assert [task["pid"] for task in conn.call("peek", queue="q", n=10)] == ["p1", "p2", "p3", "p4"]
     finally:
         broker.kill()
+
+
+# ------------------------------------------------- damage and large passes
+
+
+def test_a_bad_record_with_a_whole_next_record_after_it_is_damage_not_a_torn_tail() -> None:
+    records = [commit_log.encode_record(1 + n, bytes([n]) * 20) for n in range(3)]
+    whole = commit_log.encode_header(1) + b"".join(records)
+    second = commit_log.HEADER_BYTES + len(records[0])
+    flipped = bytearray(whole)
+    flipped[second + commit_log.RECORD_HEAD_BYTES + commit_log.TICKET.size + 3] ^= 0x10  # a payload bit
+    scan = commit_log.scan(bytes(flipped))
+    assert [ticket for ticket, _ in scan.records] == [1] and scan.damaged == 2 and scan.end == second
+    # the last record bad, or cut: nothing follows it, a torn tail as before
+    assert commit_log.scan(whole[:-5]).damaged is None
+    last = bytearray(whole)
+    last[-3] ^= 0x10
+    assert commit_log.scan(bytes(last)).damaged is None
+
+
+def test_a_log_damaged_before_acknowledged_records_stops_the_open(tmp_path: Path) -> None:
+    store = open_logged(tmp_path)
+    for pid in ("p1", "p2", "p3"):
+        store.write([put(pid)])
+        store.commit()
+    crash(store)
+    path = tmp_path / log_file.LOG_NAME
+    data = bytearray(path.read_bytes())
+    scan = commit_log.scan(bytes(data))
+    second = commit_log.HEADER_BYTES + commit_log.RECORD_HEAD_BYTES + len(scan.records[0][1]) + commit_log.TICKET.size
+    data[second + commit_log.RECORD_HEAD_BYTES + commit_log.TICKET.size + 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(commit_log.LogFormatError, match="damaged: the record of ticket 2"):
+        SqliteStore(tmp_path)
+    assert path.read_bytes() == bytes(data)  # left as it was, for whoever looks into it
+
+
+def test_a_pass_too_large_for_one_record_goes_straight_into_the_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commit_log, "MAX_RECORD_BYTES", 4096)
+    store = open_logged(tmp_path)
+    store.write([put("p1")])
+    store.commit()
+    store.write([PutTask(Task("a", "p2", b"x" * 5000, NOW)), DeleteTask("a", "p1")])
+    store.commit()  # acknowledged: it must be read back after a crash
+    store.write([put("p3")])
+    store.commit()
+    crash(store)
+    reopened = SqliteStore(tmp_path)
+    try:
+        assert [(t.pid, len(t.data)) for t in reopened.scan("a", None, 10)] == [("p2", 5000), ("p3", 2)]
+        assert reopened.recover(NOW).queues[0].size == 2
+    finally:
+        reopened.close()

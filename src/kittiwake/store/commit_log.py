@@ -21,7 +21,15 @@ claims more than `MAX_RECORD_BYTES` or carries a ticket out of sequence: that
 and everything after it is a torn tail — what a crash or a power cut left of
 an append that was never acknowledged, since the reply waits for the sync of
 the whole record. It is reported (`Scan.torn_bytes`) and dropped, never
-applied.
+applied. Unless a whole record of the next ticket follows the bad one where
+its length says it ends: appends are sequential and a failed one is cut back
+and rewritten under the same ticket, so that record was appended after the
+bad one had been synced — the bad one was acknowledged and is damaged, not
+torn. `Scan.damaged` then names it, and the store refuses to drop it (and
+what follows) silently.
+
+A pass whose record would pass `MAX_RECORD_BYTES` is never logged: the store
+commits it straight into its database (`sqlite`).
 
 Payload = the mutations of one group-commit pass (`engine.mutations`), as a
 msgpack array of arrays, each led by a kind number (`encode_mutations`). The
@@ -74,6 +82,16 @@ class Scan:
     records: list[tuple[int, bytes]] = field(default_factory=list)  # (ticket, payload)
     end: int = HEADER_BYTES  # offset just past the last whole record
     torn_bytes: int = 0  # bytes after `end`: dropped
+    damaged: int | None = None  # the ticket of a bad record with a whole record of the next ticket after it
+
+    def damage_message(self, path: object) -> str:
+        """What to tell an operator about `damaged`."""
+        return (
+            f"the commit log {path} is damaged: the record of ticket {self.damaged} at byte {self.end} fails its "
+            f"checks while the record of ticket {(self.damaged or 0) + 1} after it is whole, so acknowledged "
+            "changes would be lost if it were dropped as a torn tail. Keep a copy of the file; moving it aside "
+            f"starts the store without the records from ticket {self.damaged} on."
+        )
 
     @property
     def next_ticket(self) -> int:
@@ -106,7 +124,14 @@ def _digest(length: bytes, body: bytes | memoryview) -> bytes:
     return hasher.digest()
 
 
+def fits(payload: bytes) -> bool:
+    """Whether a record of `payload` can be read back (`scan` takes a longer one for damage)."""
+    return TICKET.size + len(payload) <= MAX_RECORD_BYTES
+
+
 def encode_record(ticket: int, payload: bytes) -> bytes:
+    if not fits(payload):
+        raise LogFormatError(f"a record of {len(payload)} bytes is over the log's {MAX_RECORD_BYTES}")
     body = TICKET.pack(ticket) + payload
     length = struct.pack("<I", len(body))
     return length + _digest(length, body) + body
@@ -120,23 +145,38 @@ def scan(data: bytes) -> Scan:
     offset = HEADER_BYTES
     expected = first
     size = len(data)
-    while offset + RECORD_HEAD_BYTES <= size:
-        length, digest = RECORD_HEAD.unpack_from(data, offset)
-        start = offset + RECORD_HEAD_BYTES
-        if length < TICKET.size or length > MAX_RECORD_BYTES or start + length > size:
+    while True:
+        record = _record_at(data, view, offset, expected)
+        if record is None:
             break
-        body = view[start : start + length]
-        if _digest(data[offset : offset + 4], body) != digest:
-            break
-        (ticket,) = TICKET.unpack_from(body)
-        if ticket != expected:
-            break
-        result.records.append((ticket, bytes(body[TICKET.size :])))
+        result.records.append((expected, record[0]))
         expected += 1
-        offset = start + length
+        offset = record[1]
     result.end = offset
     result.torn_bytes = size - offset
+    if offset + RECORD_HEAD_BYTES <= size:
+        length = RECORD_HEAD.unpack_from(data, offset)[0]
+        after = offset + RECORD_HEAD_BYTES + length
+        if TICKET.size <= length <= MAX_RECORD_BYTES and _record_at(data, view, after, expected + 1) is not None:
+            result.damaged = expected
     return result
+
+
+def _record_at(data: bytes, view: memoryview, offset: int, ticket: int) -> tuple[bytes, int] | None:
+    """The payload of a whole record of `ticket` at `offset`, and where it ends; None if there is none."""
+    size = len(data)
+    if offset + RECORD_HEAD_BYTES > size:
+        return None
+    length, digest = RECORD_HEAD.unpack_from(data, offset)
+    start = offset + RECORD_HEAD_BYTES
+    if length < TICKET.size or length > MAX_RECORD_BYTES or start + length > size:
+        return None
+    body = view[start : start + length]
+    if _digest(data[offset : offset + 4], body) != digest:
+        return None
+    if TICKET.unpack_from(body)[0] != ticket:
+        return None
+    return bytes(body[TICKET.size :]), start + length
 
 
 # ------------------------------------------------------------- mutations

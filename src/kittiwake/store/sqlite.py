@@ -542,6 +542,8 @@ class SqliteStore:
         applied = self._applied_ticket()
         next_ticket = applied + 1
         if found is not None:
+            if found.damaged is not None and found.damaged + 1 > applied:
+                raise commit_log.LogFormatError(found.damage_message(self.directory / log_file.LOG_NAME))
             if found.first_ticket > next_ticket:
                 log.warning("the commit log starts at ticket %d but the store has applied up to %d only",
                             found.first_ticket, applied)
@@ -587,6 +589,9 @@ class SqliteStore:
             if len(self._logged) >= MAX_UNCHECKPOINTED:
                 self._checkpoint_before_pass()
             payload = commit_log.encode_mutations(self._pass)
+            if not commit_log.fits(payload):
+                self._commit_through(log_)
+                return
             try:
                 log_.append(payload)
             except OSError as exc:
@@ -597,6 +602,19 @@ class SqliteStore:
             self.commits += 1
         if self._logged and self._checkpoint_due(log_):
             self._checkpoint_quietly()
+
+    def _commit_through(self, log_: log_file.LogFile) -> None:
+        """A pass too large for one record: the database takes it, with everything logged before it, in
+        the checkpoint's one transaction (synchronous=FULL: durable at its COMMIT); the log starts afresh."""
+        written = self._pass
+        self._rewind()  # the logged mutations, pending again
+        self._pending.extend(written)
+        self._track(written)
+        try:
+            self._checkpoint(log_)  # on failure it rewinds: the pass is gone, the logged ones pending again
+        except _DISK_ERRORS as exc:
+            raise storage_failure(exc, committing=True) from exc
+        self.commits += 1
 
     def _checkpoint_due(self, log_: log_file.LogFile) -> bool:
         now = self._clock()
