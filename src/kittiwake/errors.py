@@ -105,6 +105,15 @@ class TaskExists(KittiwakeError):
     code = "TASK_EXISTS"
 
 
+class BadDeadLetter(KittiwakeError):
+    """A dead letter a requeue reaches cannot go back into its queue as it is stored: its
+    `kittiwake-dead-pid` header is not a pid, or its data, headers, sender or receiver are outside
+    the broker's limits. The requeue was refused whole and moved nothing; the message names the
+    dead letter (purge it, or requeue the others by pid). Code BAD_DEAD_LETTER."""
+
+    code = "BAD_DEAD_LETTER"
+
+
 class CrossGroupUpdate(KittiwakeError):
     """An update names queues of more than one consistency group. Code CROSS_GROUP_UPDATE."""
 

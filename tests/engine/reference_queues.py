@@ -352,14 +352,20 @@ class ModelQueues:
         if pids is None:
             rows = [pid for pid in sorted(self.tasks(dead)) if after_pid is None or pid > after_pid][:limit]
             return [(pid, pid) for pid in rows], (rows[-1] if len(rows) == limit else None)
-        chosen: list[tuple[str, str | None]] = []
-        seen: set[str] = set()
+        # in pid order: each dead letter once, a pid naming none at its own place (within one page:
+        # the paging of named pids is tested on its own, tests/engine/test_dead_letters.py)
+        assert after_pid is None and limit >= len(self.tasks(dead)), "the model pages only the whole queue"
+        letters: dict[str, str] = {}
+        missing: list[str] = []
         for pid in dict.fromkeys(pids):
-            letters = [pid] if pid in self.tasks(dead) else self.dead_letters(dead, pid)
-            if not letters:
-                chosen.append((pid, None))
-            chosen.extend((pid, letter) for letter in letters if letter not in seen)
-            seen.update(letters)
+            named = [pid] if pid in self.tasks(dead) else self.dead_letters(dead, pid)
+            if not named:
+                missing.append(pid)
+            for letter in named:
+                letters.setdefault(letter, pid)
+        chosen: list[tuple[str, str | None]] = [(pid, letter) for letter, pid in letters.items()]
+        chosen += [(pid, None) for pid in missing]
+        chosen.sort(key=lambda entry: entry[1] if entry[1] is not None else entry[0])
         return chosen, None
 
     def requeue_dead(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from kittiwake import errors
 from kittiwake.model import DEAD_PID_HEADER, DEAD_REASON_HEADER
 
 from .harness import codes, put, ref, take
@@ -125,3 +128,79 @@ def test_a_dead_letter_named_twice_in_one_requeue_is_moved_once(engine, clock):
     page = engine.requeue_dead("q.dead", ["a", letter.pid], clock.now)
     assert [(o.pid, o.ok) for o in page.outcomes] == [(letter.pid, True)]
     assert [(q.queue, q.size) for q in engine.list_queues(None, 0, 10)] == [("q", 1)]
+
+
+def forge(engine, clock, queue: str, pid: str, original: str, **headers: str) -> None:
+    """A task put straight into a dead-letter queue, as a client with rights on it may."""
+    put(engine, clock.now, queue, pid, headers={DEAD_PID_HEADER: original, **headers})
+
+
+def walk(call, queue: str, pids, limit: int) -> list[list[tuple[str, bool, str | None]]]:
+    """Every page of a requeue or purge of `pids`: the outcomes of each request."""
+    pages, after = [], None
+    while True:
+        page = call(queue, pids, 0.0, after_pid=after, limit=limit)
+        pages.append([(o.pid, o.ok, o.code) for o in page.outcomes])
+        if page.next_pid is None:
+            return pages
+        after = page.next_pid
+
+
+def test_one_request_by_pid_reaches_at_most_limit_dead_letters_and_the_next_goes_on(engine, clock):
+    """Every dead letter of a pid used to be acted on in one request, however many: one request
+    held the broker's loop for all of them. Now a request reads at most `limit` rows of the
+    dead-letter queue; `next_pid` says where the next goes on, and the pages, in pid order,
+    together reach each named dead letter once and each pid that names nothing once."""
+    for n in range(25):
+        forge(engine, clock, "q.dead", f"p~{n:017}", "p")
+    forge(engine, clock, "q.dead", "a~00000000000000001", "a")
+    forge(engine, clock, "q.dead", "p~x~00000000000000001", "p~x")  # in p's range, but another pid's
+    pages = walk(engine.purge_dead, "q", ["p", "nope", "a"], 10)
+    # 10 rows read: a's letter, 9 of p's (and "nope", whose place holds nothing); 10 of p's; the
+    # last 6 and "p~x~…", read and left
+    assert [len(page) for page in pages] == [11, 10, 6]
+    outcomes = [outcome for page in pages for outcome in page]
+    assert outcomes[:2] == [("a~00000000000000001", True, None), ("nope", False, "TASK_NOT_FOUND")]
+    assert [pid for pid, ok, _ in outcomes[2:] if ok] == [f"p~{n:017}" for n in range(25)]
+    assert [view["pid"] for view in engine.peek("q.dead", 10, None, clock.now)] == ["p~x~00000000000000001"]
+
+
+def test_a_range_cut_before_its_pids_first_letter_is_left_whole_to_the_next_request(engine, clock):
+    """"p" has no dead letter of its own, only "p~x"'s in its range. A page that ran out of rows
+    inside that range would not know whether "p" names anything: it stops before the range, so the
+    next request walks it whole and says TASK_NOT_FOUND once."""
+    for n in range(2):
+        forge(engine, clock, "q.dead", f"a~{n:017}", "a")
+        forge(engine, clock, "q.dead", f"p~x~{n:017}", "p~x")
+    pages = walk(engine.purge_dead, "q", ["a", "p"], 3)
+    assert pages == [[(f"a~{n:017}", True, None) for n in range(2)], [("p", False, "TASK_NOT_FOUND")]]
+    assert len(engine.peek("q.dead", 10, None, clock.now)) == 2
+
+
+def test_a_requeue_reaching_a_dead_letter_that_cannot_go_back_moves_nothing(engine, clock):
+    """A dead letter whose original-pid header is not a pid stopped a requeue midway: those
+    before it were requeued, the reply was an error. Every dead letter a request reaches is now
+    checked first: the request is refused whole with BAD_DEAD_LETTER, naming it."""
+    bury(engine, clock, "q", "a", b"good", "boom")
+    [good] = engine.dead_letters_of("q.dead", "a")
+    forge(engine, clock, "q.dead", "b~00000000000000001", "b\x01")
+    before = [view["pid"] for view in engine.peek("q.dead", 10, None, clock.now)]
+    for pids in ([good.pid, "b~00000000000000001"], None):
+        with pytest.raises(errors.BadDeadLetter, match="q.dead/b~00000000000000001") as refused:
+            engine.requeue_dead("q", pids, clock.now)
+        assert refused.value.code == "BAD_DEAD_LETTER"
+        assert engine.peek("q", 10, None, clock.now) == []
+        assert [view["pid"] for view in engine.peek("q.dead", 10, None, clock.now)] == before
+    assert [(o.ok, o.code) for o in engine.requeue_dead("q", ["a"], clock.now).outcomes] == [(True, None)]
+
+
+def test_a_dead_letter_of_a_dead_letter_goes_back_under_its_long_pid(engine, clock):
+    """A cancelled dead letter of `q.dead` dies into `q.dead.dead`; its original pid is a dead-letter
+    pid, longer than a task's pid may be, and goes back to `q.dead` as such (it was refused)."""
+    long_pid = "p" * engine.limits.max_pid_bytes
+    bury(engine, clock, "q", long_pid, b"x", "boom")
+    [letter] = engine.dead_letters_of("q.dead", long_pid)
+    engine.cancel([("q.dead", letter.pid)], None, clock.now)
+    page = engine.requeue_dead("q.dead.dead", [letter.pid], clock.now)
+    assert [(o.ok, o.code) for o in page.outcomes] == [(True, None)]
+    assert engine.get("q.dead", letter.pid, clock.now)["data"] == b"x"

@@ -2,9 +2,10 @@
 
 Every dead letter of `QUEUE` sits in `QUEUE.dead` at `<pid>~<death time>` with the reason and the
 original pid in headers (see `kittiwake.engine.dead_letters`). PIDs given to these commands are a
-dead letter's own pid or an original pid (all of its dead letters). `--all` walks the dead-letter
-queue a page at a time, with a progress line, so a million dead letters never make one long
-request on the broker.
+dead letter's own pid or an original pid (all of its dead letters). Named PIDs and `--all` alike
+are walked a page at a time, with a progress line, so a million dead letters (of the queue, or of
+one pid) never make one long request on the broker; each page is all or nothing (a dead letter
+that cannot be requeued as stored stops the command with BAD_DEAD_LETTER, naming it).
 """
 
 from __future__ import annotations
@@ -62,21 +63,19 @@ def _run(cli: CliContext, what: str, queue: str, pids: tuple[str, ...], every: b
     if bool(pids) == every:
         raise click.UsageError("name PIDs or give --all (not both)")
     outcomes: list[ItemOutcome] = []
-    if pids:
-        outcomes = call(queue, list(pids)).outcomes
-    else:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True,
-                      disable=cli.json) as progress:
-            bar = progress.add_task(f"{what} dead letters of {queue}", total=None)
-            after: str | None = None
-            while True:
-                page = call(queue, None, after_pid=after, limit=PAGE)
-                outcomes.extend(page.outcomes)
-                done_so_far = sum(outcome.ok for outcome in outcomes)
-                progress.update(bar, description=f"{what} dead letters of {queue}: {done_so_far} done")
-                if page.next_pid is None:
-                    break
-                after = page.next_pid
+    named = list(pids) if pids else None
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), transient=True,
+                  disable=cli.json) as progress:
+        bar = progress.add_task(f"{what} dead letters of {queue}", total=None)
+        after: str | None = None
+        while True:
+            page = call(queue, named, after_pid=after, limit=PAGE)
+            outcomes.extend(page.outcomes)
+            done_so_far = sum(outcome.ok for outcome in outcomes)
+            progress.update(bar, description=f"{what} dead letters of {queue}: {done_so_far} done")
+            if page.next_pid is None:
+                break
+            after = page.next_pid
     done = [outcome for outcome in outcomes if outcome.ok]
     kept = [outcome for outcome in outcomes if not outcome.ok]
     if cli.json:

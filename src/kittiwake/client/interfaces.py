@@ -274,7 +274,8 @@ class QueueClient(QueueReads, Protocol):
         limit: int = 1000,
         timeout: float | None = None,
     ) -> DeadLetterPage:
-        """Move dead letters of `queue` back into it under their original pids."""
+        """Move dead letters of `queue` back into it under their original pids, a page at a time
+        (`next_pid`: the `after_pid` of the next call; see `Client.requeue_dead`)."""
 
     def purge_dead(
         self,

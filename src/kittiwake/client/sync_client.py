@@ -423,9 +423,13 @@ class Client(ClusterView):
     ) -> DeadLetterPage:
         """Move dead letters of `queue` back into it under their original pids, attempts
         from zero. `pids` names dead letters by their own pid or by the original pid (all
-        of its dead letters); without `pids`, a page of `limit` dead letters after the
-        cursor `after_pid` (the page's `next_pid` is the next cursor). A dead letter whose
-        pid exists again in the queue stays (`TASK_EXISTS`); a held one too (`TASK_LEASED`)."""
+        of its dead letters); without `pids`, every dead letter of the queue. One call is
+        one page: the dead letters it reaches in pid order after the cursor `after_pid`,
+        reading at most `limit` of them; when more are left the page's `next_pid` is set,
+        and the same call with `after_pid=next_pid` goes on. A dead letter whose pid exists
+        again in the queue stays (`TASK_EXISTS`); a held one too (`TASK_LEASED`). A page is
+        all or nothing: one that reaches a dead letter which cannot go back as stored raises
+        `BadDeadLetter` (BAD_DEAD_LETTER) and moved nothing."""
         return self._run(calls.dead_letters("requeue_dead", queue, pids, after_pid, limit), timeout)
 
     def purge_dead(

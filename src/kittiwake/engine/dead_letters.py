@@ -15,10 +15,18 @@ lookup by the original pid is one range scan of the dead-letter queue.
   holds on lease is left alone (`TASK_LEASED`).
 * purge deletes dead letters (a held one too: its holder loses the lease).
 * Both take a list of pids — a dead letter's own pid, or an original pid,
-  meaning all its dead letters, oldest first; each dead letter is acted on
-  once however many of the pids name it — or walk the whole dead-letter
-  queue a page at a time (`after_pid` is the cursor, `next_pid` the next one),
-  so no single request does unbounded work on the broker's loop.
+  meaning all its dead letters — or walk the whole dead-letter queue. Either
+  way one request reaches the dead letters in pid order after its cursor
+  `after_pid`, each once however many of the pids name it, and reads at most
+  `limit` rows; when it stops short, `next_pid` is the cursor of the next
+  (`dead_letter_walk`). So no single request does unbounded work on the
+  broker's loop, however many dead letters one pid has.
+* A request is all or nothing: every dead letter it reaches is checked before
+  any moves. A requeue reaching one that cannot go back as stored (its
+  original-pid header is not a pid, its data or headers are over the limits)
+  is refused whole with BAD_DEAD_LETTER, naming it, and moves nothing. The
+  per-letter outcomes (TASK_EXISTS, TASK_LEASED, TASK_NOT_FOUND) are not
+  failures of the request: they say what stayed where it was.
 """
 
 from __future__ import annotations
@@ -27,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kittiwake import errors
+from kittiwake.engine.dead_letter_walk import Reached, select_named, select_page
 from kittiwake.engine.enqueue import enqueue_one
-from kittiwake.engine.failures import AFTER, dead_letters_of
 from kittiwake.engine.head_cache import enforce_cache
 from kittiwake.engine.mutations import DeleteTask, Mutation
 from kittiwake.engine.queue_state import QueueState
@@ -47,6 +55,8 @@ from kittiwake.model import (
     validate_queue,
 )
 
+Act = Callable[[QueueState, Task, list[Mutation]], ItemOutcome]
+
 
 @dataclass(slots=True)
 class DeadLetterPage:
@@ -64,37 +74,19 @@ def _dead_queue(state: EngineState, queue: str) -> tuple[str, str]:
     return queue, dead_queue_of(queue)
 
 
-def _select(
-    state: EngineState, dead: str, pids: list[str] | None, after_pid: str | None, limit: int
-) -> tuple[list[tuple[str, Task | None]], str | None]:
-    """The dead letters a requeue or purge names: (asked-for pid, dead letter or None). Each
-    dead letter once, though its own pid and its original pid may both name it."""
+def _select(state: EngineState, dead: str, pids: list[str] | None, after_pid: str | None, limit: int) -> Reached:
+    """The dead letters a requeue or purge reaches (`dead_letter_walk`), its arguments checked."""
     limits = state.limits
-    if pids is not None:
-        if not isinstance(pids, list) or len(pids) > limits.max_batch:
-            raise errors.BadRequest(f"pids must be a list of at most {limits.max_batch} pids")
-        for pid in pids:
-            validate_pid(pid, limits, "pid", dead)
-        chosen: list[tuple[str, Task | None]] = []
-        seen: set[str] = set()
-        for pid in dict.fromkeys(pids):
-            exact = state.store.load_task(dead, pid) if dead in state.queues else None
-            letters = [exact] if exact is not None else dead_letters_of(state, dead, pid)
-            if not letters:
-                chosen.append((pid, None))
-            for task in letters:
-                if task.pid not in seen:
-                    seen.add(task.pid)
-                    chosen.append((pid, task))
-        return chosen, None
     validate_count(limit, "limit", 1, limits.max_batch)
     if after_pid is not None:
         validate_pid(after_pid, limits, "after_pid", dead)
-    if dead not in state.queues:
-        return [], None
-    rows = state.store.scan(dead, after_pid + AFTER if after_pid is not None else None, limit)
-    next_pid = rows[-1].pid if len(rows) == limit else None
-    return [(task.pid, task) for task in rows], next_pid
+    if pids is None:
+        return select_page(state, dead, after_pid, limit)
+    if not isinstance(pids, list) or len(pids) > limits.max_batch:
+        raise errors.BadRequest(f"pids must be a list of at most {limits.max_batch} pids")
+    for pid in pids:
+        validate_pid(pid, limits, "pid", dead)
+    return select_named(state, dead, pids, after_pid, limit)
 
 
 def _drop_dead_letter(state: EngineState, dead: QueueState, pid: str, mutations: list[Mutation]) -> None:
@@ -106,18 +98,12 @@ def _drop_dead_letter(state: EngineState, dead: QueueState, pid: str, mutations:
     mutations.append(DeleteTask(dead.name, pid))
 
 
-Act = Callable[[QueueState, Task, list[Mutation]], ItemOutcome]
-
-
-def _each_dead_letter(
-    state: EngineState, dead_name: str, pids: list[str] | None, after_pid: str | None, limit: int, act: Act
-) -> DeadLetterPage:
-    """Run `act` on each dead letter the request names, one outcome each, handing each one's
-    writes to the store before the next."""
-    chosen, next_pid = _select(state, dead_name, pids, after_pid, limit)
-    page = DeadLetterPage(next_pid=next_pid)
+def _each_dead_letter(state: EngineState, dead_name: str, reached: Reached, act: Act) -> DeadLetterPage:
+    """Run `act` on each dead letter reached, one outcome each, handing each one's writes to the
+    store before the next."""
+    page = DeadLetterPage(next_pid=reached.next_pid)
     mutations: list[Mutation] = []
-    for asked, task in chosen:
+    for asked, task in reached.chosen:
         dead = claim(state, dead_name)
         if task is None or dead is None:
             page.outcomes.append(
@@ -130,6 +116,30 @@ def _each_dead_letter(
     return page
 
 
+def _requeued(state: EngineState, original: str, dead_name: str, task: Task) -> NewTask:
+    """The task a dead letter goes back as; BAD_DEAD_LETTER if it cannot as it is stored."""
+    headers = {k: v for k, v in (task.headers or {}).items() if k not in (DEAD_REASON_HEADER, DEAD_PID_HEADER)}
+    back = NewTask(
+        queue=original,
+        data=task.data,
+        sender=task.sender,
+        receiver=task.receiver,
+        headers=headers or None,
+        max_attempts=task.max_attempts,
+    )
+    pid = (task.headers or {}).get(DEAD_PID_HEADER, task.pid)
+    try:
+        back.validate(state.limits)
+        # a dead letter of `q.dead` goes back there under its own dead-letter pid, longer than others
+        back.pid = validate_pid(pid, state.limits, DEAD_PID_HEADER, original)
+    except errors.BadRequest as exc:
+        raise errors.BadDeadLetter(
+            f"dead letter {dead_name}/{task.pid} cannot go back to {original!r} as stored ({exc.message}); "
+            "nothing was requeued: purge it, or requeue the others by pid"
+        ) from None
+    return back
+
+
 def requeue_dead(
     state: EngineState,
     queue: str,
@@ -139,30 +149,23 @@ def requeue_dead(
     after_pid: str | None = None,
     limit: int = 1000,
 ) -> DeadLetterPage:
-    """Move dead letters of `queue` back into it under their original pids."""
+    """Move dead letters of `queue` back into it under their original pids: all the request
+    reaches, checked first, or none (BAD_DEAD_LETTER)."""
     original, dead_name = _dead_queue(state, queue)
+    reached = _select(state, dead_name, pids, after_pid, limit)
+    backs = {task.pid: _requeued(state, original, dead_name, task) for _, task in reached.chosen if task is not None}
 
     def requeue(dead: QueueState, task: Task, mutations: list[Mutation]) -> ItemOutcome:
         if task.pid in dead.leased:
             return ItemOutcome(dead_name, task.pid, False, errors.TaskLeased.code, f"{dead_name}/{task.pid} is held by a lease")
-        headers = {k: v for k, v in (task.headers or {}).items() if k not in (DEAD_REASON_HEADER, DEAD_PID_HEADER)}
-        back = NewTask(
-            queue=original,
-            data=task.data,
-            pid=(task.headers or {}).get(DEAD_PID_HEADER, task.pid),
-            sender=task.sender,
-            receiver=task.receiver,
-            headers=headers or None,
-            max_attempts=task.max_attempts,
-        )
-        back.validate(state.limits)
+        back = backs[task.pid]
         if enqueue_one(state, back, now, mutations).collapsed:
             return ItemOutcome(dead_name, task.pid, False, errors.TaskExists.code, f"{original}/{back.pid} exists")
         _drop_dead_letter(state, dead, task.pid, mutations)
         forget_if_empty(state, dead)
         return ItemOutcome(dead_name, task.pid, True)
 
-    return _each_dead_letter(state, dead_name, pids, after_pid, limit, requeue)
+    return _each_dead_letter(state, dead_name, reached, requeue)
 
 
 def purge_dead(
@@ -176,10 +179,11 @@ def purge_dead(
 ) -> DeadLetterPage:
     """Delete dead letters of `queue` (`delete_queue` on `<queue>.dead` drops them all at once)."""
     _, dead_name = _dead_queue(state, queue)
+    reached = _select(state, dead_name, pids, after_pid, limit)
 
     def purge(dead: QueueState, task: Task, mutations: list[Mutation]) -> ItemOutcome:
         _drop_dead_letter(state, dead, task.pid, mutations)
         forget_if_empty(state, dead)
         return ItemOutcome(dead_name, task.pid, True)
 
-    return _each_dead_letter(state, dead_name, pids, after_pid, limit, purge)
+    return _each_dead_letter(state, dead_name, reached, purge)

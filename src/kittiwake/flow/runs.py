@@ -37,10 +37,10 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from kittiwake import errors
-from kittiwake.client import Client, TaskView
+from kittiwake.client import Client, DeadLetterPage, ItemOutcome, TaskView
 from kittiwake.client.interfaces import QueueClient, QueueReads
 from kittiwake.constants import DEAD_PID_HEADER, DEAD_REASON_HEADER, JOIN_HEADER
 from kittiwake.flow import records
@@ -349,7 +349,7 @@ def cancel_run(client: QueueClient, record: RunRecord, reason: str | None = None
                 client.cancel(live[start:start + PAGE], "RUN_CANCELLED")
             dead = [view.pid for view in scan_run(client, f"{queue}.dead", record.run, dead=True)]
             for start in range(0, len(dead), PAGE):
-                client.purge_dead(queue, dead[start:start + PAGE])
+                _dead_pages(client.purge_dead, queue, dead[start:start + PAGE])
     collect_garbage(client, record)
     return run_status(client, record)
 
@@ -363,9 +363,21 @@ def retry_run(client: QueueClient, record: RunRecord) -> int:
     for queue in record.job_queues():
         dead = [view.pid for view in scan_run(client, f"{queue}.dead", record.run, dead=True)]
         for start in range(0, len(dead), PAGE):
-            page = client.requeue_dead(queue, dead[start:start + PAGE])
-            requeued += sum(1 for outcome in page.outcomes if outcome.ok)
+            outcomes = _dead_pages(client.requeue_dead, queue, dead[start:start + PAGE])
+            requeued += sum(1 for outcome in outcomes if outcome.ok)
     return requeued
+
+
+def _dead_pages(call: Callable[..., DeadLetterPage], queue: str, pids: list[str]) -> list[ItemOutcome]:
+    """Every outcome of a requeue or purge of `pids`, asked a page at a time (the broker bounds each)."""
+    outcomes: list[ItemOutcome] = []
+    after: str | None = None
+    while True:
+        page = call(queue, pids, after_pid=after, limit=PAGE)
+        outcomes += page.outcomes
+        if page.next_pid is None:
+            return outcomes
+        after = page.next_pid
 
 
 def list_runs(flow: FlowDefinition | str | None, client: QueueClient | str | None, *, limit: int = 100) -> list[RunStatus]:

@@ -80,7 +80,12 @@ class BindingRegistry:
             self._broker.cancel((self._queue, pid), "UNBOUND")
         except KittiwakeError:
             return  # not bound (or bound by nobody but this process's memory)
-        self._broker.purge_dead(self._queue, [pid])
+        after: str | None = None
+        while True:  # a page at a time: the broker bounds each request
+            page = self._broker.purge_dead(self._queue, [pid], after_pid=after)
+            if page.next_pid is None:
+                break
+            after = page.next_pid
 
     def bindings(self, exchange: str) -> list[Binding]:
         """Every binding of `exchange` on the broker (at most `REFRESH_SECS` old)."""

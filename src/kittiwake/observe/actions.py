@@ -19,7 +19,10 @@ requeue and purge):
 Each answer also lists `failed`: the items the broker refused, with its code
 and message (a dead letter whose task exists again: TASK_EXISTS; a pid that
 names nothing: TASK_NOT_FOUND). A queue that holds nothing, dead letters
-included, is QUEUE_NOT_FOUND (404).
+included, is QUEUE_NOT_FOUND (404). Requeue and purge go a page of dead
+letters per request, as many requests as the pids need (each is bounded
+and all or nothing: a dead letter that cannot be requeued as stored is
+BAD_DEAD_LETTER, and pages before it stay done).
 """
 
 from __future__ import annotations
@@ -56,11 +59,13 @@ def install(observer: Registrar) -> None:
         original = name[: -len(DEAD_SUFFIX)] if name.endswith(DEAD_SUFFIX) else name
         return original, dead_queue_of(original)
 
-    async def run(request: m.Request, principal: Principal | None, peer: str | None, queue: str) -> Any:
-        """The result of `request`, once the principal may make it and `queue` holds something."""
+    async def run(request: m.Request, principal: Principal | None, peer: str | None, queue: str,
+                  check: bool = True) -> Any:
+        """The result of `request`, once the principal may make it and (`check`) `queue` holds something."""
         if principal is not None:
             request = authorise(principal, request)  # FORBIDDEN before anything is said of the queue
-        known(engine_of(host).state, queue)
+        if check:
+            known(engine_of(host).state, queue)
         return await calls.call(request, peer)
 
     def dead_letters(kind: type[m.RequeueDead] | type[m.PurgeDead], op: str, done: str) -> JsonHandler:
@@ -70,8 +75,16 @@ def install(observer: Registrar) -> None:
             fields = body(request)
             queue, dead = names(fields)
             pids = params.pids(fields, "pids", limits, dead)
-            page = await run(kind(id=request_id(), op=op, queue=queue, pids=pids), principal, request.peer, queue)
-            return {done: sum(1 for outcome in page.outcomes if outcome.ok), "failed": _failed(page.outcomes)}
+            outcomes: list[ItemOutcome] = []
+            after: str | None = None
+            while True:  # a request a page: the broker bounds each (`engine.dead_letter_walk`)
+                page = await run(kind(id=request_id(), op=op, queue=queue, pids=pids, after_pid=after),
+                                 principal, request.peer, queue, check=after is None)
+                outcomes += page.outcomes
+                if page.next_pid is None:
+                    break
+                after = page.next_pid
+            return {done: sum(1 for outcome in outcomes if outcome.ok), "failed": _failed(outcomes)}
 
         return act
 

@@ -139,8 +139,10 @@ class DeleteQueue(Request):
 
 
 class RequeueDead(Request):
-    """Move dead letters of `queue` back: `pids` (dead-letter or original pids), or a page of
-    `limit` dead letters after the cursor `after_pid` when `pids` is absent."""
+    """Move dead letters of `queue` back: those `pids` name (dead-letter or original pids), or
+    all of them when `pids` is absent; one request reaches them in pid order after the cursor
+    `after_pid`, reading at most `limit`, all or none (BAD_DEAD_LETTER), and its reply's
+    `next_pid` is the cursor of the next when more are left."""
 
     queue: str
     pids: list[str] | None = None

@@ -124,7 +124,7 @@ class UpdateResult(msgspec.Struct, kw_only=True):
 
 class DeadLetterPage(msgspec.Struct, kw_only=True):
     """What `requeue_dead` / `purge_dead` did to each dead letter; `next_pid` is the cursor
-    of the next page when walking a whole dead-letter queue (None: done)."""
+    of the next page, by pids or over the whole dead-letter queue (None: done)."""
 
     outcomes: list[ItemOutcome] = []
     next_pid: str | None = None
