@@ -232,6 +232,61 @@ def test_dead_letters_are_requeued_and_purged_by_pid_however_queue_and_pid_are_w
     assert client.peek("dq.dead", 100) == []
 
 
+def test_dead_letters_named_by_pid_over_nodes_come_back_whole_a_bounded_page_at_a_time(
+    cluster: Cluster, make_client: Any
+) -> None:
+    # the client split named pids over their nodes and matched each node's outcomes one per pid:
+    # a pid with several dead letters had its outcomes cut to one or pinned on other pids, and a
+    # node's further pages (more than `limit` dead letters) were dropped, next_pid None — so a
+    # `kittiwake dead requeue Q PID` on a cluster left dead letters behind and said nothing
+    client = make_client()
+
+    def pids_on(node: str, count: int) -> list[str]:
+        return [pid for pid in (f"m{i}" for i in range(1000)) if owner(cluster, "mq", pid) == node][:count]
+
+    [a1, a2], [b1], [c1] = pids_on("a", 2), pids_on("b", 1), pids_on("c", 1)
+    deaths = {a1: 3, a2: 2, b1: 3, c1: 1}
+    kept = next(pid for pid in (f"k{i}" for i in range(1000)) if owner(cluster, "mq", pid) == "a")
+    for death in range(3):  # a pid dies again once its task is enqueued again
+        alive = [pid for pid, times in deaths.items() if times > death] + ([kept] if death < 2 else [])
+        client.enqueue_many([{"queue": "mq", "data": b"x", "pid": pid} for pid in alive])
+        assert all(outcome.ok for outcome in client.cancel([("mq", pid) for pid in alive]))
+    letters = {view.pid: view.headers["kittiwake-dead-pid"] for view in client.peek("mq.dead", 100)}
+    named = sorted(letter for letter, pid in letters.items() if pid != kept)
+    assert len(named) == 9 and sum(sizes(cluster, "mq.dead").values()) == 11
+    assert {owner(cluster, "mq.dead", letter) for letter in named} == {"a", "b", "c"}
+
+    page = client.requeue_dead("mq", [b1, a1, "nope", c1, a2], limit=2)
+    assert page.next_pid is None
+    # one outcome per dead letter, in pid order, each under its own pid; one requeue per pid (the
+    # rest find their task back in mq); a pid naming nothing once
+    assert [outcome.pid for outcome in page.outcomes] == sorted([*named, "nope"])
+    requeued = [outcome.pid for outcome in page.outcomes if outcome.ok]
+    assert sorted(letters[pid] for pid in requeued) == sorted(deaths)
+    assert {outcome.code for outcome in page.outcomes if not outcome.ok} == {"TASK_EXISTS", "TASK_NOT_FOUND"}
+    assert sorted(view.pid for view in client.peek("mq", 100)) == sorted(deaths)
+
+    page = client.purge_dead("mq.dead", [a1, b1, a2], limit=2)  # c1's one letter went back
+    assert page.next_pid is None
+    assert [outcome.pid for outcome in page.outcomes] == [pid for pid in named if pid not in requeued]
+    assert all(outcome.ok for outcome in page.outcomes)
+    assert sorted(letters[view.pid] for view in client.peek("mq.dead", 100)) == [kept, kept]
+
+
+def test_dead_letters_named_by_pid_on_a_node_down_say_how_many_were_moved(cluster: Cluster, make_client: Any) -> None:
+    client = make_client()
+    on_a, on_c = (next(pid for pid in (f"m{i}" for i in range(1000)) if owner(cluster, "mq", pid) == node)
+                  for node in ("a", "c"))
+    client.enqueue_many([{"queue": "mq", "data": b"x", "pid": pid} for pid in (on_a, on_c)])
+    assert all(outcome.ok for outcome in client.cancel([("mq", on_a), ("mq", on_c)]))
+    cluster.brokers["c"].kill()
+    with pytest.raises(errors.BrokerUnreachable):  # nothing moved: c's own error
+        client.requeue_dead("mq", [on_c])
+    with pytest.raises(errors.ConnectionLost, match="1 dead letter"):  # a's part moved, c's is unknown
+        client.requeue_dead("mq", [on_a, on_c])
+    assert client.get("mq", on_a).pid == on_a
+
+
 def test_find_by_sender_and_receivers_fan_out(cluster: Cluster, make_client: Any) -> None:
     client = make_client()
     for i in range(6):

@@ -20,10 +20,10 @@ from kittiwake.client.cluster_channel import drive
 from kittiwake.client import cluster_router as router_module
 from kittiwake.client.cluster_router import AGAIN, Router, Send, Step
 from kittiwake.cluster.cluster_map import Address, ClusterMap, Node
-from kittiwake.cluster.routing import Owned, route
-from kittiwake.model import EnqueueOutcome, QueueInfo
+from kittiwake.cluster.routing import Owned, dead_letter_route, route
+from kittiwake.model import EnqueueOutcome, ItemOutcome, QueueInfo
 from kittiwake.protocol import messages as m
-from kittiwake.protocol.replies import ClusterMapResult, ClusterNode, HoldersResult
+from kittiwake.protocol.replies import ClusterMapResult, ClusterNode, DeadLetterPage, HoldersResult
 
 Answer = Callable[[Send], Any]
 
@@ -208,6 +208,50 @@ def test_wrong_shard_is_retried_a_bounded_number_of_times() -> None:
 
     with pytest.raises(errors.WrongShard):
         run(router, calls.get("q", "k"), answer)
+
+
+def test_dead_letters_named_by_pid_page_on_each_node_and_a_refused_part_goes_on_from_its_cursor() -> None:
+    # each node's page was matched one outcome per named pid and its next_pid dropped; here a node's
+    # pages go on from its own cursor, also after the map changed under a part half walked
+    old, new = make_map("ab"), make_map("abc")
+    router = make_router(old)
+
+    def owner_in(cluster: ClusterMap, pid: str) -> str:
+        decision = dead_letter_route(cluster, "q", pid)
+        assert isinstance(decision, Owned)
+        return decision.node
+
+    moved = next(p for p in (f"k{i}" for i in range(1000)) if owner_in(old, p) == "a" and owner_in(new, p) == "c")
+    stays = next(p for p in (f"k{i}" for i in range(1000)) if owner_in(old, p) == owner_in(new, p) == "b")
+    letters = sorted(f"{pid}~{n:017}" for pid in (moved, stays) for n in range(1, 6))
+    served = {"a": old}  # node a answers by the old map until it has given one page, then by the new one
+    log: list[Send] = []
+
+    def answer(send: Send) -> Any:
+        if send.call.op == "cluster_map":
+            nodes = [ClusterNode(n.name, str(n.address)) for n in new.nodes]
+            return reply(send, ClusterMapResult(node=send.node, epoch=new.epoch, slots=new.slots, nodes=nodes))
+        request = send.call.request
+        assert isinstance(request, m.PurgeDead) and request.pids is not None and request.limit == 2
+        cluster = served.get(send.node, new)
+        if any(owner_in(cluster, pid) != send.node for pid in request.pids):
+            raise errors.WrongShard("not mine", epoch=new.epoch)
+        served["a"] = new
+        reached = [letter for letter in letters if letter.rpartition("~")[0] in request.pids
+                   and (request.after_pid is None or letter > request.after_pid)]
+        page = reached[:request.limit]
+        return reply(send, DeadLetterPage(outcomes=[ItemOutcome("q.dead", letter, True) for letter in page],
+                                          next_pid=page[-1] if len(reached) > request.limit else None))
+
+    after = min(letters)  # the caller's cursor, honoured by every node's first request
+    result = run(router, calls.dead_letters("purge_dead", "q", [moved, stays], after, 2), answer, log)
+    assert [outcome.pid for outcome in result.outcomes] == [letter for letter in letters if letter > after]
+    assert result.next_pid is None
+    asked = [(send.node, send.call.request.after_pid) for send in log if send.call.op == "purge_dead"]
+    assert asked[:2] == [("a", after), ("b", after)] or asked[:2] == [("b", after), ("a", after)]
+    # a's part: one page, then WRONG_SHARD (the slot moved to c), then c from a's cursor
+    part = [(node, cursor) for node, cursor in asked if node != "b"]
+    assert [node for node, _ in part] == ["a", "a", "c", "c"] and part[1][1] == part[2][1] != after
 
 
 def test_the_map_is_fetched_from_a_seed_first() -> None:

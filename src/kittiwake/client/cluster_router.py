@@ -17,17 +17,26 @@ What each call does (routing rules: `kittiwake.cluster.routing`; merges: `kittiw
   queue, a lease naming one node's queues, and every batch whose items all go to one node (the
   call is sent unchanged, so a single-item call costs what it costs on one broker);
 * **split and merge**: a batch enqueue (keyed tasks to their owner, FIFO tasks spread by
-  `FifoSpreader`), renew/dequeue/release (by `lease_route`), cancel and dead letters named by pid
-  (by the task's route) — one request per node, in one step, outcomes back in item order. A part
-  whose node refuses with WRONG_SHARD is routed again after the map is fetched; the parts that
-  succeeded are not sent again. FIFO tasks whose node is unreachable (the request was not sent)
-  go to another live node. Any other failure of a part: renew/dequeue/release/cancel report it as
-  each of the part's items' outcome (`ok=False` with the error's code); an enqueue raises it (the
-  other nodes' parts may have been committed: keyed tasks collapse when enqueued again);
+  `FifoSpreader`), renew/dequeue/release (by `lease_route`) and cancel (by the task's route) —
+  one request per node, in one step, outcomes back in item order. A part whose node refuses with
+  WRONG_SHARD is routed again after the map is fetched; the parts that succeeded are not sent
+  again. FIFO tasks whose node is unreachable (the request was not sent) go to another live node.
+  Any other failure of a part: renew/dequeue/release/cancel report it as each of the part's items'
+  outcome (`ok=False` with the error's code); an enqueue raises it (the other nodes' parts may have
+  been committed: keyed tasks collapse when enqueued again);
+* **dead letters named by pid** (requeue_dead/purge_dead of a spread queue with `pids`): each node
+  is sent the pids whose dead letters it holds (`dead_letter_route`: beside their task), all in one
+  step, from the caller's `after_pid`; a node whose page has a `next_pid` is sent its part again
+  from that cursor, until no node has more. Each request reads at most `limit` dead letters (the
+  broker's bound) and the call answers every outcome — one per dead letter, a pid may name many —
+  in pid order, with `next_pid` None. A part refused with WRONG_SHARD is routed again from its
+  cursor after the map is fetched; any other failure of a part raises its error when no dead letter
+  was moved yet, else CONNECTION_LOST saying how many were;
 * **fan out and merge**: list_queues (exact paging by name), stats (summed; per node with
   `per_node`), find_by_sender, queues_for_receiver, list_joins, drop_join, purge_join, and for
-  spread queues peek, delete_queue, requeue_dead/purge_dead pages and declare_join. Every node is
-  asked; a node's error is raised, except WRONG_SHARD (that node owns none of it);
+  spread queues peek, delete_queue, requeue_dead/purge_dead pages of the whole dead-letter queue
+  and declare_join. Every node is asked; a node's error is raised, except WRONG_SHARD (that node
+  owns none of it);
 * **update**: its leases must all be on one node (BadRequest otherwise): that node applies the
   update. Its enqueues of tasks owned by another node (a keyed or tagged task, a named group's
   task) are enqueued on their owner first, in one step, and the rest is applied atomically on the
@@ -397,8 +406,7 @@ class Router:
             if isinstance(request, m.DeleteQueue):
                 return (yield from self._fan_out(call, timeout, "delete_queue", sum))
             if request.pids is not None:
-                return (yield from self._split(call, "pids", self._dead_node(request.queue), timeout,
-                                               per_item_failures=False))
+                return (yield from self._dead_by_pid(call, request, timeout))
             return (yield from self._fan_out(call, timeout, request.op, merge.dead_letter_pages))
         if isinstance(request, m.FindBySender):
             owner = self._group_owner(request.queue) if request.queue is not None else None
@@ -527,8 +535,7 @@ class Router:
                         continue
                     done.update((index, _failed(items[index], outcome)) for index in indexes)
                 else:
-                    results = outcome.outcomes if hasattr(outcome, "outcomes") else outcome
-                    done.update(zip(indexes, results))
+                    done.update(zip(indexes, outcome))  # one outcome per item
             if failure is not None:
                 if not done:
                     raise failure  # no part applied: the part's own error says what it means
@@ -537,13 +544,76 @@ class Router:
                     f"the nodes that answered; another part failed ({failure.code}: {failure.message}); "
                     "the outcome of the call is unknown — repeat only what is idempotent")
             if not pending:
-                merged = [done[index] for index in range(len(items))]
-                if isinstance(request, (m.RequeueDead, m.PurgeDead)):
-                    return call.decode(_encode({"outcomes": merged, "next_pid": None}))
-                return call.decode(_encode(merged))
+                return call.decode(_encode([done[index] for index in range(len(items))]))
             if refetch:
                 yield from self._fetch_map()
         raise last_error or errors.InternalError("split found no node")
+
+    def _dead_by_pid(
+        self, call: Call[T], request: m.RequeueDead | m.PurgeDead, timeout: float | None
+    ) -> Conversation[T]:
+        """Requeue or purge the dead letters `request.pids` name on a spread queue: each node is
+        sent the pids whose dead letters it holds (`dead_letter_route`), all nodes in one step,
+        from the caller's `after_pid`; a node whose page has a `next_pid` is sent its part again
+        from that cursor, until none has more. Every request reads at most `limit` dead letters
+        (the node's bound); the call answers every outcome, in pid order, `next_pid` None.
+
+        A node's page answers one outcome per dead letter (a pid may name many), so the pages are
+        merged whole, never matched to the pids. A part refused with WRONG_SHARD is routed again
+        from its cursor after the map is fetched. Any other failure of a part raises that error if
+        no dead letter was moved yet, else CONNECTION_LOST saying how many were (as `_split` does
+        for an enqueue): the pages answered are lost with the call, and repeating it goes on where
+        it stopped (what was moved is a dead letter no more)."""
+        op = request.op
+        decode = result_decoder(op)
+        node_of = self._dead_node(request.queue)
+
+        def parts_of(pids: Iterable[str], cursor: str | None) -> list[tuple[str, list[str], str | None]]:
+            by_node: dict[str, list[str]] = {}
+            for pid in pids:
+                by_node.setdefault(node_of(pid)[0], []).append(pid)
+            return [(node, named, cursor) for node, named in by_node.items()]
+
+        assert request.pids is not None
+        pending = parts_of(dict.fromkeys(request.pids), request.after_pid)
+        outcomes: list[ItemOutcome] = []
+        refetches = 0
+        while pending:
+            answers = yield tuple(
+                self._send(node, Call(msgspec.structs.replace(request, pids=pids, after_pid=cursor), decode), timeout)
+                for node, pids, cursor in pending
+            )
+            going_on: list[tuple[str, list[str], str | None]] = []
+            refused: list[tuple[list[str], str | None]] = []
+            failure: errors.KittiwakeError | None = None
+            for (node, pids, cursor), answer in zip(pending, answers):
+                if isinstance(answer, errors.WrongShard) and refetches < MAX_SPLIT_ROUNDS:
+                    refused.append((pids, cursor))  # it moved nothing: routed again from its cursor
+                elif isinstance(answer, errors.KittiwakeError):
+                    failure = failure or answer
+                else:
+                    outcomes += answer.outcomes
+                    if answer.next_pid is not None:
+                        if cursor is not None and answer.next_pid <= cursor:
+                            raise errors.InternalError(f"{op}: node {node} did not page on from {cursor!r}")
+                        going_on.append((node, pids, answer.next_pid))
+            if failure is not None:
+                moved = sum(outcome.ok for outcome in outcomes)
+                if not moved:
+                    raise failure  # nothing moved: the part's own error says what it means
+                raise errors.ConnectionLost(
+                    f"{op} of {request.queue} by pid over nodes was applied in part: {moved} dead letter(s) "
+                    f"{'requeued' if isinstance(request, m.RequeueDead) else 'purged'} on the nodes that "
+                    f"answered; another part failed ({failure.code}: {failure.message}); the outcome of the "
+                    "rest is unknown — repeating the call goes on (what was moved is a dead letter no more)")
+            if refused:
+                refetches += 1
+                yield from self._fetch_map()
+                for pids, cursor in refused:
+                    going_on += parts_of(pids, cursor)
+            pending = going_on
+        outcomes.sort(key=lambda outcome: outcome.pid)
+        return call.decode(_encode({"outcomes": outcomes, "next_pid": None}))
 
     # ------------------------------------------------------------ item routes
 

@@ -429,7 +429,9 @@ class Client(ClusterView):
         and the same call with `after_pid=next_pid` goes on. A dead letter whose pid exists
         again in the queue stays (`TASK_EXISTS`); a held one too (`TASK_LEASED`). A page is
         all or nothing: one that reaches a dead letter which cannot go back as stored raises
-        `BadDeadLetter` (BAD_DEAD_LETTER) and moved nothing."""
+        `BadDeadLetter` (BAD_DEAD_LETTER) and moved nothing. On a cluster, `pids` of a spread
+        queue are paged by the client, node by node in requests of at most `limit`: the call
+        answers all their outcomes, `next_pid` None (`cluster_router`)."""
         return self._run(calls.dead_letters("requeue_dead", queue, pids, after_pid, limit), timeout)
 
     def purge_dead(
