@@ -4,12 +4,14 @@ message naming them."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
 import kittiwake.spark
 from kittiwake import Client
+from kittiwake.protocol import DEFAULT_MAX_FRAME
 from kittiwake.spark.options import write_options
 from kittiwake.spark.writer import WriteReport, Writer, totals
 from support.broker_process import BrokerProcess
@@ -117,3 +119,26 @@ def test_bad_options_fail_the_query_with_their_reason(broker: BrokerProcess, spa
             query.processAllAvailable()
         finally:
             query.stop()
+
+
+def test_rows_of_a_mebibyte_go_in_requests_under_the_frame_limit(broker: BrokerProcess, spark: Any) -> None:
+    """40 rows of ~1 MB in one Spark task: 1,000 rows a request would be a 40 MB frame, which the
+    broker refuses (its frame limit is 16 MiB); the writer cuts requests by bytes too."""
+    rows = [(f"big-{index:02d}", bytes([index]) * 1_000_000) for index in range(40)]
+    frame = spark.createDataFrame(rows, "pid string, data binary").coalesce(1)
+    frame.write.format("kittiwake").option("url", broker.url).option("queue", "big").mode("append").save()
+    with Client(broker.url) as client:
+        stored = _all(client, "big")
+        assert [view.pid for view in stored] == [pid for pid, _ in rows]
+        assert all(bytes(view.data) == data for view, (_, data) in zip(stored, rows))
+    assert "over the limit" not in broker.log_tail(200)
+
+
+def test_a_row_over_the_frame_limit_fails_the_write_naming_the_limit(broker: BrokerProcess, spark: Any) -> None:
+    frame = spark.createDataFrame([("huge", b"x" * (17 << 20))], "pid string, data binary")
+    began = time.monotonic()
+    with pytest.raises(Exception, match=rf"over the \d+ bytes .* frame limit of {DEFAULT_MAX_FRAME}"):
+        frame.write.format("kittiwake").option("url", broker.url).option("queue", "huge").mode("append").save()
+    assert time.monotonic() - began < 20  # refused at once, not retried as a lost connection
+    with Client(broker.url) as client:
+        assert client.peek("huge", 1) == []

@@ -15,7 +15,7 @@ is refused by the same rules the broker applies (`kittiwake.model`).
 | `pattern` | one of | — | — | read every queue whose name matches this regex |
 | `partitions` | ✓ | — | ✓ | Spark partitions in all (read) or per batch (stream) |
 | `page_size` | ✓ | — | — | tasks per peek request |
-| `batch_size` | — | ✓ | — | tasks per enqueue request |
+| `batch_size` | — | ✓ | — | tasks per enqueue request (which also stops at `writer.MAX_REQUEST_BYTES`) |
 | `name` | — | — | required | the stream's identity: its batch log is `<queue>.stream.<name>` |
 | `lease_secs` | — | — | ✓ | how long the stream's leases last between renewals |
 | `max_tasks_per_batch` | — | — | ✓ | tasks leased for one micro-batch |

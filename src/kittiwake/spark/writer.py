@@ -1,8 +1,13 @@
 """`df.write.format("kittiwake").mode("append").save()`: rows enqueued as tasks.
 
 Each Spark task enqueues its rows with `enqueue_many`, `batch_size` rows per
-request, and reports how many tasks it added and how many collapsed into a
-task already there (`WriteReport`); the driver logs the totals.
+request and at most `MAX_REQUEST_BYTES` (half the broker's frame limit,
+`protocol.DEFAULT_MAX_FRAME`: a larger request frame is refused and its
+connection closed, which a client can only see as a lost connection), and
+reports how many tasks it added and how many collapsed into a task already
+there (`WriteReport`); the driver logs the totals. A row too large for a
+request on its own fails the write with `BadRequest` naming the limit (the
+broker would refuse its data anyway: `Limits.max_data_bytes`).
 
 Columns, by name (any order): `data` (binary or string; a string is sent as
 UTF-8) and `queue` (string; may be left out when the option `queue` names
@@ -34,12 +39,17 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructType
 from kittiwake import errors
 from kittiwake.client import Client
 from kittiwake.client.interfaces import QueueClient
+from kittiwake.model import Limits
+from kittiwake.protocol import DEFAULT_MAX_FRAME
 from kittiwake.spark.options import WriteOptions
 from kittiwake.spark.retries import retrying
 
 log = logging.getLogger("kittiwake.spark.writer")
 
 RETRY_DEADLINE_SECS = 30.0
+MAX_REQUEST_BYTES = DEFAULT_MAX_FRAME // 2  # room for the request's own encoding around the tasks
+TASK_OVERHEAD_BYTES = 64  # msgpack keys and lengths of one task, more than enough
+HEADER_OVERHEAD_BYTES = 8  # and of one header
 
 STRING_COLUMNS = ("queue", "pid", "receiver", "sender")
 OPTIONAL_COLUMNS = frozenset({"queue", "pid", "receiver", "sender", "headers"})
@@ -90,11 +100,18 @@ class Writer(DataSourceWriter):
         report = WriteReport()
         with Client(self.options.url, timeout=self.options.timeout) as client:
             batch: list[dict[str, Any]] = []
+            size = 0
             for row in iterator:
-                batch.append(self.task_of(row))
+                task = self.task_of(row)
+                task_size = request_bytes(task)
+                if batch and size + task_size > MAX_REQUEST_BYTES:
+                    enqueue(client, batch, report)
+                    batch, size = [], 0
+                batch.append(task)
+                size += task_size
                 if len(batch) >= self.options.batch_size:
                     enqueue(client, batch, report)
-                    batch = []
+                    batch, size = [], 0
             if batch:
                 enqueue(client, batch, report)
         return report
@@ -130,6 +147,22 @@ class Writer(DataSourceWriter):
             total.enqueued,
             total.collapsed,
         )
+
+
+def request_bytes(task: dict[str, Any]) -> int:
+    """About what `task` adds to an enqueue request's frame (never less); `BadRequest` if that
+    alone is over `MAX_REQUEST_BYTES`."""
+    size = TASK_OVERHEAD_BYTES + len(task["data"])
+    size += sum(len(task[name].encode()) for name in STRING_COLUMNS if name in task)
+    for key, value in (task.get("headers") or {}).items():
+        size += len(str(key).encode()) + len(str(value).encode()) + HEADER_OVERHEAD_BYTES
+    if size > MAX_REQUEST_BYTES:
+        raise errors.BadRequest(
+            f"a row for {task['queue']!r} (pid {task.get('pid')!r}) is {size} bytes, over the {MAX_REQUEST_BYTES} bytes "
+            f"one request may carry (half the broker's frame limit of {DEFAULT_MAX_FRAME}); a task's data may be "
+            f"at most {Limits().max_data_bytes} bytes"
+        )
+    return size
 
 
 def totals(messages: list[WriterCommitMessage | None]) -> WriteReport:
