@@ -14,6 +14,8 @@
   (``fuse="plan"``); `all_planned`: every Spark step fused into its
   consumer's plan (``Flow(fuse="plan")``: tidy and sums are built in report's
   query).
+* `once`: one Spark step, reused, allowed a single attempt: a job whose
+  attempt is counted by mistake fails its run.
 
 Steps fail, sleep or stall on purpose while files in `$KITTIWAKE_TEST_FAIL_DIR` say so
 (`maybe_fail`, `maybe_stall`).
@@ -170,3 +172,13 @@ chain = chain_flow("chain", reuse=True)
 fused = chain_flow("fused", fuse=True)
 planned = chain_flow("planned", tidy_fuse="plan", reuse=True)
 all_planned = chain_flow("all_planned", fuse="plan")
+
+
+# ------------------------------------------------------------------- once (Spark, one attempt)
+
+once = Flow("once", lease_secs=20, max_attempts=1, reuse=True)
+
+
+@once.step(engine="spark", inputs={"rows": once.input("rows")})
+def doubled(spark, rows):
+    return rows.selectExpr("n * 2 AS n")

@@ -1,15 +1,21 @@
 """Spark steps on a Spark worker that runs in the test's process on the shared SparkSession:
-a folder split into files (python), each file cleaned on Spark, merged back into totals (Spark)."""
+a folder split into files (python), each file cleaned on Spark, merged back into totals (Spark);
+a failed attempt retried, a stop handing jobs back, a broker restart as a job starts costing no
+attempt."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from flow import pipelines
 from kittiwake import Client
 from kittiwake.flow import Dataset
+from support.broker_process import BrokerProcess
 
 REGIONS = ["north", "south", "north", ""]
 
@@ -97,3 +103,54 @@ def test_a_stop_cancels_running_spark_jobs_and_hands_them_back_without_an_attemp
     (fail_dir / "clean.stall").unlink()
     spark_workers(pipelines.sales)
     assert run.wait(timeout=60).state == "done"
+
+
+@pytest.mark.parametrize("moment", ["prepare", "fingerprint"])
+def test_a_broker_restart_before_a_spark_job_runs_counts_no_attempt(
+    broker: BrokerProcess, client: Client, spark_session, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, moment: str
+) -> None:
+    """The broker is killed at `moment` of a job's start (before the worker reads the run's record
+    and whether it ended; before it looks the job's fingerprint up in the reuse index) and comes
+    back 3 s later. The worker's reads fail meanwhile (its client gives up connecting after 1 s);
+    the job, allowed one attempt, must still run once the broker is back."""
+    from kittiwake.flow.jobs import FlowJobs
+    from kittiwake.flow.spark_worker import SparkWorker
+
+    restarted = threading.Event()
+
+    def kill_and_restart_later() -> None:
+        broker.kill()
+        threading.Thread(target=lambda: (time.sleep(3.0), broker.restart(), restarted.set()), daemon=True).start()
+
+    original = getattr(FlowJobs, moment)
+    calls = []
+
+    def at_the_moment(self, *args, **kwargs):
+        if not calls:
+            calls.append(moment)
+            if moment == "prepare":
+                kill_and_restart_later()
+                return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs)
+            kill_and_restart_later()
+            return result
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(FlowJobs, moment, at_the_moment)
+    worker = SparkWorker([pipelines.once], client=Client(broker.url, connect_timeout=1.0, worker="spark-restart"),
+                         session=spark_session, concurrency=1, wait_secs=0.2, shutdown_secs=10)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert worker.started.wait(60)
+        run = pipelines.once.run(client, {"rows": Dataset.inline([{"n": 1}, {"n": 2}])}, data_dir=tmp_path / "runs")
+        assert restarted.wait(60), "the job never reached the moment"
+        status = run.wait(timeout=90)
+        assert status.state == "done", status
+        assert (worker.done, worker.failed) == (1, 0)
+        rows = spark_session.read.parquet(run.outputs()["doubled.out"].uri).collect()
+        assert sorted(row["n"] for row in rows) == [2, 4]
+    finally:
+        worker.stop()
+        thread.join(60)
+        worker.client.close()

@@ -14,6 +14,14 @@ fingerprint up first and, on a hit, is finished with the recorded outputs
 without running (its ``done`` marker says which run it reused); one that
 runs adds its record to the update that finishes it.
 
+The broker reads that come before a job runs — the run's record, whether
+the run ended, the reuse lookup — are repeated after a `Transient` failure
+(the broker restarting, a lost connection) for up to `READ_RETRY_SECS`, as
+the settler repeats its updates: the worker still holds the job's lease, and
+a read changes nothing, so a broker restart at that moment costs the job no
+attempt. Past that the error is raised: the Spark worker hands the job
+back unrun, a python worker's runner counts a failed attempt.
+
 `Finisher`: after a job's update, a background thread asks whether the run
 still holds a job; the one that finds it holds none ends the run
 (`runs.finish_run`). Requests for one run coalesce, so a burst of jobs costs
@@ -27,10 +35,11 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from kittiwake import errors
 from kittiwake.client import LeasedTask
+from kittiwake.client.backoff import next_delay_secs
 from kittiwake.client.interfaces import QueueClient
 from kittiwake.flow import context as step_context
 from kittiwake.flow import reuse
@@ -47,6 +56,26 @@ log = logging.getLogger("kittiwake.flow")
 
 RECORDS_CACHED = 1000
 MAX_REASON_CHARS = 1000
+READ_RETRY_SECS = 60.0  # as long as the settler repeats an update (`worker.outcomes.RETRY_FOR_SECS`)
+
+T = TypeVar("T")
+
+
+def reading(call: Callable[[], T], deadline_secs: float = READ_RETRY_SECS) -> T:
+    """`call()`, a read of the broker, repeated after `Transient` failures (on the client's
+    reconnect schedule) for up to `deadline_secs`; past it the last failure is raised."""
+    deadline = time.monotonic() + deadline_secs
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except errors.Transient as error:
+            pause = next_delay_secs(attempt, deadline - time.monotonic())
+            if pause is None:
+                raise
+            log.info("broker not available, reading again in %.2f s: %s", pause, error)
+            time.sleep(pause)
+            attempt += 1
 
 
 @dataclass(slots=True)
@@ -191,7 +220,7 @@ class FlowJobs:
             fingerprint = self.fingerprint(prepared, version)
             fresh = prepared.record is not None and prepared.record.fresh
             if fingerprint is not None and not fresh:
-                hit = reuse.lookup(self.client, prepared.flow, step, fingerprint)
+                hit = reading(lambda: reuse.lookup(self.client, prepared.flow, step, fingerprint))
                 if hit is not None and not deferring and any(
                         dataset.kind == FUSED_KIND for item in hit.datasets() for dataset in item.values()):
                     hit = None
@@ -232,7 +261,7 @@ class FlowJobs:
         if record is not None:
             return record
         try:
-            record = load_record(self.client, flow.names.group, run)
+            record = reading(lambda: load_record(self.client, flow.names.group, run))
         except errors.TaskNotFound:
             return None
         with self._lock:
@@ -246,7 +275,7 @@ class FlowJobs:
         with self._lock:
             if key in self._ended:
                 return self._ended[key]
-        ended = ended_of(self.client, record)
+        ended = reading(lambda: ended_of(self.client, record))
         if ended is None:
             return None
         with self._lock:

@@ -20,6 +20,13 @@ whole life and runs every Spark step job of its flows on it:
   and its dequeue in ONE atomic update (exactly-once), a failed attempt
   retried after a backoff, the last one dead-lettered (the run then shows
   failed); after the update the `Finisher` ends the run if it is done.
+* the broker failing for a while (`errors.Transient`: a restart, a lost
+  connection) is not the step's failure: leasing waits and tries again,
+  the reads before a job runs are repeated (`FlowJobs`, up to
+  `jobs.READ_RETRY_SECS`) and, if the broker is not back by then, the job is
+  handed back unrun (`release(reject=True)`, no attempt counted), the
+  settler repeats its updates. A `Transient` the step itself raises while
+  it runs counts as its failure, like any other error.
 
 Stopping (`stop`, SIGTERM): leasing stops; jobs leased and not started are
 rejected (`release(reject=True)`: given back without counting an attempt);
@@ -57,6 +64,7 @@ from kittiwake import errors
 from kittiwake.client import Client, LeasedTask
 from kittiwake.client.interfaces import QueueClient
 from kittiwake.constants import WORKERS_QUEUE
+from kittiwake.flow.dataset import Dataset
 from kittiwake.flow.definition import FlowDefinition
 from kittiwake.flow.fusion import FusedOutputs
 from kittiwake.flow.jobs import Finisher, FlowJobs, PreparedJob, failure_reason
@@ -251,11 +259,13 @@ class SparkWorker:
                 self.capacity.give(1)
 
     def _run(self, held: Held, slot: int) -> Outcome | None:
-        """The outcome of one job, or None to hand it back unrun (shutdown)."""
+        """The outcome of one job, or None to hand it back unrun (shutdown; the broker away for
+        longer than `FlowJobs` reads again before the step runs)."""
         task = held.task
         try:
             prepared = self.jobs.prepare(task)
-        except errors.Transient:
+        except errors.Transient as error:
+            log.warning("job %s/%s handed back unrun: %s", task.queue, task.pid, error)
             return None
         except errors.KittiwakeError as error:
             return Outcome(held, Kind.FAIL, reason=failure_reason(error))
@@ -265,14 +275,22 @@ class SparkWorker:
         held.started_at = time.monotonic()
         with self._lock:
             self._running[slot] = (held, prepared)
+        plan = self.fused is not None
+        ran = False
+
+        def compute() -> list[dict[str, Dataset]]:
+            nonlocal ran
+            ran = True
+            return run_spark_job(self.session, prepared, pool=f"kittiwake-slot-{slot}", fused=self.fused, plan=plan)
+
         try:
-            plan = self.fused is not None
-            enqueue = self.jobs.complete(
-                prepared, lambda: run_spark_job(self.session, prepared, pool=f"kittiwake-slot-{slot}", fused=self.fused,
-                                            plan=plan),
-                worker=self.id, deferring=plan and defers(prepared.flow, prepared.step))
+            enqueue = self.jobs.complete(prepared, compute, worker=self.id,
+                                         deferring=plan and defers(prepared.flow, prepared.step))
         except Exception as error:
             if self._aborting.is_set():
+                return None
+            if isinstance(error, errors.Transient) and not ran:  # the broker, before the step ran: not its failure
+                log.warning("job %s/%s handed back unrun: %s", task.queue, task.pid, error)
                 return None
             log.warning("job %s/%s (%s) failed: %s: %s", task.queue, task.pid, prepared.step.name,
                         type(error).__name__, str(error).splitlines()[0] if str(error) else "")
