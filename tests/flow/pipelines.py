@@ -16,9 +16,11 @@
   query).
 * `once`: one Spark step, reused, allowed a single attempt: a job whose
   attempt is counted by mistake fails its run.
+* `stamps`: one Spark step that stamps its rows with the attempt that made
+  them, and waits before it returns while a file says so (`maybe_hold`).
 
-Steps fail, sleep or stall on purpose while files in `$KITTIWAKE_TEST_FAIL_DIR` say so
-(`maybe_fail`, `maybe_stall`).
+Steps fail, sleep, stall or wait on purpose while files in `$KITTIWAKE_TEST_FAIL_DIR` say so
+(`maybe_fail`, `maybe_stall`, `maybe_hold`).
 """
 
 from __future__ import annotations
@@ -182,3 +184,25 @@ once = Flow("once", lease_secs=20, max_attempts=1, reuse=True)
 @once.step(engine="spark", inputs={"rows": once.input("rows")})
 def doubled(spark, rows):
     return rows.selectExpr("n * 2 AS n")
+
+
+# ------------------------------------------------------------------- stamps (Spark, attempts told apart)
+
+
+def maybe_hold(step: str) -> None:
+    """Wait while `$KITTIWAKE_TEST_FAIL_DIR/<step>.hold` exists."""
+    folder = os.environ.get(FAIL_FILE_ENV)
+    while folder and Path(folder, f"{step}.hold").exists():
+        time.sleep(0.05)
+
+
+stamps = Flow("stamps", lease_secs=4, max_attempts=3)
+
+
+@stamps.step(engine="spark", inputs={"rows": stamps.input("rows")})
+def stamp(spark, rows):
+    from pyspark.sql import functions as F
+
+    attempt = current_step().attempt
+    maybe_hold("stamp")
+    return rows.withColumn("attempt", F.lit(attempt))

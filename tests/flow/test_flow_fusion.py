@@ -26,9 +26,12 @@ PLANNED, ALL_PLANNED = pipelines.planned, pipelines.all_planned
 
 
 def read_parts(spark: Any, data: Path, run: str, step: str) -> list[list[tuple[Any, ...]]]:
-    """Each part's rows of `step`'s output, sorted: what the Parquet of the run holds."""
+    """Each part's rows of `step`'s output, sorted: what the Parquet of the run holds (each part's one
+    attempt: its folder `lease-<id>`)."""
     folder = data / run / step / "out"
-    return [sorted(tuple(row) for row in spark.read.parquet(str(part)).collect()) for part in sorted(folder.iterdir())]
+    parts = [attempt for part in sorted(folder.iterdir()) for attempt in part.iterdir()]
+    assert len(parts) == len(list(folder.iterdir()))
+    return [sorted(tuple(row) for row in spark.read.parquet(str(part)).collect()) for part in parts]
 
 
 def finished_run(client: Client, flow: Any, folder: Path, data: Path, *, fresh: bool = True) -> tuple[Any, Any]:

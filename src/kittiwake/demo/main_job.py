@@ -239,13 +239,16 @@ def rerun(url: str, root: Path, manifest: Manifest, first_run: str, first_secs: 
 
 def _shard_figure_paths(runs: Path, run_ids: list[str], manifest: Manifest) -> dict[int, str]:
     """Shard -> its figures' Parquet: in the first of `run_ids` whose folder has it (a re-run's
-    reused jobs left theirs in the run they reused)."""
-    from kittiwake.flow.tokens import output_path
+    reused jobs left theirs in the run they reused), the newest attempt's (the one that finished
+    the job: `tokens.output_path`)."""
+    from kittiwake.flow.tokens import LEASE_FOLDER_PREFIX, output_path
 
     found: dict[int, str] = {}
     for shard in manifest.shards:
-        paths = [output_path(str(runs), run, "enrich", "out", [shard.index]) for run in run_ids]
-        found[shard.index] = next((path for path in paths if Path(path).exists()), paths[0])
+        jobs = [Path(output_path(str(runs), run, "enrich", "out", [shard.index])) for run in run_ids]
+        attempts = [sorted((folder for folder in job.glob(f"{LEASE_FOLDER_PREFIX}*")),
+                           key=lambda folder: int(folder.name[len(LEASE_FOLDER_PREFIX):])) for job in jobs]
+        found[shard.index] = str(next((folders[-1] for folders in attempts if folders), jobs[0]))
     return found
 
 

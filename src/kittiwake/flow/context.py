@@ -14,7 +14,8 @@ _current: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar("k
 
 @dataclass(slots=True)
 class StepContext:
-    """One job of one step: which run, which key (sequence indices), where outputs go, which attempt."""
+    """One job of one step: which run, which key (sequence indices), where outputs go, which attempt
+    (and the lease it holds: `lease`, None outside a worker)."""
 
     flow: str
     step: str
@@ -24,6 +25,7 @@ class StepContext:
     data_dir: str
     attempt: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    lease: int | None = None
     written_callbacks: list[Callable[[], None]] = field(default_factory=list)
 
     def when_written(self, callback: Callable[[], None]) -> None:
@@ -44,9 +46,11 @@ class StepContext:
         return self.indices[-1] if self.indices else None
 
     def output_path(self, port: str = "out", item: int | None = None) -> str:
-        """The deterministic place for this job's output on `port` (a rerun overwrites it):
-        ``<data_dir>/<run>/<step>/<port>/<index>/<index>…[/<item>]`` (``_`` at depth 0)."""
-        return output_path(self.data_dir, self.run, self.step, port, self.indices, item)
+        """This attempt's place for the job's output on `port`:
+        ``<data_dir>/<run>/<step>/<port>[/<index>…][/<item>]/lease-<lease>``, a folder no other
+        attempt writes, so one that lost its lease and still runs cannot touch what the token of
+        the attempt that finished the job names (`tokens.output_path`)."""
+        return output_path(self.data_dir, self.run, self.step, port, self.indices, item, self.lease)
 
 
 def current_step() -> StepContext:

@@ -29,7 +29,8 @@ The two rules kept:
   by another worker, another machine, or this worker after a restart reads
   the Parquet. A cached output is used only while the files at its path are
   the ones written with it (the listing with sizes and modification times is
-  compared), so an attempt elsewhere that rewrote the path wins.
+  compared); no other attempt writes that path (each writes a folder of its
+  own: `tokens.output_path`), but its files may still be changed or removed.
 
 Bounded: an output is dropped (unpersisted) once each consumer step that
 fuses has read it in a job that finished, when more than `max_entries` are

@@ -195,7 +195,7 @@ class FlowJobs:
         if ended is not None:
             return PreparedJob(task, flow, step, job, record, None, skip=f"run {job.run} is {ended}")
         context = StepContext(flow=flow.name, step=step.name, run=job.run, key=job.key, indices=job.indices,
-                              data_dir=record.data_dir, attempt=task.attempts + 1)
+                              data_dir=record.data_dir, attempt=task.attempts + 1, lease=task.lease_id)
         return PreparedJob(task, flow, step, job, record, context)
 
     def finish(self, prepared: PreparedJob, items: Sequence[Mapping[str, Dataset]], worker: str | None = None) -> list[dict[str, Any]]:

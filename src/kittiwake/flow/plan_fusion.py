@@ -130,7 +130,8 @@ class PlanBuilder:
                     for port, items in (raw.get("inputs") or {}).items()}
         context = StepContext(flow=self.flow.name, step=step.name, run=self.consumer.run, key=key,
                               indices=list(raw.get("indices") or []), data_dir=self.consumer.data_dir,
-                              attempt=self.consumer.attempt, extra={"fused_into": self.consumer.step})
+                              attempt=self.consumer.attempt, extra={"fused_into": self.consumer.step},
+                              lease=self.consumer.lease)
         value = call_step(step, context, spark, step_arguments(step, key, datasets, convert, merge))
         [item] = items_of(step, value)
         frame = item.get(str(raw.get("port")))

@@ -19,10 +19,12 @@
   (``spark.scheduler.pool``) and a job group of its own (so a shutdown can
   cancel it) — on Spark Connect, an operation tag (`spark_sessions`);
 * outputs: a DataFrame is written as Parquet to
-  ``<data_dir>/<run>/<step>/<port>/<indices>`` with mode overwrite — the
-  same path on every attempt, so a rerun after a lost worker replaces a
-  half-written one — and its token references it, schema included; a
-  Dataset is passed on as it is; None and other values travel inline.
+  ``<data_dir>/<run>/<step>/<port>/<indices>/lease-<id>``, a folder of the
+  attempt's own (`tokens.output_path`): an attempt that lost its lease and
+  still writes (its worker stalled, then went on) never touches the folder
+  that the token of the attempt that finished the job names; its token
+  references it, schema included; a Dataset is passed on as it is; None and
+  other values travel inline.
 
 Fusion into the consumer's plan (`kittiwake.flow.plan_fusion`, for steps
 declared with ``fuse="plan"``): such a step's job finishes with a recipe,
@@ -157,7 +159,8 @@ def run_spark_job(spark: Any, prepared: PreparedJob, *, pool: str | None = None,
             out: dict[str, Dataset] = {}
             for port, data in item.items():
                 if _is_dataframe(data):
-                    path = output_path(prepared.context.data_dir, prepared.job.run, step.name, port, indices)
+                    path = output_path(prepared.context.data_dir, prepared.job.run, step.name, port, indices,
+                                       lease=prepared.context.lease)
                     out[port] = write_output(data, path, fused, fused_readers(prepared.flow, step, port))
                 else:
                     out[port] = as_dataset(data)

@@ -1,4 +1,4 @@
-"""Tokens and jobs on the wire, and what a finished job enqueues — pure functions, no I/O.
+"""Tokens and jobs on the wire, what a finished job enqueues and where it writes — pure functions, no I/O.
 
 A token (multi-queue §III, "TokenMessage") is a task in a port queue:
 
@@ -21,6 +21,15 @@ in ``outputs.<run>`` for ports nobody consumes; and the job's marker in
 update's enqueues in order and a join takes an optional token along only
 if it stands there when the required ones complete, so a job's own
 optional output is never a moment too late for its consumer.
+
+Where a job's outputs go (`output_path`): a folder per attempt, named by the
+lease the attempt holds (``lease-<id>``; the broker never gives two leases
+one id). The update that finishes a job — the only one that sends its
+tokens — is refused to anyone but the holder of the job's current lease, so
+a token names the folder of the attempt that finished the job, and an
+attempt that lost its lease (stalled, then went on) writes only its own
+folder, which nothing reads. There is no commit of files to get wrong: the
+finishing update is the commit.
 """
 
 from __future__ import annotations
@@ -123,13 +132,23 @@ def encode_job(join: str, key: str, tokens: Mapping[str, list[tuple[str, bytes, 
 # ------------------------------------------------------------------- outputs
 
 
-def output_path(data_dir: str, run: str, step: str, port: str, indices: list[int], item: int | None = None) -> str:
-    """``<data_dir>/<run>/<step>/<port>[/<index>…]``: where a job's output goes, the same on every
-    attempt so a rerun overwrites (indices of the output token: a split's item index included)."""
+LEASE_FOLDER_PREFIX = "lease-"
+
+
+def output_path(data_dir: str, run: str, step: str, port: str, indices: list[int], item: int | None = None,
+                lease: int | None = None) -> str:
+    """``<data_dir>/<run>/<step>/<port>[/<index>…]/lease-<lease>``: where the attempt holding lease
+    `lease` writes a job's output (indices of the output token: a split's item index included);
+    without a lease, the job's folder that holds its attempts' folders (see the module docstring).
+    Lease ids only grow, and no lease of a job comes after the one that finished it: the newest
+    attempt's folder under a finished job's folder is the one its token names."""
     parts = [format_index(index) for index in indices]
     if item is not None:
         parts.append(format_index(item))
+    if lease is not None:
+        parts.append(f"{LEASE_FOLDER_PREFIX}{lease}")
     return posixpath.join(str(data_dir), run, step, port, *parts)
+
 
 
 def output_pid(step: str, port: str, indices: list[int]) -> str:
