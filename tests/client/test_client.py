@@ -384,3 +384,14 @@ def test_wrong_types_are_refused_before_sending(client: Any) -> None:
         client.enqueue("q", 12)
     with pytest.raises(errors.BadRequest, match="lease_id"):
         client.dequeue({"queue": "q", "pid": "p"})
+
+
+def test_a_request_over_the_brokers_frame_limit_is_frame_too_large_at_once(client: Any) -> None:
+    # the broker refuses the frame from its length, says FRAME_TOO_LARGE without an id and closes: that is
+    # the request's answer (not applied), not a broken connection to retry on fresh ones
+    started = time.monotonic()
+    with pytest.raises(errors.FrameTooLarge, match="over the limit of 16777216"):
+        client.enqueue_many([NewTask("big", b"x" * 1_000_000) for _ in range(20)])
+    assert time.monotonic() - started < 5
+    client.enqueue("big", b"small")  # the client goes on
+    assert client.stats(queues=["big"])[0].size == 1

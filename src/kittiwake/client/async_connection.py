@@ -152,6 +152,8 @@ class AsyncConnection:
                     break
                 for body in self._frames.feed(data):
                     self._route(decode_envelope(body))
+        except errors.FrameTooLarge as exc:
+            failure = exc  # said without an id: `_shut` gives it to the request when only one was waiting
         except errors.KittiwakeError as exc:
             failure = exc if isinstance(exc, errors.ConnectionLost) else errors.ConnectionLost(str(exc))
         except (OSError, asyncio.IncompleteReadError) as exc:
@@ -174,9 +176,14 @@ class AsyncConnection:
         self.closed = True
         self._failure = failure
         pending, self._pending = self._pending, {}
+        # a frame the broker would not read was that request's, when it was the only one in flight: it
+        # was not applied, and sending it again would be refused again
+        alone = isinstance(failure, errors.FrameTooLarge) and len(pending) == 1
+        if isinstance(failure, errors.FrameTooLarge) and not alone:
+            failure = errors.ConnectionLost(str(failure))
         for future in pending.values():
             if not future.done():
-                future.set_exception(errors.ConnectionLost(failure.message))
+                future.set_exception(failure if alone else errors.ConnectionLost(failure.message))
         with suppress(Exception):
             self._writer.close()
 

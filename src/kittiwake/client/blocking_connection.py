@@ -173,8 +173,27 @@ class BlockingConnection:
                 f"could not send the request to {self.address} within {timeout_secs}s; it had no effect"
             ) from None
         except OSError as exc:
+            refusal = self._frame_refused()
             self.close()
+            if refusal is not None:
+                raise refusal from None
             raise NotSent(str(exc)) from None
+
+    def _frame_refused(self) -> errors.FrameTooLarge | None:
+        """After a send that broke: the broker's FRAME_TOO_LARGE, when that is why it closed (it says so,
+        without an id, before closing); a new connection would only be refused again."""
+        try:
+            self._sock.settimeout(0)
+            data = self._sock.recv(READ_CHUNK_BYTES)
+            for body in self._frames.feed(data):
+                reply = decode_envelope(body)
+                if reply.id == 0 and not reply.ok:
+                    error = error_of(reply)
+                    if isinstance(error, errors.FrameTooLarge):
+                        return error
+        except (OSError, errors.KittiwakeError):
+            pass
+        return None
 
     def _receive(self, request_id: int, deadline: float | None) -> ReplyEnvelope[Any]:
         while True:
