@@ -188,6 +188,18 @@ class SchemaTooNew(KittiwakeError):
     code = "SCHEMA_TOO_NEW"
 
 
+class CopyUnfinished(KittiwakeError):
+    """A `kittiwake copy` into the store started and has not finished (it was killed or failed
+    half-way, or is still running), so the store holds part of a copy — tasks without their queue
+    sizes, counters or generations — and opening it was refused, nothing changed: a broker does not
+    start on it, `kittiwake migrate` and a copy from it are refused. Run the same copy again (a copy
+    into such a store empties it and starts over) or empty it (a fresh directory, DROP SCHEMA …
+    CASCADE). Raised when the SQLite or PostgreSQL store opens; the message names the store, the
+    copy's source and when it started. Code COPY_UNFINISHED."""
+
+    code = "COPY_UNFINISHED"
+
+
 class ClusterIdentity(KittiwakeError):
     """The store belongs to another cluster node than the broker starting on it (or to a node while
     the broker is none, or to no node while it holds tasks whose ids name no node), so the broker

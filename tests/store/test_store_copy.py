@@ -1,22 +1,29 @@
 """`kittiwake copy`: a broker's data moved SQLite → PostgreSQL → SQLite comes back whole (every task
 field, running leases, DAG edges, dead letters, retry delays, queue sizes, counters, generations of a
 dropped queue), a broker on the copy carries on where the first one stopped, a non-empty target and
-bad URLs are refused."""
+bad URLs are refused. A copy killed half-way leaves a target that a broker, migrate and a copy from
+it refuse (COPY_UNFINISHED) until the copy is run again."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 from click.testing import CliRunner
 
-from kittiwake import Client
+from kittiwake import Client, errors
 from kittiwake.cli.main import cli
 from kittiwake.store.copy import copy_store
 from kittiwake.store.location import open_store, parse_store_url
-from support.broker_process import BrokerProcess
+from support.broker_process import BrokerDidNotStart, BrokerProcess
 from support.postgres import fresh_schema
 
 NOW = 4_000_000_000.0  # after every lease of the test runs out: all leases read as `expired`, in any store
@@ -155,3 +162,94 @@ def test_copy_store_checks_its_arguments(tmp_path):
         copy_store("sqlite://a", "sqlite://b")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="page_rows"):
         copy_store(parse_store_url("sqlite://a"), parse_store_url("sqlite://b"), page_rows=0)
+
+
+def _fill_many(directory: Path, pages: int) -> tuple[Any, str, dict[str, int]]:
+    """`pages` pages of the copy's tasks (1 KB each) on SQLite at `directory`, a FIFO task and a lease
+    held when the broker stops; returns the lease, the FIFO pid and the tasks per queue."""
+    process = BrokerProcess(directory)
+    try:
+        with Client(process.url) as client:
+            for page in range(pages):
+                client.enqueue_many([{"queue": f"q{n % 5}", "data": b"x" * 1000, "pid": f"p{page:03}-{n:04}"}
+                                    for n in range(1000)])
+            fifo = client.enqueue("fifo", "a").pid
+            held = client.lease("q0", lease_secs=3600)[0]
+            sizes = {s.queue: s.size for s in client.stats()}
+        process.terminate()
+    finally:
+        process.kill()
+    return held, fifo, sizes
+
+
+def _has_tasks(url: str) -> bool:
+    """Whether the store at `url` holds a task row yet, read beside the copy writing it."""
+    location = parse_store_url(url)
+    try:
+        if location.kind == "sqlite":
+            db = sqlite3.connect(f"file:{Path(location.target) / 'kittiwake.db'}?mode=ro", uri=True)
+            try:
+                return db.execute("SELECT 1 FROM tasks LIMIT 1").fetchone() is not None
+            finally:
+                db.close()
+        import psycopg
+
+        with psycopg.connect(location.target, autocommit=True) as pg:
+            if pg.execute("SELECT to_regclass(%s)", (f"{location.schema}.tasks",)).fetchone()[0] is None:
+                return False
+            return pg.execute(f"SELECT 1 FROM {location.schema}.tasks LIMIT 1").fetchone() is not None
+    except (sqlite3.Error, OSError):
+        return False  # not created yet
+
+
+def _broker(tmp_path: Path, url: str, name: str) -> BrokerProcess:
+    if url.startswith("sqlite://"):
+        return BrokerProcess(Path(url[len("sqlite://"):]))
+    return BrokerProcess(tmp_path / name, store_url=url)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_copy_killed_half_way_is_refused_until_copied_again(tmp_path, kind, request):
+    held, fifo, sizes = _fill_many(tmp_path / "source", pages=30)
+    source = f"sqlite://{tmp_path / 'source'}"
+    target = f"sqlite://{tmp_path / 'target'}" if kind == "sqlite" else request.getfixturevalue("pg_url")
+
+    copying = subprocess.Popen([sys.executable, "-m", "kittiwake", "--json", "copy", "--from", source, "--to", target],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not _has_tasks(target) and copying.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(copying.pid, signal.SIGKILL)  # its first pages of tasks are committed, not the rest
+    finally:
+        copying.kill()
+        out, err = copying.communicate()
+    assert copying.returncode == -signal.SIGKILL, (out, err)  # killed, not finished
+
+    with pytest.raises(BrokerDidNotStart) as refused:
+        _broker(tmp_path, target, "refused")
+    assert refused.value.returncode == 1
+    assert "COPY_UNFINISHED" in refused.value.log_tail and "did not finish" in refused.value.log_tail
+    assert "run the copy again" in refused.value.log_tail
+    with pytest.raises(errors.CopyUnfinished):
+        open_store(parse_store_url(target)).close()  # the same for any opener of the store
+    migrated = CliRunner().invoke(cli, ["migrate", "--store", target])
+    assert migrated.exit_code == 1 and "COPY_UNFINISHED" in migrated.output, migrated.output
+    onward = _copy(target, f"sqlite://{tmp_path / 'onward'}")
+    assert onward.exit_code == 1 and "COPY_UNFINISHED" in onward.output, onward.output
+
+    again = _copy(source, target, "--json")  # the way out: the same copy, starting over
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["queues"] == sizes
+
+    process = _broker(tmp_path, target, "served")
+    try:
+        with Client(process.url) as client:
+            assert {s.queue: s.size for s in client.stats()} == sizes
+            assert client.dequeue(held).ok, process.log_tail()  # the lease taken before the copy
+            assert client.enqueue("q1", "again", pid="p000-0001").collapsed  # an existing pid is not overwritten
+            assert client.lease("q2", lease_secs=60)[0].lease_id > held.lease_id  # lease ids never repeat
+            assert client.enqueue("fifo", "b").pid > fifo  # and neither do FIFO pids
+    finally:
+        process.kill()
+

@@ -326,7 +326,8 @@ def broker(
     try:
         status = run_broker(config, faces, extensions)
     # the port is taken, a bad auth file or data directory, a store of a newer schema, ...
-    except (OSError, errors.StorageFailure, errors.ClusterIdentity, errors.SchemaTooNew, ValueError) as exc:
+    except (OSError, errors.StorageFailure, errors.ClusterIdentity, errors.SchemaTooNew, errors.CopyUnfinished,
+            ValueError) as exc:
         from kittiwake.store.faults import diagnose_directory
 
         location = config.store_location

@@ -6,7 +6,10 @@ source and in the target (they must match), or with --json
 usage error (exit status 2); a store that cannot be opened or that a broker
 serves, a store whose schema a newer Kittiwake wrote (`error SCHEMA_TOO_NEW: …`),
 a missing source, a non-empty target or counts that differ are one line on
-stderr and exit status 1.
+stderr and exit status 1; so is a source a copy into did not finish
+(`error COPY_UNFINISHED: …`). A copy stopped half-way leaves its target marked
+unfinished (`store.copy_marker`), refused by brokers and tools until a copy
+into it runs again and completes.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ _URL_HELP = "sqlite://DIR or postgresql://[USER@]HOST[:PORT]/DB[?schema=NAME] (d
 @click.command("copy")
 @click.option("--from", "source_url", required=True, metavar="URL", help="The store to copy: " + _URL_HELP)
 @click.option("--to", "target_url", required=True, metavar="URL",
-              help="The store to fill, created if missing; it must hold no data: " + _URL_HELP)
+              help="The store to fill, created if missing; it must hold no data, or only what an "
+                   "unfinished copy left (emptied first): " + _URL_HELP)
 @click.pass_obj
 def copy(obj: CliContext | None, source_url: str, target_url: str) -> None:
     """Copy every task, lease, DAG edge, queue size and counter of a store into an empty store.
@@ -39,9 +43,12 @@ def copy(obj: CliContext | None, source_url: str, target_url: str) -> None:
     miss or half-copy its latest writes, so a store a broker serves (a
     PostgreSQL schema, an SQLite directory) is refused, and no broker starts
     on either store while the copy runs. The target is created (schema included) when missing and
-    must hold no data: copy never merges. A copy that fails half-way leaves a
-    partial target: empty it (a fresh directory, or DROP SCHEMA … CASCADE) and
-    run the copy again. Counts per queue are checked after the copy.
+    must hold no data: copy never merges. Counts per queue are checked after the copy.
+
+    A copy that is stopped or fails half-way leaves its target marked unfinished:
+    a broker, migrate or a copy from it refuses it (COPY_UNFINISHED) until you
+    run the copy into it again, which empties it and starts over (or empty it
+    yourself: a fresh directory, or DROP SCHEMA … CASCADE).
     """
     from kittiwake.store.copy import CopyError
     from kittiwake.store.location import parse_store_url

@@ -6,7 +6,8 @@ written by a newer Kittiwake. Prints `STORE: schema version N (was M)` — M is
 0 for a store created just now — or, with --json, {"store", "version", "was"}.
 Errors are one line on stderr and exit status 1; so is a data directory
 another process has open (a broker serving it: `store.directory_lock`), and a
-schema written by a newer Kittiwake (`error SCHEMA_TOO_NEW: …`, nothing changed).
+schema written by a newer Kittiwake (`error SCHEMA_TOO_NEW: …`, nothing changed),
+and a store a `kittiwake copy` into did not finish (`error COPY_UNFINISHED: …`).
 """
 
 from __future__ import annotations

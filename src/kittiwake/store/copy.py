@@ -13,11 +13,20 @@ What a store holds, in both SQL stores (`statements`, `postgres_statements`):
 * `counters`: broker-wide high-water marks (lease ids …).
 
 The schema itself is created (or upgraded) by opening each store as a broker
-would. Rows are read in pages in key order (bounded memory whatever the
-size) and written in the same pages, one transaction per page, by direct
-SQL on the stores' tables (COPY on PostgreSQL, executemany on SQLite). The target must hold no data at all: a copy
-never merges. A copy that fails half-way leaves a partial target: empty it
-(a new directory, or DROP SCHEMA … CASCADE) and copy again.
+would. Rows are read in pages in key order and written in the same pages,
+one transaction per page, by direct SQL on the stores' tables (COPY on
+PostgreSQL, executemany on SQLite), committed durably (synchronous commits
+whatever the server or file says). The target must hold no data at all: a
+copy never merges.
+
+A copy stopped half-way (killed, a disk or a server failing) must not leave a
+target a broker would serve as if whole (`copy_marker`): before writing any
+row the copy commits the mark `copy_unfinished` in the target, and it drops it
+in a transaction of its own once every page is committed and the counts per
+queue are checked. A store holding the mark is refused by every opener
+(`errors.CopyUnfinished`) but a copy into it, which empties it and starts
+over (in the transaction that writes its own mark), so running the same copy
+again is the way out.
 
 The source must not be served by a running broker while it is copied (its
 writes would be missed or half-copied), nor the target. The copy holds each
@@ -30,10 +39,12 @@ lock of a lone broker (`postgres_presence`), on SQLite the directory's lock
 from __future__ import annotations
 
 import sqlite3
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from kittiwake.store import copy_marker
 from kittiwake.store import postgres_statements as pg_sql
 from kittiwake.store import statements as sqlite_sql
 from kittiwake.store.directory_lock import BROKER, DirectoryInUse
@@ -85,10 +96,12 @@ class CopyReport:
 
 
 class _Side:
-    """One store's tables over a plain connection (placeholders and note encoding differ)."""
+    """One store's tables over a plain connection (placeholders, note encoding and the catalogue differ)."""
 
     kind: str
     mark = "?"  # the driver's placeholder
+    marker_exists = copy_marker.SQLITE_EXISTS
+    db: Any
 
     def __init__(self, location: StoreLocation) -> None:
         self.location = location
@@ -135,6 +148,19 @@ class _Side:
         """Write one page of rows of `table`, in a transaction of its own."""
         raise NotImplementedError
 
+    def unfinished(self) -> bool:
+        """Whether the store holds the mark of a copy into it that did not finish (`copy_marker`)."""
+        return copy_marker.found(self.db, self.marker_exists) is not None
+
+    def begin_copy(self, source: str) -> None:
+        """In one durable transaction, before the copy writes any row: mark the store as holding an
+        unfinished copy from `source`, and empty it of what an earlier unfinished copy wrote."""
+        raise NotImplementedError
+
+    def end_copy(self) -> None:
+        """Drop the mark, in a transaction of its own: every page is committed and checked."""
+        raise NotImplementedError
+
     def encode_note(self, note: Any) -> Any:
         raise NotImplementedError
 
@@ -151,6 +177,7 @@ class _SqliteSide(_Side):
     def __init__(self, location: StoreLocation) -> None:
         super().__init__(location)
         self.db = sqlite3.connect(Path(location.target) / "kittiwake.db", isolation_level=None)
+        self.db.execute("PRAGMA synchronous=FULL")  # each commit synced: the mark is durable before any row
 
     def execute(self, query: str, params: list[Any]) -> list[tuple]:
         return self.db.execute(query, params).fetchall()
@@ -161,6 +188,29 @@ class _SqliteSide(_Side):
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.executemany(statement, rows)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def begin_copy(self, source: str) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute(copy_marker.SQLITE_CREATE)
+            self.db.execute(copy_marker.CLEAR)
+            self.db.execute(f"INSERT INTO {copy_marker.TABLE} (source, started_at) VALUES (?, ?)",
+                            (source, time.time()))
+            for table in TABLES:
+                self.db.execute(f"DELETE FROM {table}")
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def end_copy(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute(copy_marker.DROP)
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -179,6 +229,7 @@ class _SqliteSide(_Side):
 class _PostgresSide(_Side):
     kind = "postgresql"
     mark = "%s"
+    marker_exists = copy_marker.POSTGRES_EXISTS
 
     def __init__(self, location: StoreLocation) -> None:
         import psycopg
@@ -186,6 +237,7 @@ class _PostgresSide(_Side):
         super().__init__(location)
         self.db = psycopg.connect(location.target, autocommit=True, application_name="kittiwake-copy")
         self.db.execute(psycopg.sql.SQL("SET search_path = {}").format(psycopg.sql.Identifier(location.schema)))
+        self.db.execute("SET synchronous_commit = on")  # each commit durable: the mark before any row
 
     def execute(self, query: str, params: list[Any]) -> list[tuple]:
         return self.db.execute(query, params).fetchall()
@@ -199,6 +251,18 @@ class _PostgresSide(_Side):
         with self.db.transaction(), self.db.cursor() as cursor, cursor.copy(statement) as copy:
             for row in rows:
                 copy.write_row(row)
+
+    def begin_copy(self, source: str) -> None:
+        with self.db.transaction():
+            self.db.execute(copy_marker.POSTGRES_CREATE)
+            self.db.execute(copy_marker.CLEAR)
+            self.db.execute(f"INSERT INTO {copy_marker.TABLE} (source, started_at) VALUES (%s, %s)",
+                            (source, time.time()))
+            self.db.execute(f"TRUNCATE {', '.join(TABLES)}")
+
+    def end_copy(self) -> None:
+        with self.db.transaction():
+            self.db.execute(copy_marker.DROP)
 
     def encode_note(self, note: str | None) -> Any:
         return note.encode() if note is not None else None
@@ -236,11 +300,14 @@ def _same_place(a: StoreLocation, b: StoreLocation) -> bool:
 
 def copy_store(source: StoreLocation, target: StoreLocation, *, progress: Progress | None = None,
                page_rows: int = PAGE_ROWS) -> CopyReport:
-    """Copy every table of the store at `source` into the empty store at `target` (created if need be).
+    """Copy every table of the store at `source` into the empty store at `target` (created if need be),
+    or into a store an earlier copy did not finish (emptied first).
 
     Raises CopyError when the source holds no store, the target holds data, both are the same
-    store, or the counts per queue differ afterwards; `errors.StorageFailure` or the database's
-    own errors when a store fails."""
+    store, or the counts per queue differ afterwards; `errors.CopyUnfinished` when the source is
+    itself the target of a copy that did not finish; `errors.StorageFailure` or the database's own
+    errors when a store fails. Whatever stops it after it began writing, the target is left marked
+    unfinished (`copy_marker`)."""
     if not isinstance(source, StoreLocation) or not isinstance(target, StoreLocation):
         raise ValueError("source and target must be StoreLocation (kittiwake.store.location.parse_store_url)")
     if isinstance(page_rows, bool) or not isinstance(page_rows, int) or page_rows < 1:
@@ -251,8 +318,8 @@ def copy_store(source: StoreLocation, target: StoreLocation, *, progress: Progre
         raise CopyError(f"no Kittiwake store at {source.describe()}")
     guards = []  # each side opened as a broker would: schemas created or upgraded, directories and schemas held
     try:
-        for location in (source, target):
-            guards.append(_guard(location))
+        guards.append(_guard(source, target=False))  # a source an unfinished copy wrote is refused
+        guards.append(_guard(target, target=True))
         return _copy(source, target, page_rows, progress)
     except BrokerConflict as exc:
         raise CopyError(f"a broker serves {exc.schema!r}: stop it first (the copy would miss its writes)") from None
@@ -266,10 +333,10 @@ def copy_store(source: StoreLocation, target: StoreLocation, *, progress: Progre
             guard.close()
 
 
-def _guard(location: StoreLocation) -> Any:
+def _guard(location: StoreLocation, *, target: bool) -> Any:
     if location.kind == "postgresql":
-        return open_store(replace(location, brokers="one"), broker=True)
-    return open_store(location, holder=HOLDER)
+        return open_store(replace(location, brokers="one"), broker=True, allow_unfinished_copy=target)
+    return open_store(location, holder=HOLDER, allow_unfinished_copy=target)
 
 
 def _copy(
@@ -277,11 +344,13 @@ def _copy(
 ) -> CopyReport:
     reader, writer = _side(source), _side(target)
     try:
-        held = {table: writer.count(table) for table in TABLES}
-        if any(held.values()):
-            what = ", ".join(f"{count} {table}" for table, count in held.items() if count)
-            raise CopyError(f"the target {target.describe()} is not empty ({what} rows): copy into an empty store")
+        if not writer.unfinished():  # an unfinished copy's rows are emptied by begin_copy
+            held = {table: writer.count(table) for table in TABLES}
+            if any(held.values()):
+                what = ", ".join(f"{count} {table}" for table, count in held.items() if count)
+                raise CopyError(f"the target {target.describe()} is not empty ({what} rows): copy into an empty store")
         report = CopyReport(source_queues=reader.queue_counts())
+        writer.begin_copy(source.describe())  # durable before any row is written
         total = sum(report.source_queues.values())
         done = 0
         if progress is not None:
@@ -306,6 +375,8 @@ def _copy(
                         progress(done, total)
             report.rows[table] = copied
         report.target_queues = writer.queue_counts()
+        if report.matches:
+            writer.end_copy()  # every page committed and checked: the target is whole
     finally:
         reader.close()
         writer.close()

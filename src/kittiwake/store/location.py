@@ -77,6 +77,7 @@ def _one_param(query: list[tuple[str, str]], name: str, default: str) -> str:
 def open_store(
     location: StoreLocation, *, durability: str = "fsync", cache_mb: int = 64, broker: bool = False,
     holder: str | None = None, commit_log: bool = False, checkpoint_secs: float | None = None,
+    allow_unfinished_copy: bool = False,
 ):
     """Open (creating or upgrading its schema) the store at `location`; `cache_mb`: SQLite's page cache;
     `broker`: for a broker to serve (PostgreSQL then takes the broker's presence), not for a tool.
@@ -86,7 +87,8 @@ def open_store(
     STORE_IN_USE) naming its pid and `holder` — what this opener is, "broker" for a broker and
     TOOL_HOLDER unless a tool says ("kittiwake copy"). `commit_log`: SQLite writes through its commit log
     (`store.commit_log`), its database catching up at least every `checkpoint_secs`; whatever it says,
-    opening an SQLite directory replays a log left in it."""
+    opening an SQLite directory replays a log left in it. A store a `kittiwake copy` into did not finish
+    raises `errors.CopyUnfinished` (`copy_marker`) unless `allow_unfinished_copy` (the copy into it)."""
     if location.kind == "sqlite":
         from kittiwake.store.directory_lock import BROKER
         from kittiwake.store.sqlite import SqliteStore
@@ -95,10 +97,11 @@ def open_store(
         from kittiwake.store.sqlite import CHECKPOINT_SECS
 
         return SqliteStore(location.target, durability=durability, cache_mb=cache_mb, holder=holder,
-                           commit_log=commit_log,
+                           commit_log=commit_log, allow_unfinished_copy=allow_unfinished_copy,
                            checkpoint_secs=CHECKPOINT_SECS if checkpoint_secs is None else checkpoint_secs)
     from kittiwake.store.postgres import PostgresStore
 
     return PostgresStore(
-        location.target, schema=location.schema, durability=durability, brokers=location.brokers if broker else None
+        location.target, schema=location.schema, durability=durability, brokers=location.brokers if broker else None,
+        allow_unfinished_copy=allow_unfinished_copy,
     )

@@ -98,6 +98,7 @@ from kittiwake import errors
 from kittiwake.errors import StorageFailure, StorageFault
 from kittiwake.model import Task
 from kittiwake.store import postgres_statements as sql
+from kittiwake.store import copy_marker
 from kittiwake.store.postgres_presence import MAX_BROKERS, Presence, channel_of, lock_space, one_value
 from kittiwake.store.rows import encode_headers, snapshot, task_from_row
 
@@ -194,7 +195,11 @@ class PostgresStore:
         durability: str = "fsync",
         connect_timeout_secs: float = CONNECT_TIMEOUT_SECS,
         brokers: str | None = None,
+        allow_unfinished_copy: bool = False,
     ) -> None:
+        """Open (creating or upgrading) the store in `schema`; `brokers` ("one", "many"): for a broker to
+        serve, taking its presence; None for a tool. A schema a copy into did not finish raises
+        `errors.CopyUnfinished` (`copy_marker`), unless `allow_unfinished_copy` (the copy)."""
         if psycopg is None:
             raise ValueError("the PostgreSQL store needs psycopg: pip install 'kittiwake[postgres]'")
         if not isinstance(dsn, str) or not dsn:
@@ -238,6 +243,9 @@ class PostgresStore:
             if brokers is not None:
                 self.presence = Presence(self._connect, schema, brokers)
                 self._epoch = self.presence.epoch
+            if not allow_unfinished_copy:  # after the presence: a copy still running is a broker serving it
+                copy_marker.refuse_unfinished(db, copy_marker.POSTGRES_EXISTS, f"schema {schema!r}",
+                                              f"DROP SCHEMA {schema} CASCADE")
             if self.shared:
                 self._incarnation = one_value(db, sql.NEXT_INCARNATION)
             # queue → generation, cached as the SQLite store caches it. Several brokers on one schema

@@ -84,7 +84,7 @@ from kittiwake.engine.mutations import (
 )
 from kittiwake.engine.storage import QueueSummary, Recovery
 from kittiwake.model import Task
-from kittiwake.store import commit_log, log_file
+from kittiwake.store import commit_log, copy_marker, log_file
 from kittiwake.store import statements as sql
 from kittiwake.store.coalesce import coalesce
 from kittiwake.store.directory_lock import DirectoryLock, lock_directory
@@ -136,11 +136,13 @@ class SqliteStore:
         holder: str | None = None, commit_log: bool = False, log_fault: log_file.FaultHook | None = None,
         checkpoint_mutations: int = CHECKPOINT_MUTATIONS, checkpoint_secs: float = CHECKPOINT_SECS,
         monotonic_clock: Callable[[], float] = time.monotonic, log_preallocate: int = log_file.PREALLOCATE_BYTES,
+        allow_unfinished_copy: bool = False,
     ) -> None:
         """Open (creating or upgrading) the store in `directory`. With `holder` ("broker", "kittiwake
         copy" ...) the directory is locked in its name while the store is open (`directory_lock`), and a
         directory another opener holds raises `DirectoryInUse`; without, nothing is locked (tests, and
-        tools that read a stopped broker's file)."""
+        tools that read a stopped broker's file). A store a copy into did not finish raises
+        `errors.CopyUnfinished` (`copy_marker`), unchanged, unless `allow_unfinished_copy` (the copy)."""
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {DURABILITY_LEVELS}")
         self.directory = Path(directory)
@@ -159,6 +161,9 @@ class SqliteStore:
             db.execute(f"PRAGMA cache_size=-{int(cache_mb) * 1024}")
             db.execute("PRAGMA temp_store=MEMORY")
             db.execute("PRAGMA wal_autocheckpoint=4000")
+            if not allow_unfinished_copy:
+                copy_marker.refuse_unfinished(db, copy_marker.SQLITE_EXISTS, str(self.directory),
+                                              "delete the directory, or copy into a new one")
             self._migrate()
             self._gens: dict[str, int] = dict(db.execute(sql.LOAD_GENERATIONS).fetchall())
             self._pending: list[Mutation] = []
