@@ -2,7 +2,7 @@
 field, running leases, DAG edges, dead letters, retry delays, queue sizes, counters, generations of a
 dropped queue), a broker on the copy carries on where the first one stopped, a non-empty target and
 bad URLs are refused. A copy killed half-way leaves a target that a broker, migrate and a copy from
-it refuse (COPY_UNFINISHED) until the copy is run again."""
+it refuse (COPY_UNFINISHED) until the copy is run again; pages of large tasks are bounded in bytes."""
 
 from __future__ import annotations
 
@@ -162,6 +162,8 @@ def test_copy_store_checks_its_arguments(tmp_path):
         copy_store("sqlite://a", "sqlite://b")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="page_rows"):
         copy_store(parse_store_url("sqlite://a"), parse_store_url("sqlite://b"), page_rows=0)
+    with pytest.raises(ValueError, match="page_bytes"):
+        copy_store(parse_store_url("sqlite://a"), parse_store_url("sqlite://b"), page_bytes=0)
 
 
 def _fill_many(directory: Path, pages: int) -> tuple[Any, str, dict[str, int]]:
@@ -253,3 +255,25 @@ def test_a_copy_killed_half_way_is_refused_until_copied_again(tmp_path, kind, re
     finally:
         process.kill()
 
+
+def test_pages_of_large_tasks_are_bounded_in_bytes(tmp_path, pg_url):
+    process = BrokerProcess(tmp_path / "first")
+    try:
+        with Client(process.url) as client:
+            client.enqueue_many([{"queue": "big", "data": bytes([n]) * 300_000, "pid": f"b{n:02}"} for n in range(9)])
+            client.enqueue("big", b"y" * 900_000, pid="huge")  # alone above the page's bytes
+            client.enqueue_many([{"queue": "small", "data": b"s", "pid": f"s{n:04}"} for n in range(2500)])
+        process.terminate()
+    finally:
+        process.kill()
+    first, back = f"sqlite://{tmp_path / 'first'}", f"sqlite://{tmp_path / 'back'}"
+    original = _dump(first)
+    for source, target in ((first, pg_url), (pg_url, back)):  # both stores read their rows' sizes
+        done: list[int] = []
+        report = copy_store(parse_store_url(source), parse_store_url(target), page_bytes=700_000,
+                            progress=lambda copied, total: done.append(copied))
+        assert report.matches and report.rows["tasks"] == 2510
+        pages = [b - a for a, b in zip(done, done[1:])]
+        # 2 tasks of 300 KB a page, the 900 KB one alone, then small tasks 1,000 rows a page
+        assert pages == [2, 2, 2, 2, 1, 1, 1000, 1000, 500], pages
+        assert _dump(target) == original

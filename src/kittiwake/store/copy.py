@@ -13,11 +13,14 @@ What a store holds, in both SQL stores (`statements`, `postgres_statements`):
 * `counters`: broker-wide high-water marks (lease ids …).
 
 The schema itself is created (or upgraded) by opening each store as a broker
-would. Rows are read in pages in key order and written in the same pages,
-one transaction per page, by direct SQL on the stores' tables (COPY on
-PostgreSQL, executemany on SQLite), committed durably (synchronous commits
-whatever the server or file says). The target must hold no data at all: a
-copy never merges.
+would. Rows are read in pages in key order, of at most `PAGE_ROWS` rows and
+about `PAGE_BYTES` bytes of task data, headers and notes (a task may hold
+megabytes: the sizes of a page's rows are read first, then as many rows as
+fit, one row at least), so memory stays bounded whatever the store holds;
+they are written in the same pages, one transaction per page, by direct SQL
+on the stores' tables (COPY on PostgreSQL, executemany on SQLite), committed
+durably (synchronous commits whatever the server or file says). The target
+must hold no data at all: a copy never merges.
 
 A copy stopped half-way (killed, a disk or a server failing) must not leave a
 target a broker would serve as if whole (`copy_marker`): before writing any
@@ -54,6 +57,8 @@ from kittiwake.store.postgres_presence import BrokerConflict
 HOLDER = "kittiwake copy"  # how the copy names itself in the directories it locks
 
 PAGE_ROWS = 1000
+PAGE_BYTES = 32 * 1024 * 1024  # task data, headers and notes read per page (one task at least, however large)
+ROW_BYTES = 256  # what a task row costs besides them, counted towards PAGE_BYTES
 TABLES = ("generations", "tasks", "edges", "queue_sizes", "counters")
 _TASK_NAMES = [name.strip() for name in sqlite_sql.TASK_COLUMNS.split(",")]
 assert _TASK_NAMES == [name.strip() for name in pg_sql.TASK_COLUMNS.split(",")]
@@ -100,6 +105,7 @@ class _Side:
 
     kind: str
     mark = "?"  # the driver's placeholder
+    length = "length"  # bytes of a blob
     marker_exists = copy_marker.SQLITE_EXISTS
     db: Any
 
@@ -118,16 +124,43 @@ class _Side:
         query = f"SELECT {', '.join(columns)} FROM {table}{where} ORDER BY {', '.join(key)} LIMIT {self.mark}"
         return [tuple(row) for row in self.execute(query, params)]
 
-    def rows(self, table: str, page_rows: int) -> Iterator[list[tuple]]:
-        """Every row of `table`, in pages of `page_rows`, in key order."""
+    def task_sizes(self, after: tuple | None, limit: int) -> list[int]:
+        """The bytes of the next `limit` task rows after the key `after` (data, headers, note and
+        ROW_BYTES), read without the rows themselves (a blob's length is in its header)."""
+        key = _KEYS["tasks"]
+        where = ""
+        params: list[Any] = []
+        if after is not None:
+            where = f" WHERE ({', '.join(key)}) > ({', '.join([self.mark] * len(key))})"
+            params.extend(after)
+        params.append(limit)
+        size = " + ".join(f"coalesce({self.length}({column}), 0)" for column in ("data", "headers", "note"))
+        query = f"SELECT {size} FROM tasks{where} ORDER BY {', '.join(key)} LIMIT {self.mark}"
+        return [int(row[0]) + ROW_BYTES for row in self.execute(query, params)]
+
+    def rows(self, table: str, page_rows: int, page_bytes: int = PAGE_BYTES) -> Iterator[list[tuple]]:
+        """Every row of `table`, in key order, in pages of at most `page_rows` rows; a page of tasks
+        also of at most `page_bytes` bytes (`task_sizes`), or of one task when one is larger."""
         width = len(_KEYS[table])
         after: tuple | None = None
         while True:
-            page = self.page(table, after, page_rows)
+            limit = page_rows
+            last = False  # no rows after this page
+            if table == "tasks":
+                sizes = self.task_sizes(after, page_rows)
+                total = 0
+                fit = 0
+                for size in sizes:
+                    total += size
+                    if fit and total > page_bytes:
+                        break
+                    fit += 1
+                limit, last = fit, fit == len(sizes) and len(sizes) < page_rows
+            page = self.page(table, after, limit) if limit else []
             if not page:
                 return
             yield page
-            if len(page) < page_rows:
+            if last or len(page) < limit:
                 return
             after = page[-1][:width]
 
@@ -229,6 +262,7 @@ class _SqliteSide(_Side):
 class _PostgresSide(_Side):
     kind = "postgresql"
     mark = "%s"
+    length = "octet_length"  # of a TOASTed value: read from its header, not detoasted
     marker_exists = copy_marker.POSTGRES_EXISTS
 
     def __init__(self, location: StoreLocation) -> None:
@@ -299,7 +333,7 @@ def _same_place(a: StoreLocation, b: StoreLocation) -> bool:
 
 
 def copy_store(source: StoreLocation, target: StoreLocation, *, progress: Progress | None = None,
-               page_rows: int = PAGE_ROWS) -> CopyReport:
+               page_rows: int = PAGE_ROWS, page_bytes: int = PAGE_BYTES) -> CopyReport:
     """Copy every table of the store at `source` into the empty store at `target` (created if need be),
     or into a store an earlier copy did not finish (emptied first).
 
@@ -310,8 +344,9 @@ def copy_store(source: StoreLocation, target: StoreLocation, *, progress: Progre
     unfinished (`copy_marker`)."""
     if not isinstance(source, StoreLocation) or not isinstance(target, StoreLocation):
         raise ValueError("source and target must be StoreLocation (kittiwake.store.location.parse_store_url)")
-    if isinstance(page_rows, bool) or not isinstance(page_rows, int) or page_rows < 1:
-        raise ValueError("page_rows must be an integer >= 1")
+    for name, value in (("page_rows", page_rows), ("page_bytes", page_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1")
     if _same_place(source, target):
         raise CopyError("the source and the target are the same store")
     if not _exists(source):
@@ -320,7 +355,7 @@ def copy_store(source: StoreLocation, target: StoreLocation, *, progress: Progre
     try:
         guards.append(_guard(source, target=False))  # a source an unfinished copy wrote is refused
         guards.append(_guard(target, target=True))
-        return _copy(source, target, page_rows, progress)
+        return _copy(source, target, page_rows, page_bytes, progress)
     except BrokerConflict as exc:
         raise CopyError(f"a broker serves {exc.schema!r}: stop it first (the copy would miss its writes)") from None
     except DirectoryInUse as exc:
@@ -340,7 +375,8 @@ def _guard(location: StoreLocation, *, target: bool) -> Any:
 
 
 def _copy(
-    source: StoreLocation, target: StoreLocation, page_rows: int, progress: Callable[[int, int], None] | None
+    source: StoreLocation, target: StoreLocation, page_rows: int, page_bytes: int,
+    progress: Callable[[int, int], None] | None,
 ) -> CopyReport:
     reader, writer = _side(source), _side(target)
     try:
@@ -358,7 +394,7 @@ def _copy(
         current: dict[str, int] = {}
         for table in TABLES:
             copied = 0
-            for page in reader.rows(table, page_rows):
+            for page in reader.rows(table, page_rows, page_bytes):
                 if table == "generations":
                     current.update(page)  # one row per dropped queue, as the stores themselves cache it
                 elif table in ("tasks", "queue_sizes"):  # rows of dropped generations are left behind
