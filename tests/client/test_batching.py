@@ -307,15 +307,121 @@ def test_an_error_answer_fails_every_task_of_the_batch_and_is_reported_once() ->
     bad = [take(batcher, clock, n) for n in (1, 2)]
     batcher.answer(first.batch, ok_result(first.batch))
     refused = send(batcher, clock)
-    batcher.answer(refused.batch, error=errors.BadRequest("enqueue: queue _joins is reserved"))
+    # not a refusal for what the batch holds (that splits it: below): every task fails with it
+    assert batcher.answer(refused.batch, error=errors.Unavailable("the store is read-only")) == [refused.batch]
     for batch, index in bad:
-        with pytest.raises(errors.BadRequest, match="_joins"):
+        with pytest.raises(errors.Unavailable, match="read-only"):
             batch.outcome(index)
     report = batcher.failure_report()
-    assert isinstance(report, errors.BadRequest) and report.message.startswith("2 task(s) were not enqueued")
+    assert isinstance(report, errors.Unavailable) and report.message.startswith("2 task(s) were not enqueued")
     assert batcher.failure_report() is None  # once
     assert (batcher.stats.batches_failed, batcher.stats.tasks_failed, batcher.held) == (1, 2, 0)
-    assert first.batch.outcome(0).pid == "p0"
+    assert (first.batch.outcome(0).pid, batcher.stats.split_sends) == ("p0", 0)
+
+
+def refused_batch(
+    batcher: Batcher[Signal], clock: FakeClock, tasks: list[NewTask]
+) -> tuple[Send[Signal], list[tuple[Batch[Signal], int]]]:
+    """`tasks` taken and sent as one batch behind task 0 (answered ok): that send, and their handles."""
+    take(batcher, clock, 0)
+    first = send(batcher, clock)
+    handles = []
+    for new in tasks:
+        batch = batcher.take(new, len(new.data), clock.now)
+        assert batch is not None
+        handles.append((batch, len(batch.tasks) - 1))
+    assert batcher.answer(first.batch, ok_result(first.batch)) == [first.batch]
+    return send(batcher, clock), handles
+
+
+def broker_answers(
+    batcher: Batcher[Signal], clock: FakeClock, batch: Batch[Signal], refuses: object, error: errors.KittiwakeError
+) -> list[list[int]]:
+    """Answer the parts of the refused `batch` the batcher sends, one at a time (never two at once),
+    as a broker that refuses a request whole when `refuses(task)` holds for one of its tasks; the
+    parts' task numbers, in the order sent, until `batch` is settled."""
+    sent: list[list[int]] = []
+    while batch.tasks:
+        due = batcher.next_send(clock.now)
+        assert isinstance(due, Send)
+        batcher.sent(due)
+        assert due.batch.parent is not None and batcher.next_send(clock.now) is None  # one part at a time
+        sent.append(numbers(due.batch))
+        if any(refuses(new) for new in due.batch.tasks):  # type: ignore[operator]
+            batcher.answer(due.batch, error=error)
+        else:
+            batcher.answer(due.batch, ok_result(due.batch))
+    return sent
+
+
+def test_a_batch_refused_for_what_it_holds_goes_again_in_halves_until_the_refused_task_is_alone() -> None:
+    batcher, clock = make(max_batch_tasks=100, linger_ms=60_000)
+    refused, handles = refused_batch(batcher, clock, [task(n)[0] for n in range(1, 9)])
+    later = take(batcher, clock, 9)  # gathers while the split goes on
+    assert batcher.answer(refused.batch, error=errors.BadRequest("a token needs a pid")) == []
+    no_pid = errors.BadRequest("a token needs a pid")
+    parts = broker_answers(batcher, clock, refused.batch, lambda new: new.data == b"5", no_pid)
+    # depth first, left to right: the accepted parts apply in the order of their tasks
+    assert parts == [[1, 2, 3, 4], [5, 6, 7, 8], [5, 6], [5], [6], [7, 8]]
+    assert refused.batch.signal is handles[0][0].signal and batcher.held == 1
+    with pytest.raises(errors.BadRequest, match="needs a pid"):
+        handles[4][0].outcome(handles[4][1])
+    pids = [batch.outcome(index).pid for batch, index in handles if index != 4]
+    assert pids == ["p1", "p2", "p3", "p4", "p6", "p7", "p8"]
+    report = batcher.failure_report()
+    assert isinstance(report, errors.BadRequest) and report.message.startswith("1 task(s) were not enqueued")
+    stats = batcher.stats
+    assert (stats.batches_sent, stats.tasks_sent, stats.split_sends) == (2, 9, 6)
+    assert (stats.batches_failed, stats.tasks_failed) == (1, 1)
+    assert numbers(send(batcher, clock).batch) == [9] and later[0].tasks  # the later batch goes only now
+
+
+def test_a_refused_batch_is_split_by_queue_first_and_a_forbidden_queue_of_plain_tasks_no_further() -> None:
+    batcher, clock = make(max_batch_tasks=100, linger_ms=60_000)
+    tasks = [NewTask("x" if n % 3 == 0 else "q", b"%d" % n) for n in range(1, 10)]
+    refused, handles = refused_batch(batcher, clock, tasks)
+    batcher.answer(refused.batch, error=errors.Forbidden("may not produce into queue 'x'"))
+    forbidden = errors.Forbidden("may not produce into queue 'x'")
+    parts = broker_answers(batcher, clock, refused.batch, lambda new: new.queue == "x", forbidden)
+    assert parts == [[1, 2, 4, 5, 7, 8], [3, 6, 9]]
+    for (batch, index), new in zip(handles, tasks):
+        if new.queue == "x":
+            with pytest.raises(errors.Forbidden):
+                batch.outcome(index)
+        else:
+            assert batch.outcome(index).pid == "p" + new.data.decode()
+    assert (batcher.stats.tasks_failed, batcher.held) == (3, 0)
+
+
+def test_the_parts_of_a_refused_batch_are_bounded() -> None:
+    batcher, clock = make(max_batch_tasks=1000, max_buffer_tasks=2000, linger_ms=60_000)
+    refused, handles = refused_batch(batcher, clock, [task(n)[0] for n in range(1, 1001)])
+    batcher.answer(refused.batch, error=errors.BadRequest("every task is bad"))
+    parts = broker_answers(batcher, clock, refused.batch, lambda new: True, errors.BadRequest("every task is bad"))
+    assert len(parts) <= batching.MAX_SPLIT_SENDS == batcher.stats.split_sends
+    assert batcher.stats.tasks_failed == 1000 and batcher.held == 0
+    for batch, index in handles:
+        with pytest.raises(errors.BadRequest):
+            batch.outcome(index)
+
+
+def test_an_outcome_unknown_is_never_split_and_a_broken_connection_fails_only_the_part_in_flight() -> None:
+    batcher, clock = make(max_batch_tasks=100, linger_ms=60_000)
+    lost, _ = refused_batch(batcher, clock, [task(n)[0] for n in range(1, 5)])
+    assert batcher.answer(lost.batch, error=errors.ConnectionLost("the connection broke")) == [lost.batch]
+    assert batcher.stats.split_sends == 0 and batcher.next_send(clock.now) is None
+    refused, handles = refused_batch(batcher, clock, [task(n)[0] for n in range(5, 9)])
+    batcher.answer(refused.batch, error=errors.BadRequest("refused"))
+    first_part = send(batcher, clock)
+    assert numbers(first_part.batch) == [5, 6]
+    assert batcher.fail_in_flight(errors.ConnectionLost("the connection broke")) == []  # its batch still waits
+    assert batcher.unsent  # the part not sent yet goes on the new connection
+    parts = broker_answers(batcher, clock, refused.batch, lambda new: False, errors.BadRequest("refused"))
+    assert parts == [[7, 8]]
+    with pytest.raises(errors.ConnectionLost):
+        handles[0][0].outcome(handles[0][1])
+    assert [batch.outcome(index).pid for batch, index in handles[2:]] == ["p7", "p8"]
+    assert batcher.held == 0 and batcher.flush() == []
 
 
 def test_a_broken_connection_fails_the_batches_in_flight_and_the_rest_go_on() -> None:
@@ -519,10 +625,12 @@ class BatcherMachine(RuleBasedStateMachine):
         if ok:
             raw = msgspec.msgpack.encode([EnqueueOutcome("q", "p" + t.data.decode(), False) for t in send.batch.tasks])
             self._settle(send.batch, "ok")
-            self.batcher.answer(send.batch, raw)
+            assert self.batcher.answer(send.batch, raw) == [send.batch]
         else:
-            self._settle(send.batch, errors.BadRequest.code)
-            self.batcher.answer(send.batch, error=errors.BadRequest("refused"))
+            # an error that is not a refusal for what the batch holds: the batch fails whole (a
+            # refusal that splits it is tested on its own, below the machine's model)
+            self._settle(send.batch, errors.Unavailable.code)
+            assert self.batcher.answer(send.batch, error=errors.Unavailable("refused")) == [send.batch]
         model.answered = True
 
     @rule(what=st.sampled_from(["lose connection", "flush", "flush", "report", "report", "close", "give up on unsent"]))

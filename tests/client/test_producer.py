@@ -13,12 +13,19 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
 from kittiwake import Client, errors
-from kittiwake.client import ProducerSettings
+from kittiwake.client import ProducerSettings, batching
+from kittiwake.client.producer import Producer, Sending
+from kittiwake.client.routed_producer import RoutedProducer
 from kittiwake.constants import JOINS_QUEUE
+from kittiwake.model import EnqueueOutcome
+from support.auth_users import PRODUCER, ROOT, write_auth_file
 from support.broker_process import BrokerProcess
 
 WAIT_SECS = 30.0  # how long a condition may take to come true before the test fails (never reached when all is well)
@@ -138,23 +145,115 @@ def test_options_and_outcomes_per_task(client: Client) -> None:
 # ----------------------------------------------------------------------------- failures
 
 
-def test_a_refused_batch_fails_every_task_in_it_and_flush_says_so(broker: BrokerProcess, client: Client) -> None:
-    producer = client.producer(linger_ms=60_000)
+def gathered_behind_one_in_flight(
+    broker: BrokerProcess, producer: Producer, enqueue: Callable[[], list[Sending]], warm: str = "warm"
+) -> list[Sending]:
+    """What `enqueue` takes, gathered into one batch: the broker is paused with one task (into
+    `warm`) in flight alone, so the rest waits for its reply and goes out as one batch."""
     wait_for(lambda: producer.stats.connections == 1, "connected")
     with paused(broker):
-        producer.enqueue("fine", b"alone")  # in flight on its own
-        good = producer.enqueue("fine", b"good")
-        bad = producer.enqueue(JOINS_QUEUE, b"not yours")  # the broker refuses the whole request
-    for handle in (good, bad):
-        with pytest.raises(errors.BadRequest, match="_joins"):
-            handle.sent(timeout=WAIT_SECS)
+        producer.enqueue(warm, b"alone")
+        return enqueue()
+
+
+def test_a_task_the_broker_refuses_fails_alone_and_the_rest_of_its_batch_is_enqueued(
+    broker: BrokerProcess, client: Client
+) -> None:
+    """BAD_REQUEST refuses a request whole before anything of it is applied: the batch goes again
+    in parts (by queue, then halves) until the refused tasks are alone; the rest is enqueued, in order."""
+    assert client.declare_join("j", "j.jobs", required={"a": "j.a", "b": "j.b"}) == "created"
+    producer = client.producer(linger_ms=60_000)
+
+    def enqueue() -> list[Sending]:
+        first = [producer.enqueue("fine", b"good-%03d" % i) for i in range(50)]
+        joins = producer.enqueue(JOINS_QUEUE, b"not yours")  # the broker's own queue
+        tokens = [producer.enqueue("j.a", b"t", pid="k%03d" % i) for i in range(50)]
+        no_pid = producer.enqueue("j.a", b"a token without its key")  # among good tokens of its queue
+        tokens += [producer.enqueue("j.a", b"t", pid="k%03d" % i) for i in range(50, 100)]
+        last = [producer.enqueue("fine", b"good-%03d" % i) for i in range(50, 100)]
+        return [*first, *tokens, *last, joins, no_pid]
+
+    handles = gathered_behind_one_in_flight(broker, producer, enqueue)
+    *good, joins, no_pid = handles
+    with pytest.raises(errors.BadRequest, match="_joins"):
+        joins.sent(timeout=WAIT_SECS)
+    with pytest.raises(errors.BadRequest, match="a token needs a pid"):
+        no_pid.sent(timeout=WAIT_SECS)
+    assert all(not handle.sent(timeout=WAIT_SECS).collapsed for handle in good)
     with pytest.raises(errors.BadRequest, match="2 task"):
         producer.flush()
     producer.flush()  # reported once
-    assert producer.stats.batches_failed == 1 and producer.stats.tasks_failed == 2
+    stats = producer.stats
+    assert (stats.batches_sent, stats.tasks_sent, stats.batches_failed, stats.tasks_failed) == (2, 203, 1, 2)
+    assert 3 <= stats.split_sends <= batching.MAX_SPLIT_SENDS
     assert producer.enqueue("fine", b"after").sent(timeout=WAIT_SECS).queue == "fine"
     producer.close()
-    assert queue_values(client, "fine") == [b"alone", b"after"]
+    assert queue_values(client, "fine") == [*(b"good-%03d" % i for i in range(100)), b"after"]
+    assert [task.pid for task in client.peek("j.a", 1000)] == ["k%03d" % i for i in range(100)]
+
+
+def test_a_task_into_a_forbidden_queue_fails_alone_and_the_rest_of_its_batch_is_enqueued(tmp_path: Path) -> None:
+    """FORBIDDEN refuses a request whole before anything of it runs: the one task into a queue the
+    user may not produce into fails, the 100 batched with it are enqueued."""
+    auth = write_auth_file(tmp_path / "users.json", {
+        ROOT[0]: (ROOT[1], {"*": ["all"]}), PRODUCER[0]: (PRODUCER[1], {"tests.*": ["produce"]})})
+    with BrokerProcess(tmp_path / "data", auth_file=auth) as broker, Client(broker.client_url(*PRODUCER)) as client:
+        producer = client.producer(linger_ms=60_000)
+
+        def enqueue() -> list[Sending]:
+            good = [producer.enqueue("tests.good", b"good-%03d" % i) for i in range(50)]
+            bad = producer.enqueue("other.queue", b"bad")
+            good += [producer.enqueue("tests.good", b"good-%03d" % i) for i in range(50, 100)]
+            return [*good, bad]
+
+        *good, bad = gathered_behind_one_in_flight(broker, producer, enqueue, warm="tests.warm")
+        with pytest.raises(errors.Forbidden, match="other.queue"):
+            bad.sent(timeout=WAIT_SECS)
+        pids = [handle.sent(timeout=WAIT_SECS).pid for handle in good]
+        with pytest.raises(errors.Forbidden, match="1 task"):
+            producer.flush()
+        # one batch of 101, sent again as one part per queue; the forbidden one is not split further
+        assert (producer.stats.batches_sent, producer.stats.split_sends, producer.stats.tasks_failed) == (2, 2, 1)
+        producer.close()
+        with Client(broker.client_url(*ROOT)) as root:
+            assert queue_values(root, "tests.good") == [b"good-%03d" % i for i in range(100)]
+            assert [task.pid for task in root.peek("tests.good", 1000)] == pids
+            assert root.stats(["other.queue"])[0].size == 0
+
+
+class RefusingChannel:
+    """A channel as a cluster client's is to a `RoutedProducer`: it answers each enqueue whole, and
+    refuses one naming `JOINS_QUEUE` as the broker does (BAD_REQUEST); the first request waits for
+    `go`, so that the tasks after it gather into one batch."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.requests: list[list[bytes]] = []
+
+    def request(self, call: Any, timeout: float | None) -> Any:
+        tasks = call.request.tasks
+        self.requests.append([task.data for task in tasks])
+        self.go.wait(WAIT_SECS)
+        if any(task.queue == JOINS_QUEUE for task in tasks):
+            raise errors.BadRequest(f"{JOINS_QUEUE!r} is the broker's own queue: use declare_join")
+        return msgspec.msgpack.encode([EnqueueOutcome(task.queue, task.data.decode(), False) for task in tasks])
+
+
+def test_the_routed_producer_sends_a_refused_batch_again_in_parts_too() -> None:
+    channel = RefusingChannel()
+    producer = RoutedProducer(channel, ProducerSettings(linger_ms=60_000))  # type: ignore[arg-type]
+    producer.enqueue("fine", b"alone")
+    wait_for(lambda: len(channel.requests) == 1, "the first task on its way, alone")
+    good = [producer.enqueue("fine", b"%d" % i) for i in range(4)]
+    bad = producer.enqueue(JOINS_QUEUE, b"bad")
+    good += [producer.enqueue("fine", b"%d" % i) for i in range(4, 8)]
+    channel.go.set()
+    with pytest.raises(errors.BadRequest, match="_joins"):
+        bad.sent(timeout=WAIT_SECS)
+    assert [handle.sent(timeout=WAIT_SECS).pid for handle in good] == [str(i) for i in range(8)]
+    producer.close()
+    assert channel.requests == [[b"alone"], [*(b"%d" % i for i in range(4)), b"bad", *(b"%d" % i for i in range(4, 8))],
+                                [b"%d" % i for i in range(8)], [b"bad"]]
 
 
 def test_a_broken_connection_fails_the_batches_in_flight_and_later_ones_go_on_a_new_one(

@@ -162,6 +162,26 @@ def test_a_split_enqueue_applied_in_part_says_its_outcome_is_unknown_not_unreach
         run(router, calls.enqueue_many([task(pid_on("c")), task(pid_on("c", 1))]), answer)
 
 
+def test_a_split_enqueue_refused_by_one_node_and_cut_on_another_says_its_outcome_is_unknown() -> None:
+    # FORBIDDEN says nothing of the call was applied (a producer then sends the batch again in
+    # parts); the part cut mid-request may have been: that must be what the call raises
+    cluster = make_map("ab")
+    router = make_router(cluster)
+    keys = {node: next(p for p in (f"k{i}" for i in range(1000))
+                       if getattr(route(cluster, "q", p), "node", None) == node) for node in "ab"}
+
+    def answer(send: Send) -> Any:
+        if send.node == "a":
+            raise errors.Forbidden("may not produce")
+        raise errors.ConnectionLost("cut")
+
+    call = calls.enqueue_many([{"queue": "q", "data": b"x", "pid": keys[node]} for node in "ab"])
+    with pytest.raises(errors.ConnectionLost, match="cut"):
+        run(router, call, answer)
+    with pytest.raises(errors.Forbidden):  # both refused: nothing applied
+        run(router, call, lambda send: (_ for _ in ()).throw(errors.Forbidden("may not produce")))
+
+
 def test_a_fifo_task_after_a_parent_goes_to_its_parents_node_in_one_hop() -> None:
     # it was spread like any FIFO push, refused with WRONG_SHARD, and routed again after a map fetch
     cluster = make_map()

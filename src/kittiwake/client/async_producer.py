@@ -194,8 +194,7 @@ class AsyncProducer:
             error = exc
         except asyncio.CancelledError:
             error = errors.ConnectionLost("the send was cancelled; outcome unknown")
-        self._batcher.answer(batch, raw, error)
-        self._settled([batch])
+        self._settled(self._batcher.answer(batch, raw, error))
         self._send_due()
 
     def _settled(self, batches: list[_AsyncBatch]) -> None:

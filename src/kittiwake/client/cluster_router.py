@@ -480,7 +480,8 @@ class Router:
         was applied leaves the call half done: that raises CONNECTION_LOST (outcome unknown: repeat
         only what is idempotent) saying how many items were applied, not the part's own error —
         BROKER_UNREACHABLE would say nothing was sent, and a caller retrying on it would enqueue
-        the applied FIFO tasks twice."""
+        the applied FIFO tasks twice. When no part applied, the error raised is one whose outcome
+        is unknown (CONNECTION_LOST, TIMEOUT, UNAVAILABLE) if a part failed so, else the first."""
         request = call.request
         items: list[Any] = list(getattr(request, field))
         op = request.op
@@ -531,7 +532,11 @@ class Router:
                     last_error = outcome
                 elif isinstance(outcome, errors.KittiwakeError):
                     if not per_item_failures:
-                        failure = failure or outcome
+                        # raised when no part applied: a part whose outcome is unknown wins over a
+                        # refusal, which would say that nothing of the call was (a producer sends a
+                        # batch refused for what it holds again, in parts)
+                        if failure is None or (_outcome_unknown(outcome) and not _outcome_unknown(failure)):
+                            failure = outcome
                         continue
                     done.update((index, _failed(items[index], outcome)) for index in indexes)
                 else:
@@ -924,6 +929,11 @@ def _failed(item: Any, error: errors.KittiwakeError) -> ItemOutcome:
     else:
         queue, pid = item[0], item[1]
     return ItemOutcome(queue, pid, False, error.code, error.message)
+
+
+def _outcome_unknown(error: errors.KittiwakeError) -> bool:
+    """Whether a part that failed with `error` may have been applied all the same."""
+    return isinstance(error, (errors.ConnectionLost, errors.RequestTimeout, errors.Unavailable))
 
 
 def _not_a_node(address: Address) -> errors.BadRequest:

@@ -28,7 +28,10 @@ own is the I/O around it:
   `flush()`) confirmed is durable.
 
 Every task is checked against the published limits before it is taken
-(`producer_tasks`), so one bad task cannot fail a batch.
+(`producer_tasks`); a task only the broker can refuse (FORBIDDEN, BAD_REQUEST:
+the request is refused whole, nothing of it applied) makes the batcher send its
+batch again in parts until that task fails alone (`batching`, "Refused
+batches"), so one bad task cannot fail a batch.
 
 Cost: `enqueue` is on the hot path of a loop that should run at tens of
 thousands per second, so it builds one `NewTask` and one `Sending` per task
@@ -360,10 +363,9 @@ class Producer:
                 self._lose_connection(errors.ConnectionLost(f"the broker refused the stream: {error_of(reply)}"))
             return
         if reply.ok:
-            self._batcher.answer(batch, raw=reply.result)
+            self._settled(self._batcher.answer(batch, raw=reply.result))
         else:
-            self._batcher.answer(batch, error=error_of(reply))
-        self._settled([batch])
+            self._settled(self._batcher.answer(batch, error=error_of(reply)))
 
     def _connect(self) -> None:
         try:

@@ -1,8 +1,10 @@
 """The tasks a batching producer takes: built cheaply, checked before they join a batch.
 
 Both producers (`Producer`, `AsyncProducer`) build each task here. A task the broker would refuse
-must not reach a batch, where it would fail every other task of the request: so each is checked
-against the published limits (`model.Limits`) on this side, and BAD_REQUEST is raised at once.
+for the limits should not reach a batch, where it would make the broker refuse the whole request
+(the batcher would then send the batch again in parts to isolate it, `batching`): so each is
+checked against the published limits (`model.Limits`) on this side, and BAD_REQUEST is raised at
+once. What only the broker knows (rights, joins) is left to that split.
 
 The plain case — a queue and data, no options — is the hot path of a producer loop: it builds the
 `NewTask` directly and checks a queue name only the first time it is seen (names found valid are

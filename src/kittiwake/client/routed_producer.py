@@ -15,7 +15,9 @@ blocking `request` has no second to overlap with), so batches apply in the order
 and the FIFO tasks of one node keep their `enqueue` order there; a batch gathers while the one
 before it is on its way and goes out when that one's answer arrives, as on one broker. A batch
 whose `request` raises is answered with that error (every task of it fails with it; after
-CONNECTION_LOST or a timeout the outcome is unknown, as `Producer` says); the channel already
+CONNECTION_LOST or a timeout the outcome is unknown, as `Producer` says), except a refusal of the
+whole batch for what it holds (FORBIDDEN, BAD_REQUEST: raised by the router only when no node
+applied its part), which the batcher sends again in parts as on one broker; the channel already
 retried what never left. The client's timeout bounds each batch's request.
 """
 
@@ -129,8 +131,7 @@ class RoutedProducer(Producer):
         except errors.KittiwakeError as exc:
             error = exc
         with self._lock:
-            self._batcher.answer(batch, raw, error)
-            self._settled([batch])
+            self._settled(self._batcher.answer(batch, raw, error))
 
     def _settled(self, batches: Iterable[_Batch]) -> None:
         for batch in batches:
