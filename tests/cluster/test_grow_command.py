@@ -328,3 +328,26 @@ def test_grow_moves_tasks_into_a_postgresql_node(tmp_path: Path) -> None:
     assert on_c and all(isinstance(found := route(new, q, p), Owned) and found.node == "c" for q, p in on_c)
     rest = set(contents(directories["a"])) | set(contents(directories["b"]))
     assert rest | on_c == keys and not rest & on_c
+
+
+def test_a_node_holding_tasks_refuses_a_map_no_grow_recorded_and_an_empty_new_node_starts(
+    two_nodes: tuple[ClusterMap, ClusterMap, Path, Path, dict[str, Path]],
+) -> None:
+    """Started on the grown map before `cluster grow` ran, an old node would serve a store whose tasks
+    the new map routes elsewhere: invisible to get, enqueued again without dedupe. It refuses."""
+    old, new, old_file, new_file, directories = two_nodes
+    skipped = NodeProcess(directories["a"], port=new.address_of("a").port, log_path=directories["a"].parent / "a-skip.log",
+                          args=["--durability", "os", "--cluster", str(new_file), "--node", "a"])
+    with pytest.raises(BrokerDidNotStart) as refused:
+        skipped.start()
+    assert refused.value.returncode == 1, skipped.log_tail()
+    assert "CLUSTER_IDENTITY" in skipped.log_tail() and "kittiwake cluster grow" in skipped.log_tail()
+    fresh = NodeProcess(directories["c"], port=new.address_of("c").port, log_path=directories["c"].parent / "c-early.log",
+                        args=["--durability", "os", "--cluster", str(new_file), "--node", "c"])
+    fresh.start()  # a new, empty store may still be claimed
+    fresh.terminate()
+    done = kittiwake(*grow_args(old_file, new_file, directories, "--json"))
+    assert done.returncode == 0, done.stderr
+    nodes = started_nodes(new, new_file, directories)  # grow recorded the epoch: every node starts
+    for node in nodes.values():
+        node.kill()

@@ -43,3 +43,12 @@ def test_a_new_epoch_moves_forward_and_the_old_one_is_refused_after() -> None:
     assert recorded(marks).current == A2
     with pytest.raises(errors.ClusterIdentity, match="moved on"):
         claim(marks, A1, False, "the store")
+
+
+def test_a_store_holding_tasks_takes_no_new_epoch_grow_did_not_record() -> None:
+    marks = marks_after(A1)
+    with pytest.raises(errors.ClusterIdentity, match="kittiwake cluster grow"):
+        claim(marks, A2, True, "the store")
+    assert claim(marks, A2, False, "the store") == claim(marks, A2, False, "the store") != []  # nothing to move
+    grown = marks | {"cluster_node:a:2222222222222222": 2}  # as `cluster grow` records it
+    assert claim(grown, A2, True, "the store") == []

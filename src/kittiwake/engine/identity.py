@@ -21,7 +21,8 @@ What `claim` decides, at a node's start (pure, before the node listens):
 | nothing, holds no task | any | recorded |
 | nothing, holds tasks | any | refused: ids issued before do not name this node (pids of FIFO tasks, lease ids) |
 | node N, epoch E | N, E | nothing to do |
-| node N, epoch E | N, another epoch not seen before (the cluster grew) | the new epoch is recorded |
+| node N, epoch E, holds no task | N, another epoch not seen before | the new epoch is recorded (nothing to move) |
+| node N, epoch E, holds tasks | N, another epoch not seen before | refused: its tasks were placed by the map of E; `kittiwake cluster grow` moves them and records the new epoch |
 | node N, epoch E | N, an epoch recorded before E | refused: the store moved on to a newer map |
 | node N | another name M | refused, naming N and M |
 
@@ -109,6 +110,13 @@ def claim(marks: Mapping[str, int], wanted: NodeIdentity, holds_tasks: bool, whe
         raise errors.ClusterIdentity(
             f"{where} of node {wanted.node!r} moved on to the map of epoch {current.epoch}; this cluster "
             f"file is the older map of epoch {wanted.epoch}: start the node with the current cluster file")
+    if holds_tasks:
+        raise errors.ClusterIdentity(
+            f"{where} of node {wanted.node!r} holds tasks placed by the map of epoch {current.epoch}, and this "
+            f"cluster file is another map (epoch {wanted.epoch}) that no grow recorded here: the new map may "
+            "route its tasks to other nodes, where nobody would find them. Stop every node, run `kittiwake "
+            "cluster grow --from OLD.toml --to NEW.toml --store NAME=STORE ...`, then start the nodes on the new "
+            "map (or start this node on the map of its epoch)")
     return [SetCounter(counter_name(wanted), found.order + 1)]
 
 
