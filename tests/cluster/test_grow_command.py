@@ -351,3 +351,21 @@ def test_a_node_holding_tasks_refuses_a_map_no_grow_recorded_and_an_empty_new_no
     nodes = started_nodes(new, new_file, directories)  # grow recorded the epoch: every node starts
     for node in nodes.values():
         node.kill()
+
+
+def test_grow_refuses_a_missing_store_of_an_old_node_and_creates_nothing(
+    two_nodes: tuple[ClusterMap, ClusterMap, Path, Path, dict[str, Path]],
+) -> None:
+    old, new, old_file, new_file, directories = two_nodes
+    before = everything(directories)
+    typo = directories | {"a": directories["a"].parent / "node-A"}
+    done = kittiwake(*grow_args(old_file, new_file, typo, "--json"))
+    assert done.returncode == 1, done.stdout
+    assert f"no store at {typo['a']}" in done.stderr, done.stderr
+    assert not typo["a"].exists()
+    assert everything(directories) == before  # nothing moved, no epoch recorded
+    for name in "ab":
+        store = SqliteStore(directories[name])
+        counters = store.recover(0.0).counters
+        store.close()
+        assert recorded_identity(counters)[:2] == (name, old.epoch)

@@ -19,7 +19,8 @@ to the new node's store and committed, then deleted from the old store and commi
 already on the new node (same queue and pid: the pid is the key) is not written again, so a run
 interrupted anywhere and run again finishes the job: nothing lost (a task leaves its old store only
 after its new store committed it) and nothing doubled (a task on both stores is deleted from the
-old one only). The counts of tasks in all stores together, before and after, must agree.
+old one only). The store given for a node of the old map must exist (`store_exists`): grow never
+creates one. The counts of tasks in all stores together, before and after, must agree.
 
 **The epoch.** A store that records a cluster node's identity (`engine.identity`: a counter
 ``cluster_node:<node>:<epoch>`` whose value orders the records) gets the new map's epoch recorded
@@ -35,6 +36,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Protocol, cast
 
 from kittiwake import errors
@@ -136,12 +138,17 @@ def identity_record(node: str, epoch: str, order: int) -> SetCounter:
 # ------------------------------------------------------------ the move
 
 
-def open_for_move(location: StoreLocation) -> MovingStore:
-    """The store at `location`, held as `kittiwake copy` holds one; GrowError when a broker serves it."""
+def open_for_move(location: StoreLocation, existing: bool = False) -> MovingStore:
+    """The store at `location`, held as `kittiwake copy` holds one; GrowError when a broker serves it,
+    or when `existing` (an old node's store, which holds what is to move) and there is no store there:
+    a mistyped path would otherwise be created empty, and the real store left unmoved."""
     from kittiwake.store.directory_lock import BROKER, DirectoryInUse
     from kittiwake.store.location import open_store
     from kittiwake.store.postgres_presence import BrokerConflict
 
+    if existing and not store_exists(location):
+        raise GrowError(f"there is no store at {location.describe()}, given for a node of the old map: give the "
+                        "directory (or schema) the node served with --data (grow never creates an old node's store)")
     try:
         if location.kind == "postgresql":
             return cast(MovingStore, open_store(replace(location, brokers="one"), broker=True))
@@ -155,6 +162,23 @@ def open_for_move(location: StoreLocation) -> MovingStore:
         raise GrowError(exc.message) from None
 
 
+def store_exists(location: StoreLocation) -> bool:
+    """Whether a store was ever opened at `location`: an SQLite directory holding its database, a
+    PostgreSQL schema that exists (looked at without creating anything)."""
+    if location.kind == "sqlite":
+        from kittiwake.store.sqlite import DATABASE_FILE
+
+        return (Path(location.target) / DATABASE_FILE).is_file()
+    import psycopg
+
+    try:
+        with psycopg.connect(location.target, autocommit=True, connect_timeout=10) as db:
+            return db.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
+                              (location.schema,)).fetchone() is not None
+    except psycopg.Error as exc:
+        raise GrowError(f"cannot look for the store at {location.describe()}: {exc}") from None
+
+
 def grow(
     old: ClusterMap,
     new: ClusterMap,
@@ -163,10 +187,11 @@ def grow(
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
     clock: Callable[[], float] = time.time,
-    opener: Callable[[StoreLocation], MovingStore] = open_for_move,
+    opener: Callable[[StoreLocation, bool], MovingStore] = open_for_move,
 ) -> GrowReport:
     """Move every task of the stores (`locations`: node name → its store, one per node of `new`)
-    to the node `new` routes it to; GrowError or BadRequest saying why when it cannot."""
+    to the node `new` routes it to; GrowError or BadRequest saying why when it cannot. The store of
+    a node of `old` must exist (`opener` is told so); a new node's is created if need be."""
     growth.check_growth(old, new)
     if set(locations) != set(new.node_names):
         missing = sorted(set(new.node_names) - set(locations))
@@ -179,7 +204,7 @@ def grow(
     stores: dict[str, MovingStore] = {}
     try:
         for name in new.node_names:
-            stores[name] = opener(locations[name])
+            stores[name] = opener(locations[name], name in old.node_names)
         return _Mover(old, new, stores, batch, progress, clock).run()
     finally:
         for store in stores.values():

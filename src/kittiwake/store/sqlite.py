@@ -130,6 +130,9 @@ def _statements(script: str) -> list[str]:
     return [statement for statement in statements if statement]
 
 
+DATABASE_FILE = "kittiwake.db"
+"""The database's file in a store's directory."""
+
 class SqliteStore:
     def __init__(
         self, directory: str | os.PathLike[str], *, durability: str = "fsync", cache_mb: int = 64,
@@ -146,7 +149,7 @@ class SqliteStore:
         if durability not in DURABILITY_LEVELS:
             raise ValueError(f"durability must be one of {DURABILITY_LEVELS}")
         self.directory = Path(directory)
-        self.path = self.directory / "kittiwake.db"
+        self.path = self.directory / DATABASE_FILE
         self.durability = durability
         self._lock: DirectoryLock | None = None
         self._log: log_file.LogFile | None = None
