@@ -369,3 +369,30 @@ def test_grow_refuses_a_missing_store_of_an_old_node_and_creates_nothing(
         counters = store.recover(0.0).counters
         store.close()
         assert recorded_identity(counters)[:2] == (name, old.epoch)
+
+
+def test_grow_stops_at_another_task_under_a_moving_key_on_its_new_node(
+    two_nodes: tuple[ClusterMap, ClusterMap, Path, Path, dict[str, Path]],
+) -> None:
+    """A task already on its new node is the old one's copy (a run interrupted before) only if it is
+    the same task; another task under that key (enqueued on a node started early) stops the move, and
+    the old copy stays."""
+    old, new, old_file, new_file, directories = two_nodes
+    before = everything(directories)
+    moving = sorted(pid for queue, pid in before if queue == "jobs" and destination(new, before[("jobs", pid)]).node == "c")
+    assert moving
+    early = NodeProcess(directories["c"], port=new.address_of("c").port, log_path=directories["c"].parent / "c-early.log",
+                        args=["--durability", "os", "--cluster", str(new_file), "--node", "c"])
+    early.start()
+    try:
+        with Client(early.url) as client:
+            assert not client.enqueue("jobs", b"another task", pid=moving[0]).collapsed
+    finally:
+        early.terminate()
+    done = kittiwake(*grow_args(old_file, new_file, directories, "--json", "--batch", "1000"))
+    assert done.returncode == 1, done.stdout
+    assert repr(moving[0]) in done.stderr and "data differs" in done.stderr, done.stderr
+    old_copy = before[("jobs", moving[0])]
+    found = [contents(directories[name]).get(("jobs", moving[0])) for name in "ab"]
+    assert any(task is not None and task.data == old_copy.data for task in found)
+    assert contents(directories["c"])[("jobs", moving[0])].data == b"another task"

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from kittiwake import errors
 from kittiwake.cluster.cluster_map import ID_STRIDE, Address, ClusterMap, Node
-from kittiwake.cluster.growth import check_growth, destination, drop_lease, keeps_lease, moved_slots, moved_task, range_of
+from kittiwake.cluster.growth import (
+    check_growth, destination, drop_lease, how_they_differ, keeps_lease, moved_slots, moved_task, range_of, same_task,
+)
 from kittiwake.cluster.routing import Owned, route, tagged
 from kittiwake.balance import load_deviation
 from kittiwake.cluster.status import NodeStatus, node_urls, summarize, url_of
@@ -166,3 +168,13 @@ def test_cluster_urls_split_into_node_urls_with_their_credentials() -> None:
         node_urls("http://h:1")
     with pytest.raises(errors.BadRequest):
         node_urls("kw://h:1,nohost")
+
+
+def test_a_copy_is_the_same_task_whatever_its_lease_and_another_enqueue_is_not() -> None:
+    task = Task("jobs", "k1", b"v1", 10.0, sender="s", headers={"h": "1"}, max_attempts=3)
+    leased = Task("jobs", "k1", b"v1", 10.0, sender="s", headers={"h": "1"}, max_attempts=3, attempts=1,
+                  deliveries=2, lease_id=7, lease_expires_at=99.0)
+    assert same_task(task, drop_lease(leased)) and same_task(task, leased)
+    other = Task("jobs", "k1", b"v2", 11.0, sender="s", headers={"h": "1"}, max_attempts=3)
+    assert not same_task(task, other)
+    assert how_they_differ(task, other) == "data differs, enqueued_at differs"

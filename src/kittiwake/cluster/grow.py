@@ -16,11 +16,14 @@ and PostgreSQL shards move alike.
 
 **Crash-safe, per batch.** A batch of up to `batch` tasks of one store going to one node is written
 to the new node's store and committed, then deleted from the old store and committed. A task
-already on the new node (same queue and pid: the pid is the key) is not written again, so a run
-interrupted anywhere and run again finishes the job: nothing lost (a task leaves its old store only
-after its new store committed it) and nothing doubled (a task on both stores is deleted from the
-old one only). The store given for a node of the old map must exist (`store_exists`): grow never
-creates one. The counts of tasks in all stores together, before and after, must agree.
+already on the new node (same queue and pid, and the same task: `growth.same_task`) is not written
+again, so a run interrupted anywhere and run again finishes the job: nothing lost (a task leaves its
+old store only after its new store committed it) and nothing doubled (a task on both stores is
+deleted from the old one only). A task of that queue and pid on the new node that is another task (other data,
+enqueue time, ... — enqueued there by a node started on the new map before the move) stops the move
+with GrowError naming it, before that batch deletes anything. The store given for a node of the old
+map must exist (`store_exists`): grow never creates one. The counts of tasks in all stores
+together, before and after, must agree.
 
 **The epoch.** A store that records a cluster node's identity (`engine.identity`: a counter
 ``cluster_node:<node>:<epoch>`` whose value orders the records) gets the new map's epoch recorded
@@ -296,7 +299,8 @@ class _Mover:
         kept_lease_ids = [0]
         for task, owner in tasks:
             children = old_store.children_of(task.queue, task.pid) if task.children else []
-            if new_store.load_task(task.queue, task.pid) is None:
+            found = new_store.load_task(task.queue, task.pid)
+            if found is None:
                 written = growth.moved_task(self.new, task, target)
                 if task.lease_expires_at is not None:
                     if written.lease_expires_at is None:
@@ -305,8 +309,14 @@ class _Mover:
                         self.report.leases_kept += 1
                         kept_lease_ids.append(written.lease_id)
                 copies.append(PutTask(written))
-            else:
+            elif growth.same_task(found, task):
                 self.report.already_there += 1
+            else:
+                raise GrowError(
+                    f"task {task.pid[:64]!r} of queue {task.queue[:255]!r} is on node {source!r} and another task of "
+                    f"that queue and pid is on node {target!r} already ({growth.how_they_differ(found, task)}): "
+                    "was a node started on the new map before grow ran? Nothing of this batch was deleted; "
+                    "decide which copy to keep, delete the other, then run grow again")
             for child_queue, child_pid in children:
                 copies.append(PutEdge(task.queue, task.pid, child_queue, child_pid))
                 self.report.edges_moved += 1

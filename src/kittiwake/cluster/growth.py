@@ -21,6 +21,9 @@ named group's queue); any other lease is dropped (`drop_lease`): the task is ava
 new node with no failed attempt counted and will be delivered again (at-least-once), as after
 `reject`.
 
+**Copies.** `same_task` says whether a task found on its new node already is the one being moved
+(a grow interrupted after its copy and before its delete) or another task under the same key.
+
 **Reporting.** `moved_slots` lists, as ranges, the slots that change owner (old owner → new).
 """
 
@@ -76,6 +79,22 @@ def destination(cluster: ClusterMap, task: Task) -> Owned | None:
         decision = route(cluster, task.queue, task.pid)
     assert isinstance(decision, Owned)  # a call naming a pid always has one owner
     return decision
+
+
+_IDENTITY_FIELDS = ("data", "enqueued_at", "sender", "receiver", "headers", "max_attempts")
+"""What an enqueue gave a task and nothing after changes: two stored tasks of one queue and pid that
+agree on these are copies of one task (a grow's copy, left by a run interrupted before it deleted the
+old one); state that leasing changes (attempts, deliveries, the lease, progress) may differ."""
+
+
+def same_task(one: Task, other: Task) -> bool:
+    """Whether `one` and `other` (same queue and pid) are copies of one task (`_IDENTITY_FIELDS`)."""
+    return (one.queue, one.pid) == (other.queue, other.pid) and not how_they_differ(one, other)
+
+
+def how_they_differ(one: Task, other: Task) -> str:
+    """The identity fields on which `one` and `other` differ, named ("" when none)."""
+    return ", ".join(f"{name} differs" for name in _IDENTITY_FIELDS if getattr(one, name) != getattr(other, name))
 
 
 def keeps_lease(cluster: ClusterMap, task: Task, node: str) -> bool:
