@@ -396,3 +396,79 @@ def test_grow_stops_at_another_task_under_a_moving_key_on_its_new_node(
     found = [contents(directories[name]).get(("jobs", moving[0])) for name in "ab"]
     assert any(task is not None and task.data == old_copy.data for task in found)
     assert contents(directories["c"])[("jobs", moving[0])].data == b"another task"
+
+
+def groups_parted_by_growth(old: ClusterMap, new: ClusterMap) -> tuple[str, str]:
+    """A group G that node a owns and the grow moves to c, and a group H that a owns before and after."""
+    def owner(cluster: ClusterMap, group: str) -> str:
+        found = route(cluster, f"{group}#x")
+        assert isinstance(found, Owned)
+        return found.node
+
+    moving = next(f"G{i}" for i in range(1000) if owner(old, f"G{i}") == "a" and owner(new, f"G{i}") == "c")
+    staying = next(f"H{i}" for i in range(1000) if owner(old, f"H{i}") == "a" and owner(new, f"H{i}") == "a")
+    return moving, staying
+
+
+def test_a_join_named_outside_its_job_queues_slot_is_refused_and_a_grouped_join_survives_a_grow(tmp_path: Path) -> None:
+    """A join's declaration moves with its job queue while drop_join, purge_join and declare_join go by
+    its name: named in another group, a grow could part them (drop_join then found nothing and the join
+    still started jobs). A cluster refuses such a join; one named in its job queue's group is dropped,
+    purged and declared again after the grow."""
+    from kittiwake import errors
+
+    old_nodes = ClusterNodes(tmp_path / "old", ["a", "b"], args=["--durability", "os"])
+    new_file = new_map_file(old_nodes, tmp_path / "new.toml")
+    old, new = ClusterMap.from_toml(old_nodes.map_path.read_text()), ClusterMap.from_toml(new_file.read_text())
+    moving, staying = groups_parted_by_growth(old, new)
+    with old_nodes:
+        with Client(old_nodes.url) as client:
+            with pytest.raises(errors.BadRequest) as refused:
+                client.declare_join(f"{staying}#join", f"{moving}#job", required={"x": f"{moving}#px"})
+            assert repr(staying) in refused.value.message and repr(moving) in refused.value.message
+            assert client.declare_join(f"{moving}#join", f"{moving}#job",
+                                       required={"x": f"{moving}#px", "y": f"{moving}#py"}) == "created"
+            client.enqueue(f"{moving}#px", b"tok", pid="run1")
+            client.enqueue(f"{moving}#px", b"tok", pid="run2")
+        for node in old_nodes:
+            node.terminate()
+    directories = {name: old_nodes[name].data_dir for name in "ab"} | {"c": tmp_path / "store-c"}
+    done = kittiwake(*grow_args(old_nodes.map_path, new_file, directories, "--json"))
+    assert done.returncode == 0, done.stderr
+    nodes = started_nodes(new, new_file, directories)
+    try:
+        with Client("kw://" + ",".join(str(node.address) for node in new.nodes)) as client:
+            assert [join.name for join in client.list_joins()] == [f"{moving}#join"]
+            client.purge_join(f"{moving}#join", "run2")
+            assert client.declare_join(f"{moving}#join", f"{moving}#job",
+                                       required={"x": f"{moving}#px", "y": f"{moving}#py"}) == "unchanged"
+            assert client.drop_join(f"{moving}#join") is True
+            assert client.list_joins() == []
+            client.enqueue(f"{moving}#py", b"tok", pid="run1")
+            assert client.peek(f"{moving}#job", 5) == []  # a dropped join starts nothing
+    finally:
+        for node in nodes.values():
+            node.kill()
+
+
+def test_grow_stops_at_a_join_declared_before_the_rule_that_it_would_part_from_its_name(tmp_path: Path) -> None:
+    import msgspec
+
+    from kittiwake.constants import JOINS_QUEUE
+    from kittiwake.join_spec import JoinPort, JoinSpec
+
+    old_file, new_file = cluster_file(tmp_path / "old.toml", 2), cluster_file(tmp_path / "new.toml", 3)
+    old, new = (ClusterMap.from_toml(path.read_text()) for path in (old_file, new_file))
+    moving, staying = groups_parted_by_growth(old, new)
+    directories = {name: tmp_path / f"store-{name}" for name in "abc"}
+    spec = JoinSpec(f"{staying}#join", f"{moving}#job", [JoinPort("x", f"{moving}#px")])
+    for name in "ab":
+        store = SqliteStore(directories[name])
+        if name == "a":
+            store.write([PutTask(Task(JOINS_QUEUE, spec.name, msgspec.msgpack.encode(spec), 1.0))])
+        store.commit()
+        store.close()
+    done = kittiwake(*grow_args(old_file, new_file, directories, "--json"))
+    assert done.returncode == 1, done.stdout
+    assert repr(spec.name) in done.stderr and "drop it on the old map" in done.stderr, done.stderr
+    assert (JOINS_QUEUE, spec.name) in contents(directories["a"])

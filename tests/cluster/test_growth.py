@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from kittiwake import errors
 from kittiwake.cluster.cluster_map import ID_STRIDE, Address, ClusterMap, Node
 from kittiwake.cluster.growth import (
-    check_growth, destination, drop_lease, how_they_differ, keeps_lease, moved_slots, moved_task, range_of, same_task,
+    check_growth, destination, drop_lease, how_they_differ, keeps_lease, moved_slots, moved_task, parted_join, range_of,
+    same_task,
 )
 from kittiwake.cluster.routing import Owned, route, tagged
 from kittiwake.balance import load_deviation
@@ -178,3 +179,15 @@ def test_a_copy_is_the_same_task_whatever_its_lease_and_another_enqueue_is_not()
     other = Task("jobs", "k1", b"v2", 11.0, sender="s", headers={"h": "1"}, max_attempts=3)
     assert not same_task(task, other)
     assert how_they_differ(task, other) == "data differs, enqueued_at differs"
+
+
+def test_a_join_declared_apart_from_its_names_group_is_reported_when_a_grow_would_part_them() -> None:
+    before, after = cluster_of(2), cluster_of(3)
+    moving = next(f"g{i}" for i in range(1000) if owner(before, f"g{i}#x", "p") != owner(after, f"g{i}#x", "p"))
+    staying = next(f"h{i}" for i in range(1000) if owner(after, f"h{i}#x", "p") != owner(after, f"{moving}#x", "p"))
+    spec = JoinSpec(f"{staying}#j", f"{moving}#jobs", [JoinPort("x", f"{moving}#x")])
+    declaration = Task(JOINS_QUEUE, spec.name, msgspec.msgpack.encode(spec), 1.0)
+    assert "drop it on the old map" in (parted_join(after, declaration) or "")
+    together = JoinSpec(f"{moving}#j", f"{moving}#jobs", [JoinPort("x", f"{moving}#x")])
+    assert parted_join(after, Task(JOINS_QUEUE, together.name, msgspec.msgpack.encode(together), 1.0)) is None
+    assert parted_join(after, Task("jobs", "p", b"", 1.0)) is None

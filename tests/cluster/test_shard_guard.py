@@ -103,6 +103,28 @@ def test_joins_live_in_a_named_group_on_its_owner() -> None:
         assert (declared is None) == (dropped is None) == (node == owner.node)
 
 
+def test_a_join_whose_name_or_port_is_outside_its_job_queues_slot_is_refused_on_every_node() -> None:
+    # its declaration moves with its job queue, drop/purge go by its name: a grow must not part them
+    def slot(group: str) -> int:
+        found = route(CLUSTER, f"{group}#x")
+        assert isinstance(found, Owned) and found.slot is not None
+        return found.slot
+
+    other = next(f"h{i}" for i in range(1000) if slot(f"h{i}") != slot("flow"))
+    for spec in (JoinSpec(f"{other}#step", "flow#jobs", [JoinPort("a", "flow#in.a")]),
+                 JoinSpec("step", "flow#jobs", [JoinPort("a", "flow#in.a")]),
+                 JoinSpec("flow#step", "flow#jobs", [JoinPort("a", f"{other}#in.a")])):
+        for node in CLUSTER.node_names:
+            error = refusal(CLUSTER, node, m.DeclareJoin(id=1, op="declare_join", join=spec))
+            assert isinstance(error, errors.BadRequest), (spec, node)
+            assert "'flow'" in error.message
+    same_slot = next(f"s{i}" for i in range(100_000) if slot(f"s{i}") == slot("flow"))
+    spec = JoinSpec(f"{same_slot}#step", "flow#jobs", [JoinPort("a", "flow#in.a")])
+    owner = route(CLUSTER, "flow#jobs")
+    assert isinstance(owner, Owned)
+    assert refusal(CLUSTER, owner.node, m.DeclareJoin(id=1, op="declare_join", join=spec)) is None
+
+
 @settings(max_examples=300, deadline=None)
 @given(child=st.one_of(st.none(), PIDS), parent=PIDS, queue=QUEUES)
 def test_a_task_after_parents_a_grow_could_move_elsewhere_is_refused(child: str | None, parent: str,

@@ -46,6 +46,7 @@ from kittiwake import errors
 from kittiwake.cluster import growth
 from kittiwake.cluster.cluster_map import ClusterMap
 from kittiwake.cluster.routing import Owned, route
+from kittiwake.constants import JOINS_QUEUE
 from kittiwake.engine import identity
 from kittiwake.engine.mutations import DeleteEdges, DeleteTask, Mutation, PutEdge, PutTask, SetCounter
 from kittiwake.engine.state import FIFO_COUNTER, LEASE_ID_COUNTER
@@ -241,6 +242,8 @@ class _Mover:
             if epoch not in (self.old.epoch, self.new.epoch):
                 raise GrowError(f"the store of node {name!r} records the map of epoch {epoch}, neither the old "
                                 f"map's ({self.old.epoch}) nor the new one's ({self.new.epoch})")
+        for name, store in self.stores.items():
+            self._check_joins(name, store)
         self.report.tasks_before = sum(_tasks(recovery) for recovery in recoveries.values())
         for name in self.new.node_names:
             self._move_from(name, recoveries[name])
@@ -254,6 +257,20 @@ class _Mover:
             raise GrowError(f"the stores held {report.tasks_before} tasks before the move ({report.already_there} "
                             f"of them twice) and {report.tasks_after} after: look into it before starting the nodes")
         return self.report
+
+    def _check_joins(self, source: str, store: MovingStore) -> None:
+        """GrowError, before anything moves, for a join declaration the new map would part from its
+        name (`growth.parted_join`)."""
+        after: str | None = None
+        while True:
+            page = [task for task in store.scan(JOINS_QUEUE, after, self.batch + 1) if after is None or task.pid > after]
+            if not page:
+                return
+            after = page[-1].pid
+            for task in page:
+                problem = growth.parted_join(self.new, task)
+                if problem is not None:
+                    raise GrowError(f"on node {source!r}: {problem}")
 
     def _move_from(self, source: str, recovery: Recovery) -> None:
         store = self.stores[source]

@@ -12,8 +12,12 @@ names an old node still names it: nothing moves between old nodes.
 
 **Where an entry belongs** is `routing.route` of its queue and pid (`destination`), with one exception: a
 join's declaration, the task of the broker's own queue `_joins` (pid the join's name, data its
-spec), belongs with its job queue's group (a named group's owner); a join on the default group has
-no single owner and stays where it is (`None`).
+spec), belongs with its job queue's group (a named group's owner), where its tokens meet; a join on
+the default group has no single owner and stays where it is (`None`). A node routes drop_join,
+purge_join and declare_join by the join's name as well (`shard_guard`), which it can do because it
+declares on a cluster only joins whose name and ports are in groups of the job queue's slot
+(`shard_guard.join_together`): under every map the name's owner is the declaration's. A declaration
+stored before that rule whose name the new map sends elsewhere (`parted_join`) stops a grow.
 
 **Leases.** A leased task that moves keeps its lease only when the new map routes that lease
 (`routing.lease_route`) to the task's new node, so the holder's renew and dequeue still reach it (a
@@ -95,6 +99,22 @@ def same_task(one: Task, other: Task) -> bool:
 def how_they_differ(one: Task, other: Task) -> str:
     """The identity fields on which `one` and `other` differ, named ("" when none)."""
     return ", ".join(f"{name} differs" for name in _IDENTITY_FIELDS if getattr(one, name) != getattr(other, name))
+
+
+def parted_join(cluster: ClusterMap, task: Task) -> str | None:
+    """Why the join declaration `task` (of `_joins`) would be parted from its name under `cluster`:
+    its name is in a named group another node owns than its job queue's group (declared before
+    `shard_guard.join_together`); None when it is not a declaration or nothing parts them."""
+    if task.queue != JOINS_QUEUE or GROUP_SEPARATOR not in task.pid:
+        return None
+    home = destination(cluster, task)
+    by_name = route(cluster, task.pid)
+    if home is None or not isinstance(by_name, Owned) or by_name.node == home.node:
+        return None
+    return (f"join {task.pid[:255]!r} is declared with its job queue {_join_job_queue(task.data)!r}, which the new "
+            f"map puts on node {home.node!r}, but its name's group on node {by_name.node!r}, where drop_join, "
+            "purge_join and declare_join would look for it: drop it on the old map and declare it again with "
+            "its name in its job queue's group")
 
 
 def keeps_lease(cluster: ClusterMap, task: Task, node: str) -> bool:

@@ -17,8 +17,8 @@ What is refused (anything not listed is served, answering for what this node hol
 | renew, dequeue, release, update's leases | a lease's `lease_route` (a named group's owner, or the node its lease id names) is another node |
 | requeue_dead, purge_dead | a named group owned elsewhere; with `pids`, a pid whose dead letters live elsewhere (`routing.dead_letter_route`: with their task, however the queue and pid are written); the whole dead-letter queue of a spread queue is local |
 | delete_queue, find_by_sender in one queue | a named group owned elsewhere (spread: each node deletes or finds what it holds) |
-| declare_join | its job queue's group (which is every port's, `join_spec`) owned elsewhere; a join over default-group queues is `BAD_REQUEST` on a cluster (its tokens would be spread over nodes and never meet): flows name their joins and queues in a group (`flow.names`: `G#step`, `G#steps.engine.step`), which this keeps whole on one node |
-| drop_join, purge_join | the join's name is in a named group owned elsewhere (flows' are); a name without a group is answered by each node for the joins it holds |
+| declare_join | its job queue's group (which is every port's, `join_spec`) owned elsewhere; a join over default-group queues is `BAD_REQUEST` on a cluster (its tokens would be spread over nodes and never meet), and so is a join whose name or a port is not in a group of its job queue's slot (`join_together`: its declaration lives with its job queue, `growth.destination`, while drop_join and purge_join go by its name, so a grow must never part them): flows name their joins and queues in a group (`flow.names`: `G#step`, `G#steps.engine.step`), which this keeps whole on one node |
+| drop_join, purge_join | the join's name is in a named group owned elsewhere (flows' are); a name without a group (no join declared on a cluster has one) is answered by each node for the joins it holds |
 
 Stats, list_queues, queues_for_receiver, find_by_sender in all queues and
 list_joins are fan-out reads: each node answers for what it holds.
@@ -30,8 +30,9 @@ from collections.abc import Iterable
 
 from kittiwake import errors
 from kittiwake.cluster.cluster_map import ClusterMap
-from kittiwake.cluster.routing import Owned, dead_letter_route, lease_route, route
+from kittiwake.cluster.routing import Owned, dead_letter_route, lease_route, route, slot_of
 from kittiwake.constants import GROUP_SEPARATOR
+from kittiwake.join_spec import JoinSpec
 from kittiwake.model import LeaseRef, NewTask
 from kittiwake.protocol import messages as m
 
@@ -152,8 +153,28 @@ class _Guard:
                 f"join {spec.name[:255]!r}: on a cluster, a join's job queue and ports must be in a named group "
                 f"(G#queue), which lives whole on one node; {spec.job_queue[:255]!r} is in the default group, "
                 "whose queues are spread over the nodes"))
+        self.join_together(spec)
         self.task(spec.job_queue, None, "declare a join on")
         self.group_of(spec.name, "declare join")
+
+    def join_together(self, spec: JoinSpec) -> None:
+        """A join's name, job queue and ports must be in one slot under every map a grow may make:
+        its declaration lives with its job queue (where its tokens meet, `growth.destination`) while
+        drop_join, purge_join and declaring it again are routed by its name. Slots are kept by a
+        grow; which node owns them is not."""
+        job_group = spec.job_queue.rpartition(GROUP_SEPARATOR)[0]
+        job_slot = slot_of(job_group, self.cluster.slots)
+        named = [("name", spec.name)] + [(f"port {port.name[:64]!r}", port.queue) for port in spec.ports]
+        for what, queue in named:
+            group, sep, _ = queue.rpartition(GROUP_SEPARATOR)
+            if sep and slot_of(group, self.cluster.slots) == job_slot:
+                continue
+            where = f"in group {group[:255]!r}" if sep else "in no group"
+            raise _Refused(errors.BadRequest(
+                f"join {spec.name[:255]!r}: its {what} {queue[:255]!r} is {where} and its job queue "
+                f"{spec.job_queue[:255]!r} in group {job_group[:255]!r}: a growing cluster may move them to "
+                f"different nodes. On a cluster, name a join and its ports in its job queue's group "
+                f"({job_group[:200]}#…), as flows do"))
 
     def owned(self, decision: Owned, what: str, queue: str, pid: str | None) -> None:
         if decision.node == self.node:
