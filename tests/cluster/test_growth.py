@@ -22,7 +22,8 @@ from kittiwake.constants import JOINS_QUEUE
 from kittiwake.join_spec import JoinPort, JoinSpec
 from kittiwake.model import Task
 
-NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.:@/-", min_size=1, max_size=20)
+NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_.:@/-", min_size=1, max_size=20).filter(
+    lambda name: name != JOINS_QUEUE)  # the broker's own queue of join declarations, placed by their spec
 PIDS = st.text(min_size=1, max_size=24).filter(lambda pid: "\0" not in pid)
 GROUPS = st.text(alphabet="abcdefghij", min_size=1, max_size=6)
 
