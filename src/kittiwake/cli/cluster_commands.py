@@ -218,7 +218,10 @@ def grow(obj: CliContext | None, old_file: str, new_file: str, stores: tuple[str
     the new map still routes that lease to it (a named group's queue), else it is moved available and
     will be delivered again. Each batch is committed on the new node before it is deleted from the
     old, so an interrupted run loses nothing, and running it again finishes the move (a task already
-    on its new node is not written twice). Stores that record a node identity get the new epoch.
+    on its new node is not written twice; another task under its queue and pid there stops the move,
+    naming it). Every --store of a node of OLD.toml must exist (a path that does not is an error, never
+    created). Stores that record a node identity get the new epoch; a node whose store holds tasks
+    refuses to start on NEW.toml until this has run.
     """
     from kittiwake.cluster.grow import GrowError
     from kittiwake.cluster.grow import grow as run_grow
