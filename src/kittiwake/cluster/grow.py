@@ -152,7 +152,7 @@ def open_for_move(location: StoreLocation, existing: bool = False) -> MovingStor
 
     if existing and not store_exists(location):
         raise GrowError(f"there is no store at {location.describe()}, given for a node of the old map: give the "
-                        "directory (or schema) the node served with --data (grow never creates an old node's store)")
+                        "directory or schema the node served (its --data or --store): grow never creates an old node's store")
     try:
         if location.kind == "postgresql":
             return cast(MovingStore, open_store(replace(location, brokers="one"), broker=True))
@@ -177,7 +177,7 @@ def store_exists(location: StoreLocation) -> bool:
 
     try:
         with psycopg.connect(location.target, autocommit=True, connect_timeout=10) as db:
-            return db.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
+            return db.execute("SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s",
                               (location.schema,)).fetchone() is not None
     except psycopg.Error as exc:
         raise GrowError(f"cannot look for the store at {location.describe()}: {exc}") from None
