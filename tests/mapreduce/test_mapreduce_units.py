@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kittiwake.errors import BadRequest
-from kittiwake.mapreduce import gen_data, grep, sort, wordcount
+from kittiwake.mapreduce import gen_data, grep, reference, sort, wordcount
+from kittiwake.mapreduce.outputs import canonical_of_app_lines
 from kittiwake.mapreduce.intermediate import Location, MapOutput, SegmentFile, gather_segments, read_segments
 from kittiwake.mapreduce.partitioners import sample_splits, word_boundaries
 from kittiwake.mapreduce.spec import JobSpec
@@ -250,3 +251,44 @@ def test_wordcount_reads_a_segment_holding_several_blocks_runs(tmp_path: Path) -
     assert len(location.files) == 1
     out = b"".join(b"".join(wordcount.reduce(list(read_segments(location, r)), job)) for r in range(2))
     assert out == b"a\t3\nb\t3\nz\t1\nzed\t1\n"
+
+
+# ------------------------------------------------------------------ kernels against the project's reference
+
+raw_text = st.lists(st.sampled_from([b"a", b"b", b"ab", b" ", b" ", b"\n", b"\r\n", b"\r", b"ba"]), max_size=40).map(
+    b"".join)
+
+
+def kernel_canonical(app: str, files: list[Path], reducers: int, block: int, pattern: bytes = b"ab"):  # type: ignore[no-untyped-def]
+    """The Canonical of `app`'s map and reduce kernels over `files`, read in blocks as a map reads them."""
+    kernel = wordcount if app == "wordcount" else grep
+    job = spec(app, reducers=reducers, pattern=pattern) if app == "grep" else spec(app, reducers=reducers)
+    blocks = [piece for path in files for piece in read_blocks(str(path), block, kernel.UNIT)]
+    out = run_kernel(kernel, job, blocks)
+    assert out.endswith(b"\n") or not out
+    return canonical_of_app_lines(app, out.split(b"\n")[:-1])  # lines end at \n only, as outputs reads them
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(raw_text, min_size=1, max_size=3), st.integers(1, 4), st.integers(1, 16))
+def test_wordcount_and_grep_equal_the_reference_on_any_line_endings(texts: list[bytes], reducers: int,
+                                                                     block: int) -> None:
+    """CRLF lines lose their `\\r` (Spark's line reader), a last line without `\\n` keeps its empty
+    last word, a lone `\\r` stays: whatever `reference` says."""
+    with tempfile.TemporaryDirectory(prefix="kw-ref-") as folder:
+        files = []
+        for number, text in enumerate(texts):
+            files.append(Path(folder) / f"part-{number:05d}.txt")
+            files[-1].write_bytes(text)
+        assert kernel_canonical("wordcount", files, reducers, block) == reference.reference("wordcount", files)
+        assert kernel_canonical("grep", files, 1, block) == reference.reference("grep", files, b"ab")
+
+
+def test_crlf_lines_and_a_last_line_ending_in_a_space_count_like_the_reference(tmp_path: Path) -> None:
+    (tmp_path / "part-00000.txt").write_bytes(b"foo bar\r\nbar\r\n")
+    (tmp_path / "part-00001.txt").write_bytes(b"x y ")
+    files = sorted(tmp_path.iterdir())
+    out = run_kernel(wordcount, spec("wordcount", reducers=2),
+                     [piece for path in files for piece in read_blocks(str(path), 1_000, b"\n")])
+    assert out == b"\t1\nbar\t2\nfoo\t1\nx\t1\ny\t1\n"
+    assert grep.matching_lines(b"foo bar\r\nbar\r\nbaz\rbar", b"bar") == b"foo bar\nbar\nbaz\rbar\n"

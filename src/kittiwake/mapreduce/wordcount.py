@@ -1,7 +1,10 @@
 """Word count: how often each word occurs, as `word<TAB>count` lines sorted by word.
 
 Words are what Spark's ``split(value, " ")`` makes of each line: the pieces
-between single spaces, empty ones included; lines end at ``\\n``.
+between single spaces, empty ones included; lines end at ``\\n``, a ``\\r``
+before it is not part of the line (Spark's line reader, and `reference`), and
+a last line without ``\\n`` counts, its last word too (``"x y "`` holds
+``x``, ``y`` and an empty word).
 
 Map (`map_block`): the block's words become one Arrow binary array without a
 copy — every `\\n` turned into a space, then each word is the bytes up to and
@@ -45,8 +48,10 @@ def count_words(block: bytes) -> pa.Table:
     """word (with its trailing space) → count for one block of whole lines."""
     if not block:
         return _SCHEMA.empty_table()
+    if b"\r" in block:  # memchr; a CRLF line ends before its \r (blocks never cut a \r\n)
+        block = block.replace(b"\r\n", b"\n")
     spaced = block.replace(b"\n", b" ")
-    if not spaced.endswith(b" "):
+    if not block.endswith(b"\n"):  # a last line without \n: its last word, even an empty one, ends here
         spaced += b" "
     ends = np.flatnonzero(np.frombuffer(spaced, dtype=np.uint8) == 0x20) + 1
     offsets = np.zeros(len(ends) + 1, dtype=np.int64)
