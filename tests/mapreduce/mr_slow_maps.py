@@ -18,7 +18,7 @@ app = App()
 @app.task(name=tasks.MAP_TASK, queue=tasks.QUEUE, lease_secs=LEASE_SECS, max_attempts=5)
 def map_partition(spec: dict[str, Any], index: int, path: str) -> dict[str, Any]:
     time.sleep(MAP_PAUSE_SECS)
-    return tasks._map_partition(spec, index, path)
+    return tasks._map_partition(app, spec, index, path)
 
 
 @app.task(name=tasks.REDUCE_TASK, queue=tasks.QUEUE, lease_secs=LEASE_SECS, max_attempts=5)

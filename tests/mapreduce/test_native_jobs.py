@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from kittiwake.client import Client
 from kittiwake.errors import BadRequest
 from kittiwake.mapreduce import gen_data, reference
 from kittiwake.mapreduce.driver import input_files, run_native
@@ -142,3 +144,57 @@ def test_bad_arguments_are_refused_before_anything_is_sent(text_dir: Path, tmp_p
         run_native(url, "wordcount", text_dir, tmp_path / "full")
     with pytest.raises(BadRequest, match="nodes"):
         run_native(url, "wordcount", text_dir, tmp_path / "o", nodes="n0")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ a failed job ends
+
+
+def job_dirs() -> set[Path]:
+    return set(SHM.glob("*")) if SHM.is_dir() else set()
+
+
+def job_leftovers(broker: BrokerProcess, out: Path, dirs_before: set[Path]) -> dict[str, object]:
+    """What a job could leave once it ended: tasks, locations queues, intermediates (job directories
+    not there before: other tests may share /dev/shm), part files."""
+    with Client(broker.url) as client:
+        queued = sum(queue.size for queue in client.list_queues("mapreduce*") if not queue.queue.endswith(".dead"))
+        located = [queue.queue for queue in client.list_queues("mapreduce.locations.*")]
+    return {"queued": queued, "locations": located, "intermediates": sorted(job_dirs() - dirs_before),
+            "out": sorted(path.name for path in out.iterdir())}
+
+
+SHM = Path("/dev/shm/kittiwake-mapreduce")
+NOTHING_LEFT = {"queued": 0, "locations": [], "intermediates": [], "out": []}
+
+
+def test_a_failed_job_has_its_tasks_cancelled_so_none_runs_after_it(broker: BrokerProcess, text_dir: Path,
+                                                                    tmp_path: Path) -> None:
+    """No worker up: the job times out with every task queued; a worker started then finds none."""
+    out, before = tmp_path / "out", job_dirs()
+    with pytest.raises(TimeoutError):
+        run_native(broker.url, "wordcount", text_dir, out, reducers=2, timeout=1)
+    assert job_leftovers(broker, out, before) == NOTHING_LEFT
+    worker = WorkerProcess(broker.url, tmp_path / "worker.log", "--concurrency", "2", app=APP)
+    try:
+        run_native(broker.url, "grep", text_dir, tmp_path / "later", reducers=1, pattern=PATTERN, timeout=120)
+    finally:  # the worker had its time to run anything left of the failed job
+        worker.kill()
+    assert job_leftovers(broker, out, before) == NOTHING_LEFT
+
+
+@pytest.mark.parametrize("stall", ["map", "reduce"])
+def test_a_run_going_when_its_job_fails_writes_nothing_after(stall: str, broker: BrokerProcess, text_dir: Path,
+                                                             tmp_path: Path) -> None:
+    """Map 0 (or every reducer, its input read and its partial part file open) stalls 4 s; the driver
+    gives up after 2 s and cancels; the run wakes without its lease: no intermediates made again, no
+    location recorded, no part file."""
+    out, before = tmp_path / "out", job_dirs()
+    worker = WorkerProcess(broker.url, tmp_path / "worker.log", "--concurrency", "4", app="mapreduce.mr_stalled:app",
+                           env={"MR_STALL": stall, "MR_STALL_SECS": "4"})
+    try:
+        with pytest.raises(TimeoutError):
+            run_native(broker.url, "wordcount", text_dir, out, reducers=2, timeout=2)
+        time.sleep(6)  # the stalled runs wake, try to write, and give up
+    finally:
+        worker.kill()
+    assert job_leftovers(broker, out, before) == NOTHING_LEFT

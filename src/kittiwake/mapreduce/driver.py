@@ -9,8 +9,14 @@ maps — and waits for the results. Grep's reducer r depends only on its range
 of maps; wordcount's and sort's on every map, through barrier tasks of at
 most `BARRIER_GROUP` maps each (below `Limits.max_batch`, the most parents a
 task may name): a map that finishes then updates one waiting task in the
-broker, not every reducer. When the job ends (done or failed) the driver deletes the locations
-queue and the intermediate directories.
+broker, not every reducer.
+
+The driver makes the job's intermediate directories before it submits; when
+the job ends (done or failed) it deletes the locations queue and those
+directories. A job that fails (a task failed, the timeout passed, the submit
+was refused half way) first has its tasks cancelled in the broker, so none
+runs after it ended; a run already going loses its lease, and `tasks` keeps
+such a run from writing intermediates or a part file.
 
 The figures it returns are the job's wall time from the first call (sort's
 sampling included, as Spark's ``orderBy`` samples in its own job) to the last
@@ -20,6 +26,7 @@ the slots' time not spent in a task's code (scheduling, fetching, idling).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
@@ -29,6 +36,7 @@ from typing import Any, Callable, Sequence
 
 from kittiwake.app import App
 from kittiwake.app.envelope import new_ids
+from kittiwake.app.job import Job
 from kittiwake.errors import BadRequest
 from kittiwake.mapreduce.gen_data import MANIFEST_NAME
 from kittiwake.mapreduce.partitioners import sample_splits, validate_reducers
@@ -45,8 +53,10 @@ from kittiwake.mapreduce.tasks import BARRIER_TASK, MAP_TASK, REDUCE_TASK, make_
 
 DEFAULT_REDUCERS = 4
 BARRIER_GROUP = 5_000
+CANCEL_BATCH = 5_000  # tasks per cancel request, below `Limits.max_batch`
 MEMORY_ROOT = Path("/dev/shm")
 Progress = Callable[[int, int], None]  # (tasks done, tasks in all)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -138,6 +148,7 @@ def run_native(
     job = new_ids(1, time.time())[0]
     memory_dir, spill_dir = _job_dirs(job, work_dir)
     locations_queue = f"mapreduce.locations.{job}"
+    submitted: Job | None = None  # once set, some of its tasks may be in the broker
     try:
         spec = JobSpec(
             app=app_name, job=job, maps=len(files), reducers=reducers, out_dir=str(out),
@@ -159,6 +170,9 @@ def run_native(
             parents = ([maps[index] for index in spec.maps_of_reducer(reducer)] if app_name == GREP
                        else barriers or maps)
             reduces.append(graph.add(REDUCE_TASK, record, reducer, after=parents))
+        for directory in (memory_dir, spill_dir):  # maps write into them, never make them (`tasks`)
+            directory.mkdir(parents=True, exist_ok=True)
+        submitted = graph
         handles = graph.submit()
         total = len(maps) + len(reduces)
         deadline = time.monotonic() + timeout
@@ -174,6 +188,10 @@ def run_native(
             if progress is not None:
                 progress(done, total)
         seconds = time.perf_counter() - started
+    except BaseException as error:
+        if submitted is not None:  # a failed job's tasks must not run on, nor write, after it ended
+            _cancel(app, submitted, f"mapreduce job {job} ended: {type(error).__name__}")
+        raise
     finally:
         _clean_up(app, locations_queue, memory_dir, spill_dir)
         if owned:
@@ -204,6 +222,19 @@ def _placement(result: dict[str, Any]) -> str:
     if not node:
         return "shared"
     return "local" if node == result.get("node") else "stolen"
+
+
+def _cancel(app: App, graph: Job, reason: str) -> None:
+    """Withdraw every task of `graph` still in the broker (finished or never sent ones are not
+    found, and that is fine): queued ones never run, running ones lose their lease, so their
+    finishing update — and the location it would record — is refused; dependents fail with them."""
+    tasks = [(node.queue, node.pid) for node in graph.nodes]
+    for start in range(0, len(tasks), CANCEL_BATCH):
+        try:
+            app.client.cancel(tasks[start:start + CANCEL_BATCH], reason)
+        except Exception:  # noqa: BLE001 - a job's failure must not be hidden by its clean-up
+            log.warning("could not cancel tasks of a failed job (%s)", reason, exc_info=True)
+            return
 
 
 def _clean_up(app: App, locations_queue: str, *directories: Path) -> None:

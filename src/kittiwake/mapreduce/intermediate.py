@@ -79,6 +79,7 @@ class MapOutput:
     memory_dir: Path
     spill_dir: Path
     spill_bytes: int
+    make_dirs: bool = True  # False: the directories must exist (a map task's: the job's, made by its driver)
     _buffers: list[list[bytes]] = field(init=False)
     _buffered: int = field(init=False, default=0)
     _files: list[SegmentFile] = field(init=False, default_factory=list)
@@ -110,8 +111,22 @@ class MapOutput:
             self._write(self.spill_dir if self._files else self.memory_dir, spill=bool(self._files))
         return Location(tuple(self._files), self._spilled, self._total)
 
+    def discard(self) -> None:
+        """Remove every file this output wrote, and its directories if that leaves them empty."""
+        for file in self._files:
+            Path(file.path).unlink(missing_ok=True)
+        for directory in (self.memory_dir, self.spill_dir):
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (another map's files), or not there
+                pass
+        self._files = []
+
     def _write(self, directory: Path, *, spill: bool) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        if self.make_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+        elif not directory.is_dir():
+            raise BadRequest(f"intermediate directory {directory} is gone (its job ended)")
         path = directory / f"{self.name}-{self._token}-{len(self._files)}.seg"
         partial = path.with_name(path.name + ".partial")
         segments = []

@@ -14,6 +14,12 @@
   (`after=`), reads their locations (`peek`, in pages), fetches its segment
   of each, runs the app's reduce kernel and writes ``part-r-NNNNN`` under a
   temporary name renamed into place: a reduce run twice writes the same file.
+* a map or reduce run that no longer holds its task — its job failed and the
+  driver cancelled the job's tasks, or the job ended without it — writes no
+  intermediates (the driver made the job's directories and removed them; a map
+  does not make them again) and no part file: each checks that it still holds
+  its lease (`holds_its_task`, one `get`) after writing, and removes what it
+  wrote if not (`JobEnded`).
 * barrier: an empty task standing for a group of maps when a job has more
   maps than one task may name as parents (`Limits.max_batch`).
 
@@ -31,12 +37,13 @@ from types import ModuleType
 from typing import Any, Iterator
 
 from kittiwake.app import App
-from kittiwake.app.context import current_task
-from kittiwake.errors import BadRequest
+from kittiwake.app.context import TaskContext, current_task
+from kittiwake.errors import BadRequest, TaskNotFound
 from kittiwake.mapreduce import grep, sort, wordcount
 from kittiwake.mapreduce.allocator import keep_freed_memory
 from kittiwake.mapreduce.intermediate import Location, MapOutput, gather_segments, read_segments
 from kittiwake.mapreduce.spec import GREP, SORT, WORDCOUNT, JobSpec
+from kittiwake.model import TaskState
 
 QUEUE = "mapreduce"
 MAP_TASK = "kittiwake.mapreduce.map"
@@ -46,6 +53,7 @@ DEFAULT_LEASE_SECS = 30.0
 MAX_ATTEMPTS = 3
 LOCATIONS_PAGE = 1_000
 KERNELS: dict[str, ModuleType] = {WORDCOUNT: wordcount, GREP: grep, SORT: sort}
+LEASED = TaskState.LEASED.value
 
 
 def read_blocks(path: str, block_bytes: int, unit: bytes | int) -> Iterator[bytes]:
@@ -78,14 +86,33 @@ def location_pid(index: int) -> str:
     return f"{index:08d}"
 
 
-def _map_partition(spec_record: dict[str, Any], index: int, path: str) -> dict[str, Any]:
+class JobEnded(Exception):
+    """This run of a map or reduce no longer holds its task: the job was cancelled or ended, or a
+    later delivery took the task over. It wrote nothing (or removed what it wrote)."""
+
+
+def holds_its_task(app: App, task: TaskContext) -> bool:
+    """Whether the running delivery still holds its task's lease: the task is in its queue, leased,
+    by this delivery. A task cancelled (the driver cancels a failed job's tasks), finished by another
+    delivery, or leased again after this run's lease expired is not found, or shows another state
+    or a later delivery."""
+    try:
+        view = app.client.get(task.queue, task.pid)
+    except TaskNotFound:
+        return False
+    return view.state == LEASED and view.deliveries == task.deliveries
+
+
+def _map_partition(app: App, spec_record: dict[str, Any], index: int, path: str) -> dict[str, Any]:
     started = time.perf_counter()
     spec = JobSpec.from_dict(spec_record)
     if not isinstance(index, int) or not 0 <= index < spec.maps:
         raise BadRequest(f"map index {index!r} out of range for {spec.maps} maps")
     kernel = KERNELS[spec.app]
+    # the driver made the job's directories and removes them when the job ends: a run that outlived
+    # its job finds them gone and writes nothing (make_dirs=False) ...
     output = MapOutput(f"map-{index:08d}", segments_per_map(spec), Path(spec.memory_dir), Path(spec.spill_dir),
-                       spec.spill_bytes)
+                       spec.spill_bytes, make_dirs=False)
     size = 0
     for block in read_blocks(path, spec.block_bytes, kernel.UNIT):
         size += len(block)
@@ -93,6 +120,10 @@ def _map_partition(spec_record: dict[str, Any], index: int, path: str) -> dict[s
             output.add(reducer, segment)
     location = output.finish()
     task = current_task()
+    if not holds_its_task(app, task):  # ... and one that wrote while the driver cleaned up removes its files
+        output.discard()
+        raise JobEnded(f"map {index} of job {spec.job} lost its task (cancelled, or the job ended); "
+                       "its output is removed")
     task.enqueue_on_success(spec.locations_queue, location.encode(), pid=location_pid(index))
     return {"seconds": time.perf_counter() - started, "bytes": size, "output_bytes": location.bytes,
             "spilled": location.spilled, "process": os.getpid(), "queue": task.queue,
@@ -140,10 +171,17 @@ def _reduce_partition(app: App, spec_record: dict[str, Any], reducer: int) -> di
     target = output_path(spec, reducer)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     written = 0
-    with open(partial, "wb") as handle:
-        for chunk in KERNELS[spec.app].reduce(segments(), spec):
-            handle.write(chunk)
-            written += len(chunk)
+    try:
+        with open(partial, "wb") as handle:
+            for chunk in KERNELS[spec.app].reduce(segments(), spec):
+                handle.write(chunk)
+                written += len(chunk)
+        if not holds_its_task(app, current_task()):  # no part file from a run that outlived its job
+            raise JobEnded(f"reducer {reducer} of job {spec.job} lost its task (cancelled, or the job ended); "
+                           "it writes no part file")
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     os.replace(partial, target)
     return {"seconds": time.perf_counter() - started, "bytes": fetched, "output_bytes": written,
             "process": os.getpid(), "queue": current_task().queue}
@@ -161,7 +199,7 @@ def make_app(url: str | None = None, *, lease_secs: float = DEFAULT_LEASE_SECS, 
 
     def map_partition(spec: dict[str, Any], index: int, path: str) -> dict[str, Any]:
         """Map partition file `path` (map number `index`) and record where its output is."""
-        return _map_partition(spec, index, path)
+        return _map_partition(app, spec, index, path)
 
     def reduce_partition(spec: dict[str, Any], reducer: int) -> dict[str, Any]:
         """Fetch reducer `reducer`'s segments of every map output and write its part file."""
