@@ -198,3 +198,21 @@ def test_a_run_going_when_its_job_fails_writes_nothing_after(stall: str, broker:
     finally:
         worker.kill()
     assert job_leftovers(broker, out, before) == NOTHING_LEFT
+
+
+@pytest.mark.parametrize("app", ["wordcount", "grep"])
+def test_one_reducer_over_more_maps_than_a_task_may_wait_for_is_submitted_whole(app: str, broker: BrokerProcess,
+                                                                              tmp_path: Path) -> None:
+    """10,001 maps and 1 reducer: barriers stand for the maps (the broker refused the reduce's 10,001
+    parents after the maps were sent); no worker, so the job times out and leaves nothing queued."""
+    source = tmp_path / "in"
+    source.mkdir()
+    for index in range(10_001):
+        (source / f"part-{index:05d}.txt").write_bytes(b"a b\n")
+    out, before = tmp_path / "out", job_dirs()
+    with pytest.raises(TimeoutError):
+        run_native(broker.url, app, source, out, reducers=1, pattern="a" if app == "grep" else None, timeout=3)
+    assert job_leftovers(broker, out, before) == NOTHING_LEFT
+    with Client(broker.url) as client:  # every task was sent, then cancelled: the maps, 3 barriers, the reduce
+        dead = sum(queue.size for queue in client.list_queues("mapreduce*.dead"))
+    assert dead == 10_001 + 3 + 1

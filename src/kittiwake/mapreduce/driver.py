@@ -8,8 +8,11 @@ steal from the others when idle), a reduce per reducer with ``after=`` its
 maps — and waits for the results. Grep's reducer r depends only on its range
 of maps; wordcount's and sort's on every map, through barrier tasks of at
 most `BARRIER_GROUP` maps each (below `Limits.max_batch`, the most parents a
-task may name): a map that finishes then updates one waiting task in the
-broker, not every reducer.
+task may name), whatever the reducer count: a map that finishes then updates
+one waiting task in the broker, not every reducer (a grep reducer of more
+than `BARRIER_GROUP` maps waits for barriers too). The graph is checked
+against that limit before anything is sent: the job goes in several
+requests, and a refused one would leave the tasks sent before it queued.
 
 The driver makes the job's intermediate directories before it submits; when
 the job ends (done or failed) it deletes the locations queue and those
@@ -36,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 from kittiwake.app import App
 from kittiwake.app.envelope import new_ids
-from kittiwake.app.job import Job
+from kittiwake.app.job import Job, Node
 from kittiwake.errors import BadRequest
 from kittiwake.mapreduce.gen_data import MANIFEST_NAME
 from kittiwake.mapreduce.partitioners import sample_splits, validate_reducers
@@ -50,6 +53,7 @@ from kittiwake.mapreduce.spec import (
     validate_pattern,
 )
 from kittiwake.mapreduce.tasks import BARRIER_TASK, MAP_TASK, REDUCE_TASK, make_app
+from kittiwake.model import Limits
 
 DEFAULT_REDUCERS = 4
 BARRIER_GROUP = 5_000
@@ -161,15 +165,14 @@ def run_native(
         maps = [graph.add(MAP_TASK, record, index, str(path.absolute()),
                           node=nodes[index % len(nodes)] if nodes else None)
                 for index, path in enumerate(files)]
-        barriers = []
-        if app_name != GREP and reducers > 1:
-            barriers = [graph.add(BARRIER_TASK, after=maps[start:start + BARRIER_GROUP])
-                        for start in range(0, len(maps), BARRIER_GROUP)]
+        barriers: list[Node] = []
+        shared = [] if app_name == GREP else _barriers(graph, maps, barriers)  # for any reducer count
         reduces = []
         for reducer in range(reducers):
-            parents = ([maps[index] for index in spec.maps_of_reducer(reducer)] if app_name == GREP
-                       else barriers or maps)
+            parents = (shared if app_name != GREP else _grep_parents(
+                graph, [maps[index] for index in spec.maps_of_reducer(reducer)], barriers))
             reduces.append(graph.add(REDUCE_TASK, record, reducer, after=parents))
+        _check_graph(graph)  # before anything is sent: a refused job leaves no task behind
         for directory in (memory_dir, spill_dir):  # maps write into them, never make them (`tasks`)
             directory.mkdir(parents=True, exist_ok=True)
         submitted = graph
@@ -222,6 +225,29 @@ def _placement(result: dict[str, Any]) -> str:
     if not node:
         return "shared"
     return "local" if node == result.get("node") else "stolen"
+
+
+def _barriers(graph: Job, maps: list[Node], barriers: list[Node]) -> list[Node]:
+    """One barrier task per `BARRIER_GROUP` of `maps`, added to `graph` and to `barriers`; returns them."""
+    made = [graph.add(BARRIER_TASK, after=maps[start:start + BARRIER_GROUP])
+            for start in range(0, len(maps), BARRIER_GROUP)]
+    barriers.extend(made)
+    return made
+
+
+def _grep_parents(graph: Job, maps: list[Node], barriers: list[Node]) -> list[Node]:
+    """A grep reducer's parents: its maps, or barriers over them past `BARRIER_GROUP`."""
+    return maps if len(maps) <= BARRIER_GROUP else _barriers(graph, maps, barriers)
+
+
+def _check_graph(graph: Job) -> None:
+    """BadRequest for a task the broker would refuse for its parents (`Limits.max_batch`): the job
+    is sent in several requests, and one refused after the first would leave the others queued."""
+    limit = Limits().max_batch
+    for node in graph.nodes:
+        if len(node.parents) > limit:
+            raise BadRequest(f"task {node.definition.name} of the job would wait for {len(node.parents)} "
+                             f"tasks, over the limit of {limit}")
 
 
 def _cancel(app: App, graph: Job, reason: str) -> None:
