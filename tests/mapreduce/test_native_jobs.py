@@ -4,6 +4,7 @@ spilling, local-first with stealing, and whole after a map worker is SIGKILLed m
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -149,17 +150,20 @@ def test_bad_arguments_are_refused_before_anything_is_sent(text_dir: Path, tmp_p
 # ------------------------------------------------------------------ a failed job ends
 
 
-def job_dirs() -> set[Path]:
-    return set(SHM.glob("*")) if SHM.is_dir() else set()
+def job_of(failure: pytest.ExceptionInfo[TimeoutError]) -> str:
+    """The id of the job a run_native TimeoutError names."""
+    match = re.search(r"mapreduce job (\S+) did not finish", str(failure.value))
+    assert match, failure.value
+    return match.group(1)
 
 
-def job_leftovers(broker: BrokerProcess, out: Path, dirs_before: set[Path]) -> dict[str, object]:
-    """What a job could leave once it ended: tasks, locations queues, intermediates (job directories
-    not there before: other tests may share /dev/shm), part files."""
+def job_leftovers(broker: BrokerProcess, out: Path, job: str) -> dict[str, object]:
+    """What a job could leave once it ended: tasks, locations queues, its intermediates (its own
+    directory only: other tests' jobs may run beside it), part files."""
     with Client(broker.url) as client:
         queued = sum(queue.size for queue in client.list_queues("mapreduce*") if not queue.queue.endswith(".dead"))
         located = [queue.queue for queue in client.list_queues("mapreduce.locations.*")]
-    return {"queued": queued, "locations": located, "intermediates": sorted(job_dirs() - dirs_before),
+    return {"queued": queued, "locations": located, "intermediates": [str(SHM / job)] if (SHM / job).exists() else [],
             "out": sorted(path.name for path in out.iterdir())}
 
 
@@ -170,16 +174,17 @@ NOTHING_LEFT = {"queued": 0, "locations": [], "intermediates": [], "out": []}
 def test_a_failed_job_has_its_tasks_cancelled_so_none_runs_after_it(broker: BrokerProcess, text_dir: Path,
                                                                     tmp_path: Path) -> None:
     """No worker up: the job times out with every task queued; a worker started then finds none."""
-    out, before = tmp_path / "out", job_dirs()
-    with pytest.raises(TimeoutError):
+    out = tmp_path / "out"
+    with pytest.raises(TimeoutError) as failed:
         run_native(broker.url, "wordcount", text_dir, out, reducers=2, timeout=1)
-    assert job_leftovers(broker, out, before) == NOTHING_LEFT
+    job = job_of(failed)
+    assert job_leftovers(broker, out, job) == NOTHING_LEFT
     worker = WorkerProcess(broker.url, tmp_path / "worker.log", "--concurrency", "2", app=APP)
     try:
         run_native(broker.url, "grep", text_dir, tmp_path / "later", reducers=1, pattern=PATTERN, timeout=120)
     finally:  # the worker had its time to run anything left of the failed job
         worker.kill()
-    assert job_leftovers(broker, out, before) == NOTHING_LEFT
+    assert job_leftovers(broker, out, job) == NOTHING_LEFT
 
 
 @pytest.mark.parametrize("stall", ["map", "reduce"])
@@ -188,16 +193,16 @@ def test_a_run_going_when_its_job_fails_writes_nothing_after(stall: str, broker:
     """Map 0 (or every reducer, its input read and its partial part file open) stalls 4 s; the driver
     gives up after 2 s and cancels; the run wakes without its lease: no intermediates made again, no
     location recorded, no part file."""
-    out, before = tmp_path / "out", job_dirs()
+    out = tmp_path / "out"
     worker = WorkerProcess(broker.url, tmp_path / "worker.log", "--concurrency", "4", app="mapreduce.mr_stalled:app",
                            env={"MR_STALL": stall, "MR_STALL_SECS": "4"})
     try:
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError) as failed:
             run_native(broker.url, "wordcount", text_dir, out, reducers=2, timeout=2)
         time.sleep(6)  # the stalled runs wake, try to write, and give up
     finally:
         worker.kill()
-    assert job_leftovers(broker, out, before) == NOTHING_LEFT
+    assert job_leftovers(broker, out, job_of(failed)) == NOTHING_LEFT
 
 
 @pytest.mark.parametrize("app", ["wordcount", "grep"])
@@ -209,10 +214,10 @@ def test_one_reducer_over_more_maps_than_a_task_may_wait_for_is_submitted_whole(
     source.mkdir()
     for index in range(10_001):
         (source / f"part-{index:05d}.txt").write_bytes(b"a b\n")
-    out, before = tmp_path / "out", job_dirs()
-    with pytest.raises(TimeoutError):
+    out = tmp_path / "out"
+    with pytest.raises(TimeoutError) as failed:
         run_native(broker.url, app, source, out, reducers=1, pattern="a" if app == "grep" else None, timeout=3)
-    assert job_leftovers(broker, out, before) == NOTHING_LEFT
+    assert job_leftovers(broker, out, job_of(failed)) == NOTHING_LEFT
     with Client(broker.url) as client:  # every task was sent, then cancelled: the maps, 3 barriers, the reduce
         dead = sum(queue.size for queue in client.list_queues("mapreduce*.dead"))
     assert dead == 10_001 + 3 + 1

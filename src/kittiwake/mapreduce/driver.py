@@ -131,7 +131,7 @@ def run_native(
 ) -> NativeRun:
     """Run `app_name` over `input_dir`'s part files into `out_dir` (new or empty) on the workers of
     the broker at `url` (or of `app`, a `make_app` app); returns the job's figures. Raises the first
-    task failure (`TaskFailed`) or TimeoutError after `timeout` seconds."""
+    task failure (`TaskFailed`) or TimeoutError after `timeout` seconds (naming the job: `job <id>`)."""
     started = time.perf_counter()
     validate_app(app_name)
     validate_reducers(reducers)
@@ -194,6 +194,9 @@ def run_native(
     except BaseException as error:
         if submitted is not None:  # a failed job's tasks must not run on, nor write, after it ended
             _cancel(app, submitted, f"mapreduce job {job} ended: {type(error).__name__}")
+        if isinstance(error, TimeoutError):
+            raise TimeoutError(f"mapreduce job {job} did not finish within {timeout:g} s; its tasks were "
+                               "cancelled") from error
         raise
     finally:
         _clean_up(app, locations_queue, memory_dir, spill_dir)
