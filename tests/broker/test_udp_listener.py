@@ -20,6 +20,7 @@ from kittiwake.protocol import decode_reply, encode_request
 from kittiwake.protocol.datagrams import MAX_DATAGRAM_BYTES, PADDED_REQUEST_BYTES, decode_datagram, encode_datagram
 from support.auth_users import ALICE, BOB, ROOT, standard_auth_file
 from support.broker_process import BrokerProcess
+from support.udp_faults import flood_sessions
 
 REPLY_WAIT_SECS = 5.0
 
@@ -474,3 +475,39 @@ def test_long_polls_of_one_address_are_bounded_the_rest_are_served_at_once(raw: 
         client.enqueue("waits", b"for a parked one")
     _, woken, _ = raw.reply()
     assert woken.ok and [task["data"] for task in woken.result] == [b"for a parked one"]
+
+
+# ------------------------------------------------------------------ sessions
+
+
+def test_a_retransmission_is_answered_from_the_window_when_its_session_is_gone(tmp_path: Path) -> None:
+    """The session was looked at before the window: a retransmitted enqueue whose producer's session
+    was pushed out meanwhile got UNAUTHORIZED although its reply was cached, and the client, told
+    to authenticate again, sent it once more under a new id — two tasks. The cached reply now goes
+    back, to the address it was cached for only."""
+    from kittiwake.broker.udp.listener import MAX_SESSIONS
+
+    users = standard_auth_file(tmp_path / "users.json")
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"], auth_file=users)
+    alice, elsewhere = RawUdp(broker), RawUdp(broker, source="127.0.0.2")
+    try:
+        alice.request(9, "auth", 1, {"user": ALICE[0], "token": ALICE[1]}, pad=True)
+        assert alice.reply()[1].ok
+        datagram = alice.request(9, "enqueue", 2, {"tasks": [task("alice.once", b"x")]})
+        _, first, first_bytes = alice.reply()  # say it was lost on its way back
+        assert first.ok
+        flood_sessions((broker.host, broker.udp_port), ALICE, MAX_SESSIONS + 1, ["127.0.0.1"])  # alice's own churn: hers go too
+        elsewhere.send(datagram)  # the same bytes from another address: not this sender's window
+        _, theirs, their_bytes = elsewhere.reply()
+        assert theirs.error["code"] == "UNAUTHORIZED" and their_bytes != first_bytes
+        alice.send(datagram)  # the retransmission
+        _, again, again_bytes = alice.reply()
+        assert again_bytes == first_bytes
+        alice.request(9, "enqueue", 3, {"tasks": [task("alice.once", b"y")]})  # the session is gone indeed
+        assert alice.reply()[1].error["code"] == "UNAUTHORIZED"
+        with Client(broker.client_url(*ROOT)) as root:
+            assert [t.data for t in root.peek("alice.once", n=10)] == [b"x"]
+    finally:
+        alice.close()
+        elsewhere.close()
+        broker.kill()

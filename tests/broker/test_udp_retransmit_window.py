@@ -67,3 +67,24 @@ def test_the_senders_remembered_are_bounded() -> None:
         window.finish((producer, 1), b"r", now=0.0)
     assert window.lookup((1, 1), now=0.0) is Seen.NEW  # forgotten entirely
     assert window.lookup((3, 1), now=0.0) is Seen.TOO_LATE
+
+
+def test_a_request_is_found_by_its_place_whichever_sender_began_it() -> None:
+    """The listener looks a copy up by (address, producer id) when the sender's session, and so its
+    user, is gone: a reply cached there is found, and a request still running there too."""
+    window = RetransmitWindow(max_entries=2)
+    place = (("10.0.0.1", 4000), 7)
+    alice = ("alice", *place)
+    window.begin((alice, 1), place)
+    assert window.lookup_at(place, 1, now=0.0) is Seen.IN_FLIGHT
+    window.finish((alice, 1), b"alice's", now=0.0)
+    assert window.lookup_at(place, 1, now=1.0) == b"alice's"
+    assert window.lookup_at(place, 2, now=1.0) is Seen.NEW
+    assert window.lookup_at((("10.0.0.2", 4000), 7), 1, now=1.0) is Seen.NEW  # another address: nothing
+    for request_id in (2, 3):  # the count bound evicts request 1: its place forgets it too
+        window.begin((alice, request_id), place)
+        window.finish((alice, request_id), b"r", now=2.0)
+    assert window.lookup_at(place, 1, now=2.0) is Seen.NEW  # unknown there: the listener checks the session
+    assert window.lookup((alice, 1), now=2.0) is Seen.TOO_LATE  # as the sender, it is refused
+    assert window.lookup_at(place, 2, now=2.0) == b"r"
+    assert window.lookup_at(place, 2, now=40.0) is Seen.NEW  # aged out

@@ -23,7 +23,9 @@ from kittiwake.client import Client
 from kittiwake.client.udp_channel import UdpChannel
 from kittiwake.client.url import parse_url
 from support.broker_process import BrokerProcess
+from support.auth_users import ALICE, ROOT, standard_auth_file
 from support.checker import DELIVER, DEQUEUE, ENQUEUE, History, check
+from support.udp_faults import PolicyRelay, flood_sessions, is_ok_reply, request_id
 
 
 @pytest.fixture
@@ -242,3 +244,43 @@ def test_a_long_poll_lease_over_udp_waits_for_a_task(client: Client, udp_broker:
     finally:
         timer.join()
     assert [task.data for task in leased] == [b"late"]
+
+
+# ------------------------------------- sessions lost mid-call, lost long-poll replies
+
+
+@pytest.fixture
+def auth_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"], auth_file=standard_auth_file(
+        tmp_path / "users.json"))
+    try:
+        yield process
+    finally:
+        process.kill()
+
+
+def test_a_lost_enqueue_reply_is_not_enqueued_again_when_the_session_was_pushed_out(
+    auth_broker: BrokerProcess,
+) -> None:
+    """The reply of an enqueue is lost and the producer's session pushed out before it retransmits:
+    the broker answered the copy UNAUTHORIZED, the client authenticated again and sent the enqueue
+    under a new id — two tasks, and the call said ok. The copy now gets the cached reply."""
+    from kittiwake.broker.udp.listener import MAX_SESSIONS
+
+    assert auth_broker.udp_port is not None
+    broker = (auth_broker.host, auth_broker.udp_port)
+    dropped: list[int] = []
+
+    def policy(direction: str, data: bytes) -> list[bytes]:
+        if direction == "b2c" and request_id(data) >= 2 and is_ok_reply(data) and not dropped:
+            dropped.append(request_id(data))
+            flood_sessions(broker, ALICE, MAX_SESSIONS + 1, ["127.0.0.1"])  # alice's churn pushes hers out
+            return []
+        return [data]
+
+    with PolicyRelay(broker, policy) as relay:
+        with Client(f"kwu://{ALICE[0]}:{ALICE[1]}@127.0.0.1:{relay.port}", timeout=30) as alice:
+            outcome = alice.enqueue("alice.evicted", b"only once")
+    assert dropped == [2]
+    with Client(auth_broker.client_url(*ROOT)) as root:
+        assert [task.pid for task in root.peek("alice.evicted", n=10)] == [outcome.pid]

@@ -17,7 +17,15 @@ that ran it is durable. What UDP adds:
   without running a second time. Reads (`dispatch.READ_ONLY_REQUESTS`) run
   again: they change nothing. Another user, or another address, that sends a
   producer id it learnt is another sender: it can neither read a reply cached
-  for the first nor make one of its request ids "already answered";
+  for the first nor make one of its request ids "already answered". With an
+  auth file, a write from a producer whose session is gone (pushed out, idle)
+  is first looked up by its place — source address and port, producer id —
+  and request id (`RetransmitWindow.lookup_at`): a retransmission already
+  answered gets its cached reply, within the bound below and only to that
+  address, the one it was cached for; one still running is dropped. Else it
+  would be refused UNAUTHORIZED, and the client, authenticating again, would
+  send it once more under a new id: it would run twice. A forger of that
+  address gets nothing back; the reply goes where it went before;
 * no reply is more than three times the datagram it answers
   (`datagrams.reply_limit_bytes`, QUIC's bound for an unverified address),
   whoever sent it: a reply over it becomes a short error — FRAME_TOO_LARGE,
@@ -217,6 +225,17 @@ class UdpListener(asyncio.DatagramProtocol):
             return
         user: str | None = None
         if self.authenticator is not None:
+            now = time.monotonic()
+            session = self.sessions.get((producer_id, address))
+            alive = session is not None and now - session[1] <= SESSION_IDLE_SECS
+            if type(request) not in dispatch.READ_ONLY_REQUESTS and not alive:
+                # the producer's session is gone (evicted, idled out): a retransmission of a write
+                # it sent with one still gets its cached reply — sent, within the bound below, only
+                # to the address it was cached for, which is this one — or, still running, dropped
+                seen = self.window.lookup_at((address, producer_id), request.id, now)
+                if seen is not Seen.NEW and seen is not Seen.TOO_LATE:
+                    self._answer_copy(seen, address, producer_id, request.id, size)
+                    return
             screened = self._screen(request, address, producer_id, size)
             if screened is None:
                 return
@@ -229,21 +248,28 @@ class UdpListener(asyncio.DatagramProtocol):
         key = ((user, address, producer_id), request.id)  # one sender's request, never another's
         seen = self.window.lookup(key, time.monotonic())
         if seen is Seen.NEW:
-            self.window.begin(key)
+            self.window.begin(key, (address, producer_id))
             caller = UdpRequest(self, address, producer_id, key, size)
             if type(request) is m.Lease and request.wait_secs > 0:
                 request = self._bound_wait(caller, request)
             self.host.submit(caller, request)
-        elif seen is Seen.IN_FLIGHT:
-            self.duplicates_dropped += 1
         elif seen is Seen.TOO_LATE:
             self._refuse(address, producer_id, request.id, errors.Unavailable(
                 f"this retransmission is older than the broker's retransmit window; {OUTCOME_UNKNOWN}"
             ), size)
+        else:
+            self._answer_copy(seen, address, producer_id, request.id, size)
+
+    def _answer_copy(self, seen: Seen | bytes, address: Address, producer_id: int, request_id: int, size: int) -> None:
+        """A copy of a request the window knows: dropped while it runs, else its reply again."""
+        if seen is Seen.IN_FLIGHT:
+            self.duplicates_dropped += 1
+        elif not isinstance(seen, bytes):
+            raise AssertionError(seen)
         elif len(seen) > reply_limit_bytes(size):
             # a copy smaller than the request that was answered (a client retransmits the same
             # bytes): only what this datagram's size allows
-            self._refuse(address, producer_id, request.id, errors.FrameTooLarge(
+            self._refuse(address, producer_id, request_id, errors.FrameTooLarge(
                 f"retransmit the request as it was first sent: its reply of {len(seen)} bytes is over "
                 f"three times this copy's {size}"
             ), size)

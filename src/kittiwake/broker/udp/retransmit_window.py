@@ -23,6 +23,14 @@ Theory of operation:
 | a reply | ran and was answered | sends the same reply again |
 | `TOO_LATE` | the producer's entries up to this id were evicted | answers UNAVAILABLE, outcome unknown |
 
+A request may also be looked up by its *place* and id (`lookup_at`): the
+place is the part of the sender a datagram cannot claim without the reply
+going there (for the listener, the source address and port and the producer
+id; `begin` is told it). The listener does so before it knows the sender's
+user — when the producer's session is gone — so that a retransmission whose
+reply is cached is answered from here, to the address the reply was cached
+for, rather than refused UNAUTHORIZED and sent again as a new request.
+
 Bounds: finished entries are kept at most `max_age_secs` and at most
 `max_entries` of them (the oldest go first); a reply is at most one datagram,
 so memory is bounded by `max_entries × MAX_DATAGRAM_BYTES`. Entries in flight
@@ -84,6 +92,8 @@ class RetransmitWindow:
         self.max_senders = max_senders
         self._done: OrderedDict[Key, tuple[float, bytes]] = OrderedDict()  # oldest first
         self._in_flight: set[Key] = set()
+        self._places: dict[tuple[Hashable, int], Key] = {}  # (place, request id) → the key begun there last
+        self._place_of: dict[Key, Hashable] = {}
         self._evicted_through: OrderedDict[Hashable, int] = OrderedDict()  # sender → highest evicted id
         self.hits = 0  # retransmissions answered from the window
         self.evicted = 0
@@ -105,9 +115,27 @@ class RetransmitWindow:
             return Seen.TOO_LATE
         return Seen.NEW
 
-    def begin(self, key: Key) -> None:
-        """The request is about to run."""
+    def lookup_at(self, place: Hashable, request_id: int, now: float) -> Seen | bytes:
+        """What `lookup` says of the request of that id last begun at the place, whichever sender
+        began it; NEW when none is known there."""
+        self.expire(now)
+        key = self._places.get((place, request_id))
+        if key is None:
+            return Seen.NEW
+        return self.lookup(key, now)
+
+    def begin(self, key: Key, place: Hashable | None = None) -> None:
+        """The request is about to run; `place`, when given, finds it with `lookup_at` too."""
         self._in_flight.add(key)
+        if place is not None:
+            self._forget_place(key)
+            self._places[(place, key[1])] = key
+            self._place_of[key] = place
+
+    def _forget_place(self, key: Key) -> None:
+        place = self._place_of.pop(key, None)
+        if place is not None and self._places.get((place, key[1])) == key:
+            del self._places[(place, key[1])]
 
     def finish(self, key: Key, reply: bytes, now: float) -> None:
         """The request was answered with `reply`: remember it for retransmissions."""
@@ -120,6 +148,7 @@ class RetransmitWindow:
     def abandon(self, key: Key) -> None:
         """The request will get no reply (the broker is stopping): forget it was in flight."""
         self._in_flight.discard(key)
+        self._forget_place(key)
 
     def expire(self, now: float) -> None:
         """Drop finished entries older than the age bound."""
@@ -133,6 +162,7 @@ class RetransmitWindow:
 
     def _evict(self) -> None:
         (sender, request_id), _ = self._done.popitem(last=False)
+        self._forget_place((sender, request_id))
         self.evicted += 1
         marks = self._evicted_through
         if request_id > marks.get(sender, -1):
