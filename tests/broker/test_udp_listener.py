@@ -480,6 +480,30 @@ def test_long_polls_of_one_address_are_bounded_the_rest_are_served_at_once(raw: 
 # ------------------------------------------------------------------ sessions
 
 
+@pytest.mark.parametrize("sources", [1, 40], ids=["one-address", "many-addresses"])
+def test_a_user_flooding_sessions_pushes_out_only_its_own(tmp_path: Path, sources: int) -> None:
+    """Any valid credentials made sessions in one table of 10,000, least recently used out first:
+    10,001 `auth`s of bob with new producer ids pushed out every other user's session, from one
+    address or from many. Now a user over its cap (or an address over its own) loses its own
+    oldest sessions, and alice keeps hers."""
+    from kittiwake.broker.udp.listener import MAX_SESSIONS
+
+    users = standard_auth_file(tmp_path / "users.json")
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--udp-port", "0"], auth_file=users)
+    alice = RawUdp(broker)
+    try:
+        alice.request(5, "auth", 1, {"user": ALICE[0], "token": ALICE[1]}, pad=True)
+        assert alice.reply()[1].ok
+        hosts = ["127.0.0.1"] if sources == 1 else [f"127.0.0.{n}" for n in range(2, 2 + sources)]
+        assert flood_sessions((broker.host, broker.udp_port), BOB, MAX_SESSIONS + 1, hosts) > 0
+        alice.request(5, "enqueue", 2, {"tasks": [task("alice.q", b"still in")]})
+        _, reply, _ = alice.reply()
+        assert reply.ok, reply.error
+    finally:
+        alice.close()
+        broker.kill()
+
+
 def test_a_retransmission_is_answered_from_the_window_when_its_session_is_gone(tmp_path: Path) -> None:
     """The session was looked at before the window: a retransmitted enqueue whose producer's session
     was pushed out meanwhile got UNAUTHORIZED although its reply was cached, and the client, told

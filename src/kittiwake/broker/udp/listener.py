@@ -43,10 +43,16 @@ that ran it is durable. What UDP adds:
   how many it passed over in the reply's `too_large`;
 * with an auth file, a producer authenticates once with an `auth` datagram;
   the principal is kept per (producer id, source address) — at most
-  `MAX_SESSIONS`, idle ones forgotten after `SESSION_IDLE_SECS` — and every
-  later request is authorised with `access.authorise` as on TCP. A request
-  from a producer with no session is answered UNAUTHORIZED; the client then
-  authenticates again (after a broker restart, say) and retries. Failed
+  `MAX_SESSIONS` in all, `MAX_SESSIONS_PER_USER` of one user and
+  `MAX_SESSIONS_PER_HOST` from one source address (`sessions`: a user over
+  its cap loses its own oldest session, an address over its cap its idle or
+  the same user's, else the `auth` gets TOO_MANY_CONNECTIONS; so no user,
+  however many producer ids it makes up, pushes out the sessions of others),
+  idle ones forgotten after `SESSION_IDLE_SECS` — and every later request is
+  authorised with `access.authorise` as on TCP. A request from a producer
+  with no session (and no reply in the window, above) is answered
+  UNAUTHORIZED; the client then authenticates again (after a broker restart,
+  say) and sends again what cannot have run (see `client.udp_channel`). Failed
   `auth` datagrams count in the authenticator's book of claimed sources
   (`auth_failures`): they spend no TCP address's budget.
 
@@ -85,7 +91,6 @@ import asyncio
 import logging
 import socket
 import time
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -97,6 +102,7 @@ from kittiwake.broker.auth import Authenticator
 from kittiwake.broker.connection import format_peer
 from kittiwake.broker.pass_replies import OUTCOME_UNKNOWN
 from kittiwake.broker.udp.retransmit_window import Key, RetransmitWindow, Seen
+from kittiwake.broker.udp.sessions import Sessions, SessionsFull
 from kittiwake.protocol import RequestError, decode_request, encode_ok
 from kittiwake.protocol import messages as m
 from kittiwake.protocol.datagrams import (
@@ -118,6 +124,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kittiwake.broker")
 
 MAX_SESSIONS = 10_000
+MAX_SESSIONS_PER_USER = 2_500  # so that no one user can push out the sessions of others
+MAX_SESSIONS_PER_HOST = 256  # of any users, from one source address
 SESSION_IDLE_SECS = 600.0
 MAX_WAITS = 1_000  # long-polls parked for UDP senders at once
 MAX_WAITS_PER_HOST = 8  # of them, from one source address
@@ -168,7 +176,9 @@ class UdpListener(asyncio.DatagramProtocol):
         self.authenticator = authenticator  # None: no auth file, every producer is let in
         self.window = window if window is not None else RetransmitWindow()
         self.transport: asyncio.DatagramTransport | None = None
-        self.sessions: OrderedDict[tuple[int, Address], tuple[Principal, float]] = OrderedDict()
+        self.sessions: Sessions[Principal] = Sessions(
+            MAX_SESSIONS, MAX_SESSIONS_PER_USER, MAX_SESSIONS_PER_HOST, SESSION_IDLE_SECS
+        )
         self.waits: dict[str, int] = {}  # source host -> its long-polls parked now
         self.waits_total = 0
         self.stopping = False
@@ -226,9 +236,7 @@ class UdpListener(asyncio.DatagramProtocol):
         user: str | None = None
         if self.authenticator is not None:
             now = time.monotonic()
-            session = self.sessions.get((producer_id, address))
-            alive = session is not None and now - session[1] <= SESSION_IDLE_SECS
-            if type(request) not in dispatch.READ_ONLY_REQUESTS and not alive:
+            if type(request) not in dispatch.READ_ONLY_REQUESTS and not self.sessions.has((producer_id, address), now):
                 # the producer's session is gone (evicted, idled out): a retransmission of a write
                 # it sent with one still gets its cached reply — sent, within the bound below, only
                 # to the address it was cached for, which is this one — or, still running, dropped
@@ -288,17 +296,12 @@ class UdpListener(asyncio.DatagramProtocol):
         if type(request) is m.Auth:
             self._authenticate(request, address, producer_id, size)
             return None
-        now = time.monotonic()
-        session = self.sessions.get(key)
-        if session is None or now - session[1] > SESSION_IDLE_SECS:
-            self.sessions.pop(key, None)
+        principal = self.sessions.get(key, time.monotonic())
+        if principal is None:
             self._refuse(address, producer_id, request.id, errors.Unauthorized(
                 "this broker needs credentials (kwu://USER:TOKEN@HOST:PORT): send auth first"
             ), size)
             return None
-        principal = session[0]
-        self.sessions[key] = (principal, now)
-        self.sessions.move_to_end(key)
         try:
             return access.authorise(principal, request), principal.user
         except errors.Forbidden as exc:
@@ -313,11 +316,14 @@ class UdpListener(asyncio.DatagramProtocol):
             if isinstance(outcome, errors.KittiwakeError):
                 self._refuse(address, producer_id, request.id, outcome, size)
                 return
-            sessions = self.sessions
-            sessions[(producer_id, address)] = (outcome, time.monotonic())
-            sessions.move_to_end((producer_id, address))
-            while len(sessions) > MAX_SESSIONS:
-                sessions.popitem(last=False)
+            try:
+                self.sessions.add((producer_id, address), outcome, outcome.user, time.monotonic())
+            except SessionsFull:
+                self._refuse(address, producer_id, request.id, errors.TooManyConnections(
+                    f"{MAX_SESSIONS_PER_HOST} producers from this address hold UDP sessions already; "
+                    "retry later or use kw:// (TCP)"
+                ), size)
+                return
             reply = encode_datagram(producer_id, encode_ok(request.id, AuthResult(outcome.user)))
             self._send_within(reply, address, producer_id, request.id, size)
 
