@@ -284,3 +284,43 @@ def test_a_lost_enqueue_reply_is_not_enqueued_again_when_the_session_was_pushed_
     assert dropped == [2]
     with Client(auth_broker.client_url(*ROOT)) as root:
         assert [task.pid for task in root.peek("alice.evicted", n=10)] == [outcome.pid]
+
+
+@pytest.mark.parametrize("part_retransmitted", [False, True], ids=["part-sent-once", "part-retransmitted"])
+def test_an_enqueue_many_split_over_a_restart_sends_no_part_twice(
+    auth_broker: BrokerProcess, part_retransmitted: bool
+) -> None:
+    """The broker restarts (forgetting sessions and window) between the reply to part 1 of an
+    enqueue_many and part 2: the client sent the WHOLE call again after authenticating, so part 1
+    was enqueued twice and the call said ok. Now a part answered UNAUTHORIZED at its first datagram
+    (it never ran) is sent again alone; one whose copies may have run fails CONNECTION_LOST, and the
+    parts before it stay enqueued, once."""
+    assert auth_broker.udp_port is not None
+    broker = (auth_broker.host, auth_broker.udp_port)
+    state = {"restarted": False, "dropped": 0}
+
+    def policy(direction: str, data: bytes) -> list[bytes]:
+        if direction == "b2c" and request_id(data) == 2 and is_ok_reply(data) and not state["restarted"]:
+            auth_broker.restart()  # on the same ports
+            state["restarted"] = True
+        if direction == "c2b" and part_retransmitted and request_id(data) == 3 and not state["dropped"]:
+            state["dropped"] += 1  # part 2's first datagram is lost: its copy reaches the new broker
+            return []
+        return [data]
+
+    tasks = [{"queue": "alice.split", "data": b"task-%03d" % n + b"x" * 60} for n in range(40)]
+    with PolicyRelay(broker, policy) as relay:
+        with Client(f"kwu://{ALICE[0]}:{ALICE[1]}@127.0.0.1:{relay.port}", timeout=30) as alice:
+            if part_retransmitted:
+                with pytest.raises(errors.ConnectionLost, match="may or may not"):
+                    alice.enqueue_many(tasks)
+            else:
+                assert len(alice.enqueue_many(tasks)) == 40
+    assert state["restarted"]
+    with Client(auth_broker.client_url(*ROOT)) as root:
+        datas = [task.data for task in root.peek("alice.split", n=1000)]
+    assert len(datas) == len(set(datas))  # nothing twice
+    if part_retransmitted:
+        assert 0 < len(datas) < 40 and datas == [task["data"] for task in tasks[: len(datas)]]
+    else:
+        assert sorted(datas) == sorted(task["data"] for task in tasks)

@@ -32,8 +32,9 @@ enqueue to `PADDED_REQUEST_BYTES` (467), enough for a full datagram back,
 and an enqueue to a third of an upper bound of its reply (each outcome names
 its queue and pid, the broker's 17-digit FIFO pid when the task had none).
 An `enqueue_many` whose request or reply is too large for one datagram is
-split into several requests, sent one after another; if one of them fails
-the error is raised and the earlier parts stay enqueued. Any other oversize
+split into several requests, sent one after another, each once; if one of
+them fails its error is raised, saying how many tasks the earlier parts
+enqueued (they stay enqueued). Any other oversize
 request raises FRAME_TOO_LARGE before anything is sent. A lease returns as many tasks as fit in one reply datagram,
 possibly fewer than `max_tasks`; a task that alone would not fit one is not
 leased (it stays available, no attempt counted) and the broker says how many
@@ -41,8 +42,16 @@ it passed over: the channel counts them (`too_large_reported`) and logs a
 warning (at most one a minute) to lease them over `kw://` (TCP).
 
 With credentials in the URL, the channel sends `auth` before its first
-request, and again when the broker answers UNAUTHORIZED (it restarted and
-forgot the session).
+request, and again when the broker answers UNAUTHORIZED (it restarted, or
+pushed the session out). Then it sends again — under a new id, as a new
+request — only what cannot have run: a request whose single datagram got
+UNAUTHORIZED (the broker ran nothing), or a read. A write sent more than
+once may have run from an earlier copy before the broker lost the session
+(a restart loses the window too): it fails CONNECTION_LOST, outcome unknown,
+rather than risk running twice. (A broker that still has the reply answers
+a copy from its window whatever became of the session.) Only the part of a
+split `enqueue_many` that got UNAUTHORIZED is concerned: the parts before
+it are never sent again.
 
 `close()` ends at once the calls still retransmitting (a broker gone away
 would otherwise hold each until its deadline), with `ConnectionLost`: their
@@ -91,6 +100,11 @@ FIRST_RTO_SECS = 0.2
 MIN_RTO_SECS = 0.02
 MAX_RTO_SECS = 1.0
 RECEIVE_POLL_SECS = 0.2  # how soon the reader thread notices `close`
+REAUTHENTICATIONS = 3  # times a request refused UNAUTHORIZED is sent again after a new `auth`
+# requests that change nothing: sent again under a new id even when a copy may have reached the broker
+RESENDABLE: frozenset[type[m.Request]] = frozenset(
+    {m.Ping, m.Peek, m.Get, m.FindBySender, m.QueuesForReceiver, m.ListQueues, m.Stats, m.ListJoins}
+)
 TOO_LARGE_WARNING_SECS = 60.0  # a consumer polling a queue with a huge task warns once a minute, not per lease
 
 _decode_enqueued = result_decoder("enqueue")
@@ -200,14 +214,7 @@ class UdpChannel:
         deadline = time.monotonic() + deadline_secs
         if not self._authenticated:
             self._authenticate(deadline)
-        try:
-            return self._request(call, deadline)
-        except errors.Unauthorized:
-            if self.address.user is None:
-                raise
-            self._authenticated = False  # the broker forgot our session (a restart): once more
-            self._authenticate(deadline)
-            return self._request(call, deadline)
+        return self._request(call, deadline)
 
     def _authenticate(self, deadline: float) -> None:
         with self._auth_lock:
@@ -241,15 +248,31 @@ class UdpChannel:
         )
 
     def _enqueue_split(self, tasks: list[m.TaskIn], deadline: float) -> list[Any]:
-        """Enqueue tasks in as few datagrams as halving finds, in order."""
-        request = m.Enqueue(id=0, op="enqueue", tasks=tasks)
-        if len(tasks) == 1 or self._fits(request):
-            reply = self._round_trip(request, 0.0, deadline)
-            if not reply.ok:
-                result_of(Call(request, _decode_enqueued), reply)  # raises its error
-            return list(_decode_enqueued(reply.result))
+        """Enqueue tasks in as few datagrams as halving finds, in order, each part once: a part that
+        fails raises its error, saying how many tasks the parts before it enqueued."""
+        outcomes: list[Any] = []
+        parts = self._parts(tasks)
+        for number, part in enumerate(parts, 1):
+            request = m.Enqueue(id=0, op="enqueue", tasks=part)
+            try:
+                reply = self._round_trip(request, 0.0, deadline)
+                if not reply.ok:
+                    result_of(Call(request, _decode_enqueued), reply)  # raises its error
+            except errors.KittiwakeError as exc:
+                if outcomes:
+                    exc.message = (f"{exc.message} (part {number} of {len(parts)} of an enqueue_many; the "
+                                   f"{len(outcomes)} tasks of the parts before it are enqueued)")
+                    exc.args = (exc.message,)
+                raise
+            outcomes.extend(_decode_enqueued(reply.result))
+        return outcomes
+
+    def _parts(self, tasks: list[m.TaskIn]) -> list[list[m.TaskIn]]:
+        """The tasks cut into as few datagrams as halving finds, in order."""
+        if len(tasks) == 1 or self._fits(m.Enqueue(id=0, op="enqueue", tasks=tasks)):
+            return [tasks]
         middle = len(tasks) // 2
-        return self._enqueue_split(tasks[:middle], deadline) + self._enqueue_split(tasks[middle:], deadline)
+        return self._parts(tasks[:middle]) + self._parts(tasks[middle:])
 
     def _fits(self, request: m.Enqueue) -> bool:
         """Whether an enqueue and its reply each fit in one datagram."""
@@ -257,6 +280,30 @@ class UdpChannel:
         return len(m.encode(request)) <= MAX_BODY_BYTES - 8 and enqueue_reply_bytes(request.tasks) <= MAX_BODY_BYTES
 
     def _round_trip(self, request: m.Request, wait_secs: float, deadline: float) -> ReplyEnvelope[msgspec.Raw]:
+        """The request's reply; sent again under a new id, after authenticating again, only when
+        the broker said UNAUTHORIZED to a request that cannot have run (see the module docstring)."""
+        for attempt in range(REAUTHENTICATIONS + 1):
+            reply, tries = self._exchange(request, wait_secs, deadline)
+            if reply.ok or self.address.user is None or type(request) is m.Auth or _code(reply) != "UNAUTHORIZED":
+                return reply
+            if attempt == REAUTHENTICATIONS:
+                break
+            if tries > 1 and type(request) not in RESENDABLE:
+                # a copy of it may have run before the broker lost our session (a restart), and its
+                # reply with the session: sent again under a new id it might run twice
+                raise errors.ConnectionLost(
+                    f"the broker forgot this client's session while it retransmitted {request.op} to "
+                    f"{self.address.url} (it restarted, or pushed the session out); "
+                    "it may or may not have been applied"
+                )
+            self._authenticated = False  # it was never run: authenticate again, then send it as new
+            self._authenticate(deadline)
+        return reply
+
+    def _exchange(
+        self, request: m.Request, wait_secs: float, deadline: float
+    ) -> tuple[ReplyEnvelope[msgspec.Raw], int]:
+        """Send the request under a new id until its reply comes: the reply and the datagrams sent."""
         with self._lock:
             request_id = next(self._ids)
             waiting = _Waiting()
@@ -299,7 +346,7 @@ class UdpChannel:
                 )
             if tries == 1 and wait_secs == 0:
                 self._timer.measured(time.monotonic() - started)
-            return reply
+            return reply, tries
         finally:
             with self._lock:
                 self._waiting.pop(request_id, None)
@@ -337,3 +384,7 @@ class UdpChannel:
                 continue
             waiting.reply = reply
             waiting.event.set()
+
+
+def _code(reply: ReplyEnvelope[Any]) -> str:
+    return reply.error.get("code", "") if reply.error else ""
