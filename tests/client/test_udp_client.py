@@ -324,3 +324,38 @@ def test_an_enqueue_many_split_over_a_restart_sends_no_part_twice(
         assert 0 < len(datas) < 40 and datas == [task["data"] for task in tasks[: len(datas)]]
     else:
         assert sorted(datas) == sorted(task["data"] for task in tasks)
+
+
+def test_a_lost_long_poll_reply_is_fetched_again_soon(udp_broker: BrokerProcess) -> None:
+    """The reply of a long-poll is lost: the client sent the lease again only after wait_secs + RTO,
+    so with a long wait the broker's cached reply (30 s) had gone, and the task sat leased to nobody
+    while the call waited. A parked long-poll is now resent every few seconds: the broker drops the
+    copies while it waits, and answers one after from its window."""
+    assert udp_broker.udp_port is not None
+    lost: list[float] = []
+
+    def policy(direction: str, data: bytes) -> list[bytes]:
+        if direction == "b2c" and is_ok_reply(data) and not lost:
+            lost.append(time.monotonic())
+            return []
+        return [data]
+
+    with PolicyRelay(("127.0.0.1", udp_broker.udp_port), policy) as relay:
+        with Client(f"kwu://127.0.0.1:{relay.port}", timeout=10) as consumer:
+            def enqueue_late() -> None:
+                with Client(udp_broker.url) as producer:
+                    producer.enqueue("udp.lost", b"x")
+
+            timer = threading.Timer(0.5, enqueue_late)
+            timer.start()
+            started = time.monotonic()
+            try:
+                leased = consumer.lease("udp.lost", max_tasks=1, lease_secs=120, wait_secs=20)
+            finally:
+                timer.join()
+            took = time.monotonic() - started
+    assert lost and [task.data for task in leased] == [b"x"]
+    assert took < 8, took  # not the 20 s wait
+    with Client(udp_broker.url) as tcp:
+        (stats,) = tcp.stats(["udp.lost"])
+        assert (stats.leased, stats.available) == (1, 0)  # leased once, to this call

@@ -14,6 +14,11 @@ until the call's deadline (the call's timeout, else the client's, else
 `DEFAULT_DEADLINE_SECS`), then raises `RequestTimeout` (outcome unknown). The
 timeout adapts to the round trips measured on requests answered at the first
 try (RFC 6298's estimator, within `MIN_RTO_SECS`..`MAX_RTO_SECS`). A
+long-poll (`wait_secs`) is sent again every `LONG_POLL_RESEND_SECS` while
+the broker may hold it: the broker drops a copy while the poll waits and
+answers one after from its window, so a lost reply costs seconds, well
+inside the window's 30 s, not the wait (after which the cached reply may be
+gone and the leased tasks wait out their lease). A
 background thread reads replies and hands each to the call waiting on its id;
 a reply for an id nobody waits on (late, or a duplicate) is dropped.
 
@@ -100,6 +105,7 @@ FIRST_RTO_SECS = 0.2
 MIN_RTO_SECS = 0.02
 MAX_RTO_SECS = 1.0
 RECEIVE_POLL_SECS = 0.2  # how soon the reader thread notices `close`
+LONG_POLL_RESEND_SECS = 2.0  # a parked long-poll's copy, so a lost reply is fetched from the broker's 30 s window
 REAUTHENTICATIONS = 3  # times a request refused UNAUTHORIZED is sent again after a new `auth`
 # requests that change nothing: sent again under a new id even when a copy may have reached the broker
 RESENDABLE: frozenset[type[m.Request]] = frozenset(
@@ -319,19 +325,26 @@ class UdpChannel:
             datagram = encode_datagram(self.producer_id, body, padded_to=padded_size(request))
             started = time.monotonic()
             rto = self._timer.rto_secs
-            first_wait = wait_secs + rto  # a long-poll: the broker may hold the reply `wait_secs`
+            parked_until = started + wait_secs + rto  # a long-poll: the broker may hold the reply `wait_secs`
             tries = 0
             while True:
                 self._send(datagram)
                 tries += 1
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0 or self._closed:
                     break
-                if waiting.event.wait(min(first_wait if tries == 1 else rto, remaining)):
+                if wait_secs > 0 and now < parked_until:
+                    # while the broker may hold it, a copy is dropped; once answered, a copy gets the
+                    # reply from the retransmit window, so a lost reply costs seconds, not the wait
+                    pause = min(parked_until - now, LONG_POLL_RESEND_SECS)
+                else:
+                    pause = rto
+                    rto = min(MAX_RTO_SECS, rto * 2)
+                if waiting.event.wait(min(pause, remaining)):
                     break
                 if time.monotonic() >= deadline:
                     break
-                rto = min(MAX_RTO_SECS, rto * 2)
                 self.retransmits += 1
             reply = waiting.reply
             if reply is None and self._closed:
