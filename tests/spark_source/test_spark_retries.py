@@ -1,4 +1,4 @@
-"""Repeating broker calls through transient failures (`kittiwake.spark.retries`): repeated until they
+"""Repeating broker calls through transient failures (`kittiwake.client.retries`): repeated until they
 succeed within the deadline, the last failure raised past it, other errors never repeated."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kittiwake import errors
-from kittiwake.spark.retries import retrying
+from kittiwake.client.retries import retrying
 
 
 def failing(times: int, error: errors.KittiwakeError) -> tuple[list[int], object]:

@@ -181,14 +181,7 @@ def test_a_captured_request_replayed_with_another_body_is_refused(auth_broker: B
     forged = body.replace(b"pay 10", b"pay 99")  # the same length: a signed Content-Length would not tell
 
     def post(headers: dict[str, str], data: bytes) -> tuple[int, str]:
-        host, port = auth_broker.sqs_endpoint.removeprefix("http://").rsplit(":", 1)
-        connection = http.client.HTTPConnection(host, int(port), timeout=10)
-        try:
-            connection.request("POST", "/", body=data, headers=headers)
-            response = connection.getresponse()
-            return response.status, json.loads(response.read() or b"{}").get("__type", "")
-        finally:
-            connection.close()
+        return raw_post(auth_broker, headers, data)
 
     assert post(captured, forged) == (403, "com.amazonaws.sqs#SignatureDoesNotMatch")
     # a payload hash added after signing is not signed: refused before it is compared with anything

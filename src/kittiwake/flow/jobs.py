@@ -35,11 +35,11 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kittiwake import errors
 from kittiwake.client import LeasedTask
-from kittiwake.client.backoff import next_delay_secs
+from kittiwake.client.retries import retrying
 from kittiwake.client.interfaces import QueueClient
 from kittiwake.flow import context as step_context
 from kittiwake.flow import reuse
@@ -58,24 +58,6 @@ RECORDS_CACHED = 1000
 MAX_REASON_CHARS = 1000
 READ_RETRY_SECS = 60.0  # as long as the settler repeats an update (`worker.outcomes.RETRY_FOR_SECS`)
 
-T = TypeVar("T")
-
-
-def reading(call: Callable[[], T], deadline_secs: float = READ_RETRY_SECS) -> T:
-    """`call()`, a read of the broker, repeated after `Transient` failures (on the client's
-    reconnect schedule) for up to `deadline_secs`; past it the last failure is raised."""
-    deadline = time.monotonic() + deadline_secs
-    attempt = 0
-    while True:
-        try:
-            return call()
-        except errors.Transient as error:
-            pause = next_delay_secs(attempt, deadline - time.monotonic())
-            if pause is None:
-                raise
-            log.info("broker not available, reading again in %.2f s: %s", pause, error)
-            time.sleep(pause)
-            attempt += 1
 
 
 @dataclass(slots=True)
@@ -220,7 +202,7 @@ class FlowJobs:
             fingerprint = self.fingerprint(prepared, version)
             fresh = prepared.record is not None and prepared.record.fresh
             if fingerprint is not None and not fresh:
-                hit = reading(lambda: reuse.lookup(self.client, prepared.flow, step, fingerprint))
+                hit = retrying(lambda: reuse.lookup(self.client, prepared.flow, step, fingerprint), READ_RETRY_SECS)
                 if hit is not None and not deferring and any(
                         dataset.kind == FUSED_KIND for item in hit.datasets() for dataset in item.values()):
                     hit = None
@@ -261,7 +243,7 @@ class FlowJobs:
         if record is not None:
             return record
         try:
-            record = reading(lambda: load_record(self.client, flow.names.group, run))
+            record = retrying(lambda: load_record(self.client, flow.names.group, run), READ_RETRY_SECS)
         except errors.TaskNotFound:
             return None
         with self._lock:
@@ -275,7 +257,7 @@ class FlowJobs:
         with self._lock:
             if key in self._ended:
                 return self._ended[key]
-        ended = reading(lambda: ended_of(self.client, record))
+        ended = retrying(lambda: ended_of(self.client, record), READ_RETRY_SECS)
         if ended is None:
             return None
         with self._lock:

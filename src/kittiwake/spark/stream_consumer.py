@@ -60,7 +60,7 @@ from kittiwake.model import ItemOutcome, LeaseRef
 from kittiwake.spark import stream_log
 from kittiwake.spark.lease_renewer import LeaseRenewer
 from kittiwake.spark.options import StreamOptions
-from kittiwake.spark.retries import retrying
+from kittiwake.client.retries import retrying
 from kittiwake.spark.rows import LoggedTask, logged
 from kittiwake.spark.stream_log import LoggedBatch
 

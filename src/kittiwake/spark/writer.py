@@ -42,7 +42,7 @@ from kittiwake.client.interfaces import QueueClient
 from kittiwake.model import Limits
 from kittiwake.protocol import DEFAULT_MAX_FRAME
 from kittiwake.spark.options import WriteOptions
-from kittiwake.spark.retries import retrying
+from kittiwake.client.retries import retrying
 
 log = logging.getLogger("kittiwake.spark.writer")
 

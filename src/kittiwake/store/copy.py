@@ -113,7 +113,16 @@ class _Side:
         self.location = location
 
     def page(self, table: str, after: tuple | None, limit: int) -> list[tuple]:
-        columns = _COLUMNS[table]
+        return [tuple(row) for row in self._after(table, ", ".join(_COLUMNS[table]), after, limit)]
+
+    def task_sizes(self, after: tuple | None, limit: int) -> list[int]:
+        """The bytes of the next `limit` task rows after the key `after` (data, headers, note and
+        ROW_BYTES), read without the rows themselves (a blob's length is in its header)."""
+        size = " + ".join(f"coalesce({self.length}({column}), 0)" for column in ("data", "headers", "note"))
+        return [int(row[0]) + ROW_BYTES for row in self._after("tasks", size, after, limit)]
+
+    def _after(self, table: str, select: str, after: tuple | None, limit: int) -> Any:
+        """`select` of the next `limit` rows of `table` after the key `after`, in key order."""
         key = _KEYS[table]
         where = ""
         params: list[Any] = []
@@ -121,22 +130,7 @@ class _Side:
             where = f" WHERE ({', '.join(key)}) > ({', '.join([self.mark] * len(key))})"
             params.extend(after)
         params.append(limit)
-        query = f"SELECT {', '.join(columns)} FROM {table}{where} ORDER BY {', '.join(key)} LIMIT {self.mark}"
-        return [tuple(row) for row in self.execute(query, params)]
-
-    def task_sizes(self, after: tuple | None, limit: int) -> list[int]:
-        """The bytes of the next `limit` task rows after the key `after` (data, headers, note and
-        ROW_BYTES), read without the rows themselves (a blob's length is in its header)."""
-        key = _KEYS["tasks"]
-        where = ""
-        params: list[Any] = []
-        if after is not None:
-            where = f" WHERE ({', '.join(key)}) > ({', '.join([self.mark] * len(key))})"
-            params.extend(after)
-        params.append(limit)
-        size = " + ".join(f"coalesce({self.length}({column}), 0)" for column in ("data", "headers", "note"))
-        query = f"SELECT {size} FROM tasks{where} ORDER BY {', '.join(key)} LIMIT {self.mark}"
-        return [int(row[0]) + ROW_BYTES for row in self.execute(query, params)]
+        return self.execute(f"SELECT {select} FROM {table}{where} ORDER BY {', '.join(key)} LIMIT {self.mark}", params)
 
     def rows(self, table: str, page_rows: int, page_bytes: int = PAGE_BYTES) -> Iterator[list[tuple]]:
         """Every row of `table`, in key order, in pages of at most `page_rows` rows; a page of tasks

@@ -19,7 +19,7 @@ from typing import TypeVar
 from kittiwake import errors
 from kittiwake.client.backoff import next_delay_secs
 
-log = logging.getLogger("kittiwake.spark.retries")
+log = logging.getLogger("kittiwake.client.retries")
 
 T = TypeVar("T")
 
