@@ -353,6 +353,35 @@ def test_a_node_holding_tasks_refuses_a_map_no_grow_recorded_and_an_empty_new_no
         node.kill()
 
 
+def test_nodes_holding_tasks_take_a_map_that_changes_only_their_addresses(
+    two_nodes: tuple[ClusterMap, ClusterMap, Path, Path, dict[str, Path]],
+) -> None:
+    """Moving a node to another port (or turning tls on) changes the map's epoch, not where any slot
+    lies: the nodes start on it without a grow and serve every task they held."""
+    old, _, old_file, _, directories = two_nodes
+    before = everything({name: directories[name] for name in "ab"})
+    ports = free_ports(len(old.nodes))
+    moved = ClusterMap(tuple(Node(node.name, Address(node.address.host, port))
+                             for node, port in zip(old.nodes, ports)), old.slots)
+    assert moved.epoch != old.epoch and moved.placement == old.placement
+    moved_file = old_file.parent / "moved.toml"
+    moved_file.write_text(moved.to_toml())
+    nodes = {name: NodeProcess(directories[name], port=moved.address_of(name).port,
+                               log_path=directories[name].parent / f"{name}-moved.log",
+                               args=["--durability", "os", "--cluster", str(moved_file), "--node", name])
+             for name in "ab"}
+    try:
+        for node in nodes.values():
+            node.start()
+        url = "kw://" + ",".join(str(node.address) for node in moved.nodes)
+        with Client(url) as client:
+            assert sum(row.size for row in client.stats()) > 0
+    finally:
+        for node in nodes.values():
+            node.kill()
+    assert everything({name: directories[name] for name in "ab"}) == before
+
+
 def test_grow_refuses_a_missing_store_of_an_old_node_and_creates_nothing(
     two_nodes: tuple[ClusterMap, ClusterMap, Path, Path, dict[str, Path]],
 ) -> None:

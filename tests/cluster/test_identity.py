@@ -52,3 +52,22 @@ def test_a_store_holding_tasks_takes_no_new_epoch_grow_did_not_record() -> None:
     assert claim(marks, A2, False, "the store") == claim(marks, A2, False, "the store") != []  # nothing to move
     grown = marks | {"cluster_node:a:2222222222222222": 2}  # as `cluster grow` records it
     assert claim(grown, A2, True, "the store") == []
+
+
+def test_a_new_epoch_of_the_same_placement_is_taken_by_a_store_holding_tasks() -> None:
+    """A map that changes only addresses or tls keeps every key on its node: a node holding tasks
+    takes its epoch once the placement it was recorded with is known, never another placement's."""
+    marks = {"lease_id": 5}
+    for counter in claim(marks, A1, False, "the store", "p1"):
+        marks[counter.name] = counter.value
+    assert marks["cluster_placement:1111111111111111:p1"] == 1
+    taken = claim(marks, A2, True, "the store", "p1")
+    assert {counter.name for counter in taken} == {"cluster_node:a:2222222222222222",
+                                                   "cluster_placement:2222222222222222:p1"}
+    with pytest.raises(errors.ClusterIdentity, match="kittiwake cluster grow"):
+        claim(marks, A2, True, "the store", "p2")  # the slots lie elsewhere: grow moves them
+    older = marks_after(A1)  # recorded before placements were: refused until a start on its own map
+    with pytest.raises(errors.ClusterIdentity, match="kittiwake cluster grow"):
+        claim(older, A2, True, "the store", "p1")
+    assert [counter.name for counter in claim(older, A1, True, "the store", "p1")] == [
+        "cluster_placement:1111111111111111:p1"]

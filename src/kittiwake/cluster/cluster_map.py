@@ -156,6 +156,13 @@ class ClusterMap:
         return "\n".join(lines) + "\n"
 
     @property
+    def placement(self) -> str:
+        """16 hex digits naming where the slots lie: the node names in order and the slot count. Two
+        maps of one placement differ only in addresses or `tls`: every key stays on its node."""
+        canonical = "\n".join([f"slots={self.slots}"] + list(self.node_names))
+        return hashlib.blake2b(canonical.encode("utf-8"), digest_size=8).hexdigest()
+
+    @property
     def node_names(self) -> tuple[str, ...]:
         """The names of the nodes, in file order."""
         return tuple(node.name for node in self.nodes)

@@ -367,12 +367,13 @@ class _Mover:
 
     def _record_epoch(self, identities: Mapping[str, tuple[str, str, int] | None]) -> None:
         for name in self.new.node_names:
-            identity = identities[name]
-            if identity is not None and identity[1] == self.new.epoch:
+            found = identities[name]
+            if found is not None and found[1] == self.new.epoch:
                 continue  # recorded by a run before
-            order = identity[2] + 1 if identity is not None else 1
+            order = found[2] + 1 if found is not None else 1
             store = self.stores[name]
-            store.write([identity_record(name, self.new.epoch, order)])
+            store.write([identity_record(name, self.new.epoch, order),
+                         SetCounter(identity.placement_counter(self.new.epoch, self.new.placement), 1)])
             store.commit()
             self.report.epochs_recorded.append(name)
 

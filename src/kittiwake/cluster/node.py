@@ -119,7 +119,7 @@ class ClusterNode:
 
     def claim_store(self, marks: Mapping[str, int], holds_tasks: bool, where: str) -> list[Mutation]:
         wanted = identity.NodeIdentity(self.node, self.cluster.epoch)
-        return list(identity.claim(marks, wanted, holds_tasks, where))
+        return list(identity.claim(marks, wanted, holds_tasks, where, self.cluster.placement))
 
     async def start(self, host: Host) -> None:
         self._host = host

@@ -22,11 +22,18 @@ What `claim` decides, at a node's start (pure, before the node listens):
 | nothing, holds tasks | any | refused: ids issued before do not name this node (pids of FIFO tasks, lease ids) |
 | node N, epoch E | N, E | nothing to do |
 | node N, epoch E, holds no task | N, another epoch not seen before | the new epoch is recorded (nothing to move) |
-| node N, epoch E, holds tasks | N, another epoch not seen before | refused: its tasks were placed by the map of E; `kittiwake cluster grow` moves them and records the new epoch |
+| node N, epoch E, holds tasks | N, another epoch not seen before, of the placement recorded with E | the new epoch is recorded: only addresses or `tls` changed, every key stays on its node |
+| node N, epoch E, holds tasks | N, another epoch not seen before, another placement (or none recorded with E) | refused: its tasks were placed by the map of E; `kittiwake cluster grow` moves them and records the new epoch |
 | node N, epoch E | N, an epoch recorded before E | refused: the store moved on to a newer map |
 | node N | another name M | refused, naming N and M |
 
-and `refuse_unrecorded` refuses a broker that is no node on a store recorded for
+A map's *placement* (`ClusterMap.placement`: its node names in order and its
+slot count, which decide every slot's owner) is recorded beside each epoch, as
+a counter ``cluster_placement:<epoch>:<placement>`` — also on a start with the
+epoch already recorded, so a store recorded before placements were gets one at
+its next start on its map.
+
+`refuse_unrecorded` refuses a broker that is no node on a store recorded for
 one (its ids would not name the node, and it would serve keys of slots other
 nodes own). Every refusal is `errors.ClusterIdentity`.
 """
@@ -41,6 +48,8 @@ from kittiwake.engine.mutations import SetCounter
 
 PREFIX = "cluster_node:"
 """Counter names of identities start with this (the engine's own counters never do)."""
+PLACEMENT_PREFIX = "cluster_placement:"
+"""Counter names of the placement recorded with an epoch start with this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +96,29 @@ def recorded(marks: Mapping[str, int]) -> Recorded:
     return Recorded(best[1], frozenset(epochs), best[0])
 
 
-def claim(marks: Mapping[str, int], wanted: NodeIdentity, holds_tasks: bool, where: str) -> list[SetCounter]:
-    """The counters to write so the store records `wanted`, or `errors.ClusterIdentity` saying why
-    it may not (the module docstring's table); `where` names the store in messages."""
+def placement_counter(epoch: str, placement: str) -> str:
+    return f"{PLACEMENT_PREFIX}{epoch}:{placement}"
+
+
+def placement_of(marks: Mapping[str, int], epoch: str) -> str | None:
+    """The placement recorded with `epoch`, if any."""
+    start = f"{PLACEMENT_PREFIX}{epoch}:"
+    return next((name[len(start):] for name in marks if name.startswith(start)), None)
+
+
+def claim(marks: Mapping[str, int], wanted: NodeIdentity, holds_tasks: bool, where: str,
+          placement: str | None = None) -> list[SetCounter]:
+    """The counters to write so the store records `wanted` (and `placement`, the wanted map's, beside
+    its epoch), or `errors.ClusterIdentity` saying why it may not (the module docstring's table);
+    `where` names the store in messages."""
+    records = _claim(marks, wanted, holds_tasks, where, placement)
+    if placement is not None and placement_of(marks, wanted.epoch) is None:
+        records.append(SetCounter(placement_counter(wanted.epoch, placement), 1))
+    return records
+
+
+def _claim(marks: Mapping[str, int], wanted: NodeIdentity, holds_tasks: bool, where: str,
+           placement: str | None) -> list[SetCounter]:
     found = recorded(marks)
     current = found.current
     if current is None:
@@ -110,13 +139,15 @@ def claim(marks: Mapping[str, int], wanted: NodeIdentity, holds_tasks: bool, whe
         raise errors.ClusterIdentity(
             f"{where} of node {wanted.node!r} moved on to the map of epoch {current.epoch}; this cluster "
             f"file is the older map of epoch {wanted.epoch}: start the node with the current cluster file")
-    if holds_tasks:
+    same_place = placement is not None and placement_of(marks, current.epoch) == placement
+    if holds_tasks and not same_place:
         raise errors.ClusterIdentity(
             f"{where} of node {wanted.node!r} holds tasks placed by the map of epoch {current.epoch}, and this "
             f"cluster file is another map (epoch {wanted.epoch}) that no grow recorded here: the new map may "
             "route its tasks to other nodes, where nobody would find them. Stop every node, run `kittiwake "
             "cluster grow --from OLD.toml --to NEW.toml --store NAME=STORE ...`, then start the nodes on the new "
-            "map (or start this node on the map of its epoch)")
+            "map (or start this node on the map of its epoch; a map that changes only addresses or tls is "
+            "taken once the node has started on its current map since this check was made)")
     return [SetCounter(counter_name(wanted), found.order + 1)]
 
 
