@@ -192,6 +192,29 @@ def test_a_task_the_broker_refuses_fails_alone_and_the_rest_of_its_batch_is_enqu
     assert [task.pid for task in client.peek("j.a", 1000)] == ["k%03d" % i for i in range(100)]
 
 
+def test_a_refused_batch_with_a_child_and_its_parent_fails_whole_so_no_child_runs_early(
+    broker: BrokerProcess, client: Client
+) -> None:
+    """Split by queue, a child's part could go ahead of its parent's and find no parent (which counts
+    as finished): a batch naming other tasks (`after`, `unless`) is never split."""
+    producer = client.producer(linger_ms=60_000)
+
+    def enqueue() -> list[Sending]:
+        return [producer.enqueue("qa", b"x"), producer.enqueue("qb", b"parent", pid="p1"),
+                producer.enqueue("qa", b"child", pid="c1", after=[("qb", "p1")]),
+                producer.enqueue(JOINS_QUEUE, b"not yours")]
+
+    handles = gathered_behind_one_in_flight(broker, producer, enqueue)
+    for handle in handles:
+        with pytest.raises(errors.BadRequest):
+            handle.sent(timeout=WAIT_SECS)
+    with pytest.raises(errors.BadRequest):
+        producer.flush()
+    assert producer.stats.split_sends == 0
+    producer.close()
+    assert client.lease(["qa", "qb"], max_tasks=10) == []
+
+
 def test_a_task_into_a_forbidden_queue_fails_alone_and_the_rest_of_its_batch_is_enqueued(tmp_path: Path) -> None:
     """FORBIDDEN refuses a request whole before anything of it runs: the one task into a queue the
     user may not produce into fails, the 100 batched with it are enqueued."""

@@ -421,10 +421,15 @@ class Batcher(Generic[S]):
     def _split(self, batch: Batch[S], error: errors.KittiwakeError) -> bool:
         """`batch` (or a part) was refused whole with `error`, and nothing of it applied: put its
         parts first in line (a batch's behind the parts of batches refused before it). False when
-        it is not split: one task, a FORBIDDEN that can only be about the one queue all its tasks
-        name, or its batch may make no more parts (`MAX_SPLIT_SENDS`); it then fails whole."""
+        it is not split: one task, a batch with a task that names others (`after`, `unless`), a
+        FORBIDDEN that can only be about the one queue all its tasks name, or its batch may make no
+        more parts (`MAX_SPLIT_SENDS`); it then fails whole."""
         tasks = batch.tasks
         if len(tasks) < 2:
+            return False
+        if any(task.after or task.unless for task in (batch.parent or batch).tasks):
+            # a part sent alone could enqueue a child without its refused parent (a parent that does
+            # not exist counts as finished), or ahead of it: such a batch fails whole, as it was sent
             return False
         queues = {task.queue: None for task in tasks}
         if (error.code == errors.Forbidden.code and len(queues) == 1
