@@ -10,6 +10,8 @@ credentials (HTTP). Each is refused at its own cap with `TOO_MANY_CONNECTIONS`
 
 from __future__ import annotations
 
+import base64
+import http.client
 import socket
 import threading
 import time
@@ -129,3 +131,33 @@ def test_connection_slots_match_a_model(limit: int, per_address: int, per_user: 
             expected = {a: sum(1 for x, u in open_ if x == a and u is None) for a, _ in open_ if a is not None}
             assert slots.by_address == {a: n for a, n in expected.items() if n}
         assert slots.by_user == {u: sum(1 for _, x in open_ if x == u) for _, u in open_ if u is not None}
+
+
+def test_an_http_connection_that_showed_valid_credentials_counts_as_its_users(tmp_path: Path) -> None:
+    """SQS and dashboard requests carry credentials one by one: a connection counts as its address's
+    until one of its requests checks out, then as its user's — a fleet of signed clients on one host
+    is not held to the cap of connections nobody is known for."""
+    auth_file = standard_auth_file(tmp_path / "users.json")
+    basic = "Basic " + base64.b64encode(f"{ALICE[0]}:{ALICE[1]}".encode()).decode()
+    with BrokerProcess(tmp_path / "data", auth_file=auth_file,
+                       extra_args=["--max-unauthenticated-per-address", "2", "--http-port", "0"]) as broker:
+        assert broker.http_port is not None
+        signed = []
+        try:
+            for _ in range(4):  # twice the cap, each kept open
+                connection = http.client.HTTPConnection(broker.host, broker.http_port, timeout=10)
+                connection.request("GET", "/api/queues", headers={"Authorization": basic})
+                response = connection.getresponse()
+                response.read()
+                assert response.status == 200
+                signed.append(connection)
+            silent = [socket.create_connection((broker.host, broker.http_port)) for _ in range(2)]
+            time.sleep(0.3)
+            with socket.create_connection((broker.host, broker.http_port)) as third:
+                third.settimeout(10)
+                assert third.recv(4096).startswith(b"HTTP/1.1 503 ")  # the unauthenticated ones are capped
+            for sock in silent:
+                sock.close()
+        finally:
+            for connection in signed:
+                connection.close()

@@ -21,8 +21,9 @@ an auth file (without one, anyone may do anything anyway):
   user with a right on one queue cannot hold every slot;
 * connections from one source address that no user is known for
   (`per_address`, `--max-unauthenticated-per-address`): binary connections
-  before their `auth` succeeds, and every connection of an HTTP face (SQS,
-  dashboard: their requests carry credentials one by one), so whoever can
+  before their `auth` succeeds, and a connection of an HTTP face (SQS,
+  dashboard: their requests carry credentials one by one) until one of its
+  requests shows valid ones (`HttpRequest.authenticated`), so whoever can
   reach a port, credentials or not, cannot fill the cap from one address by
   connecting faster than the auth timeout closes what it opened.
 

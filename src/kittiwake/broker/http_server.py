@@ -81,6 +81,9 @@ class HttpRequest:
     headers: dict[str, str]  # names lower-cased; a repeated header keeps its last value
     body: bytes
     peer: str | None
+    # the face calls it with the user once the request's credentials checked out: the connection then
+    # counts as that user's, not as its address's (`connection_slots`)
+    authenticated: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -188,6 +191,7 @@ class HttpConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: str | None = None
         self.source: str | None = None  # the peer's address without its port
+        self.counted_user: str | None = None  # the user whose connections count this one, once known
         self._request: h11.Request | None = None
         self._body = bytearray()
         self._task: asyncio.Task[None] | None = None
@@ -208,7 +212,7 @@ class HttpConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         address = transport.get_extra_info("peername")
         self.peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) and len(address) >= 2 else None
-        # counted by address for its whole life: its requests carry their credentials one by one
+        # counted by address until a request of it shows valid credentials (`_authenticated`)
         self.source = str(address[0]) if isinstance(address, tuple) and address else None
         if self.server.slots.take(self.loop.time(), self.server.name, self.source) is not None:
             self._closing = True
@@ -223,7 +227,7 @@ class HttpConnection(asyncio.Protocol):
         self.server.connections.discard(self)
         if self._slot:
             self._slot = False
-            self.server.slots.give_back(self.source)
+            self.server.slots.give_back(self.source, self.counted_user)
         if self.server.budget is not None:
             self.server.budget.forget(self)
             self._charged = False
@@ -408,7 +412,14 @@ class HttpConnection(asyncio.Protocol):
     def _request_of(self, event: h11.Request, headers: dict[str, str], body: bytes) -> HttpRequest:
         target = event.target.decode("latin-1")
         path, _, query = target.partition("?")
-        return HttpRequest(event.method.decode("latin-1"), path, query, headers, body, self.peer)
+        return HttpRequest(event.method.decode("latin-1"), path, query, headers, body, self.peer, self._authenticated)
+
+    def _authenticated(self, user: str) -> None:
+        """A request of this connection showed `user`'s credentials: count it as the user's from now on
+        (when the user's cap allows; else it stays its address's)."""
+        if self._slot and self.counted_user is None:
+            if self.server.slots.to_user(self.loop.time(), self.server.name, self.source, user) is None:
+                self.counted_user = user
 
     def _dispatch(self) -> None:
         request = self._request

@@ -188,7 +188,8 @@ def build_extensions(
 @click.option("--max-unauthenticated-per-address", default=DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS,
               show_default=True, type=click.IntRange(0, 1_000_000),
               help="With --auth-file: connections from one address no user is known for (binary ones before "
-              "their auth, every HTTP one); beyond it TOO_MANY_CONNECTIONS or HTTP 503. 0: no cap.")
+              "their auth, HTTP ones before a request with valid credentials); beyond it TOO_MANY_CONNECTIONS "
+              "or HTTP 503. 0: no cap.")
 @click.option("--cache-mb", default=256, show_default=True, type=click.IntRange(1, 1 << 20),
               help="Memory for the heads of queues kept in memory, in MiB.")
 @click.option("--head-tasks", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),

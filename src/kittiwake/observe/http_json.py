@@ -118,14 +118,14 @@ class HttpAuth:
         header = request.headers.get("authorization")
         if header is not None:
             user, token = _credentials(header)
-            return await self.check(user, token, request.peer)
+            return _counted(request, await self.check(user, token, request.peer))
         session_id = sessions.cookie_of(request.headers.get("cookie"))
         if session_id is not None:
             session = self.sessions.find(session_id, self.clock())
             if session is not None:
                 principal = authenticator.current(session.user, session.token_hash)
                 if principal is not None:
-                    return principal
+                    return _counted(request, principal)
                 self.sessions.close(session_id)
             raise errors.Unauthorized("the session ended: log in again")
         raise errors.Unauthorized(NOT_LOGGED_IN)
@@ -289,3 +289,10 @@ def _source(peer: str | None) -> str:
         return "?"
     host, _, _ = peer.rpartition(":")
     return host or peer
+
+
+def _counted(request: HttpRequest, principal: Principal) -> Principal:
+    """`principal`, told to the request's connection: it counts as the user's from now on."""
+    if request.authenticated is not None:
+        request.authenticated(principal.user)
+    return principal

@@ -146,6 +146,8 @@ class SqsService:
                                       status=403)
         secret, principal = credentials
         sigv4.verify(request, signature, secret)
+        if request.authenticated is not None:
+            request.authenticated(principal.user)  # the connection counts as the user's from now on
         return Context(host=host, region=signature.region, sender=signature.access_key, peer=request.peer,
                        principal=principal)
 
