@@ -326,6 +326,34 @@ def test_an_enqueue_many_split_over_a_restart_sends_no_part_twice(
         assert sorted(datas) == sorted(task["data"] for task in tasks)
 
 
+def test_an_enqueue_with_pids_retransmitted_over_a_restart_is_sent_again_and_collapses(
+    auth_broker: BrokerProcess,
+) -> None:
+    """As above, part 2's first datagram lost and its copy reaching the restarted broker, but every
+    task has a pid: sent again as new it collapses where a copy ran (docs/client.md: give tasks pids
+    to keep them single across a restart), so the call succeeds and each task is there once."""
+    assert auth_broker.udp_port is not None
+    broker = (auth_broker.host, auth_broker.udp_port)
+    state = {"restarted": False, "dropped": 0}
+
+    def policy(direction: str, data: bytes) -> list[bytes]:
+        if direction == "b2c" and request_id(data) == 2 and is_ok_reply(data) and not state["restarted"]:
+            auth_broker.restart()
+            state["restarted"] = True
+        if direction == "c2b" and request_id(data) == 3 and not state["dropped"]:
+            state["dropped"] += 1
+            return []
+        return [data]
+
+    tasks = [{"queue": "alice.split", "pid": "p%03d" % n, "data": b"task-%03d" % n + b"x" * 60} for n in range(40)]
+    with PolicyRelay(broker, policy) as relay:
+        with Client(f"kwu://{ALICE[0]}:{ALICE[1]}@127.0.0.1:{relay.port}", timeout=30) as alice:
+            assert len(alice.enqueue_many(tasks)) == 40
+    assert state["restarted"]
+    with Client(auth_broker.client_url(*ROOT)) as root:
+        assert [task.pid for task in root.peek("alice.split", n=1000)] == [task["pid"] for task in tasks]
+
+
 def test_a_lost_long_poll_reply_is_fetched_again_soon(udp_broker: BrokerProcess) -> None:
     """The reply of a long-poll is lost: the client sent the lease again only after wait_secs + RTO,
     so with a long wait the broker's cached reply (30 s) had gone, and the task sat leased to nobody

@@ -50,10 +50,11 @@ With credentials in the URL, the channel sends `auth` before its first
 request, and again when the broker answers UNAUTHORIZED (it restarted, or
 pushed the session out). Then it sends again — under a new id, as a new
 request — only what cannot have run: a request whose single datagram got
-UNAUTHORIZED (the broker ran nothing), or a read. A write sent more than
-once may have run from an earlier copy before the broker lost the session
-(a restart loses the window too): it fails CONNECTION_LOST, outcome unknown,
-rather than risk running twice. (A broker that still has the reply answers
+UNAUTHORIZED (the broker ran nothing), a read, or an enqueue whose tasks all
+have pids (a copy that ran makes the second collapse). Any other write sent
+more than once may have run from an earlier copy before the broker lost the
+session (a restart loses the window too): it fails CONNECTION_LOST, outcome
+unknown, rather than risk running twice. (A broker that still has the reply answers
 a copy from its window whatever became of the session.) Only the part of a
 split `enqueue_many` that got UNAUTHORIZED is concerned: the parts before
 it are never sent again.
@@ -114,6 +115,14 @@ RESENDABLE: frozenset[type[m.Request]] = frozenset(
 TOO_LARGE_WARNING_SECS = 60.0  # a consumer polling a queue with a huge task warns once a minute, not per lease
 
 _decode_enqueued = result_decoder("enqueue")
+
+
+def _resendable(request: m.Request) -> bool:
+    """Whether a request whose earlier copy may have run can be sent again as new: a read, or an
+    enqueue whose tasks all have pids (a copy that ran collapses the second), as the docs promise."""
+    if type(request) in RESENDABLE:
+        return True
+    return isinstance(request, m.Enqueue) and all(task.pid for task in request.tasks)
 _encode = msgspec.msgpack.Encoder().encode
 FIFO_PID_STAND_IN = "9" * FIFO_PID_DIGITS  # as long as any pid the broker gives a task that named none
 # an enqueue reply's envelope around its outcomes: the largest id, and the list's header at its largest
@@ -294,7 +303,7 @@ class UdpChannel:
                 return reply
             if attempt == REAUTHENTICATIONS:
                 break
-            if tries > 1 and type(request) not in RESENDABLE:
+            if tries > 1 and not _resendable(request):
                 # a copy of it may have run before the broker lost our session (a restart), and its
                 # reply with the session: sent again under a new id it might run twice
                 raise errors.ConnectionLost(
