@@ -18,10 +18,11 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kittiwake import Client
+from kittiwake import Client, errors
 from kittiwake.broker.connection_slots import ConnectionSlots
 from support.auth_users import ALICE, BOB, standard_auth_file
 from support.broker_process import BrokerProcess, RawConnection
@@ -161,3 +162,13 @@ def test_an_http_connection_that_showed_valid_credentials_counts_as_its_users(tm
         finally:
             for connection in signed:
                 connection.close()
+
+
+def test_a_client_over_its_users_cap_is_told_so_when_its_connect_budget_ends(tmp_path: Path) -> None:
+    auth_file = standard_auth_file(tmp_path / "users.json")
+    with BrokerProcess(tmp_path / "data", auth_file=auth_file, extra_args=["--max-connections-per-user", "1"]) as broker, \
+            broker.connect() as held:
+        assert held.auth(*ALICE).ok
+        with Client(f"kw://{ALICE[0]}:{ALICE[1]}@{broker.host}:{broker.port}", connect_timeout=3) as client:
+            with pytest.raises(errors.TooManyConnections, match="the cap per user"):
+                client.ping()

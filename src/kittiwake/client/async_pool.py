@@ -37,6 +37,7 @@ from kittiwake.client import calls
 from kittiwake.client.async_connection import AsyncConnection
 from kittiwake.client.backoff import connect_attempts
 from kittiwake.client.calls import Call
+from kittiwake.client.handshake import connect_failure
 from kittiwake.client.pool import MAX_UNSENT_RETRIES
 from kittiwake.client.url import BrokerAddress
 from kittiwake.client.wire import NotSent, encode_call, result_of
@@ -167,10 +168,7 @@ class AsyncPool:
                 await connection.close()
                 raise self._closed_while_connecting(attempts)
             return connection
-        raise errors.BrokerUnreachable(
-            f"no broker at {self._address} after {attempts} attempts in "
-            f"{time.monotonic() - started:.1f}s: {failure!r}"
-        )
+        raise connect_failure(self._address, attempts, time.monotonic() - started, failure)
 
     async def _pause(self, secs: float) -> None:
         """Wait `secs`, or until close() is called."""

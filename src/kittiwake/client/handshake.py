@@ -36,7 +36,22 @@ AUTH_REQUEST_ID = 0  # the first request on its connection; an id-0 error before
 
 
 class HandshakeRetry(ConnectionError):
-    """The broker could not take the credentials now (busy, or the connection broke): try a new connection."""
+    """The broker could not take the credentials now (busy, or the connection broke): try a new connection.
+    `error`: what the broker answered, when it answered."""
+
+    def __init__(self, message: str, error: errors.KittiwakeError | None = None) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def connect_failure(address: BrokerAddress, attempts: int, secs: float, failure: BaseException | None
+                    ) -> errors.KittiwakeError:
+    """What a connect budget spent without a connection raises: TOO_MANY_CONNECTIONS when the broker
+    kept answering that a cap was reached (it is there, and full), else BROKER_UNREACHABLE."""
+    if isinstance(failure, HandshakeRetry) and isinstance(failure.error, errors.TooManyConnections):
+        return errors.TooManyConnections(
+            f"{address} refused the connection at a cap, {attempts} attempts in {secs:.1f}s: {failure.error.message}")
+    return errors.BrokerUnreachable(f"no broker at {address} after {attempts} attempts in {secs:.1f}s: {failure}")
 
 
 _contexts: dict[str | None, ssl.SSLContext] = {}
@@ -84,7 +99,7 @@ def auth_outcome(address: BrokerAddress, reply: ReplyEnvelope[Any]) -> None:
         return
     error = error_of(reply)
     if isinstance(error, (errors.Unavailable, errors.TooManyConnections)):
-        raise HandshakeRetry(f"{address}: {error.code}: {error.message}")
+        raise HandshakeRetry(f"{address}: {error.code}: {error.message}", error)
     if isinstance(error, errors.Unauthorized):
         raise errors.Unauthorized(f"{address} refused the credentials of user {address.user!r}: {error.message}")
     raise error

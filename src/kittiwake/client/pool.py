@@ -27,6 +27,7 @@ from kittiwake import errors
 from kittiwake.client.backoff import connect_attempts
 from kittiwake.client.blocking_connection import BlockingConnection
 from kittiwake.client.calls import Call
+from kittiwake.client.handshake import connect_failure
 from kittiwake.client.url import BrokerAddress
 from kittiwake.client.wire import DEFAULT_MAX_REPLY_BYTES, NotSent, encode_call, result_of
 
@@ -137,10 +138,7 @@ class ConnectionPool:
                 connection.close()
                 raise self._closed_while_connecting(attempts)
             return connection
-        raise errors.BrokerUnreachable(
-            f"no broker at {self.address} after {attempts} attempts in "
-            f"{time.monotonic() - started:.1f}s: {failure}"
-        )
+        raise connect_failure(self.address, attempts, time.monotonic() - started, failure)
 
     def _closed_while_connecting(self, attempts: int) -> errors.BrokerUnreachable:
         return errors.BrokerUnreachable(
