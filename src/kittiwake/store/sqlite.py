@@ -551,7 +551,12 @@ class SqliteStore:
         next_ticket = applied + 1
         if found is not None:
             if found.damaged is not None and found.damaged + 1 > applied:
-                raise commit_log.LogFormatError(found.damage_message(self.directory / log_file.LOG_NAME))
+                message = found.damage_message(self.directory / log_file.LOG_NAME)
+                if self.durability == "fsync":
+                    raise commit_log.LogFormatError(message)
+                # durability os: a power cut may keep a later page and lose an earlier one, so this is
+                # what such a cut leaves too, and an ok never meant more than the process survived
+                log.warning("%s (--durability os: opened without them, as a torn tail)", message)
             if found.first_ticket > next_ticket:
                 log.warning("the commit log starts at ticket %d but the store has applied up to %d only",
                             found.first_ticket, applied)
