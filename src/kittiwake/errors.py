@@ -108,8 +108,8 @@ class TaskExists(KittiwakeError):
 class BadDeadLetter(KittiwakeError):
     """A dead letter a requeue reaches cannot go back into its queue as it is stored: its
     `kittiwake-dead-pid` header is not a pid, or its data, headers, sender or receiver are outside
-    the broker's limits. The requeue was refused whole and moved nothing; the message names the
-    dead letter (purge it, or requeue the others by pid). Code BAD_DEAD_LETTER."""
+    the broker's limits. It is a per-letter outcome of the requeue, not a failure of it: that
+    dead letter stays where it is (purge it), the others go back. Code BAD_DEAD_LETTER."""
 
     code = "BAD_DEAD_LETTER"
 

@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from click.testing import CliRunner
 
-from kittiwake import Client, errors
+from kittiwake import Client
 from kittiwake.cli.main import cli
 from kittiwake.model import DEAD_PID_HEADER
 from support.broker_process import BrokerProcess
@@ -31,21 +31,21 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         process.kill()
 
 
-def test_a_requeue_that_reaches_a_dead_letter_it_cannot_move_moves_nothing(broker: BrokerProcess) -> None:
+def test_a_requeue_leaves_a_dead_letter_it_cannot_move_and_moves_the_others(broker: BrokerProcess) -> None:
     with Client(broker.url) as client:
-        client.enqueue("q", b"good", pid="a")
-        [task] = client.lease("q")
-        client.release([task], "boom", bury=True)
         # a dead letter whose original-pid header is no pid (a client with rights on q.dead wrote it)
         client.enqueue("q.dead", b"bad", pid=BAD, headers={DEAD_PID_HEADER: "b\x01"})
-        before = [view.pid for view in client.peek("q.dead")]
-        good = before[0]
-        for pids in ([good, BAD], None):
-            with pytest.raises(errors.BadDeadLetter, match=f"q.dead/{BAD}"):
-                client.requeue_dead("q", pids)
-            assert client.peek("q") == []  # nothing moved, the good one included
-            assert [view.pid for view in client.peek("q.dead")] == before
-        assert [outcome.ok for outcome in client.requeue_dead("q", ["a"]).outcomes] == [True]
+        for named in (True, False):
+            client.enqueue("q", b"good", pid="a")
+            [task] = client.lease("q")
+            client.release([task], "boom", bury=True)
+            good = next(view.pid for view in client.peek("q.dead") if view.pid != BAD)
+            page = client.requeue_dead("q", [good, BAD] if named else None)
+            assert [(o.pid, o.ok, o.code) for o in page.outcomes] == [(good, True, None), (BAD, False, "BAD_DEAD_LETTER")]
+            assert [view.pid for view in client.peek("q")] == ["a"]
+            assert [view.pid for view in client.peek("q.dead")] == [BAD]  # it stays, the pages after it go on
+            [task] = client.lease("q")
+            client.dequeue([task])
 
 
 def test_a_pids_thousands_of_dead_letters_take_bounded_requests(broker: BrokerProcess) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from kittiwake import errors
 from kittiwake.model import DEAD_PID_HEADER, DEAD_REASON_HEADER
 
 from .harness import codes, put, ref, take
@@ -177,21 +176,25 @@ def test_a_range_cut_before_its_pids_first_letter_is_left_whole_to_the_next_requ
     assert len(engine.peek("q.dead", 10, None, clock.now)) == 2
 
 
-def test_a_requeue_reaching_a_dead_letter_that_cannot_go_back_moves_nothing(engine, clock):
+def test_a_dead_letter_that_cannot_go_back_stays_and_the_others_go_back(engine, clock):
     """A dead letter whose original-pid header is not a pid stopped a requeue midway: those
-    before it were requeued, the reply was an error. Every dead letter a request reaches is now
-    checked first: the request is refused whole with BAD_DEAD_LETTER, naming it."""
-    bury(engine, clock, "q", "a", b"good", "boom")
-    [good] = engine.dead_letters_of("q.dead", "a")
-    forge(engine, clock, "q.dead", "b~00000000000000001", "b\x01")
-    before = [view["pid"] for view in engine.peek("q.dead", 10, None, clock.now)]
-    for pids in ([good.pid, "b~00000000000000001"], None):
-        with pytest.raises(errors.BadDeadLetter, match="q.dead/b~00000000000000001") as refused:
-            engine.requeue_dead("q", pids, clock.now)
-        assert refused.value.code == "BAD_DEAD_LETTER"
-        assert engine.peek("q", 10, None, clock.now) == []
-        assert [view["pid"] for view in engine.peek("q.dead", 10, None, clock.now)] == before
-    assert [(o.ok, o.code) for o in engine.requeue_dead("q", ["a"], clock.now).outcomes] == [(True, None)]
+    before it were requeued, the reply was an error (and a refusal of the whole request would hold
+    up every page after it for good). Every dead letter a request reaches is checked first; that one
+    stays with the outcome BAD_DEAD_LETTER, naming it, and the others go back."""
+    for pids in ([None, "b~00000000000000001"], None):
+        bury(engine, clock, "q", "a", b"good", "boom")
+        [good] = engine.dead_letters_of("q.dead", "a")
+        forge(engine, clock, "q.dead", "b~00000000000000001", "b\x01")
+        named = [good.pid, "b~00000000000000001"] if pids is not None else None
+        outcomes = engine.requeue_dead("q", named, clock.now).outcomes
+        assert [(o.pid, o.ok, o.code) for o in outcomes] == [
+            (good.pid, True, None), ("b~00000000000000001", False, "BAD_DEAD_LETTER")]
+        assert "q.dead/b~00000000000000001" in outcomes[1].message
+        assert [view["pid"] for view in engine.peek("q", 10, None, clock.now)] == ["a"]
+        assert [view["pid"] for view in engine.peek("q.dead", 10, None, clock.now)] == ["b~00000000000000001"]
+        engine.purge_dead("q", None, clock.now)
+        [task] = take(engine, clock.now, "q")
+        engine.dequeue([ref(task)], clock.now)
 
 
 def test_a_dead_letter_of_a_dead_letter_goes_back_under_its_long_pid(engine, clock):

@@ -4,8 +4,8 @@ Every dead letter of `QUEUE` sits in `QUEUE.dead` at `<pid>~<death time>` with t
 original pid in headers (see `kittiwake.engine.dead_letters`). PIDs given to these commands are a
 dead letter's own pid or an original pid (all of its dead letters). Named PIDs and `--all` alike
 are walked a page at a time, with a progress line, so a million dead letters (of the queue, or of
-one pid) never make one long request on the broker; each page is all or nothing (a dead letter
-that cannot be requeued as stored stops the command with BAD_DEAD_LETTER, naming it).
+one pid) never make one long request on the broker; a dead letter that cannot be requeued as
+stored stays, reported with BAD_DEAD_LETTER among the ones kept.
 """
 
 from __future__ import annotations

@@ -427,9 +427,8 @@ class Client(ClusterView):
         one page: the dead letters it reaches in pid order after the cursor `after_pid`,
         reading at most `limit` of them; when more are left the page's `next_pid` is set,
         and the same call with `after_pid=next_pid` goes on. A dead letter whose pid exists
-        again in the queue stays (`TASK_EXISTS`); a held one too (`TASK_LEASED`). A page is
-        all or nothing: one that reaches a dead letter which cannot go back as stored raises
-        `BadDeadLetter` (BAD_DEAD_LETTER) and moved nothing. On a cluster, `pids` of a spread
+        again in the queue stays (`TASK_EXISTS`); a held one too (`TASK_LEASED`), and one that
+        cannot go back as stored (`BAD_DEAD_LETTER`: checked before anything moves). On a cluster, `pids` of a spread
         queue are paged by the client, node by node in requests of at most `limit`: the call
         answers all their outcomes, `next_pid` None (`cluster_router`)."""
         return self._run(calls.dead_letters("requeue_dead", queue, pids, after_pid, limit), timeout)

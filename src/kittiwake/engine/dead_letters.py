@@ -21,12 +21,13 @@ lookup by the original pid is one range scan of the dead-letter queue.
   `limit` rows; when it stops short, `next_pid` is the cursor of the next
   (`dead_letter_walk`). So no single request does unbounded work on the
   broker's loop, however many dead letters one pid has.
-* A request is all or nothing: every dead letter it reaches is checked before
-  any moves. A requeue reaching one that cannot go back as stored (its
-  original-pid header is not a pid, its data or headers are over the limits)
-  is refused whole with BAD_DEAD_LETTER, naming it, and moves nothing. The
-  per-letter outcomes (TASK_EXISTS, TASK_LEASED, TASK_NOT_FOUND) are not
-  failures of the request: they say what stayed where it was.
+* Every dead letter a request reaches is checked before any moves. One that
+  cannot go back as stored (its original-pid header is not a pid, its data or
+  headers are over the limits — limits lowered since it died, say) stays
+  where it is with the outcome BAD_DEAD_LETTER, naming why; the others go
+  back. Like TASK_EXISTS, TASK_LEASED and TASK_NOT_FOUND, that outcome says
+  what stayed, not that the request failed, so one such letter never holds
+  up the pages after it (`kittiwake dead requeue --all`, a flow's retry).
 """
 
 from __future__ import annotations
@@ -116,8 +117,8 @@ def _each_dead_letter(state: EngineState, dead_name: str, reached: Reached, act:
     return page
 
 
-def _requeued(state: EngineState, original: str, dead_name: str, task: Task) -> NewTask:
-    """The task a dead letter goes back as; BAD_DEAD_LETTER if it cannot as it is stored."""
+def _requeued(state: EngineState, original: str, dead_name: str, task: Task) -> NewTask | errors.BadDeadLetter:
+    """The task a dead letter goes back as; BAD_DEAD_LETTER (returned) if it cannot as it is stored."""
     headers = {k: v for k, v in (task.headers or {}).items() if k not in (DEAD_REASON_HEADER, DEAD_PID_HEADER)}
     back = NewTask(
         queue=original,
@@ -133,10 +134,10 @@ def _requeued(state: EngineState, original: str, dead_name: str, task: Task) -> 
         # a dead letter of `q.dead` goes back there under its own dead-letter pid, longer than others
         back.pid = validate_pid(pid, state.limits, DEAD_PID_HEADER, original)
     except errors.BadRequest as exc:
-        raise errors.BadDeadLetter(
-            f"dead letter {dead_name}/{task.pid} cannot go back to {original!r} as stored ({exc.message}); "
-            "nothing was requeued: purge it, or requeue the others by pid"
-        ) from None
+        return errors.BadDeadLetter(
+            f"dead letter {dead_name}/{task.pid} cannot go back to {original!r} as stored ({exc.message}): "
+            "it stays; purge it, or enqueue what it holds yourself"
+        )
     return back
 
 
@@ -149,8 +150,8 @@ def requeue_dead(
     after_pid: str | None = None,
     limit: int = 1000,
 ) -> DeadLetterPage:
-    """Move dead letters of `queue` back into it under their original pids: all the request
-    reaches, checked first, or none (BAD_DEAD_LETTER)."""
+    """Move dead letters of `queue` back into it under their original pids: all the request reaches,
+    checked first; one that cannot go back as stored stays (outcome BAD_DEAD_LETTER)."""
     original, dead_name = _dead_queue(state, queue)
     reached = _select(state, dead_name, pids, after_pid, limit)
     backs = {task.pid: _requeued(state, original, dead_name, task) for _, task in reached.chosen if task is not None}
@@ -159,6 +160,8 @@ def requeue_dead(
         if task.pid in dead.leased:
             return ItemOutcome(dead_name, task.pid, False, errors.TaskLeased.code, f"{dead_name}/{task.pid} is held by a lease")
         back = backs[task.pid]
+        if isinstance(back, errors.BadDeadLetter):
+            return ItemOutcome(dead_name, task.pid, False, back.code, back.message)
         if enqueue_one(state, back, now, mutations).collapsed:
             return ItemOutcome(dead_name, task.pid, False, errors.TaskExists.code, f"{original}/{back.pid} exists")
         _drop_dead_letter(state, dead, task.pid, mutations)

@@ -21,8 +21,8 @@ and message (a dead letter whose task exists again: TASK_EXISTS; a pid that
 names nothing: TASK_NOT_FOUND). A queue that holds nothing, dead letters
 included, is QUEUE_NOT_FOUND (404). Requeue and purge go a page of dead
 letters per request, as many requests as the pids need (each is bounded
-and all or nothing: a dead letter that cannot be requeued as stored is
-BAD_DEAD_LETTER, and pages before it stay done).
+and checked before anything moves: a dead letter that cannot be requeued
+as stored stays, with BAD_DEAD_LETTER).
 """
 
 from __future__ import annotations

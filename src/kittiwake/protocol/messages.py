@@ -141,7 +141,7 @@ class DeleteQueue(Request):
 class RequeueDead(Request):
     """Move dead letters of `queue` back: those `pids` name (dead-letter or original pids), or
     all of them when `pids` is absent; one request reaches them in pid order after the cursor
-    `after_pid`, reading at most `limit`, all or none (BAD_DEAD_LETTER), and its reply's
+    `after_pid`, reading at most `limit` (one that cannot go back as stored stays: BAD_DEAD_LETTER), and its reply's
     `next_pid` is the cursor of the next when more are left."""
 
     queue: str
