@@ -645,6 +645,15 @@ def test_a_broker_behind_the_log_keeps_what_it_acknowledged_across_a_kill(tmp_pa
 # ------------------------------------------------- damage and large passes
 
 
+def reopened_pids(directory: Path, **options: Any) -> list[str]:
+    """The pids of queue "a" as a store opened on `directory` finds them."""
+    store = SqliteStore(directory, **options)
+    try:
+        return [t.pid for t in store.scan("a", None, 10)]
+    finally:
+        store.close()
+
+
 def test_a_bad_record_with_a_whole_next_record_after_it_is_damage_not_a_torn_tail() -> None:
     records = [commit_log.encode_record(1 + n, bytes([n]) * 20) for n in range(3)]
     whole = commit_log.encode_header(1) + b"".join(records)
@@ -677,11 +686,7 @@ def test_a_log_damaged_before_acknowledged_records_stops_the_open(tmp_path: Path
     assert path.read_bytes() == bytes(data)  # left as it was, for whoever looks into it
     # with --durability os a power cut may leave this too (pages reach the disk in any order), and an
     # ok promised no more than surviving the process: the store opens, without the records from 2 on
-    reopened = SqliteStore(tmp_path, durability="os")
-    try:
-        assert [t.pid for t in reopened.scan("a", None, 10)] == ["p1"]
-    finally:
-        reopened.close()
+    assert reopened_pids(tmp_path, durability="os") == ["p1"]
 
 
 def test_a_pass_too_large_for_one_record_goes_straight_into_the_database(
