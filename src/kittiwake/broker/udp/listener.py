@@ -235,15 +235,6 @@ class UdpListener(asyncio.DatagramProtocol):
             return
         user: str | None = None
         if self.authenticator is not None:
-            now = time.monotonic()
-            if type(request) not in dispatch.READ_ONLY_REQUESTS and not self.sessions.has((producer_id, address), now):
-                # the producer's session is gone (evicted, idled out): a retransmission of a write
-                # it sent with one still gets its cached reply — sent, within the bound below, only
-                # to the address it was cached for, which is this one — or, still running, dropped
-                seen = self.window.lookup_at((address, producer_id), request.id, now)
-                if seen is not Seen.NEW and seen is not Seen.TOO_LATE:
-                    self._answer_copy(seen, address, producer_id, request.id, size)
-                    return
             screened = self._screen(request, address, producer_id, size)
             if screened is None:
                 return
@@ -296,8 +287,17 @@ class UdpListener(asyncio.DatagramProtocol):
         if type(request) is m.Auth:
             self._authenticate(request, address, producer_id, size)
             return None
-        principal = self.sessions.get(key, time.monotonic())
+        now = time.monotonic()
+        principal = self.sessions.get(key, now)
         if principal is None:
+            if type(request) not in dispatch.READ_ONLY_REQUESTS:
+                # the producer's session is gone (evicted, idled out): a retransmission of a write
+                # it sent with one still gets its cached reply — sent, within the bound below, only
+                # to the address it was cached for, which is this one — or, still running, dropped
+                seen = self.window.lookup_at((address, producer_id), request.id, now)
+                if seen is not Seen.NEW and seen is not Seen.TOO_LATE:
+                    self._answer_copy(seen, address, producer_id, request.id, size)
+                    return None
             self._refuse(address, producer_id, request.id, errors.Unauthorized(
                 "this broker needs credentials (kwu://USER:TOKEN@HOST:PORT): send auth first"
             ), size)
